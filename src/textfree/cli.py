@@ -1,0 +1,282 @@
+"""The ``textfree`` command line: privatize, inspect, account, substitute, run, plot."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="textfree: use and run LLM services without the server ever seeing your text.",
+)
+console = Console()
+err = Console(stderr=True)
+
+
+def _quiet_transformers() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except Exception:  # pragma: no cover - transformers is a dependency
+        pass
+
+
+def _fail(message: str, code: int = 2) -> None:
+    err.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+def _fmt_eps(x: float) -> str:
+    return "inf (no formal guarantee)" if math.isinf(x) else f"{x:g}"
+
+
+def _build_noise(mechanism: str, epsilon: Optional[float], sigma: Optional[float], delta: float, sensitivity: float):
+    from textfree.mechanisms import Gaussian, L2Laplace
+
+    if mechanism == "none":
+        return None
+    if mechanism == "l2_laplace":
+        if epsilon is None:
+            _fail("--epsilon is required for the l2_laplace mechanism")
+        return L2Laplace(epsilon)
+    if mechanism == "gaussian":
+        if sigma is not None:
+            return Gaussian(sigma, delta)
+        if epsilon is None:
+            _fail("the gaussian mechanism needs --sigma, or --epsilon (with --delta) to calibrate it")
+        return Gaussian.from_epsilon_delta(epsilon, delta, sensitivity)
+    _fail(f"unknown --mechanism {mechanism!r}; choose l2_laplace, gaussian or none")
+
+
+@app.command()
+def privatize(
+    text: list[str] = typer.Argument(None, help="Prompt text(s) to privatize. Use --file for one prompt per line."),
+    epsilon: Optional[float] = typer.Option(None, "--epsilon", "-e", help="Noise parameter (L2-Laplace eps per unit distance; Gaussian eps at --delta)."),
+    k: int = typer.Option(4, "--k", help="Pool blocks of k tokens into one slot."),
+    mechanism: str = typer.Option("l2_laplace", help="l2_laplace, gaussian or none (none = no privacy; experiments only)."),
+    sigma: Optional[float] = typer.Option(None, help="Gaussian: the standard deviation directly (overrides --epsilon)."),
+    delta: float = typer.Option(1e-5, help="Gaussian: delta for calibration and accounting."),
+    encoder: str = typer.Option("default", help="Encoder: 'default' (all-MiniLM-L6-v2, offline) or any HF name/path."),
+    file: Optional[Path] = typer.Option(None, help="Read prompts from this UTF-8 file, one per line."),
+    out: Path = typer.Option(Path("payload.safetensors"), "--out", "-o", help="Where to write the payload."),
+    seed: Optional[int] = typer.Option(None, help="Experiments only: reproducible noise from this seed (NOT private)."),
+    ledger: Optional[Path] = typer.Option(None, help="Charge this release to a privacy ledger file."),
+    ledger_key: str = typer.Option("default", help="Ledger key (user) the release is charged to."),
+    budget: Optional[float] = typer.Option(None, help="Ledger budget (total epsilon per key)."),
+    on_exceed: str = typer.Option("refuse", help="Past the budget: refuse (nothing is written) or warn."),
+) -> None:
+    """Encode text locally, pool and noise it, and write a payload file (no text inside)."""
+    texts = list(text or [])
+    if file is not None:
+        try:
+            texts += [line.strip() for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+        except (OSError, UnicodeDecodeError) as exc:
+            _fail(f"cannot read --file {str(file)!r}: {exc}")
+    if not texts:
+        _fail("give at least one prompt (argument or --file)")
+    if k < 1:
+        _fail(f"--k must be >= 1, got {k}")
+    _quiet_transformers()
+    from textfree.encoders import ContextualEncoder, EncoderLoadError
+    from textfree.ledger import BudgetExceeded, PrivacyLedger
+    from textfree.privatizer import Privatizer
+
+    try:
+        noise = _build_noise(mechanism, epsilon, sigma, delta, 2.0)
+        led = PrivacyLedger(ledger, budget, on_exceed) if ledger else None
+    except ValueError as exc:
+        _fail(str(exc))
+    if noise is None:
+        err.print("[yellow]warning:[/] --mechanism none releases clean vectors: no privacy at all")
+    try:
+        enc = ContextualEncoder.from_pretrained(None if encoder == "default" else encoder)
+    except EncoderLoadError as exc:
+        _fail(str(exc))
+    priv = Privatizer(enc, noise, k, ledger=led, ledger_key=ledger_key if led else None)
+    try:
+        payload = priv.privatize(texts, seed=seed)
+    except BudgetExceeded as exc:
+        _fail(str(exc), code=3)
+    payload.save(out)
+    worst = payload.worst_case_loss()
+    console.print(
+        f"wrote {out} ({out.stat().st_size} bytes): {payload.batch_size} prompt(s), slots {payload.lengths}, "
+        f"width {payload.encoder.dim}; worst-case privacy loss per prompt: eps = {_fmt_eps(worst.epsilon)}"
+        + (f", delta = {worst.delta:g}" if worst.delta else "")
+    )
+
+
+@app.command()
+def inspect(
+    path: Path = typer.Argument(..., help="A payload file (.safetensors)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the header as JSON."),
+) -> None:
+    """Print what a payload holds: shapes, encoder, mechanism, privacy loss. Never any text."""
+    from textfree.payload import Payload, PayloadError
+
+    try:
+        p = Payload.load(path)
+    except PayloadError as exc:
+        _fail(f"{path}: {exc}")
+    h = p.header()
+    if as_json:
+        h = dict(h)
+        h["public"] = None if h["public"] is None else f"{len(h['public'])} public string(s) (not shown)"
+        console.print_json(json.dumps(h, default=str))
+        return
+    t = Table(title=f"payload {path}", show_header=False)
+    t.add_row("format", f"{h['format']} v{h['format_version']} ({h['kind']})")
+    t.add_row("vectors", f"shape {h['shape']}, dtype {h['dtype']}")
+    t.add_row("slots per prompt", str(h["lengths"]))
+    t.add_row("encoder", f"{p.encoder.id} ({p.encoder.kind}, d={p.encoder.dim})")
+    t.add_row("encoder sha256", str(p.encoder.sha256))
+    pr = p.privatization
+    noise = "none (clean: no privacy)" if pr.noise is None else json.dumps(h["privatization"]["noise"])
+    t.add_row("mechanism", noise)
+    t.add_row("pipeline", f"k={pr.k}, normalize={pr.normalize}, renormalize={pr.renormalize}")
+    if pr.noise is not None and hasattr(pr.noise, "expected_noise_norm"):
+        t.add_row("expected noise norm", f"{pr.noise.expected_noise_norm(p.encoder.dim):.4g} (slots before noise have norm 1)")
+    slot = pr.slot_loss()
+    t.add_row("privacy loss per slot", f"eps = {_fmt_eps(slot.epsilon)} ({slot.notion}" + (f", delta={slot.delta:g})" if slot.delta else ")"))
+    worst = p.worst_case_loss()
+    t.add_row("worst-case loss per prompt", f"eps = {_fmt_eps(worst.epsilon)} (all slots of the longest prompt differ)")
+    t.add_row("public parts", "none" if p.public is None else f"{len(p.public)} string(s) sent in clear by design (not shown)")
+    console.print(t)
+
+
+@app.command()
+def account(
+    dataset: str = typer.Option(..., help="Dataset name (e.g. pri-ddx) or path to its file."),
+    budget: float = typer.Option(150.0, help="Total privacy budget B."),
+    split: Optional[str] = typer.Option(None, help="Split (e.g. test) when --dataset is a name."),
+    encoder: str = typer.Option("default", help="Encoder whose tokenizer counts n and whose table gives D_max."),
+    limit: Optional[int] = typer.Option(None, help="Use only the first N records."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """PPFT's budget-alignment table (n, D_max, eps_dchi, tau, eps_PPFT = eps_PR) for a dataset."""
+    if budget <= 0:
+        _fail(f"--budget must be > 0, got {budget}")
+    _quiet_transformers()
+    from textfree.alignment import dataset_alignment
+    from textfree.data import DataError
+
+    try:
+        result = dataset_alignment(dataset, budget, split=split, encoder=encoder, limit=limit)
+    except (DataError, FileNotFoundError, ValueError) as exc:
+        _fail(str(exc))
+    if as_json:
+        console.print_json(json.dumps(result))
+        return
+    t = Table(title=f"budget alignment for {result['dataset']} (B = {budget:g}, {result['prompts']} prompts)")
+    for col in ("prompt", "n (tokens)", "D_max", "eps_dchi = B/(n D_max)", "tau = 2n/B", "eps_PPFT = eps_PR = B/2"):
+        t.add_column(col, justify="right")
+    for label, key in (("max", "at_n_max"), ("mean", "at_n_mean")):
+        r = result[key]
+        t.add_row(label, f"{r['n']:.1f}", f"{r['d_max']:.4f}", f"{r['eps_dchi']:.4g}", f"{r['tau']:.4g}", f"{r['eps_ppft']:g}")
+    console.print(t)
+    console.print(
+        f"n = tokens of the private part under {result['encoder']}'s tokenizer (no special tokens); "
+        f"D_max = largest L2 distance between two rows of its token-embedding table. "
+        f"The 'max' row is the binding one: it holds for every prompt."
+    )
+
+
+@app.command()
+def substitute(
+    text: Optional[str] = typer.Argument(None, help="Text to privatize by word substitution."),
+    eta: float = typer.Option(100.0, help="Metric-DP parameter per unit of embedding distance."),
+    pos: Optional[str] = typer.Option(None, help="PCT2T: comma-separated POS categories kept (e.g. noun,verb,pron,adp)."),
+    tagger: str = typer.Option("textblob", help="POS tagger: textblob (bundled) or nltk (needs --nltk-data)."),
+    nltk_data: Optional[Path] = typer.Option(None, help="Directory holding NLTK's tagger (e.g. ../shared/data/nltk_data)."),
+    table: str = typer.Option("default", help="Embedding table: 'default' (MiniLM), an HF name/path, or glove:PATH."),
+    replacement_table: bool = typer.Option(False, "--replacement-table", help="Print the empirical word-replacement probability per eta."),
+    etas: str = typer.Option("25,50,75,100,150,200,300", help="Etas for --replacement-table."),
+    corpus: Optional[Path] = typer.Option(None, help="Text file (one sentence per line) for --replacement-table."),
+    seed: Optional[int] = typer.Option(None, help="Experiments only: reproducible noise (NOT private)."),
+) -> None:
+    """Text-to-text privatization (T2T) or its part-of-speech-constrained form (PCT2T)."""
+    _quiet_transformers()
+    from textfree.rng import resolve_generator
+    from textfree.substitution.cli_support import build_t2t, default_corpus, replacement_rows
+
+    if eta <= 0:
+        _fail(f"--eta must be > 0, got {eta}")
+    try:
+        mech = build_t2t(table=table, eta=eta, pos=pos, tagger=tagger, nltk_data=nltk_data)
+    except (ValueError, FileNotFoundError, OSError) as exc:
+        _fail(str(exc))
+    gen = resolve_generator(None, seed)
+    if replacement_table:
+        try:
+            eta_list = [float(x) for x in etas.split(",") if x.strip()]
+            sentences = default_corpus() if corpus is None else [l.strip() for l in corpus.read_text(encoding="utf-8").splitlines() if l.strip()]
+        except (ValueError, OSError) as exc:
+            _fail(f"bad --etas or --corpus: {exc}")
+        rows = replacement_rows(mech, sentences, eta_list, generator=gen)
+        t = Table(title=f"empirical word-replacement probability ({'PCT2T ' + pos if pos else 'T2T'}, {len(sentences)} sentences)")
+        t.add_column("eta", justify="right")
+        t.add_column("P(word replaced)", justify="right")
+        for e, rate in rows:
+            t.add_row(f"{e:g}", f"{rate:.3f}")
+        console.print(t)
+        return
+    if not text:
+        _fail("give a text to substitute, or --replacement-table")
+    out = mech.privatize([text], generator=gen)[0]
+    console.print(out, markup=False, highlight=False)
+    err.print(f"privacy: {mech.privacy_loss_per_word().epsilon:g} per word (eta * D_max), metric DP")
+
+
+@app.command()
+def run(
+    cell: Path = typer.Argument(..., help="An experiment cell (YAML)."),
+    out_dir: Path = typer.Option(Path("results"), help="Where the results JSON goes."),
+) -> None:
+    """Run an experiment cell and write a results JSON."""
+    _quiet_transformers()
+    from textfree.experiments import run_cell
+
+    try:
+        path = run_cell(cell, out_dir)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    console.print(f"wrote {path}")
+
+
+@app.command()
+def plot(
+    results: list[Path] = typer.Argument(..., help="Result JSON files."),
+    out_dir: Path = typer.Option(Path("results/plots"), help="Where figures go."),
+) -> None:
+    """Draw figures from result files (never recomputes anything)."""
+    from textfree.experiments import plot_results
+
+    try:
+        paths = plot_results(list(results), out_dir)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    for p in paths:
+        console.print(f"wrote {p}")
+
+
+def main() -> None:  # pragma: no cover
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

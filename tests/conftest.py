@@ -1,0 +1,42 @@
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(2)
+
+SHARED_DATA = Path(os.environ.get("TEXTFREE_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data")).resolve()
+SHARED_REASON = "../shared/data not found (set TEXTFREE_DATA)"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(SHARED_REASON)
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder_dir(tmp_path_factory) -> Path:
+    from textfree.encoders import make_tiny_encoder_dir
+
+    return make_tiny_encoder_dir(tmp_path_factory.mktemp("tiny-encoder"), hidden=32, layers=2, heads=2, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(tiny_encoder_dir):
+    from textfree.encoders import ContextualEncoder
+
+    return ContextualEncoder.from_pretrained(tiny_encoder_dir)
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    from textfree.encoders import ContextualEncoder
+
+    return ContextualEncoder.from_pretrained(None)

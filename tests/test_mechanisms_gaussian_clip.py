@@ -1,0 +1,80 @@
+import math
+
+import pytest
+import torch
+from scipy import stats
+
+from textfree.mechanisms import (
+    Clipped,
+    Gaussian,
+    L2Laplace,
+    analytic_delta,
+    analytic_epsilon,
+    classic_sigma,
+    clip_l2,
+    effective_noise,
+)
+
+ALPHA = 1e-6
+
+
+def test_classic_sigma_golden_value():
+    # sqrt(2 ln(1.25 / 1e-5)) = sqrt(2 * 11.736069) = 4.844805 (hand-computed)
+    assert classic_sigma(1.0, 1e-5, 1.0) == pytest.approx(4.844805, abs=1e-6)
+    assert classic_sigma(2.0, 1e-5, 3.0) == pytest.approx(4.844805 * 3 / 2, abs=1e-5)
+
+
+def test_analytic_gaussian_golden_value():
+    # Balle & Wang (2018): for eps=1, delta=1e-5, sensitivity 1 the analytic sigma is ~3.73 (vs 4.84 classic).
+    assert analytic_epsilon(3.7307, 1e-5, 1.0) == pytest.approx(1.0, abs=1e-3)
+    assert analytic_delta(1.0, 3.7307, 1.0) == pytest.approx(1e-5, rel=2e-3)
+    # The analytic epsilon is always below the classic one.
+    g = Gaussian.from_epsilon_delta(0.5, 1e-5, 1.0)
+    assert analytic_epsilon(g.sigma, 1e-5, 1.0) < 0.5
+
+
+def test_gaussian_privacy_map_round_trips_its_calibration():
+    g = Gaussian.from_epsilon_delta(2.0, 1e-6, 0.7)
+    loss = g.privacy_loss(0.7)
+    assert loss.epsilon == pytest.approx(2.0) and loss.delta == 1e-6 and loss.notion == "approx"
+    assert g.privacy_loss(1.4).epsilon == pytest.approx(4.0)
+    analytic = Gaussian(g.sigma, 1e-6, "analytic").privacy_loss(0.7)
+    assert analytic.epsilon < 2.0
+
+
+def test_gaussian_noise_is_normal_with_sigma():
+    g = Gaussian(0.3)
+    z = g.noise(5000, 4, generator=torch.Generator().manual_seed(0)).flatten().numpy()
+    assert stats.kstest(z, stats.norm(scale=0.3).cdf).pvalue > ALPHA
+    zn = g.noise(20000, 8, generator=torch.Generator().manual_seed(1)).norm(dim=-1)
+    assert zn.mean().item() == pytest.approx(g.expected_noise_norm(8), rel=0.01)
+
+
+@pytest.mark.parametrize("kwargs", [{"sigma": 0}, {"sigma": -1}, {"sigma": 1, "delta": 0}, {"sigma": 1, "delta": 1.5}, {"sigma": 1, "calibration": "rdp"}])
+def test_gaussian_validation(kwargs):
+    with pytest.raises(ValueError):
+        Gaussian(**kwargs)
+
+
+def test_clip_l2_scales_only_long_vectors():
+    y = torch.tensor([[3.0, 4.0], [0.3, 0.4], [0.0, 0.0]])
+    out = clip_l2(y, 1.0)
+    assert torch.allclose(out, torch.tensor([[0.6, 0.8], [0.3, 0.4], [0.0, 0.0]]))
+
+
+def test_clipped_mechanism_bounds_norm_and_reports_effective_noise():
+    m = Clipped(L2Laplace(1.0), max_norm=1.5)
+    x = torch.randn(1000, 8, generator=torch.Generator().manual_seed(0)) * 0.2
+    y = m.sample(x, generator=torch.Generator().manual_seed(1))
+    assert (y.norm(dim=-1) <= 1.5 + 1e-5).all()
+    assert (y.norm(dim=-1) > 1.49).float().mean() > 0.5  # noise of norm ~8 pushes most outside: clipped
+    e = effective_noise(x, y)
+    assert torch.allclose(x + e, y)
+    assert m.privacy_loss(2.0) == L2Laplace(1.0).privacy_loss(2.0)
+
+
+def test_clipped_validation_names_the_value():
+    with pytest.raises(ValueError, match="max_norm"):
+        Clipped(L2Laplace(1.0), max_norm=-2)
+    with pytest.raises(ValueError, match="inner"):
+        Clipped("laplace", max_norm=1.0)
