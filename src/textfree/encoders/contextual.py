@@ -6,9 +6,8 @@ import os
 from dataclasses import dataclass
 
 import torch
-from transformers import AutoModel, AutoTokenizer
 
-from .loading import EncoderLoadError, encoder_id, resolve_encoder_path, weights_sha256
+from .loading import load_hf_encoder
 
 __all__ = ["ContextualEncoder", "EncodedBatch"]
 
@@ -39,14 +38,9 @@ class ContextualEncoder(torch.nn.Module):
     def from_pretrained(
         cls, name_or_path: str | os.PathLike | None = None, *, max_length: int = 512, device: str = "cpu"
     ) -> "ContextualEncoder":
-        resolved = resolve_encoder_path(name_or_path)
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(resolved)
-            model = AutoModel.from_pretrained(resolved)
-        except OSError as exc:
-            raise EncoderLoadError(f"could not load encoder {resolved!r}: {exc}") from exc
+        tokenizer, model, name, sha = load_hf_encoder(name_or_path)
         model.eval().to(device)
-        return cls(model, tokenizer, name=encoder_id(name_or_path), sha256=weights_sha256(resolved, model), max_length=max_length)
+        return cls(model, tokenizer, name=name, sha256=sha, max_length=max_length)
 
     @property
     def dim(self) -> int:

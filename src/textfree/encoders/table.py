@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 
 import torch
-from transformers import AutoModel, AutoTokenizer
 
 from .contextual import EncodedBatch
-from .loading import EncoderLoadError, encoder_id, resolve_encoder_path, weights_sha256
+from .loading import load_hf_encoder
 
 __all__ = ["EmbeddingTableEncoder"]
 
@@ -30,14 +29,8 @@ class EmbeddingTableEncoder(torch.nn.Module):
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike | None = None, *, max_length: int = 512) -> "EmbeddingTableEncoder":
-        resolved = resolve_encoder_path(name_or_path)
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(resolved)
-            model = AutoModel.from_pretrained(resolved)
-        except OSError as exc:
-            raise EncoderLoadError(f"could not load model {resolved!r}: {exc}") from exc
-        table = model.get_input_embeddings().weight
-        return cls(table, tokenizer, name=encoder_id(name_or_path), sha256=weights_sha256(resolved, model), max_length=max_length)
+        tokenizer, model, name, sha = load_hf_encoder(name_or_path)
+        return cls(model.get_input_embeddings().weight, tokenizer, name=name, sha256=sha, max_length=max_length)
 
     @property
     def dim(self) -> int:

@@ -23,6 +23,7 @@ __all__ = [
     "build_mechanism",
     "mechanism_from_dict",
     "mechanism_to_dict",
+    "add_noise",
     "check_positive",
     "check_probability",
 ]
@@ -134,6 +135,14 @@ def mechanism_from_dict(data: dict[str, Any]) -> Any:
         if isinstance(value, dict) and "name" in value:
             params[key] = mechanism_from_dict(value)
     return build_mechanism(data["name"], **params)
+
+
+def add_noise(mech: Any, x: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
+    """x + one independent ``mech.noise`` vector per vector of x (last dimension), in float64; x's dtype out."""
+    d = x.shape[-1]
+    x64 = x.to(torch.float64)
+    z = mech.noise(x64.numel() // d if d else 0, d, generator=generator, device=x.device)
+    return (x64 + z.view(x64.shape)).to(x.dtype)
 
 
 def check_positive(owner: str, field: str, value: Any, *, allow_inf: bool = False) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import PrivacyLoss, check_positive, check_probability, register_mechanism
+from .base import PrivacyLoss, add_noise, check_positive, check_probability, register_mechanism
 
 __all__ = ["Gaussian", "classic_sigma", "analytic_delta", "analytic_epsilon"]
 
@@ -89,10 +89,7 @@ class Gaussian:
         return torch.randn(n, d, generator=generator, dtype=torch.float64, device=device) * self.sigma
 
     def sample(self, x: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
-        d = x.shape[-1]
-        x64 = x.to(torch.float64)
-        z = self.noise(x64.numel() // d if d else 0, d, generator=generator, device=x.device)
-        return (x64 + z.view(x64.shape)).to(x.dtype)
+        return add_noise(self, x, generator=generator)
 
     def expected_noise_norm(self, d: int) -> float:
         """E||z|| = sigma * sqrt(2) * Gamma((d+1)/2) / Gamma(d/2)."""

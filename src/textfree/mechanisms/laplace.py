@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import PrivacyLoss, check_positive, register_mechanism
+from .base import PrivacyLoss, add_noise, check_positive, register_mechanism
 
 __all__ = ["L2Laplace", "sample_gamma_integer_shape", "sample_unit_directions"]
 
@@ -60,10 +60,7 @@ class L2Laplace:
 
     def sample(self, x: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
         """x + noise, one independent noise vector per vector in the last dimension; returns x's dtype."""
-        d = x.shape[-1]
-        x64 = x.to(torch.float64)
-        z = self.noise(x64.numel() // d if d else 0, d, generator=generator, device=x.device)
-        return (x64 + z.view(x64.shape)).to(x.dtype)
+        return add_noise(self, x, generator=generator)
 
     def expected_noise_norm(self, d: int) -> float:
         """E||z|| = d / epsilon (mean of Gamma(d, 1/epsilon))."""

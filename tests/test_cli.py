@@ -1,0 +1,160 @@
+"""The command line, run as a user runs it, and the README's commands run verbatim."""
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from textfree.cli import app
+from textfree.payload import Payload
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+def run_cli(*args):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_privatize_then_inspect_with_tiny_encoder(tiny_encoder_dir, tmp_path):
+    out = tmp_path / "q.safetensors"
+    r = run_cli("privatize", "A 46-year-old male has a history of cluster headaches", "--epsilon", 75, "--k", 4,
+                "--encoder", tiny_encoder_dir, "--out", out)
+    assert r.exit_code == 0, r.output
+    p = Payload.load(out)
+    assert p.privatization.noise.epsilon == 75.0 and p.privatization.k == 4
+    r = run_cli("inspect", out)
+    assert r.exit_code == 0
+    assert "l2_laplace" in r.output and "eps = 150" in r.output
+    for word in ("headaches", "cluster", "male"):
+        assert word not in r.output
+    r = run_cli("inspect", out, "--json")
+    header = json.loads(r.output)
+    assert header["privacy"]["slot"]["epsilon"] == 150.0
+
+
+def test_privatize_gaussian_and_file_input(tiny_encoder_dir, tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("first prompt here\n\nsecond prompt is longer than the first\n", encoding="utf-8")
+    out = tmp_path / "g.safetensors"
+    r = run_cli("privatize", "--file", prompts, "--mechanism", "gaussian", "--epsilon", 2, "--delta", 1e-6,
+                "--encoder", tiny_encoder_dir, "--out", out, "--k", 2)
+    assert r.exit_code == 0, r.output
+    p = Payload.load(out)
+    assert p.batch_size == 2 and p.privatization.noise.name == "gaussian"
+    # calibrated for unit slots: sensitivity 2
+    assert p.privatization.slot_loss().epsilon == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["privatize"], "at least one prompt"),
+        (["privatize", "x", "--k", "0"], "--k"),
+        (["privatize", "x", "--epsilon", "-3"], "epsilon"),
+        (["privatize", "x", "--mechanism", "laplacian", "--epsilon", "3"], "unknown --mechanism"),
+        (["privatize", "x", "--mechanism", "gaussian"], "--sigma"),
+        (["privatize", "x", "--epsilon", "3", "--encoder", "/no/such/encoder"], "could not load"),
+        (["account", "--dataset", "/no/such/file.jsonl", "--budget", "150"], "no/such"),
+        (["account", "--dataset", "pri-ddx", "--budget", "0"], "--budget"),
+    ],
+)
+def test_bad_flags_give_clear_errors(args, message):
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2
+    assert message in r.output
+
+
+def test_inspect_rejects_a_garbage_file(tmp_path):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all}")
+    r = runner.invoke(app, ["inspect", str(bad)])
+    assert r.exit_code == 2 and "not valid UTF-8 JSON" in r.output
+    r = runner.invoke(app, ["inspect", str(tmp_path / "missing.safetensors")])
+    assert r.exit_code == 2 and "cannot read" in r.output
+
+
+def test_ledger_refusal_writes_nothing(tiny_encoder_dir, tmp_path):
+    ledger, out = tmp_path / "ledger.json", tmp_path / "q.safetensors"
+    # [CLS] one two three [SEP] = 5 tokens -> 2 slots of k=4 -> 2 * 2 * 75 = 300 per release
+    base = ["privatize", "one two three", "--epsilon", 75, "--encoder", tiny_encoder_dir, "--ledger", ledger,
+            "--budget", 400, "--ledger-key", "alice", "--out", out]
+    assert run_cli(*base).exit_code == 0
+    first = out.read_bytes()
+    r = runner.invoke(app, [str(a) for a in base])
+    assert r.exit_code == 3 and "budget exceeded" in r.output
+    assert out.read_bytes() == first
+    entries = json.loads(ledger.read_text())["entries"]
+    assert [e["epsilon"] for e in entries] == [300.0]
+
+
+def test_account_on_fixture_dataset(tmp_path, tiny_encoder_dir):
+    r = runner.invoke(app, ["account", "--dataset", "pri-ddx", "--split", "dev", "--budget", "150", "--encoder", str(tiny_encoder_dir), "--json"],
+                      env={"TEXTFREE_DATA": str(ROOT / "tests" / "fixtures" / "data")})
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    row = res["at_n_max"]
+    assert row["eps_ppft"] == 75.0 and row["eps_pr"] == 75.0
+    assert row["eps_dchi"] == pytest.approx(150 / (row["n"] * row["d_max"]))
+    assert row["tau"] == pytest.approx(2 * row["n"] / 150)
+
+
+def readme_commands(section: str) -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    body = text.split(f"## {section}", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", body, re.S)
+    return [line.strip() for block in blocks for line in block.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_readme_main_commands_run_verbatim(tmp_path):
+    """Every `textfree ...` line of the README's run section, exactly as written (the real default encoder)."""
+    commands = [c for c in readme_commands("Install and run") if c.startswith("textfree ")]
+    assert len(commands) >= 2
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""), HF_HUB_OFFLINE="1")
+    outputs = []
+    for cmd in commands:
+        argv = [sys.executable, "-m", "textfree.cli", *shlex.split(cmd)[1:]]
+        proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
+        outputs.append(proc.stdout)
+    assert (tmp_path / "q.safetensors").is_file()
+    assert "l2_laplace" in outputs[-1] and "cluster" not in outputs[-1]
+
+
+def test_readme_test_command_is_what_ci_runs():
+    test_cmds = readme_commands("Test")
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert test_cmds and all(cmd in ci for cmd in test_cmds)
+    install = [c for c in readme_commands("Install and run") if c.startswith("pip install")]
+    assert install and install[0].replace("pip install", "python -m pip install --quiet") in ci
+
+
+def test_run_and_plot_commands(tiny_encoder_dir, tmp_path):
+    cell = tmp_path / "cell.yaml"
+    cell.write_text(
+        "name: tiny\nkind: privatization\n"
+        f"encoder: {tiny_encoder_dir}\n"
+        "texts: ['a first short prompt about a cough', 'second prompt with more words in it than the first']\n"
+        "mechanism: {name: l2_laplace, epsilon: 10}\nparams: {k: 2}\n"
+        "grid: {mechanism.epsilon: [1, 1000]}\nseeds: [0, 1]\n",
+        encoding="utf-8",
+    )
+    r = run_cli("run", cell, "--out-dir", tmp_path / "res")
+    assert r.exit_code == 0, r.output
+    result = next((tmp_path / "res").glob("tiny-*.json"))
+    data = json.loads(result.read_text())
+    assert data["seeds"] == [0, 1] and len(data["results"]) == 2
+    r = run_cli("plot", result, "--out-dir", tmp_path / "plots")
+    assert r.exit_code == 0, r.output
+    pngs = list((tmp_path / "plots").glob("*.png"))
+    assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nkind: privatization\nepsilon: 3\n", encoding="utf-8")
+    r = runner.invoke(app, ["run", str(bad)])
+    assert r.exit_code == 2 and "epsilon" in r.output
