@@ -158,3 +158,43 @@ def test_run_and_plot_commands(tiny_encoder_dir, tmp_path):
     bad.write_text("name: x\nkind: privatization\nepsilon: 3\n", encoding="utf-8")
     r = runner.invoke(app, ["run", str(bad)])
     assert r.exit_code == 2 and "epsilon" in r.output
+
+
+GLOVE = ROOT / "tests" / "fixtures" / "substitution" / "tiny_glove.txt"
+
+
+def test_substitute_t2t_and_pct2t_with_a_glove_table():
+    r = run_cli("substitute", "the cat sat on the mat", "--eta", 1e9, "--table", f"glove:{GLOVE}", "--seed", 0)
+    assert r.exit_code == 0, r.output
+    assert "per word" in r.output
+    r_low = run_cli("substitute", "the cat sat on the mat", "--eta", 1e-3, "--table", f"glove:{GLOVE}", "--seed", 0)
+    assert r_low.exit_code == 0
+    first_line = lambda out: out.strip().splitlines()[0]
+    assert first_line(r.stdout) == "the cat sat on the mat"
+    assert first_line(r_low.stdout) != "the cat sat on the mat"
+    r = run_cli("substitute", "the cat sat on the mat", "--eta", 1e9, "--pos", "noun,verb", "--table", f"glove:{GLOVE}", "--seed", 0)
+    assert r.exit_code == 0 and first_line(r.stdout) == "the cat sat on the mat"
+
+
+def test_substitute_replacement_table_is_monotone(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the cat sat on the mat\na dog ran to the park\n", encoding="utf-8")
+    r = run_cli("substitute", "--replacement-table", "--etas", "0.01,1,100,1e6", "--corpus", corpus,
+                "--table", f"glove:{GLOVE}", "--seed", 0)
+    assert r.exit_code == 0, r.output
+    rates = [float(x) for x in re.findall(r"│\s*[\de.+]+\s*│\s*([01]\.\d{3})\s*│", r.output)]
+    assert len(rates) == 4 and rates == sorted(rates, reverse=True)
+    assert rates[0] > 0.5 and rates[-1] == 0.0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["substitute", "x", "--eta", "0"], "--eta"),
+    (["substitute"], "give a text"),
+    (["substitute", "x", "--table", "glove:/no/such.txt"], "no/such"),
+    (["substitute", "x", "--pos", "nouns,verb"], "pos_categories"),
+])
+def test_substitute_bad_flags(args, message):
+    if "--table" not in args:
+        args = args + ["--table", f"glove:{GLOVE}"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and message in r.output, r.output

@@ -23,6 +23,17 @@ console = Console()
 err = Console(stderr=True)
 
 
+@app.callback()
+def _setup() -> None:
+    """Warnings print as one plain line (e.g. that --seed makes noise reproducible)."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        err.print(f"[yellow]warning:[/] {message}", markup=True, highlight=False)
+
+    warnings.showwarning = show
+
+
 def _quiet_transformers() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -21,12 +21,12 @@ reported beside it).
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
 import torch
 
+from ..geometry import max_pairwise_distance
 from .base import PrivacyLoss, check_positive
 
 __all__ = [
@@ -119,17 +119,8 @@ def alignment_from_lengths(budget: float, lengths: Sequence[int], d_max: float) 
     }
 
 
-def embedding_diameter(table: torch.Tensor, *, chunk: int = 2048) -> float:
-    """Exact largest pairwise L2 distance between rows of ``table`` [V, d], in chunks (never V x V at once)."""
+def embedding_diameter(table: torch.Tensor, *, chunk: int = 1024) -> float:
+    """Exact largest pairwise L2 distance between rows of ``table`` [V, d] (float32 pass + float64 check)."""
     if table.dim() != 2 or table.shape[0] < 2:
         raise ValueError(f"embedding_diameter needs a [V >= 2, d] table, got {tuple(table.shape)}")
-    t = table.detach().to(torch.float32)
-    sq = (t * t).sum(dim=1)
-    best = 0.0
-    for start in range(0, t.shape[0], chunk):
-        block = t[start : start + chunk]
-        # ||a - b||^2 = ||a||^2 + ||b||^2 - 2 a.b ; only pairs (i >= start) are needed, but the full row is cheap
-        d2 = sq[start : start + chunk, None] + sq[None, :] - 2.0 * (block @ t.T)
-        best = max(best, float(d2.max()))
-    # Refine: recompute the winning distance in float64 is unnecessary for a bound; clamp rounding below zero.
-    return math.sqrt(max(best, 0.0))
+    return max_pairwise_distance(table, chunk_size=chunk)
