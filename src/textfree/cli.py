@@ -284,6 +284,11 @@ def plot(
         console.print(f"wrote {p}")
 
 
+from textfree.ppft.cli import app as _ppft_app  # noqa: E402
+
+app.add_typer(_ppft_app, name="ppft")
+
+
 def main() -> None:  # pragma: no cover
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     app()

@@ -1,0 +1,90 @@
+"""The server's decoder LM: any Hugging Face causal LM by name or path, plus tiny ones built from a config.
+
+``load_decoder("meta-llama/Llama-3.2-1B-Instruct")`` is what a user with a GPU passes; here, where no pretrained
+decoder is available offline, decoders are small Llama-architecture models created by :func:`make_tiny_decoder_dir`
+(random, for tests) or by the local pretraining step (``textfree.ppft.lm``), saved with ``save_pretrained`` and
+loaded back through the same ``from_pretrained`` code.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+__all__ = ["load_decoder", "load_decoder_tokenizer", "make_tiny_decoder_dir", "DecoderLoadError"]
+
+
+class DecoderLoadError(RuntimeError):
+    """A decoder could not be found or loaded."""
+
+
+def load_decoder_tokenizer(name_or_path: str | os.PathLike):
+    """The decoder's tokenizer, with a pad token (the EOS token if it has none) and right padding."""
+    try:
+        tok = AutoTokenizer.from_pretrained(str(name_or_path))
+    except OSError as exc:
+        raise DecoderLoadError(f"could not load the decoder tokenizer {str(name_or_path)!r}: {exc}") from exc
+    if tok.eos_token is None:
+        if tok.sep_token is not None:  # WordPiece tokenizers: [SEP] ends a sequence
+            tok.eos_token = tok.sep_token
+        else:
+            raise DecoderLoadError(f"decoder tokenizer {str(name_or_path)!r} has no EOS token")
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "right"
+    return tok
+
+
+def load_decoder(name_or_path: str | os.PathLike, *, dtype: torch.dtype = torch.float32, device: str = "cpu"):
+    """(model, tokenizer) of a causal LM through ``AutoModelForCausalLM.from_pretrained``."""
+    tok = load_decoder_tokenizer(name_or_path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=dtype)
+    except OSError as exc:
+        raise DecoderLoadError(f"could not load decoder {str(name_or_path)!r}: {exc}") from exc
+    model.to(device)
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tok.pad_token_id
+    return model, tok
+
+
+def make_tiny_decoder_dir(
+    out_dir: str | os.PathLike,
+    *,
+    tokenizer=None,
+    hidden: int = 32,
+    layers: int = 2,
+    heads: int = 2,
+    intermediate: int | None = None,
+    max_positions: int = 1024,
+    seed: int = 0,
+) -> Path:
+    """A randomly initialised Llama-architecture decoder saved with its tokenizer (default: MiniLM's WordPiece)."""
+    from ..encoders.loading import resolve_encoder_path
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(resolve_encoder_path(None))
+        tokenizer.eos_token = tokenizer.sep_token
+        tokenizer.bos_token = tokenizer.cls_token
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=intermediate or hidden * 4,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=max_positions,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    LlamaForCausalLM(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
