@@ -5,5 +5,15 @@ Every function here is deterministic, has no side effects and is tested against 
 """
 
 from .basic import cosine_similarity_rows, mean_stderr, mse, token_recovery_rate
+from .qa import accuracy, first_mentioned, open_answer_correct, seed_spread
 
-__all__ = ["cosine_similarity_rows", "mean_stderr", "mse", "token_recovery_rate"]
+__all__ = [
+    "accuracy",
+    "cosine_similarity_rows",
+    "first_mentioned",
+    "mean_stderr",
+    "mse",
+    "open_answer_correct",
+    "seed_spread",
+    "token_recovery_rate",
+]

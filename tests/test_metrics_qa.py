@@ -1,0 +1,42 @@
+import math
+
+import pytest
+
+from textfree.metrics import accuracy, first_mentioned, open_answer_correct, seed_spread
+
+LABELS = ["Cluster headache", "Migraine", "Anemia", "Headache", "Acute otitis media"]
+
+
+def test_first_mentioned_earliest_and_longest_at_same_start():
+    assert first_mentioned("It is a migraine, not anemia.", LABELS) == 1
+    # "cluster headache" and "headache": "cluster headache" starts earlier
+    assert first_mentioned("Probably cluster headache.", LABELS) == 0
+    # word boundaries: "anemias" is not "anemia"; plural "headaches" does not match "headache"
+    assert first_mentioned("anemias everywhere", LABELS) is None
+    assert first_mentioned("The answer is: acute otitis media!", LABELS + ["Otitis"]) == 4
+    assert first_mentioned("", LABELS) is None
+
+
+def test_first_mentioned_duplicate_labels_resolve_to_the_first():
+    assert first_mentioned("flu", ["Cold", "Flu", "flu"]) == 1
+
+
+def test_open_answer_correct_hand_cases():
+    assert open_answer_correct("The diagnosis is Migraine.", "Migraine", LABELS)
+    assert not open_answer_correct("Anemia, or maybe migraine", "Migraine", LABELS)
+    assert not open_answer_correct("no idea", "Migraine", LABELS)
+    # gold "Headache" loses to the longer label starting at the same place only if that one starts earlier
+    assert not open_answer_correct("cluster headache", "Headache", LABELS)
+    assert open_answer_correct("headache", "Headache", LABELS)
+    with pytest.raises(ValueError, match="not among"):
+        open_answer_correct("x", "Flu", LABELS)
+
+
+def test_accuracy_and_seed_spread_hand_values():
+    assert accuracy([True, False, True, True]) == 0.75
+    assert math.isnan(accuracy([]))
+    s = seed_spread([0.5, 0.7, 0.6])
+    # mean 0.6; sample std sqrt(((-0.1)^2 + 0.1^2 + 0) / 2) = 0.1
+    assert s["mean"] == pytest.approx(0.6) and s["std"] == pytest.approx(0.1)
+    assert s["min"] == 0.5 and s["max"] == 0.7 and s["n"] == 3
+    assert math.isnan(seed_spread([0.4])["std"])
