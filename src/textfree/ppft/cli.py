@@ -5,3 +5,261 @@ from __future__ import annotations
 import typer
 
 app = typer.Typer(no_args_is_help=True, help="PPFT: text-free alignment, noisy domain adaptation, text-free answers.")
+
+
+# =====================================================================================================================
+# PPFT stages 1 and 2, ask, evaluate (textfree.ppft.train / model / server / evaluate)
+# =====================================================================================================================
+from pathlib import Path as _Path  # noqa: E402
+from typing import List as _List  # noqa: E402
+from typing import Optional as _Optional  # noqa: E402
+
+
+def _ppft_fail(message: str, code: int = 2) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+def _ppft_setup(verbose: bool = True) -> None:
+    import logging
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    if verbose:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
+
+
+def _ppft_run(fn, *args, **kwargs):
+    """Call ``fn``; turn the errors a user can fix (bad paths, data, settings) into one error line."""
+    from textfree.data import DataError
+    from textfree.payload import PayloadError
+
+    try:
+        return fn(*args, **kwargs)
+    except (ValueError, FileNotFoundError, DataError, PayloadError, OSError) as exc:
+        _ppft_fail(str(exc))
+
+
+@app.command("train-stage1")
+def train_stage1_cmd(
+    decoder: str = typer.Option(..., "--decoder", help="Base decoder: a local directory (e.g. runs/decoder-small) or any HF causal LM name."),
+    out: _Path = typer.Option(_Path("runs/stage1"), "--out", help="Run directory (model, metrics.jsonl, checkpoints/)."),
+    encoder: str = typer.Option("default", help="Client encoder: 'default' (all-MiniLM-L6-v2) or an HF name/path."),
+    data: _Optional[_List[str]] = typer.Option(None, "--data", help="General-domain source, repeatable: alpaca, lima, gsm8k:train (default: all three)."),
+    limit_per_source: _Optional[int] = typer.Option(None, help="At most this many records per source."),
+    restore_fraction: float = typer.Option(0.0, help="Add 'restore the prompt' copies of this fraction of examples (see docs/ppft.md)."),
+    k: int = typer.Option(4, "--k", help="Pool k encoder tokens into one slot."),
+    projection: str = typer.Option("linear", help="Projection P_psi: linear or mlp."),
+    epochs: int = typer.Option(1, help="Passes over the data."),
+    max_steps: _Optional[int] = typer.Option(None, help="Stop after this many optimizer steps."),
+    batch_size: int = typer.Option(8, help="Examples per step."),
+    lr: float = typer.Option(1e-3, help="Learning rate of projection + LoRA."),
+    encoder_lr: float = typer.Option(5e-5, help="Learning rate of the encoder."),
+    max_private_tokens: int = typer.Option(256, help="The client cuts private text to this many encoder tokens."),
+    max_target_tokens: int = typer.Option(64, help="Cut targets to this many decoder tokens."),
+    seed: int = typer.Option(0, help="Seed (init, dropout, data order)."),
+    save_every: int = typer.Option(200, help="Checkpoint every N steps."),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from the newest checkpoint in --out."),
+    cpu: bool = typer.Option(False, "--cpu", help="Force the CPU."),
+) -> None:
+    """Stage 1: align encoder + projection + LoRA decoder on general-domain data (no noise)."""
+    _ppft_setup()
+    from textfree.ppft.batches import DEFAULT_GENERAL_SOURCES
+    from textfree.ppft.train import Stage1Config, train_stage1
+
+    cfg = _ppft_run(
+        Stage1Config, out=str(out), decoder=decoder, encoder=encoder, data=list(data or DEFAULT_GENERAL_SOURCES),
+        limit_per_source=limit_per_source, restore_fraction=restore_fraction, k=k, projection=projection, epochs=epochs,
+        max_steps=max_steps, batch_size=batch_size, lr=lr, encoder_lr=encoder_lr, max_private_tokens=max_private_tokens,
+        max_target_tokens=max_target_tokens,
+        seed=seed, save_every=save_every, resume=resume, cpu=cpu,
+    )
+    summary = _ppft_run(train_stage1, cfg)
+    typer.echo(f"stage 1 done: {summary['steps']} steps, loss {summary['first_loss']:.4f} -> {summary['final_loss']:.4f}, "
+               f"{summary['total_wall_s']:.0f} s; model in {out}")
+
+
+@app.command("train-stage2")
+def train_stage2_cmd(
+    init: _Path = typer.Option(..., "--from", help="The run to start from (a stage-1 run directory)."),
+    dataset: str = typer.Option("pri-ddx", help="pri-ddx or pri-slja (its ppft_split train part), or a directory."),
+    out: _Path = typer.Option(_Path("runs/stage2"), "--out", help="Run directory."),
+    epsilon: float = typer.Option(75.0, "--epsilon", "-e", help="Client noise epsilon (L2-Laplace per unit distance)."),
+    no_noise: bool = typer.Option(False, "--no-noise", help="Train on clean payloads (epsilon=None): the upper bound, NOT private."),
+    k: _Optional[int] = typer.Option(None, "--k", help="Pooling k (default: the init run's)."),
+    epochs: int = typer.Option(3, help="Passes over the training payloads (fresh noise each)."),
+    max_steps: _Optional[int] = typer.Option(None, help="Stop after this many optimizer steps."),
+    batch_size: int = typer.Option(8, help="Payload rows per step."),
+    lr: float = typer.Option(1e-3, help="Learning rate of projection + LoRA."),
+    limit: _Optional[int] = typer.Option(None, help="Use only the first N training records."),
+    max_private_tokens: _Optional[int] = typer.Option(None, help="Client truncation of private text in encoder tokens (default: the init run's)."),
+    seed: int = typer.Option(0, help="Seed (dropout, data order, noise: experiments only)."),
+    save_every: int = typer.Option(200, help="Checkpoint every N steps."),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from the newest checkpoint in --out."),
+    evaluate: bool = typer.Option(False, "--eval/--no-eval", help="Afterwards, measure held-out accuracy at the training epsilon (writes eval.json)."),
+    cpu: bool = typer.Option(False, "--cpu", help="Force the CPU."),
+) -> None:
+    """Stage 2: text-free domain adaptation; the server part trains on privatized payloads only."""
+    _ppft_setup()
+    from textfree.ppft.train import Stage2Config, train_stage2
+
+    eps = None if no_noise else epsilon
+    cfg = _ppft_run(
+        Stage2Config, out=str(out), init=str(init), dataset=dataset, epsilon=eps, k=k, epochs=epochs, max_steps=max_steps,
+        batch_size=batch_size, lr=lr, limit=limit, max_private_tokens=max_private_tokens, seed=seed,
+        save_every=save_every, resume=resume, cpu=cpu,
+    )
+    summary = _ppft_run(train_stage2, cfg)
+    typer.echo(f"stage 2 done: {summary['steps']} steps, loss {summary['first_loss']:.4f} -> {summary['final_loss']:.4f}, "
+               f"{summary['total_wall_s']:.0f} s; model in {out}")
+    if evaluate:
+        result = _ppft_evaluate(out, dataset, eps, None, None, seed, 32, out / "eval.json")
+        typer.echo(f"held-out accuracy {result['accuracy']:.4f} (n={result['n']}, epsilon={eps})")
+
+
+def _ppft_evaluate(model: _Path, dataset: str, epsilon, k, limit, seed, max_new_tokens, out_file):
+    from textfree.data import ppft_split
+    from textfree.ppft.checkpoint import write_json
+    from textfree.ppft.evaluate import evaluate_mcqa, majority_baseline
+    from textfree.ppft.model import TextFreeLM
+
+    lm = _ppft_run(TextFreeLM.load, model)
+    split = _ppft_run(ppft_split, dataset)
+    records = split["heldout"][:limit] if limit else split["heldout"]
+    result = evaluate_mcqa(lm, records, epsilon=epsilon, k=k, seed=seed, max_new_tokens=max_new_tokens, progress=True)
+    result["majority_baseline"] = majority_baseline(split["train"], records)
+    result["dataset"], result["model"] = dataset, str(model)
+    if out_file is not None:
+        write_json(out_file, result)
+    return result
+
+
+@app.command("evaluate")
+def evaluate_cmd(
+    model: _Path = typer.Option(..., "--model", help="A PPFT run directory."),
+    dataset: str = typer.Option("pri-ddx", help="pri-ddx or pri-slja: scored on its ppft_split held-out part."),
+    epsilon: float = typer.Option(75.0, "--epsilon", "-e", help="Client noise epsilon at test time."),
+    no_noise: bool = typer.Option(False, "--no-noise", help="Clean payloads (NOT private)."),
+    k: _Optional[int] = typer.Option(None, "--k", help="Pooling k (default: the model's)."),
+    limit: _Optional[int] = typer.Option(None, help="Only the first N held-out records."),
+    seed: int = typer.Option(0, help="Noise seed (experiments only)."),
+    max_new_tokens: int = typer.Option(32, help="Generation length."),
+    out: _Optional[_Path] = typer.Option(None, "--out", help="Write the result (with every prediction) to this JSON file."),
+) -> None:
+    """Held-out 4-option accuracy: the client privatizes each prompt, the server answers from the payload."""
+    _ppft_setup(verbose=False)
+    r = _ppft_evaluate(model, dataset, None if no_noise else epsilon, k, limit, seed, max_new_tokens, out)
+    typer.echo(
+        f"{dataset} held-out n={r['n']} epsilon={r['epsilon']} k={r['k']}: accuracy {r['accuracy']:.4f} "
+        f"(exclusive {r['accuracy_exclusive']:.4f}; without answer leak {r['accuracy_no_leak']:.4f}, n={r['n_no_leak']}); "
+        f"majority baseline {r['majority_baseline']:.4f}"
+    )
+
+
+@app.command("ask")
+def ask_cmd(
+    prompt: str = typer.Argument(..., help="The PRIVATE prompt text: privatized locally, never sent."),
+    model: _Path = typer.Option(..., "--model", help="A PPFT run directory (its encoder/ is the client)."),
+    public: _Optional[str] = typer.Option(None, "--public", help="Public text sent in clear (e.g. the options block)."),
+    epsilon: _Optional[float] = typer.Option(None, "--epsilon", "-e", help="Noise epsilon (default: the model's training epsilon)."),
+    no_noise: bool = typer.Option(False, "--no-noise", help="Clean payload (NOT private)."),
+    k: _Optional[int] = typer.Option(None, "--k", help="Pooling k (default: the model's)."),
+    seed: _Optional[int] = typer.Option(None, help="Experiments only: reproducible noise (NOT private)."),
+    max_new_tokens: int = typer.Option(32, help="Generation length."),
+) -> None:
+    """The client privatizes PROMPT locally; the server part answers from the payload (+ --public)."""
+    _ppft_setup(verbose=False)
+    from textfree.ppft.model import TextFreeLM
+
+    lm = _ppft_run(TextFreeLM.load, model)
+    eps = None if no_noise else (epsilon if epsilon is not None else lm.config.epsilon)
+    if eps is None and not no_noise:
+        _ppft_fail("this model was trained without noise: give --epsilon, or --no-noise for a clean (non-private) payload")
+    if not prompt.strip():
+        _ppft_fail("the prompt is empty")
+    privatizer = lm.privatizer(eps, k=k)
+    payload = _ppft_run(privatizer.privatize, [prompt], seed=seed, public=None if public is None else [public])
+    del prompt  # from here on only the payload exists, as on the server
+    answer = _ppft_run(lm.server.answer, payload, max_new_tokens=max_new_tokens)[0]
+    worst = payload.worst_case_loss()
+    typer.echo(answer)
+    typer.echo(f"privacy: {payload.lengths[0]} slot(s), epsilon {eps} per unit distance; worst-case loss for this prompt "
+               f"{worst.epsilon:g} (metric)", err=True)
+
+
+# =====================================================================================================================
+# Local decoder pretraining (textfree.ppft.lm)
+# =====================================================================================================================
+_LM_SAMPLE_PROMPTS = ("The patient", "Question: What is 2+2?\nAnswer:", "The court")
+
+
+@app.command("pretrain-decoder")
+def pretrain_decoder_cmd(
+    preset: _Optional[str] = typer.Option(None, "--preset", help="tiny (tests, seconds), small (default; ~12 min on 2 CPU cores) or gpu."),
+    out: _Optional[_Path] = typer.Option(None, "--out", help="Output directory (default runs/decoder); rerunning with the same one resumes."),
+    config: _Optional[_Path] = typer.Option(None, "--config", help="YAML/JSON file of DecoderPretrainConfig fields (e.g. examples/cells/ppft_pretrain_small.yaml); flags override it."),
+    minutes: _Optional[float] = typer.Option(None, "--minutes", help="Wall-clock budget; without --max-steps the step count is set from the measured speed."),
+    max_steps: _Optional[int] = typer.Option(None, "--max-steps", help="Optimizer steps (the cosine schedule spans them)."),
+    seed: _Optional[int] = typer.Option(None, "--seed", help="Seed of every random choice (default 0)."),
+    threads: _Optional[int] = typer.Option(None, "--threads", help="torch CPU threads; use 1 when other jobs share a 2-core machine."),
+    data_dir: _Optional[_Path] = typer.Option(None, "--data-dir", help="Shared data directory (default: $TEXTFREE_DATA or ../shared/data)."),
+    extra_text: _Optional[_List[_Path]] = typer.Option(None, "--extra-text", help="Add in-domain PUBLIC text (.txt/.jsonl/.json), repeatable; evaluation data is refused."),
+    texts: _Optional[_Path] = typer.Option(None, "--texts", help="Train on this file's documents only (.txt: one per line; .jsonl/.json: 'text'), not the shared corpus."),
+    samples: bool = typer.Option(True, "--samples/--no-samples", help="Print greedy continuations of a few prompts at the end."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+) -> None:
+    """Pretrain the small local Llama decoder (byte-level BPE + LlamaForCausalLM) on the general-domain corpus."""
+    _ppft_setup()
+    from textfree.ppft.lm import DecoderPretrainConfig, pretrain_decoder
+    from textfree.ppft.lm.corpus import load_text_file
+
+    overrides = {
+        "output_dir": None if out is None else str(out),
+        "minutes": minutes,
+        "max_steps": max_steps,
+        "seed": seed,
+        "num_threads": threads,
+        "data_dir": None if data_dir is None else str(data_dir),
+        "extra_text_files": [str(p) for p in extra_text] if extra_text else None,
+    }
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    if minutes is not None and max_steps is None:
+        overrides["max_steps"] = None  # time-budget mode: steps from the measured speed
+    if config is not None:
+        cfg = _ppft_run(DecoderPretrainConfig.from_file, config, preset=preset, **overrides)
+    else:
+        cfg = _ppft_run(DecoderPretrainConfig.from_preset, preset or "small", **overrides)
+    documents = None
+    if texts is not None:
+        if texts.suffix in (".json", ".jsonl"):
+            documents = _ppft_run(load_text_file, texts)
+        else:
+            documents = [line for line in texts.read_text(encoding="utf-8").splitlines() if line.strip()]
+    result = _ppft_run(pretrain_decoder, cfg, texts=documents, progress=progress)
+    from accelerate import PartialState
+
+    if not PartialState().is_main_process:  # under accelerate launch / torchrun: one summary
+        return
+    import json as _json
+
+    metrics = _json.loads((result / "metrics.json").read_text())
+    typer.echo(
+        f"decoder: {metrics['parameters']:,} parameters, {metrics['steps']} steps, {metrics['tokens_seen']:,} tokens "
+        f"({metrics['epochs']:.2f} epochs) at {metrics['tokens_per_s']:.0f} tokens/s; train loss {metrics['train_loss']:.3f}, "
+        f"held-out loss {metrics['heldout_loss']:.3f} (ppl {metrics['heldout_ppl']:.1f}, from {metrics['initial_heldout_loss']:.3f}); "
+        f"saved in {result}"
+    )
+    if samples:
+        from textfree.ppft.decoder import load_decoder
+        from textfree.ppft.lm import greedy_generate
+
+        model, tok = load_decoder(result)
+        for prompt, text in zip(_LM_SAMPLE_PROMPTS, greedy_generate(model, tok, _LM_SAMPLE_PROMPTS, max_new_tokens=30)):
+            typer.echo(f"  {prompt!r} -> {text!r}")

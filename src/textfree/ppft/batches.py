@@ -1,0 +1,184 @@
+"""Training examples and batches for both stages, and the client-side cache that turns prompts into payloads.
+
+* :class:`TextExample` (private, public, target): what the *client* (data owner) holds. Stage 1 trains on
+  these directly (general-domain data, no noise, the encoder is part of the model being trained).
+* :class:`PayloadExample` (vectors, public, target): what the *server* is given in stage 2. It has no field
+  for private text; ``vectors`` are one privatized payload row.
+* :class:`ClientCache`: stage 2's client side. It encodes every private prompt once (clean token states,
+  kept on the client) and, every epoch, privatizes them afresh with a seeded generator into
+  :class:`~textfree.payload.Payload` objects (validated like any payload), whose rows become PayloadExamples.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+import torch
+
+from ..data import InstructRecord, MCQARecord, answer_target, load_dataset, mcqa_prompt
+from ..payload import Payload
+from ..privatizer import Privatizer
+
+__all__ = [
+    "TextExample",
+    "PayloadExample",
+    "ClientCache",
+    "general_examples",
+    "add_restore_examples",
+    "mcqa_examples",
+    "collate_text",
+    "collate_payloads",
+    "RESTORE_INSTRUCTION",
+    "DEFAULT_GENERAL_SOURCES",
+    "FORBIDDEN_STAGE1_SOURCES",
+]
+
+RESTORE_INSTRUCTION = "Repeat the private prompt word for word."
+DEFAULT_GENERAL_SOURCES = ("alpaca", "lima", "gsm8k:train")
+#: Evaluation sets that must never reach stage 1 (general-domain MCQA benchmarks and the Pri-* domains).
+FORBIDDEN_STAGE1_SOURCES = frozenset(
+    {"csqa", "commonsenseqa", "commonsense_qa", "arc", "arc-challenge", "pri-ddx", "ddx", "pri-ddxplus", "pri-slja", "slja"}
+)
+
+
+@dataclass(frozen=True)
+class TextExample:
+    """A client-side example: ``private`` is privatized, ``public`` is sent in clear, ``target`` is the answer."""
+
+    private: str
+    public: str
+    target: str
+
+
+@dataclass(frozen=True)
+class PayloadExample:
+    """What the server trains on in stage 2: one payload row [n_slots, d_e], its public text and target."""
+
+    vectors: torch.Tensor
+    public: str
+    target: str
+
+
+# --------------------------------------------------------------------------- stage 1 data
+def instruct_example(record: InstructRecord) -> TextExample:
+    """private = instruction (+ newline + input); no public part; target = output."""
+    private = record.instruction.strip()
+    if record.input.strip():
+        private = f"{private}\n{record.input.strip()}"
+    return TextExample(private=private, public="", target=record.output.strip())
+
+
+def general_examples(
+    sources: Iterable[str] = DEFAULT_GENERAL_SOURCES, *, limit_per_source: int | None = None
+) -> list[TextExample]:
+    """General-domain instruction data from ``textfree.data`` (``name`` or ``name:split``; instruct records only).
+
+    CommonsenseQA, ARC and the Pri-* sets are refused: they are evaluation / domain data, never stage-1 data.
+    """
+    out: list[TextExample] = []
+    for source in sources:
+        name, _, split = source.partition(":")
+        if name.lower() in FORBIDDEN_STAGE1_SOURCES:
+            raise ValueError(f"{name!r} is evaluation or domain data and may not be used for stage 1")
+        records = load_dataset(name, split=split or None, limit=limit_per_source)
+        bad = [r for r in records if not isinstance(r, InstructRecord)]
+        if bad:
+            raise ValueError(f"stage 1 takes instruction data (instruction/input/output); {source!r} holds {type(bad[0]).__name__}")
+        out += [ex for ex in map(instruct_example, records) if ex.private and ex.target]
+    return out
+
+
+def add_restore_examples(examples: Sequence[TextExample], fraction: float, *, seed: int) -> list[TextExample]:
+    """``examples`` plus, for a seeded random ``fraction`` of them, a "restore the prompt" copy
+    (public = :data:`RESTORE_INSTRUCTION`, target = the private text)."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"restore fraction must be in [0, 1], got {fraction}")
+    rng = random.Random(seed)
+    picked = rng.sample(range(len(examples)), round(fraction * len(examples))) if fraction else []
+    extra = [TextExample(examples[i].private, RESTORE_INSTRUCTION, examples[i].private) for i in sorted(picked)]
+    return list(examples) + extra
+
+
+# --------------------------------------------------------------------------- stage 2 data
+def mcqa_examples(records: Sequence[MCQARecord]) -> list[TextExample]:
+    """PPFT MCQA: private = context + question; public = instruction + options block; target = gold option text."""
+    out = []
+    for record in records:
+        parts = mcqa_prompt(record)
+        out.append(TextExample(private=parts.private, public=parts.public, target=answer_target(record)))
+    return out
+
+
+class ClientCache:
+    """Client side of stage 2: clean token states of each private prompt, computed once and kept locally.
+
+    ``privatize(privatizer, generator=...)`` pools, normalises and noises them into validated payloads and returns
+    one :class:`PayloadExample` per prompt: the only thing the server's training loop receives.
+    """
+
+    def __init__(self, encoder, examples: Sequence[TextExample], *, batch_size: int = 32, progress: bool = False):
+        from tqdm.auto import tqdm
+
+        self.encoder = encoder
+        self.hidden: list[torch.Tensor] = []
+        self.public = [ex.public for ex in examples]
+        self.targets = [ex.target for ex in examples]
+        starts = range(0, len(examples), batch_size)
+        for start in tqdm(starts, desc="client: encoding prompts", unit="batch", disable=not progress):
+            batch = encoder.encode([ex.private for ex in examples[start : start + batch_size]])
+            for h, m in zip(batch.hidden, batch.mask):
+                self.hidden.append(h[m].detach().cpu().clone())
+
+    def __len__(self) -> int:
+        return len(self.hidden)
+
+    def privatize(self, privatizer: Privatizer, *, generator: torch.Generator | None, batch_size: int = 64) -> list[PayloadExample]:
+        """Fresh payloads for every cached prompt (one noise draw each from ``generator``)."""
+        if privatizer.encoder is not self.encoder:
+            raise ValueError("the privatizer must use the encoder the cache was built with")
+        out: list[PayloadExample] = []
+        for start in range(0, len(self.hidden), batch_size):
+            chunk = self.hidden[start : start + batch_size]
+            t = max(h.shape[0] for h in chunk)
+            hidden = torch.zeros(len(chunk), t, chunk[0].shape[-1])
+            mask = torch.zeros(len(chunk), t, dtype=torch.bool)
+            for i, h in enumerate(chunk):
+                hidden[i, : h.shape[0]] = h
+                mask[i, : h.shape[0]] = True
+            vectors, slot_mask = privatizer.privatization.apply(hidden, mask, generator=generator)
+            payload = Payload(vectors, slot_mask, privatizer.encoder_info, privatizer.privatization, public=self.public[start : start + batch_size])
+            for i, n in enumerate(payload.lengths):
+                out.append(PayloadExample(payload.vectors[i, :n].clone(), payload.public[i], self.targets[start + i]))
+        return out
+
+
+# --------------------------------------------------------------------------- collation
+def collate_text(tokenize: Callable[[list[str]], dict]) -> Callable[[list[TextExample]], dict]:
+    """Stage 1: client-side tokenisation of the private texts; public and targets stay strings."""
+
+    def collate(examples: list[TextExample]) -> dict:
+        enc = tokenize([ex.private for ex in examples])
+        return {
+            "input_ids": enc["input_ids"].cpu(),
+            "attention_mask": enc["attention_mask"].cpu(),
+            "public": [ex.public for ex in examples],
+            "targets": [ex.target for ex in examples],
+        }
+
+    return collate
+
+
+def collate_payloads(examples: list[PayloadExample]) -> dict:
+    """Stage 2: pad payload rows into (vectors [B, S, d], mask [B, S]); public and targets stay strings."""
+    if not all(isinstance(ex, PayloadExample) for ex in examples):
+        raise TypeError("the stage-2 server batches take PayloadExamples only")
+    s = max(ex.vectors.shape[0] for ex in examples)
+    d = examples[0].vectors.shape[-1]
+    vectors = torch.zeros(len(examples), s, d)
+    mask = torch.zeros(len(examples), s, dtype=torch.bool)
+    for i, ex in enumerate(examples):
+        vectors[i, : ex.vectors.shape[0]] = ex.vectors
+        mask[i, : ex.vectors.shape[0]] = True
+    return {"vectors": vectors, "mask": mask, "public": [ex.public for ex in examples], "targets": [ex.target for ex in examples]}

@@ -1,0 +1,103 @@
+"""The configuration a PPFT model carries with it (``textfree_config.json``): dims, pooling, mechanism family,
+the prompt template that lays out [BOS] [slots] [public] [answer] [EOS], and the LoRA settings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+__all__ = ["PromptTemplate", "LoraSettings", "TextFreeConfig", "CONFIG_FORMAT", "CONFIG_VERSION"]
+
+CONFIG_FORMAT = "textfree.ppft"
+CONFIG_VERSION = 1
+
+
+def _from_dict(cls, data: Any, what: str):
+    known = {f.name for f in fields(cls)}
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} must be a mapping, got {type(data).__name__}")
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"unknown {what} field(s) {sorted(unknown)}; known: {sorted(known)}")
+    return cls(**data)
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """How the server lays out one sequence: ``[BOS] [slots] [public + public_suffix] [target_prefix + answer] [EOS]``.
+
+    Public text and targets are tokenised separately (``add_special_tokens=False``) and concatenated as ids, the
+    same way in training and in generation.
+    """
+
+    add_bos: bool = field(default=True, metadata={"help": "Start every sequence with the decoder's BOS token (when it has one)."})
+    public_suffix: str = field(default="\nAnswer:", metadata={"help": "Appended after the public text (also when there is none): the cue to answer."})
+    target_prefix: str = field(default=" ", metadata={"help": "Prepended to each target before tokenising (a leading space suits BPE tokenizers)."})
+    max_public_tokens: int = field(default=256, metadata={"help": "Public text is cut to this many tokens (the suffix is kept)."})
+    max_target_tokens: int = field(default=64, metadata={"help": "Targets are cut to this many tokens; a cut target gets no EOS (its answer did not end)."})
+
+    def __post_init__(self) -> None:
+        for name in ("max_public_tokens", "max_target_tokens"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"PromptTemplate.{name} must be an integer >= 1, got {v!r}")
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "PromptTemplate":
+        return _from_dict(cls, data, "prompt template")
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """LoRA on the decoder (PEFT ``LoraConfig``)."""
+
+    r: int = field(default=16, metadata={"help": "LoRA rank."})
+    alpha: int = field(default=32, metadata={"help": "LoRA alpha (scaling alpha / r)."})
+    dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA path."})
+    target_modules: str | list[str] = field(default="all-linear", metadata={"help": "'all-linear' (every linear layer but the LM head) or a list of module names."})
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "LoraSettings":
+        return _from_dict(cls, data, "LoRA settings")
+
+
+@dataclass(frozen=True)
+class TextFreeConfig:
+    """Everything about a PPFT model that is not a weight (saved as ``textfree_config.json``)."""
+
+    encoder_id: str = field(metadata={"help": "Id of the client encoder (the base model's hub id or path); weights are in encoder/."})
+    encoder_sha256: str | None = field(metadata={"help": "sha256 of encoder/model.safetensors; the server rejects payloads made by another encoder."})
+    encoder_dim: int = field(metadata={"help": "d_e: width of the client's slots."})
+    decoder_dim: int = field(metadata={"help": "d_d: width of the decoder's input embeddings."})
+    k: int = field(default=4, metadata={"help": "Pool blocks of k encoder tokens into one slot."})
+    mechanism: str = field(default="l2_laplace", metadata={"help": "Noise family the server part is adapted to (registered mechanism name)."})
+    epsilon: float | None = field(default=None, metadata={"help": "The mechanism's epsilon in the last noisy training stage; null = trained without noise."})
+    max_private_tokens: int = field(default=256, metadata={"help": "The client cuts private text to this many encoder tokens (k-pooled into at most ceil(n/k) slots)."})
+    template: PromptTemplate = field(default_factory=PromptTemplate, metadata={"help": "Sequence layout (see PromptTemplate)."})
+    lora: LoraSettings = field(default_factory=LoraSettings, metadata={"help": "LoRA settings of the adapter."})
+    stage: str = field(default="init", metadata={"help": "'init' (untrained), 'stage1' (aligned) or 'stage2' (domain-adapted)."})
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
+            raise ValueError(f"TextFreeConfig.k must be an integer >= 1, got {self.k!r}")
+        if self.stage not in ("init", "stage1", "stage2"):
+            raise ValueError(f"TextFreeConfig.stage must be init, stage1 or stage2, got {self.stage!r}")
+
+    def replace(self, **changes: Any) -> "TextFreeConfig":
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": CONFIG_FORMAT, "format_version": CONFIG_VERSION, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "TextFreeConfig":
+        if not isinstance(data, dict):
+            raise ValueError(f"textfree_config.json must hold a mapping, got {type(data).__name__}")
+        data = dict(data)
+        fmt, version = data.pop("format", None), data.pop("format_version", None)
+        if fmt != CONFIG_FORMAT or version != CONFIG_VERSION:
+            raise ValueError(f"not a {CONFIG_FORMAT} v{CONFIG_VERSION} config (format={fmt!r}, version={version!r})")
+        data["template"] = PromptTemplate.from_dict(data.get("template", {}))
+        data["lora"] = LoraSettings.from_dict(data.get("lora", {}))
+        return _from_dict(cls, data, "textfree config")

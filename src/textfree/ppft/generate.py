@@ -1,0 +1,63 @@
+"""Batched greedy decoding from a continuous prefix (``inputs_embeds``), with a KV cache.
+
+A manual loop rather than ``model.generate``: the inputs are left-padded embeddings whose position ids we set
+ourselves (``cumsum(attention_mask) - 1``), so a padded row decodes exactly as it would alone, with any causal LM
+that accepts ``inputs_embeds``, ``position_ids`` and ``past_key_values`` (PEFT-wrapped or not).
+``tests/test_ppft_model.py`` checks it against ``generate(inputs_embeds=...)`` of transformers 5.23.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["greedy_generate"]
+
+
+@torch.no_grad()
+def greedy_generate(
+    model,
+    inputs_embeds: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    eos_token_id: int | None,
+    pad_token_id: int | None = None,
+) -> list[list[int]]:
+    """Greedy continuation of each row of a LEFT-padded batch; returns the new token ids per row (EOS excluded).
+
+    inputs_embeds: [B, L, d]; attention_mask: [B, L] (0 on the left padding).
+    """
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    b = inputs_embeds.shape[0]
+    out: list[list[int]] = [[] for _ in range(b)]
+    if max_new_tokens == 0:
+        return out
+    embed = model.get_input_embeddings()
+    attention_mask = attention_mask.long()
+    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp_min(0)
+    finished = torch.zeros(b, dtype=torch.bool, device=inputs_embeds.device)
+    filler = pad_token_id if pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
+    result = model(inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
+    past = result.past_key_values
+    for step in range(max_new_tokens):
+        next_ids = result.logits[:, -1, :].argmax(dim=-1)
+        next_ids = torch.where(finished, torch.full_like(next_ids, filler), next_ids)
+        for i in range(b):
+            if not finished[i] and (eos_token_id is None or int(next_ids[i]) != eos_token_id):
+                out[i].append(int(next_ids[i]))
+        if eos_token_id is not None:
+            finished |= next_ids == eos_token_id
+        if bool(finished.all()) or step == max_new_tokens - 1:
+            break
+        attention_mask = torch.cat([attention_mask, attention_mask.new_ones(b, 1)], dim=1)
+        position_ids = position_ids[:, -1:] + 1
+        result = model(
+            inputs_embeds=embed(next_ids.unsqueeze(1)),
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past,
+            use_cache=True,
+        )
+        past = result.past_key_values
+    return out

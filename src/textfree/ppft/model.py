@@ -1,0 +1,180 @@
+"""``TextFreeLM``: PPFT's whole model, the CLIENT part (encoder + privatization) joined to the SERVER part.
+
+    private text --(client)--> encoder --> k-pool --> L2 normalise --> [noise --> renormalise] --> payload
+    payload + public text --(server)--> P_psi --> decoder LM with LoRA (continuous prefix) --> answer
+
+``encode_slots`` is the client's pipeline without noise and *with* gradients (stage 1 trains the encoder
+through pooling and normalisation); ``privatizer()`` is the client as users run it (noise, payload);
+``server`` (:class:`~textfree.ppft.server.ServerModel`) is all the server holds and sees.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from ..encoders import ContextualEncoder, weights_sha256
+from ..encoders.loading import encoder_id
+from ..mechanisms.base import build_mechanism, get_mechanism_class
+from ..mechanisms.slots import UNIT_SLOT_DIAMETER
+from ..mechanisms.transforms import k_pool, l2_normalize
+from ..payload import Payload
+from ..privatizer import Privatizer
+from .checkpoint import read_json
+from .config import LoraSettings, PromptTemplate, TextFreeConfig
+from .projection import ProjectionConfig
+from .server import CONFIG_NAME, ServerModel, ServerOutput
+
+__all__ = ["TextFreeLM", "ENCODER_DIR", "make_noise"]
+
+ENCODER_DIR = "encoder"
+
+
+class TextFreeLM(torch.nn.Module):
+    """``encoder`` (client, a :class:`ContextualEncoder`) + ``server`` (:class:`ServerModel`)."""
+
+    def __init__(self, encoder: ContextualEncoder, server: ServerModel):
+        super().__init__()
+        if encoder.dim != server.config.encoder_dim:
+            raise ValueError(f"encoder width {encoder.dim} != the server's encoder_dim {server.config.encoder_dim}")
+        self.encoder = encoder
+        self.server = server
+        self.encoder.max_length = server.config.max_private_tokens
+
+    @property
+    def config(self) -> TextFreeConfig:
+        return self.server.config
+
+    # ------------------------------------------------------------------ construction / persistence
+    @classmethod
+    def build(
+        cls,
+        decoder: str | os.PathLike,
+        *,
+        encoder: str | os.PathLike | None = None,
+        k: int = 4,
+        mechanism: str = "l2_laplace",
+        projection: str = "linear",
+        projection_hidden: int | None = None,
+        lora: LoraSettings | None = None,
+        template: PromptTemplate | None = None,
+        max_private_tokens: int = 256,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+    ) -> "TextFreeLM":
+        """A fresh (untrained) model: ``encoder`` (default all-MiniLM-L6-v2) and base ``decoder`` by name or path."""
+        enc = ContextualEncoder.from_pretrained(encoder, max_length=max_private_tokens, device=str(device))
+        from transformers import AutoConfig
+
+        dec_cfg = AutoConfig.from_pretrained(str(decoder))
+        d_d = int(getattr(dec_cfg, "hidden_size", None) or dec_cfg.get_text_config().hidden_size)
+        get_mechanism_class(mechanism)  # fail early on an unknown family
+        config = TextFreeConfig(
+            encoder_id=encoder_id(encoder),
+            encoder_sha256=enc.sha256,
+            encoder_dim=enc.dim,
+            decoder_dim=d_d,
+            k=k,
+            mechanism=mechanism,
+            max_private_tokens=max_private_tokens,
+            template=template or PromptTemplate(),
+            lora=lora or LoraSettings(),
+        )
+        proj = ProjectionConfig(enc.dim, d_d, kind=projection, hidden_dim=projection_hidden)
+        server = ServerModel.build(decoder, config, projection=proj, device=device, seed=seed)
+        return cls(enc, server)
+
+    @classmethod
+    def load(
+        cls,
+        run_dir: str | os.PathLike,
+        *,
+        trainable: bool = False,
+        device: str | torch.device = "cpu",
+        decoder: str | os.PathLike | None = None,
+        check_decoder_sha: bool = True,
+    ) -> "TextFreeLM":
+        """Load a run directory (encoder/, projection/, adapter/, decoder_ref.json, textfree_config.json)."""
+        run = Path(run_dir)
+        if not (run / CONFIG_NAME).is_file():
+            raise FileNotFoundError(f"{str(run)!r} is not a PPFT run directory (no {CONFIG_NAME})")
+        config = TextFreeConfig.from_dict(read_json(run / CONFIG_NAME))
+        enc = ContextualEncoder.from_pretrained(run / ENCODER_DIR, max_length=config.max_private_tokens, device=str(device))
+        enc.name = config.encoder_id
+        server = ServerModel.load(run, trainable=trainable, device=device, decoder=decoder, check_decoder_sha=check_decoder_sha)
+        lm = cls(enc, server)
+        lm.encoder.requires_grad_(False)
+        return lm
+
+    def save(self, run_dir: str | os.PathLike) -> Path:
+        """Write the full run layout; the config records the saved encoder's sha256."""
+        run = Path(run_dir)
+        enc_dir = run / ENCODER_DIR
+        enc_dir.mkdir(parents=True, exist_ok=True)
+        self.encoder.model.save_pretrained(str(enc_dir))
+        self.encoder.tokenizer.save_pretrained(str(enc_dir))
+        sha = weights_sha256(str(enc_dir))
+        self.encoder.sha256 = sha
+        self.server.config = self.server.config.replace(encoder_sha256=sha)
+        self.server.save(run)
+        return run
+
+    # ------------------------------------------------------------------ client side
+    def tokenize_private(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        """Encoder token ids of private texts (client side), cut at ``max_private_tokens``."""
+        return self.encoder.tokenize(list(texts))
+
+    def encode_slots(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encoder -> k-pool -> L2 normalise, without noise and with gradients: (slots [B, S, d_e], mask [B, S])."""
+        hidden = self.encoder(input_ids, attention_mask)
+        pooled, slot_mask = k_pool(hidden.float(), attention_mask, self.config.k)
+        return l2_normalize(pooled) * slot_mask.unsqueeze(-1), slot_mask
+
+    def privatizer(self, epsilon: float | None, *, k: int | None = None, mechanism: str | None = None, **params) -> Privatizer:
+        """The client as users run it: ``epsilon=None`` gives clean (non-private) payloads."""
+        return Privatizer(self.encoder, make_noise(mechanism or self.config.mechanism, epsilon, **params), k or self.config.k)
+
+    # ------------------------------------------------------------------ whole pipeline
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        *,
+        public: Sequence[str] | None = None,
+        targets: Sequence[str] | None = None,
+        all_logits: bool = False,
+    ) -> ServerOutput:
+        """Stage 1 (no noise): encoder ids -> slots -> server. Gradients reach the encoder."""
+        vectors, mask = self.encode_slots(input_ids, attention_mask)
+        return self.server(vectors, mask, public=public, targets=targets, all_logits=all_logits)
+
+    def ask(
+        self,
+        private: str | Sequence[str],
+        *,
+        public: str | Sequence[str] | None = None,
+        epsilon: float | None,
+        k: int | None = None,
+        seed: int | None = None,
+        max_new_tokens: int = 32,
+    ) -> list[str]:
+        """Client privatizes ``private`` locally, the server answers from the payload (+ ``public``)."""
+        texts = [private] if isinstance(private, str) else list(private)
+        pub = None if public is None else ([public] if isinstance(public, str) else list(public))
+        payload: Payload = self.privatizer(epsilon, k=k).privatize(texts, seed=seed, public=pub)
+        return self.server.answer(payload, max_new_tokens=max_new_tokens)
+
+
+def make_noise(family: str, epsilon: float | None, **params):
+    """The mechanism of ``family`` at ``epsilon`` (None: no noise). Gaussian is calibrated classically for unit
+    slots (sensitivity 2) at ``delta`` (default 1e-5)."""
+    if epsilon is None:
+        return None
+    if family == "gaussian":
+        from ..mechanisms import Gaussian
+
+        return Gaussian.from_epsilon_delta(epsilon, params.get("delta", 1e-5), UNIT_SLOT_DIAMETER)
+    return build_mechanism(family, epsilon=epsilon, **params)

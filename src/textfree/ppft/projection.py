@@ -1,0 +1,88 @@
+"""P_psi: the server-side map from the client's slot space (d_e) to the decoder's embedding space (d_d).
+
+A plain ``Linear(d_e, d_d)`` by default (PPFT's choice); ``kind="mlp"`` is a 2-layer MLP
+``Linear(d_e, h) -> GELU -> Linear(h, d_d)``. Saved as ``config.json`` + ``model.safetensors`` (no pickle).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+__all__ = ["ProjectionConfig", "Projection", "PROJECTION_KINDS"]
+
+PROJECTION_KINDS = ("linear", "mlp")
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+
+
+@dataclass(frozen=True)
+class ProjectionConfig:
+    """Shape of P_psi."""
+
+    in_dim: int = field(metadata={"help": "Width d_e of the client's slots (the encoder's hidden size; 384 for MiniLM)."})
+    out_dim: int = field(metadata={"help": "Width d_d of the decoder's input embeddings."})
+    kind: str = field(default="linear", metadata={"help": "'linear' (one Linear layer, PPFT) or 'mlp' (Linear -> GELU -> Linear)."})
+    hidden_dim: int | None = field(default=None, metadata={"help": "MLP only: the hidden width (default: max(in_dim, out_dim))."})
+
+    def __post_init__(self) -> None:
+        for name in ("in_dim", "out_dim"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"ProjectionConfig.{name} must be an integer >= 1, got {v!r}")
+        if self.kind not in PROJECTION_KINDS:
+            raise ValueError(f"ProjectionConfig.kind must be one of {PROJECTION_KINDS}, got {self.kind!r}")
+        if self.hidden_dim is not None and (not isinstance(self.hidden_dim, int) or self.hidden_dim < 1):
+            raise ValueError(f"ProjectionConfig.hidden_dim must be null or an integer >= 1, got {self.hidden_dim!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ProjectionConfig":
+        known = {f.name for f in fields(cls)}
+        if not isinstance(data, dict) or set(data) - known:
+            raise ValueError(f"a projection config must be a mapping with fields {sorted(known)}, got {data!r}"[:300])
+        return cls(**data)
+
+
+class Projection(torch.nn.Module):
+    """``forward(x [..., d_e]) -> [..., d_d]``."""
+
+    def __init__(self, config: ProjectionConfig):
+        super().__init__()
+        self.config = config
+        if config.kind == "linear":
+            self.net = torch.nn.Linear(config.in_dim, config.out_dim)
+        else:
+            h = config.hidden_dim or max(config.in_dim, config.out_dim)
+            self.net = torch.nn.Sequential(
+                torch.nn.Linear(config.in_dim, h), torch.nn.GELU(), torch.nn.Linear(h, config.out_dim)
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
+        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}, str(out / WEIGHTS_NAME))
+        return out
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike, *, device: str | torch.device = "cpu") -> "Projection":
+        d = Path(directory)
+        try:
+            config = ProjectionConfig.from_dict(json.loads((d / CONFIG_NAME).read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"cannot read the projection config in {str(d)!r}: {exc}") from exc
+        proj = cls(config)
+        proj.load_state_dict(load_file(str(d / WEIGHTS_NAME), device=str(device)), strict=True)
+        return proj.to(device)

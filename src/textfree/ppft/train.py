@@ -1,0 +1,405 @@
+"""PPFT training: stage 1 (alignment, no noise) and stage 2 (text-free domain adaptation on payloads).
+
+Both stages share one loop (:func:`fit`), written top to bottom in the nanoGPT manner on Accelerate, so
+``accelerate launch -m textfree.cli ppft train-stage1 ...`` scales it. Checkpoints (safetensors + JSON, see
+:mod:`textfree.ppft.checkpoint`) hold the trainable weights, optimizer and RNG states and the position in the
+data, and a run resumes from its newest one. Data order is a seeded permutation per epoch and stage-2 noise a
+seeded generator per epoch, so a resumed run replays exactly what the uninterrupted run would have done.
+
+Stage 1 (``train_stage1``): encoder + projection + LoRA decoder trained jointly on general-domain instruction
+data (alpaca, lima, gsm8k train) without noise; the encoder's gradient flows through pooling and normalisation.
+
+Stage 2 (``train_stage2``): encoder frozen. The client side (:class:`~textfree.ppft.batches.ClientCache`)
+encodes the domain prompts once and privatizes them afresh every epoch; the server part (projection + LoRA)
+trains on the resulting payload rows, public text and targets only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+from torch.utils.data import DataLoader, Subset
+
+from ..rng import secure_generator, seeded_generator
+from .batches import (
+    DEFAULT_GENERAL_SOURCES,
+    ClientCache,
+    add_restore_examples,
+    collate_payloads,
+    collate_text,
+    general_examples,
+    mcqa_examples,
+)
+from .checkpoint import latest_checkpoint, load_training_checkpoint, read_json, save_training_checkpoint, write_json
+from .config import LoraSettings, PromptTemplate
+from .model import TextFreeLM
+
+__all__ = ["LoopConfig", "Stage1Config", "Stage2Config", "train_stage1", "train_stage2", "fit", "lr_multiplier"]
+
+log = logging.getLogger("textfree.ppft")
+
+TRAIN_CONFIG = "train_config.json"
+METRICS = "metrics.jsonl"
+SUMMARY = "summary.json"
+# Fields that may change between an interrupted run and its resumption.
+_RESUME_FREE = {"resume", "progress", "cpu", "log_every"}
+
+
+@dataclass(kw_only=True)
+class LoopConfig:
+    """Optimisation and bookkeeping shared by both stages."""
+
+    out: str = field(metadata={"help": "Run directory: the model, train_config.json, metrics.jsonl, checkpoints/."})
+    epochs: int = field(default=1, metadata={"help": "Passes over the training examples."})
+    max_steps: int | None = field(default=None, metadata={"help": "Stop after this many optimizer steps (null: all epochs). Sets the LR schedule's length."})
+    batch_size: int = field(default=8, metadata={"help": "Examples per optimizer step and process."})
+    lr: float = field(default=1e-3, metadata={"help": "Peak learning rate of the projection and the LoRA parameters."})
+    warmup_steps: int = field(default=20, metadata={"help": "Linear warm-up steps."})
+    min_lr_ratio: float = field(default=0.1, metadata={"help": "Cosine decay ends at lr * min_lr_ratio."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
+    grad_clip: float = field(default=1.0, metadata={"help": "Clip the gradient norm to this (0: no clipping)."})
+    seed: int = field(default=0, metadata={"help": "Seeds initialisation, dropout, data order (and stage-2 noise unless noise_seed is set)."})
+    log_every: int = field(default=10, metadata={"help": "Log the mean loss every this many steps (metrics.jsonl + log)."})
+    save_every: int = field(default=200, metadata={"help": "Write a resumable checkpoint every this many steps (and at the end)."})
+    keep_checkpoints: int = field(default=1, metadata={"help": "How many checkpoints to keep."})
+    resume: bool = field(default=True, metadata={"help": "Continue from the newest checkpoint in `out` if there is one."})
+    cpu: bool = field(default=False, metadata={"help": "Force the CPU even when an accelerator is present."})
+    progress: bool = field(default=True, metadata={"help": "Show tqdm progress bars."})
+
+    def __post_init__(self) -> None:
+        if not self.out:
+            raise ValueError("out (the run directory) is required")
+        for name in ("epochs", "batch_size", "log_every", "save_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1 or null, got {self.max_steps}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(kw_only=True)
+class Stage1Config(LoopConfig):
+    """Stage 1: alignment of encoder + projection + LoRA decoder on general-domain data, without noise."""
+
+    decoder: str = field(metadata={"help": "Base decoder: any Hugging Face causal LM name or local path (not copied; referenced by path + sha256)."})
+    encoder: str = field(default="default", metadata={"help": "Client encoder: 'default' (all-MiniLM-L6-v2) or an HF name/path."})
+    data: list[str] = field(default_factory=lambda: list(DEFAULT_GENERAL_SOURCES), metadata={"help": "General-domain instruction datasets, 'name' or 'name:split' (alpaca, lima, gsm8k:train). CSQA, ARC, Pri-* are refused."})
+    limit_per_source: int | None = field(default=None, metadata={"help": "Use at most this many records of each source."})
+    restore_fraction: float = field(default=0.0, metadata={"help": "Add 'restore the prompt' copies of this fraction of examples (public = restore instruction, target = the private text). Default 0: see docs/ppft.md."})
+    encoder_lr: float = field(default=5e-5, metadata={"help": "Peak learning rate of the encoder (stage 1 only)."})
+    k: int = field(default=4, metadata={"help": "Pool blocks of k encoder tokens into one slot."})
+    mechanism: str = field(default="l2_laplace", metadata={"help": "Noise family recorded for the client (stage 1 itself adds no noise)."})
+    projection: str = field(default="linear", metadata={"help": "P_psi: 'linear' or 'mlp'."})
+    projection_hidden: int | None = field(default=None, metadata={"help": "MLP projection's hidden width."})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout."})
+    lora_targets: str = field(default="all-linear", metadata={"help": "PEFT target_modules ('all-linear' or comma-separated module names)."})
+    max_private_tokens: int = field(default=256, metadata={"help": "Client cuts private text to this many encoder tokens."})
+    max_public_tokens: int = field(default=256, metadata={"help": "Server cuts public text to this many decoder tokens."})
+    max_target_tokens: int = field(default=64, metadata={"help": "Targets are cut to this many decoder tokens."})
+
+
+@dataclass(kw_only=True)
+class Stage2Config(LoopConfig):
+    """Stage 2: text-free domain adaptation of projection + LoRA on privatized payloads (encoder frozen)."""
+
+    init: str = field(metadata={"help": "The run directory to start from (normally a stage-1 run)."})
+    dataset: str = field(default="pri-ddx", metadata={"help": "Pri-* dataset for textfree.data.ppft_split ('pri-ddx', 'pri-slja' or a directory); its 'train' part is used."})
+    split_fraction: float = field(default=0.5, metadata={"help": "ppft_split fraction (share of test-only groups that go to train)."})
+    limit: int | None = field(default=None, metadata={"help": "Use only the first N training records."})
+    epsilon: float | None = field(default=75.0, metadata={"help": "Noise epsilon of the client's privatization; null = no noise (the 'upper bound' run; NOT private)."})
+    mechanism: str | None = field(default=None, metadata={"help": "Noise family (default: the model's, l2_laplace)."})
+    k: int | None = field(default=None, metadata={"help": "Pooling k (default: the model's)."})
+    max_private_tokens: int | None = field(default=None, metadata={"help": "Client truncation of the private text in encoder tokens (default: the model's)."})
+    noise_seed: int | None = field(default=None, metadata={"help": "Seed of the per-epoch noise generators (default: seed). Reproducible noise: experiments only."})
+    secure_noise: bool = field(default=False, metadata={"help": "Draw each epoch's noise from OS entropy instead (a resumed epoch then gets new noise)."})
+    decoder: str | None = field(default=None, metadata={"help": "Where the base decoder is, if it moved since the init run (its sha256 must still match)."})
+    epochs: int = field(default=3, metadata={"help": "Passes over the training payloads (fresh noise each)."})
+
+
+def lr_multiplier(step: int, total: int, warmup: int, min_ratio: float) -> float:
+    """Linear warm-up to 1, then cosine decay to ``min_ratio`` at ``total``."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def _epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=gen).tolist()
+
+
+def _prepare_run_dir(cfg: LoopConfig) -> Path:
+    """Write train_config.json; refuse to resume a run directory that holds a different run."""
+    run = Path(cfg.out)
+    run.mkdir(parents=True, exist_ok=True)
+    saved_path = run / TRAIN_CONFIG
+    mine = {k: v for k, v in cfg.to_dict().items() if k not in _RESUME_FREE}
+    if cfg.resume and saved_path.is_file() and latest_checkpoint(run) is not None:
+        saved = {k: v for k, v in read_json(saved_path).get("config", {}).items() if k not in _RESUME_FREE}
+        if saved != mine:
+            diff = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
+            raise ValueError(f"{str(run)!r} holds a run with other settings ({', '.join(diff)}); use another --out or --no-resume")
+    if not cfg.resume:
+        import shutil
+
+        shutil.rmtree(run / "checkpoints", ignore_errors=True)
+        (run / METRICS).unlink(missing_ok=True)
+    write_json(saved_path, {"kind": type(cfg).__name__, "config": cfg.to_dict()})
+    return run
+
+
+def fit(
+    *,
+    cfg: LoopConfig,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    n_examples: int,
+    epoch_examples: Callable[[int], Sequence[Any]],
+    collate: Callable[[list[Any]], dict],
+    loss_fn: Callable[[torch.nn.Module, dict], torch.Tensor],
+    on_step: Callable[[int, float], None] | None = None,
+) -> dict[str, Any]:
+    """The training loop. ``epoch_examples(epoch)`` gives that epoch's examples (stage 2: fresh payloads);
+    ``loss_fn(model, batch)`` the loss of a batch; ``on_step(step, loss)`` is called after every step."""
+    from accelerate import Accelerator
+    from tqdm.auto import tqdm
+
+    run = Path(cfg.out)
+    accelerator = Accelerator(cpu=cfg.cpu)
+    world = accelerator.num_processes
+    steps_per_epoch = math.ceil(n_examples / (cfg.batch_size * world))
+    total_steps = cfg.epochs * steps_per_epoch
+    if cfg.max_steps is not None:
+        total_steps = min(total_steps, cfg.max_steps)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+
+    # -- resume: weights, optimizer, RNG and position in the data from the newest checkpoint
+    state = {"step": 0, "epoch": 0, "batch_in_epoch": 0}
+    ckpt = latest_checkpoint(run) if cfg.resume else None
+    if ckpt is not None:
+        state = load_training_checkpoint(ckpt, model, optimizer)
+        log.info("resumed from %s (step %d)", ckpt, state["step"])
+        _truncate_metrics(run / METRICS, state["step"])
+    model, optimizer = accelerator.prepare(model, optimizer)
+
+    step = state["step"]
+    losses: list[float] = []
+    window: list[float] = []
+    started = time.time()
+    bar = tqdm(total=total_steps, initial=step, desc=f"train {run.name}", unit="step", disable=not (cfg.progress and accelerator.is_main_process))
+    model.train()
+    for epoch in range(state["epoch"], cfg.epochs):
+        if step >= total_steps:
+            break
+        examples = epoch_examples(epoch)
+        order = _epoch_order(len(examples), cfg.seed, epoch)
+        batch_in_epoch = state["batch_in_epoch"] if epoch == state["epoch"] else 0
+        order = order[batch_in_epoch * cfg.batch_size * world :]
+        # (its own generator: creating the iterator must not draw from the global RNG that dropout uses)
+        loader = accelerator.prepare_data_loader(
+            DataLoader(Subset(examples, order), batch_size=cfg.batch_size, shuffle=False, collate_fn=collate,
+                       generator=torch.Generator().manual_seed(cfg.seed + epoch))
+        )
+        for batch in loader:
+            # learning rate for this step (nanoGPT: computed, not a scheduler object)
+            mult = lr_multiplier(step, total_steps, cfg.warmup_steps, cfg.min_lr_ratio)
+            for group in optimizer.param_groups:
+                group["lr"] = group["base_lr"] * mult
+            # forward, backward, update
+            loss = loss_fn(model, batch)
+            accelerator.backward(loss)
+            if cfg.grad_clip > 0:
+                accelerator.clip_grad_norm_(trainable, cfg.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            batch_in_epoch += 1
+            # bookkeeping: log, checkpoint
+            value = accelerator.reduce(loss.detach(), "mean").item()
+            losses.append(value)
+            window.append(value)
+            bar.update(1)
+            bar.set_postfix(loss=f"{value:.4f}", epoch=epoch)
+            if step % cfg.log_every == 0 or step == total_steps:
+                record = {"step": step, "epoch": epoch, "loss": sum(window) / len(window), "lr": cfg.lr * mult, "elapsed_s": round(time.time() - started, 2)}
+                window = []
+                log.info("step %d epoch %d loss %.4f lr %.3g", record["step"], epoch, record["loss"], record["lr"])
+                if accelerator.is_main_process:
+                    with open(run / METRICS, "a") as fh:
+                        fh.write(json.dumps(record) + "\n")
+            if step % cfg.save_every == 0 or step == total_steps:
+                end_of_epoch = batch_in_epoch >= steps_per_epoch
+                position = {"epoch": epoch + 1 if end_of_epoch else epoch, "batch_in_epoch": 0 if end_of_epoch else batch_in_epoch}
+                accelerator.wait_for_everyone()
+                if accelerator.is_main_process:
+                    unwrapped = accelerator.unwrap_model(model)
+                    weights = {n: p for n, p in unwrapped.named_parameters() if p.requires_grad}
+                    save_training_checkpoint(run, step, weights, optimizer, position, keep=cfg.keep_checkpoints)
+            if on_step is not None:
+                on_step(step, value)
+            if step >= total_steps:
+                break
+    bar.close()
+    accelerator.wait_for_everyone()
+    return {
+        "steps": step,
+        "total_steps": total_steps,
+        "resumed_from_step": state["step"],
+        "first_loss": losses[0] if losses else None,
+        "final_loss": sum(losses[-cfg.log_every :]) / len(losses[-cfg.log_every :]) if losses else None,
+        "wall_s": round(time.time() - started, 2),
+        "model": accelerator.unwrap_model(model),
+    }
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Drop logged lines past the checkpoint we resume from (they will be logged again)."""
+    if not path.is_file():
+        return
+    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+    path.write_text("".join(line + "\n" for line in kept))
+
+
+def _param_groups(groups: list[tuple[list[torch.nn.Parameter], float]], weight_decay: float) -> list[dict]:
+    return [{"params": params, "lr": lr, "base_lr": lr, "weight_decay": weight_decay} for params, lr in groups if params]
+
+
+def _write_summary(run: Path, summary: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """Write summary.json (everything but the model) and return it; the stage functions add the model back."""
+    data = {k: v for k, v in summary.items() if k != "model"} | extra
+    write_json(run / SUMMARY, data)
+    return data
+
+
+# =========================================================================== stage 1
+def train_stage1(cfg: Stage1Config, *, on_step: Callable[[int, float], None] | None = None) -> dict[str, Any]:
+    """Stage 1: align encoder + projection + LoRA decoder on general-domain data (no noise).
+
+    Returns the summary written to summary.json plus ``"model"``: the trained :class:`TextFreeLM`."""
+    run = _prepare_run_dir(cfg)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    t0 = time.time()
+
+    # -- data: general-domain instruction examples (+ optional "restore the prompt" copies)
+    examples = general_examples(cfg.data, limit_per_source=cfg.limit_per_source)
+    examples = add_restore_examples(examples, cfg.restore_fraction, seed=cfg.seed)
+    log.info("stage 1: %d examples from %s (restore fraction %g)", len(examples), cfg.data, cfg.restore_fraction)
+
+    # -- model: encoder (trainable) + projection + LoRA decoder (base frozen)
+    targets = [t.strip() for t in cfg.lora_targets.split(",")] if cfg.lora_targets != "all-linear" else "all-linear"
+    lm = TextFreeLM.build(
+        cfg.decoder,
+        encoder=None if cfg.encoder == "default" else cfg.encoder,
+        k=cfg.k,
+        mechanism=cfg.mechanism,
+        projection=cfg.projection,
+        projection_hidden=cfg.projection_hidden,
+        lora=LoraSettings(r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout, target_modules=targets),
+        template=PromptTemplate(max_public_tokens=cfg.max_public_tokens, max_target_tokens=cfg.max_target_tokens),
+        max_private_tokens=cfg.max_private_tokens,
+        seed=cfg.seed,
+    )
+    for name, p in lm.encoder.named_parameters():  # the pooler head is unused (we take token states): frozen,
+        p.requires_grad_(".pooler." not in f".{name}")  # so DDP sees no parameter without a gradient
+    lm.encoder.train()
+    optimizer = torch.optim.AdamW(
+        _param_groups(
+            [
+                ([p for p in lm.encoder.parameters() if p.requires_grad], cfg.encoder_lr),
+                (list(lm.server.projection.parameters()) + list(lm.server.lora_parameters().values()), cfg.lr),
+            ],
+            cfg.weight_decay,
+        )
+    )
+
+    def loss_fn(model, batch):
+        return model(batch["input_ids"], batch["attention_mask"], public=batch["public"], targets=batch["targets"]).loss
+
+    summary = fit(
+        cfg=cfg, model=lm, optimizer=optimizer, n_examples=len(examples), epoch_examples=lambda epoch: examples,
+        collate=collate_text(lm.tokenize_private), loss_fn=loss_fn, on_step=on_step,
+    )
+    lm = summary["model"]
+    lm.server.config = lm.config.replace(stage="stage1", epsilon=None)
+    lm.save(run)
+    extra = {"stage": "stage1", "examples": len(examples), "total_wall_s": round(time.time() - t0, 2)}
+    return _write_summary(run, summary, extra) | {"model": lm}
+
+
+# =========================================================================== stage 2
+def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | None = None) -> dict[str, Any]:
+    """Stage 2: encoder frozen; projection + LoRA adapt to privatized payloads of the domain's training split.
+
+    Returns the summary written to summary.json plus ``"model"``: the adapted :class:`TextFreeLM`."""
+    from ..data import ppft_split
+
+    run = _prepare_run_dir(cfg)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    t0 = time.time()
+
+    # -- model: the init run's encoder (frozen, client side) and server part (projection + LoRA trainable)
+    lm = TextFreeLM.load(cfg.init, trainable=True, decoder=cfg.decoder)
+    lm.encoder.requires_grad_(False)
+    lm.encoder.eval()
+    if torch.cuda.is_available() and not cfg.cpu:
+        lm.encoder.to("cuda")  # the client's one-off encoding pass; payload rows are kept on the CPU
+    family = cfg.mechanism or lm.config.mechanism
+    k = cfg.k or lm.config.k
+    max_private = cfg.max_private_tokens or lm.config.max_private_tokens
+    lm.server.config = lm.config.replace(k=k, mechanism=family, epsilon=cfg.epsilon, stage="stage2", max_private_tokens=max_private)
+    lm.encoder.max_length = max_private
+
+    # -- client side: encode the training prompts once; privatize afresh every epoch
+    records = ppft_split(cfg.dataset, cfg.split_fraction)["train"]
+    if cfg.limit is not None:
+        records = records[: cfg.limit]
+    cache = ClientCache(lm.encoder, mcqa_examples(records), progress=cfg.progress)
+    privatizer = lm.privatizer(cfg.epsilon, k=k, mechanism=family)
+    noise_seed = cfg.seed if cfg.noise_seed is None else cfg.noise_seed
+    if cfg.epsilon is None:
+        log.warning("stage 2 without noise (epsilon=None): the server sees clean embeddings; an upper bound, not private")
+
+    def epoch_payloads(epoch: int):
+        gen = None
+        if cfg.epsilon is not None:
+            gen = secure_generator() if cfg.secure_noise else seeded_generator(noise_seed * 100_003 + epoch)
+        return cache.privatize(privatizer, generator=gen)
+
+    # -- server side: only projection + LoRA train; it sees payload rows, public text and targets
+    server = lm.server
+    optimizer = torch.optim.AdamW(
+        _param_groups([(list(server.projection.parameters()) + list(server.lora_parameters().values()), cfg.lr)], cfg.weight_decay)
+    )
+
+    def loss_fn(model, batch):
+        return model(batch["vectors"], batch["mask"], public=batch["public"], targets=batch["targets"]).loss
+
+    summary = fit(
+        cfg=cfg, model=server, optimizer=optimizer, n_examples=len(cache), epoch_examples=epoch_payloads,
+        collate=collate_payloads, loss_fn=loss_fn, on_step=on_step,
+    )
+    lm.server = summary["model"]
+    lm.save(run)
+    extra = {"stage": "stage2", "dataset": cfg.dataset, "examples": len(cache), "epsilon": cfg.epsilon, "k": k,
+             "mechanism": family, "total_wall_s": round(time.time() - t0, 2)}
+    return _write_summary(run, summary, extra) | {"model": lm}
+
+
+def config_help(cls) -> dict[str, str]:
+    """field name -> help text of a config dataclass (for the CLI and docs)."""
+    return {f.name: f.metadata.get("help", "") for f in fields(cls)}

@@ -1,0 +1,263 @@
+"""PPFT model: sequence layout, masking, labels, the client/server split, save/load, generation.
+
+Tiny random models (encoder from make_tiny_encoder_dir, Llama decoder from make_tiny_decoder_dir) keep it fast.
+"""
+
+import inspect
+from pathlib import Path
+
+import pytest
+import torch
+
+from textfree.encoders import make_tiny_encoder_dir
+from textfree.mechanisms import L2Laplace
+from textfree.payload import Payload
+from textfree.ppft.decoder import make_tiny_decoder_dir
+from textfree.ppft.generate import greedy_generate
+from textfree.ppft.model import TextFreeLM
+from textfree.ppft.server import IGNORE_INDEX, PayloadMismatchError, ServerModel
+from textfree.privatizer import Privatizer
+
+pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
+
+PRIVATE = [
+    "A 46-year-old male has a history of cluster headaches and smoking. What is the likely diagnosis?",
+    "A 9-year-old girl presents with fever.",
+    "Cough.",
+]
+PUBLIC = ["Options:\nA. Cluster headache\nB. Anemia", "", "Options:\nA. Flu"]
+TARGETS = ["cluster headache", "acute otitis media with effusion", "flu"]
+
+
+@pytest.fixture(scope="module")
+def tiny_decoder_dir(tmp_path_factory) -> Path:
+    return make_tiny_decoder_dir(tmp_path_factory.mktemp("tiny-decoder"), hidden=32, layers=2, heads=2, seed=0)
+
+
+def _perturb_lora(lm: TextFreeLM, seed: int = 1) -> None:
+    """LoRA B starts at zero; give it values so the adapter changes the outputs (as after training)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in lm.server.lora_parameters().items():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+
+
+@pytest.fixture
+def lm(tiny_encoder_dir, tiny_decoder_dir) -> TextFreeLM:
+    model = TextFreeLM.build(tiny_decoder_dir, encoder=tiny_encoder_dir, k=2, seed=0)
+    _perturb_lora(model)
+    model.eval()
+    return model
+
+
+def _slots(lm, texts=PRIVATE):
+    enc = lm.tokenize_private(texts)
+    with torch.no_grad():
+        return lm.encode_slots(enc["input_ids"], enc["attention_mask"])
+
+
+# ---------------------------------------------------------------------------------------------- layout and labels
+def test_shapes_and_labels_only_on_targets_and_eos(lm):
+    vectors, mask = _slots(lm)
+    out = lm.server(vectors, mask, public=PUBLIC, targets=TARGETS, all_logits=True)
+    tok = lm.server.tokenizer
+    b = len(PRIVATE)
+    assert out.logits.shape[:2] == out.labels.shape == out.attention_mask.shape
+    assert out.logits.shape[0] == b and out.logits.shape[-1] == lm.server.decoder.get_input_embeddings().weight.shape[0]
+    suffix = tok("\nAnswer:", add_special_tokens=False)["input_ids"]
+    for i in range(b):
+        n_slots = int(mask[i].sum())
+        pub = tok(PUBLIC[i], add_special_tokens=False)["input_ids"] + suffix if PUBLIC[i] else suffix
+        tgt = tok(" " + TARGETS[i], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        start = 1 + n_slots + len(pub)  # BOS + slots + public
+        length = start + len(tgt)
+        row = out.labels[i].tolist()
+        assert row[:start] == [IGNORE_INDEX] * start
+        assert row[start:length] == tgt
+        assert row[length:] == [IGNORE_INDEX] * (len(row) - length)
+        assert out.attention_mask[i].tolist() == [1] * length + [0] * (len(row) - length)
+    assert out.n_target_tokens == int((out.labels != IGNORE_INDEX).sum())
+
+
+def test_loss_is_mean_cross_entropy_over_answer_tokens_only(lm):
+    vectors, mask = _slots(lm)
+    out = lm.server(vectors, mask, public=PUBLIC, targets=TARGETS, all_logits=True)
+    logp = torch.log_softmax(out.logits.detach().float(), dim=-1)
+    total, n = 0.0, 0
+    for i in range(out.labels.shape[0]):
+        for t in range(1, out.labels.shape[1]):
+            if out.labels[i, t] != IGNORE_INDEX:
+                total -= logp[i, t - 1, out.labels[i, t]].item()
+                n += 1
+    assert n == out.n_target_tokens > 0
+    assert out.loss.item() == pytest.approx(total / n, rel=1e-5)
+    assert lm.server(vectors, mask, public=PUBLIC).loss is None
+    # the training path computes the LM head only where targets are predicted: same loss, fewer logits
+    sparse = lm.server(vectors, mask, public=PUBLIC, targets=TARGETS)
+    assert sparse.logits.shape == (n, out.logits.shape[-1]) and sparse.logit_positions.sum() == n
+    torch.testing.assert_close(sparse.logits, out.logits[sparse.logit_positions], atol=1e-5, rtol=1e-4)
+    assert sparse.loss.item() == pytest.approx(out.loss.item(), rel=1e-5)
+
+
+def test_long_targets_are_cut_and_get_no_eos(lm):
+    vectors, mask = _slots(lm, PRIVATE[:1])
+    cfg = lm.config
+    lm.server.config = cfg.replace(template=cfg.template.__class__(max_target_tokens=3))
+    out = lm.server(vectors, mask, targets=["one two three four five six"])
+    labels = [x for x in out.labels[0].tolist() if x != IGNORE_INDEX]
+    assert len(labels) == 3 and lm.server.tokenizer.eos_token_id not in labels
+
+
+def test_padding_slots_and_tokens_do_not_change_a_row(lm):
+    """Each row of a padded batch gives the same logits and loss as the row run alone."""
+    vectors, mask = _slots(lm)
+    assert len(set(mask.sum(1).tolist())) == 3  # three different slot counts
+    # garbage in the padded slots and extra all-padding columns must not matter either
+    noisy = torch.cat([vectors, torch.zeros(3, 2, vectors.shape[-1])], dim=1)
+    noisy[~torch.cat([mask, torch.zeros(3, 2, dtype=torch.bool)], dim=1)] = 7.0
+    wide_mask = torch.cat([mask, torch.zeros(3, 2, dtype=torch.bool)], dim=1)
+    batch = lm.server(noisy, wide_mask, public=PUBLIC, targets=TARGETS, all_logits=True)
+    for i in range(3):
+        n = int(mask[i].sum())
+        alone = lm.server(vectors[i : i + 1, :n], mask[i : i + 1, :n], public=PUBLIC[i : i + 1], targets=TARGETS[i : i + 1], all_logits=True)
+        length = int(alone.attention_mask.sum())
+        assert int(batch.attention_mask[i].sum()) == length
+        torch.testing.assert_close(batch.logits[i, :length], alone.logits[0, :length], atol=1e-5, rtol=1e-5)
+        assert batch.labels[i, :length].tolist() == alone.labels[0, :length].tolist()
+        row_loss = torch.nn.functional.cross_entropy(batch.logits[i, :-1], batch.labels[i, 1:], ignore_index=IGNORE_INDEX)
+        assert row_loss.item() == pytest.approx(alone.loss.item(), rel=1e-5)
+
+
+def test_stage1_path_equals_the_clean_client_and_trains_the_encoder(lm):
+    """encode_slots (stage 1, with gradients) computes what Privatizer(noise=None) releases."""
+    enc = lm.tokenize_private(PRIVATE)
+    vectors, mask = lm.encode_slots(enc["input_ids"], enc["attention_mask"])
+    clean = Privatizer(lm.encoder, None, k=lm.config.k).privatize(PRIVATE)
+    torch.testing.assert_close(vectors.detach(), clean.vectors, atol=1e-5, rtol=1e-5)
+    assert torch.equal(mask, clean.mask)
+    lm.encoder.requires_grad_(True)
+    lm(enc["input_ids"], enc["attention_mask"], public=PUBLIC, targets=TARGETS).loss.backward()
+    grads = [p.grad for p in lm.encoder.parameters() if p.grad is not None]
+    assert grads and any(g.abs().sum() > 0 for g in grads)
+    base = [p for n, p in lm.server.decoder.named_parameters() if "lora_" not in n]
+    assert all(p.grad is None and not p.requires_grad for p in base)
+
+
+# ---------------------------------------------------------------------------------------------- the client/server split
+def test_server_entry_points_take_no_text(lm):
+    server = lm.server
+    vectors, mask = _slots(lm)
+    with pytest.raises(TypeError, match="never text"):
+        server("A 46-year-old male with headaches", mask)
+    with pytest.raises(TypeError, match="never text"):
+        server(["A 46-year-old male with headaches"], mask)
+    with pytest.raises(TypeError, match="never text"):
+        server.generate("A 46-year-old male", mask)
+    with pytest.raises(TypeError, match="Payload"):
+        server.answer("A 46-year-old male with headaches")
+    with pytest.raises(TypeError, match="list of 3 strings"):
+        server(vectors, mask, public="one string for three rows")
+    # No entry point has a parameter that could carry the private part.
+    allowed = {"self", "vectors", "mask", "public", "targets", "all_logits", "max_new_tokens", "payload", "batch_size"}
+    for fn in (ServerModel.forward, ServerModel.generate, ServerModel.answer):
+        assert set(inspect.signature(fn).parameters) <= allowed, fn.__name__
+
+
+def test_answer_checks_the_payload_encoder(lm, tmp_path):
+    other = TextFreeLM.build(lm.server.decoder_ref["name_or_path"], encoder=make_tiny_encoder_dir(tmp_path / "e2", seed=5), k=2)
+    payload = other.privatizer(75.0).privatize(PRIVATE[:1], seed=0)
+    with pytest.raises(PayloadMismatchError, match="encoder"):
+        lm.server.answer(payload)
+
+
+def test_ask_round_trip_and_payload_has_no_text(lm):
+    priv = lm.privatizer(75.0)
+    payload = priv.privatize(PRIVATE, seed=3, public=PUBLIC)
+    raw = payload.to_bytes()
+    for word in ("cluster", "headaches", "smoking", "fever"):
+        assert word.encode() not in raw.replace(b"Cluster headache", b"")
+    answers = lm.server.answer(Payload.from_bytes(raw), max_new_tokens=4)
+    assert len(answers) == 3 and all(isinstance(a, str) for a in answers)
+    assert lm.ask(PRIVATE[0], public=PUBLIC[0], epsilon=75.0, seed=3, max_new_tokens=4) == answers[:1]
+
+
+# ---------------------------------------------------------------------------------------------- generation
+def test_generation_is_deterministic_and_batch_independent(lm):
+    vectors, mask = _slots(lm)
+    a = lm.server.generate(vectors, mask, public=PUBLIC, max_new_tokens=6)
+    b = lm.server.generate(vectors, mask, public=PUBLIC, max_new_tokens=6)
+    assert a == b and len(a) == 3
+    for i in range(3):
+        n = int(mask[i].sum())
+        assert lm.server.generate(vectors[i : i + 1, :n], mask[i : i + 1, :n], public=PUBLIC[i : i + 1], max_new_tokens=6) == [a[i]]
+    assert lm.server.generate(vectors, mask, public=PUBLIC, max_new_tokens=0) == ["", "", ""]
+
+
+def test_manual_greedy_loop_matches_transformers_generate(lm):
+    dec = lm.server.decoder
+    gen = torch.Generator().manual_seed(0)
+    embeds = torch.randn(2, 7, 32, generator=gen) * 0.5
+    attention = torch.ones(2, 7, dtype=torch.long)
+    attention[1, :3] = 0  # left padding
+    ours = greedy_generate(dec, embeds, attention, max_new_tokens=5, eos_token_id=None)
+    for i in range(2):
+        keep = attention[i].bool()
+        ref = dec.generate(inputs_embeds=embeds[i : i + 1, keep], attention_mask=attention[i : i + 1, keep],
+                           max_new_tokens=5, do_sample=False, eos_token_id=None, pad_token_id=0)
+        assert ours[i] == ref[0, -5:].tolist()
+
+
+# ---------------------------------------------------------------------------------------------- persistence
+def test_save_load_round_trip_gives_identical_logits(lm, tmp_path):
+    run = lm.save(tmp_path / "run")
+    for rel in ("textfree_config.json", "decoder_ref.json", "encoder/config.json", "encoder/model.safetensors",
+                "projection/config.json", "projection/model.safetensors", "adapter/adapter_config.json",
+                "adapter/adapter_model.safetensors"):
+        assert (run / rel).is_file(), rel
+    assert not [p for p in run.rglob("*") if p.suffix in (".bin", ".pt", ".pth", ".pkl", ".pickle")]
+    loaded = TextFreeLM.load(run)
+    loaded.eval()
+    assert loaded.config == lm.config and loaded.config.encoder_sha256 == lm.encoder.sha256
+    enc = lm.tokenize_private(PRIVATE)
+    with torch.no_grad():
+        a = lm(enc["input_ids"], enc["attention_mask"], public=PUBLIC, targets=TARGETS)
+        b = loaded(enc["input_ids"], enc["attention_mask"], public=PUBLIC, targets=TARGETS)
+        a_all = lm.server(*lm.encode_slots(enc["input_ids"], enc["attention_mask"]), public=PUBLIC, all_logits=True)
+        b_all = loaded.server(*loaded.encode_slots(enc["input_ids"], enc["attention_mask"]), public=PUBLIC, all_logits=True)
+    assert torch.equal(a_all.logits, b_all.logits)
+    assert torch.equal(a.logits, b.logits) and torch.equal(a.loss, b.loss)
+    vectors, mask = _slots(lm)
+    assert lm.server.generate(vectors, mask, public=PUBLIC, max_new_tokens=5) == loaded.server.generate(vectors, mask, public=PUBLIC, max_new_tokens=5)
+    # a payload from the loaded client is accepted by the loaded server
+    loaded.server.answer(loaded.privatizer(75.0).privatize(PRIVATE[:1], seed=1), max_new_tokens=2)
+    # the server part alone loads without the encoder
+    server = ServerModel.load(run)
+    assert not any("encoder" in n for n, _ in server.named_parameters())
+
+
+def test_load_refuses_another_base_decoder(lm, tmp_path):
+    run = lm.save(tmp_path / "run")
+    other = make_tiny_decoder_dir(tmp_path / "other-decoder", seed=7)
+    with pytest.raises(ValueError, match="sha256"):
+        TextFreeLM.load(run, decoder=other)
+    TextFreeLM.load(run, decoder=other, check_decoder_sha=False)
+
+
+def test_mlp_projection_round_trip(tiny_encoder_dir, tiny_decoder_dir, tmp_path):
+    lm = TextFreeLM.build(tiny_decoder_dir, encoder=tiny_encoder_dir, k=4, projection="mlp", projection_hidden=48)
+    assert len(lm.server.projection.net) == 3
+    loaded = TextFreeLM.load(lm.save(tmp_path / "run"))
+    assert loaded.server.projection.config == lm.server.projection.config
+    x = torch.randn(2, 3, 32)
+    assert torch.equal(lm.server.projection(x), loaded.server.projection(x))
+
+
+def test_lora_defaults(lm):
+    lora = lm.server.decoder.peft_config["default"]
+    assert (lora.r, lora.lora_alpha, lora.lora_dropout) == (16, 32, 0.05)
+    names = {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in lm.server.lora_parameters()}
+    assert {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"} <= names
+    assert "lm_head" not in names
+    _ = L2Laplace  # noqa: the mechanism family recorded by default
+    assert lm.config.mechanism == "l2_laplace"

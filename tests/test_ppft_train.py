@@ -1,0 +1,280 @@
+"""PPFT training: stage 1 and stage 2 on tiny models and the hand-written fixture data; freezing, the payload-only
+server input, fresh noise per epoch, resumption, the CLI; one slow test on real Pri-DDX rows."""
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from textfree.cli import app
+from textfree.data import mcqa_prompt, ppft_split
+from textfree.ppft.batches import RESTORE_INSTRUCTION, ClientCache, PayloadExample, add_restore_examples, general_examples
+from textfree.ppft.decoder import load_decoder, make_tiny_decoder_dir
+from textfree.ppft.model import TextFreeLM
+from textfree.ppft.server import ServerModel
+from textfree.ppft.train import Stage1Config, Stage2Config, train_stage1, train_stage2
+
+pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "data"
+
+
+@pytest.fixture(scope="module")
+def tiny_decoder_dir(tmp_path_factory) -> Path:
+    return make_tiny_decoder_dir(tmp_path_factory.mktemp("tiny-decoder"), hidden=32, layers=2, heads=2, seed=0)
+
+
+@pytest.fixture
+def fixture_data(monkeypatch):
+    monkeypatch.setenv("TEXTFREE_DATA", str(FIXTURES))
+    return FIXTURES
+
+
+def _stage1_cfg(out, decoder, encoder, **kw):
+    base = dict(out=str(out), decoder=str(decoder), encoder=str(encoder), k=2, epochs=2, batch_size=2, lr=1e-2,
+                encoder_lr=1e-3, warmup_steps=1, save_every=2, log_every=1, progress=False, max_target_tokens=16)
+    return Stage1Config(**(base | kw))
+
+
+def _stage2_cfg(out, init, **kw):
+    base = dict(out=str(out), init=str(init), dataset="ddx", epsilon=28.0, epochs=3, batch_size=2, lr=1e-2,
+                warmup_steps=1, save_every=2, log_every=1, progress=False)
+    return Stage2Config(**(base | kw))
+
+
+@pytest.fixture(scope="module")
+def stage1_run(tmp_path_factory, tiny_encoder_dir, tiny_decoder_dir):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TEXTFREE_DATA", str(FIXTURES))
+        out = tmp_path_factory.mktemp("runs") / "stage1"
+        summary = train_stage1(_stage1_cfg(out, tiny_decoder_dir, tiny_encoder_dir))
+    return out, summary
+
+
+def _tensors(path: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(path))
+
+
+# ---------------------------------------------------------------------------------------------- stage 1
+def test_stage1_trains_encoder_projection_and_lora(stage1_run, tiny_encoder_dir):
+    run, summary = stage1_run
+    assert summary["stage"] == "stage1" and summary["examples"] == 6 and summary["steps"] == 6
+    assert torch.isfinite(torch.tensor(summary["final_loss"]))
+    config = json.loads((run / "textfree_config.json").read_text())
+    assert config["stage"] == "stage1" and config["epsilon"] is None and config["k"] == 2
+    assert json.loads((run / "train_config.json").read_text())["kind"] == "Stage1Config"
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5, 6]
+    before = _tensors(Path(tiny_encoder_dir) / "model.safetensors")
+    after = _tensors(run / "encoder" / "model.safetensors")
+    assert any(not torch.equal(before[k], after[k]) for k in before), "stage 1 must train the encoder"
+    lora = _tensors(run / "adapter" / "adapter_model.safetensors")
+    assert any(v.abs().sum() > 0 for k, v in lora.items() if "lora_B" in k)
+    lm = summary["model"]
+    assert lm.config.encoder_sha256 == config["encoder_sha256"] == lm.encoder.sha256
+
+
+def test_stage1_data_sources(fixture_data):
+    examples = general_examples()
+    assert len(examples) == 6 and all(e.private and e.target and e.public == "" for e in examples)
+    more = add_restore_examples(examples, 0.5, seed=0)
+    extra = more[len(examples) :]
+    assert len(extra) == 3 and all(e.public == RESTORE_INSTRUCTION and e.target == e.private for e in extra)
+    assert add_restore_examples(examples, 0.5, seed=0) == more
+    for bad in ("csqa", "arc", "pri-ddx", "slja"):
+        with pytest.raises(ValueError, match="may not be used for stage 1"):
+            general_examples([bad])
+
+
+# ---------------------------------------------------------------------------------------------- stage 2
+def test_stage2_freezes_encoder_and_base_decoder(stage1_run, fixture_data, tmp_path, tiny_decoder_dir):
+    run1, _ = stage1_run
+    summary = train_stage2(_stage2_cfg(tmp_path / "stage2", run1))
+    lm = summary["model"]
+    assert summary["stage"] == "stage2" and summary["steps"] == 9 and summary["examples"] == 5
+    # encoder: no gradient ever, and bit-identical to the stage-1 encoder
+    assert all(p.grad is None and not p.requires_grad for p in lm.encoder.parameters())
+    enc1 = TextFreeLM.load(run1).encoder.state_dict()
+    for name, tensor in lm.encoder.state_dict().items():
+        assert torch.equal(tensor, enc1[name]), name
+    saved = _tensors(tmp_path / "stage2" / "encoder" / "model.safetensors")
+    assert all(torch.equal(saved[k], v) for k, v in _tensors(run1 / "encoder" / "model.safetensors").items())
+    # base decoder weights unchanged; only projection + LoRA changed
+    base, _ = load_decoder(tiny_decoder_dir)
+    base_sd = base.state_dict()
+    changed = set()
+    stage1 = TextFreeLM.load(run1)
+    before = dict(stage1.server.named_parameters())
+    for name, p in lm.server.named_parameters():
+        if not torch.equal(p.detach(), before[name].detach()):
+            changed.add(name)
+        if "lora_" not in name and name.startswith("decoder."):
+            key = name.removeprefix("decoder.base_model.model.").replace(".base_layer", "")
+            assert torch.equal(p.detach(), base_sd[key]), name
+    assert changed and all(n.startswith("projection.") or "lora_" in n for n in changed)
+    assert any(n.startswith("projection.") for n in changed) and any("lora_" in n for n in changed)
+    config = json.loads((tmp_path / "stage2" / "textfree_config.json").read_text())
+    assert (config["stage"], config["epsilon"], config["mechanism"]) == ("stage2", 28.0, "l2_laplace")
+
+
+def test_stage2_server_sees_only_payloads(stage1_run, fixture_data, tmp_path, monkeypatch):
+    """Spy on the server during a real stage-2 run: tensors, public text and targets only, never private text."""
+    records = ppft_split("ddx")["train"]
+    private = [mcqa_prompt(r).private for r in records]
+    contexts = [r.context for r in records]
+    calls, epochs = [], []
+    original_forward = ServerModel.forward
+    original_privatize = ClientCache.privatize
+
+    def spy_forward(self, *args, **kwargs):
+        calls.append((args, kwargs))
+        return original_forward(self, *args, **kwargs)
+
+    def spy_privatize(self, *args, **kwargs):
+        items = original_privatize(self, *args, **kwargs)
+        epochs.append(items)
+        return items
+
+    monkeypatch.setattr(ServerModel, "forward", spy_forward)
+    monkeypatch.setattr(ClientCache, "privatize", spy_privatize)
+    run1, _ = stage1_run
+    train_stage2(_stage2_cfg(tmp_path / "s2", run1))
+
+    assert len(calls) == 9 and len(epochs) == 3
+    for args, kwargs in calls:
+        assert set(kwargs) == {"public", "targets"} and len(args) == 2
+        vectors, mask = args
+        assert isinstance(vectors, torch.Tensor) and vectors.dtype == torch.float32 and mask.dtype == torch.bool
+        strings = list(kwargs["public"]) + list(kwargs["targets"])
+        assert all(isinstance(s, str) for s in strings)
+        for s in strings:
+            for text in private + contexts:
+                assert text not in s
+                assert not (s and s in text and len(s) > 40)
+        assert set(kwargs["targets"]) <= {r.answer for r in records}
+    for items in epochs:
+        assert all(type(it) is PayloadExample for it in items)
+        assert {f.name for f in dataclasses.fields(PayloadExample)} == {"vectors", "public", "target"}
+        for it in items:
+            assert torch.allclose(it.vectors.norm(dim=-1), torch.ones(it.vectors.shape[0]), atol=1e-4)
+    # fresh noise every epoch: the same prompts give different payload rows
+    assert not torch.equal(epochs[0][0].vectors, epochs[1][0].vectors)
+    assert not torch.equal(epochs[1][0].vectors, epochs[2][0].vectors)
+
+
+def test_stage2_without_noise_is_the_clean_upper_bound(stage1_run, fixture_data, tmp_path, monkeypatch):
+    epochs = []
+    original = ClientCache.privatize
+
+    def spy(self, *args, **kwargs):
+        epochs.append(original(self, *args, **kwargs))
+        return epochs[-1]
+
+    monkeypatch.setattr(ClientCache, "privatize", spy)
+    run1, _ = stage1_run
+    summary = train_stage2(_stage2_cfg(tmp_path / "clean", run1, epsilon=None, epochs=2))
+    assert summary["epsilon"] is None
+    assert torch.equal(epochs[0][0].vectors, epochs[1][0].vectors)  # no noise: identical every epoch
+    assert json.loads((tmp_path / "clean" / "textfree_config.json").read_text())["epsilon"] is None
+
+
+# ---------------------------------------------------------------------------------------------- resumption
+class Interrupt(Exception):
+    pass
+
+
+def _interrupt_at(n):
+    def hook(step, loss):
+        if step == n:
+            raise Interrupt
+
+    return hook
+
+
+def _trained_weights(run: Path) -> dict[str, torch.Tensor]:
+    out = {}
+    for rel in ("projection/model.safetensors", "adapter/adapter_model.safetensors", "encoder/model.safetensors"):
+        out |= {f"{rel}:{k}": v for k, v in _tensors(run / rel).items()}
+    return out
+
+
+def _assert_same_run(a: Path, b: Path):
+    wa, wb = _trained_weights(a), _trained_weights(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+    assert [json.loads(x)["loss"] for x in (a / "metrics.jsonl").read_text().splitlines()] == \
+           [json.loads(x)["loss"] for x in (b / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_stage2_resumes_exactly_after_an_interruption(stage1_run, fixture_data, tmp_path):
+    run1, _ = stage1_run
+    full = train_stage2(_stage2_cfg(tmp_path / "full", run1))
+    with pytest.raises(Interrupt):
+        train_stage2(_stage2_cfg(tmp_path / "cut", run1), on_step=_interrupt_at(5))  # mid-epoch; checkpoint at 4
+    assert [p.name for p in (tmp_path / "cut" / "checkpoints").iterdir()] == ["step-000004"]
+    resumed = train_stage2(_stage2_cfg(tmp_path / "cut", run1))
+    assert resumed["resumed_from_step"] == 4 and resumed["steps"] == full["steps"] == 9
+    _assert_same_run(tmp_path / "full", tmp_path / "cut")
+
+
+def test_stage1_resumes_exactly_after_an_interruption(fixture_data, tmp_path, tiny_encoder_dir, tiny_decoder_dir):
+    full = train_stage1(_stage1_cfg(tmp_path / "full", tiny_decoder_dir, tiny_encoder_dir))
+    with pytest.raises(Interrupt):
+        train_stage1(_stage1_cfg(tmp_path / "cut", tiny_decoder_dir, tiny_encoder_dir), on_step=_interrupt_at(3))
+    resumed = train_stage1(_stage1_cfg(tmp_path / "cut", tiny_decoder_dir, tiny_encoder_dir))
+    assert resumed["resumed_from_step"] == 2 and resumed["steps"] == full["steps"] == 6
+    _assert_same_run(tmp_path / "full", tmp_path / "cut")
+    # a run directory holding another run is not silently resumed
+    with pytest.raises(ValueError, match="other settings"):
+        train_stage1(_stage1_cfg(tmp_path / "cut", tiny_decoder_dir, tiny_encoder_dir, lr=0.5))
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+def test_cli_stage1_stage2_ask_evaluate(fixture_data, tmp_path, tiny_encoder_dir, tiny_decoder_dir):
+    runner = CliRunner()
+
+    def run(*args):
+        result = runner.invoke(app, ["ppft", *map(str, args)], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    s1, s2 = tmp_path / "s1", tmp_path / "s2"
+    run("train-stage1", "--decoder", tiny_decoder_dir, "--encoder", tiny_encoder_dir, "--out", s1, "--max-steps", 2, "--k", 2)
+    run("train-stage2", "--from", s1, "--dataset", "pri-ddx", "--epsilon", 75, "--k", 4, "--out", s2, "--epochs", 1)
+    assert json.loads((s2 / "textfree_config.json").read_text())["k"] == 4
+    out = run("ask", "--model", s2, "A 46-year-old man with a history of cluster headaches", "--public", "Options:\nA. Cluster headache",
+              "--seed", 1, "--max-new-tokens", 3)
+    assert "privacy:" in out
+    out = run("evaluate", "--model", s2, "--dataset", "pri-ddx", "--epsilon", 28, "--out", tmp_path / "eval.json", "--max-new-tokens", 3)
+    assert "accuracy" in out and json.loads((tmp_path / "eval.json").read_text())["n"] == 1
+    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(tmp_path / "missing"), "--out", str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "error" in bad.output
+
+
+# ---------------------------------------------------------------------------------------------- real data
+@pytest.mark.slow
+@pytest.mark.shared_data
+def test_stage2_on_real_pri_ddx_beats_chance(shared_data, monkeypatch, tmp_path, tiny_encoder_dir):
+    """Stage 2 (eps = 75, k = 4, 3 epochs: ~15-60 s on 2 cores) on the real Pri-DDX training split (967 rows),
+    from an untrained tiny model; held-out 4-option accuracy (582 rows) must beat chance (25%). It fails if the
+    model does not learn to answer with an option's text (untrained, it scores 0). Note: on Pri-DDX answering
+    the most frequent training diagnosis among the options already scores ~0.94 (majority_baseline)."""
+    from textfree.ppft.evaluate import evaluate_mcqa
+
+    monkeypatch.setenv("TEXTFREE_DATA", str(shared_data))
+    decoder = make_tiny_decoder_dir(tmp_path / "decoder", hidden=64, layers=2, heads=4, seed=0)
+    TextFreeLM.build(decoder, encoder=tiny_encoder_dir, k=4, seed=0).save(tmp_path / "init")
+    t0 = time.time()
+    summary = train_stage2(Stage2Config(out=str(tmp_path / "ddx"), init=str(tmp_path / "init"), dataset="ddx", epsilon=75.0,
+                                        epochs=3, batch_size=16, lr=3e-3, warmup_steps=10, progress=False, save_every=1000))
+    train_s = time.time() - t0
+    heldout = ppft_split("ddx")["heldout"]
+    result = evaluate_mcqa(summary["model"], heldout, epsilon=75.0, seed=0, max_new_tokens=8, batch_size=50)
+    assert summary["final_loss"] < summary["first_loss"]
+    assert result["n"] == 582
+    assert result["accuracy"] > 0.25, (result["accuracy"], summary, train_s)
