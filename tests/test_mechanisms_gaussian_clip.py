@@ -78,3 +78,82 @@ def test_clipped_validation_names_the_value():
         Clipped(L2Laplace(1.0), max_norm=-2)
     with pytest.raises(ValueError, match="inner"):
         Clipped("laplace", max_norm=1.0)
+
+
+# ------------------------------------------------------------------------------ analytic calibration
+from textfree.mechanisms import analytic_sigma, sigma_for_noise_norm  # noqa: E402
+
+
+def test_analytic_sigma_golden_value():
+    # Balle & Wang (2018): eps=1, delta=1e-5, Delta_2=1 -> sigma ~3.7306 (vs classic 4.8448).
+    assert analytic_sigma(1.0, 1e-5, 1.0) == pytest.approx(3.7306, abs=2e-4)
+    # sigma scales linearly with the sensitivity
+    assert analytic_sigma(1.0, 1e-5, 2.0) == pytest.approx(2 * analytic_sigma(1.0, 1e-5, 1.0), rel=1e-8)
+    # at the returned sigma the exact delta is (just) within budget
+    s = analytic_sigma(1.0, 1e-5, 1.0)
+    assert analytic_delta(1.0, s, 1.0) <= 1e-5
+    assert analytic_delta(1.0, s * 0.999, 1.0) > 1e-5  # the smallest such sigma
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 1.0, 10.0, 56.0, 150.0])
+@pytest.mark.parametrize("sensitivity", [1.0, 2.0])
+def test_analytic_sigma_round_trips_analytic_epsilon(epsilon, sensitivity):
+    sigma = analytic_sigma(epsilon, 1e-5, sensitivity)
+    assert analytic_epsilon(sigma, 1e-5, sensitivity) == pytest.approx(epsilon, rel=1e-6)
+    g = Gaussian.from_epsilon_delta(epsilon, 1e-5, sensitivity, calibration="analytic")
+    assert g.sigma == sigma and g.calibration == "analytic" and g.delta == 1e-5
+    assert g.privacy_loss(sensitivity).epsilon == pytest.approx(epsilon, rel=1e-6)
+
+
+def test_analytic_sigma_is_below_classic_and_monotone_in_epsilon():
+    assert analytic_sigma(1.0, 1e-5, 1.0) < classic_sigma(1.0, 1e-5, 1.0)
+    classic = Gaussian.from_epsilon_delta(1.0, 1e-5, 1.0)
+    assert classic.calibration == "classic" and classic.sigma == pytest.approx(classic_sigma(1.0, 1e-5, 1.0))
+    sigmas = [analytic_sigma(e, 1e-5, 1.0) for e in (0.1, 0.5, 1.0, 5.0, 28.0, 75.0, 150.0)]
+    assert all(a > b for a, b in zip(sigmas, sigmas[1:])), sigmas
+    # a smaller delta needs more noise
+    assert analytic_sigma(1.0, 1e-8, 1.0) > analytic_sigma(1.0, 1e-5, 1.0)
+
+
+def test_from_epsilon_delta_rejects_unknown_calibration():
+    with pytest.raises(ValueError, match="'rdp'"):
+        Gaussian.from_epsilon_delta(1.0, 1e-5, 1.0, calibration="rdp")
+
+
+@pytest.mark.parametrize("norm,d", [(1.0, 1), (0.5, 2), (13.7, 384), (384 / 28, 384), (3.0, 1024)])
+def test_sigma_for_noise_norm_inverts_expected_noise_norm(norm, d):
+    sigma = sigma_for_noise_norm(norm, d)
+    assert Gaussian(sigma).expected_noise_norm(d) == pytest.approx(norm, rel=1e-12)
+    if d == 1:  # E|z| = sigma * sqrt(2/pi)
+        assert sigma == pytest.approx(norm / math.sqrt(2 / math.pi))
+    if d >= 384:  # E||z|| ~ sigma * sqrt(d - 1/2)
+        assert sigma == pytest.approx(norm / math.sqrt(d - 0.5), rel=1e-4)
+
+
+def test_sigma_for_noise_norm_monte_carlo_d384():
+    target = 384 / 28.0
+    g = Gaussian(sigma_for_noise_norm(target, 384))
+    z = g.noise(2000, 384, generator=torch.Generator().manual_seed(0))
+    assert z.shape == (2000, 384)
+    assert z.norm(dim=-1).mean().item() == pytest.approx(target, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    "call,pattern",
+    [
+        (lambda: analytic_sigma(0.0, 1e-5, 1.0), r"epsilon.*got 0\.0"),
+        (lambda: analytic_sigma(-1.0, 1e-5, 1.0), r"epsilon.*got -1\.0"),
+        (lambda: analytic_sigma(1.0, 0.0, 1.0), r"delta.*got 0\.0"),
+        (lambda: analytic_sigma(1.0, 1.0, 1.0), r"delta.*got 1\.0"),
+        (lambda: analytic_sigma(1.0, 1.5, 1.0), r"delta.*got 1\.5"),
+        (lambda: analytic_sigma(1.0, 1e-5, 0.0), r"sensitivity.*got 0\.0"),
+        (lambda: sigma_for_noise_norm(0.0, 384), r"norm.*got 0\.0"),
+        (lambda: sigma_for_noise_norm(1.0, 0), r"d must.*got 0"),
+        (lambda: sigma_for_noise_norm(1.0, -3), r"d must.*got -3"),
+        (lambda: sigma_for_noise_norm(1.0, 2.5), r"d must.*got 2\.5"),
+        (lambda: Gaussian.from_epsilon_delta(0.0, 1e-5, 1.0, calibration="analytic"), r"epsilon.*got 0\.0"),
+    ],
+)
+def test_calibration_bad_inputs_name_the_value(call, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        call()

@@ -41,7 +41,7 @@ def _stage1_cfg(out, decoder, encoder, **kw):
 
 
 def _stage2_cfg(out, init, **kw):
-    base = dict(out=str(out), init=str(init), dataset="ddx", epsilon=28.0, epochs=3, batch_size=2, lr=1e-2,
+    base = dict(out=str(out), init=str(init), dataset="ddx", epsilon=28.0, epochs=3, batch_size=2, lr=1e-2, tasks=["mcqa"],
                 warmup_steps=1, save_every=2, log_every=1, progress=False)
     return Stage2Config(**(base | kw))
 
@@ -270,7 +270,7 @@ def test_stage2_on_real_pri_ddx_beats_chance(shared_data, monkeypatch, tmp_path,
     decoder = make_tiny_decoder_dir(tmp_path / "decoder", hidden=64, layers=2, heads=4, seed=0)
     TextFreeLM.build(decoder, encoder=tiny_encoder_dir, k=4, seed=0).save(tmp_path / "init")
     t0 = time.time()
-    summary = train_stage2(Stage2Config(out=str(tmp_path / "ddx"), init=str(tmp_path / "init"), dataset="ddx", epsilon=75.0,
+    summary = train_stage2(Stage2Config(out=str(tmp_path / "ddx"), init=str(tmp_path / "init"), dataset="ddx", epsilon=75.0, tasks=["mcqa"],
                                         epochs=3, batch_size=16, lr=3e-3, warmup_steps=10, progress=False, save_every=1000))
     train_s = time.time() - t0
     heldout = ppft_split("ddx")["heldout"]

@@ -84,10 +84,13 @@ def weights_sha256(resolved: str, model: torch.nn.Module | None = None) -> str |
             if f.is_file():
                 st = f.stat()
                 return _file_sha256(str(f), st.st_mtime_ns, st.st_size)
-    if model is not None:
-        h = hashlib.sha256()
-        for key, tensor in sorted(model.state_dict().items()):
-            h.update(key.encode())
-            h.update(tensor.detach().to(torch.float32).contiguous().cpu().numpy().tobytes())
-        return h.hexdigest()
-    return None
+    return state_dict_sha256(model) if model is not None else None
+
+
+def state_dict_sha256(model: torch.nn.Module) -> str:
+    """sha256 over a module's state dict (sorted names, float32 bytes): a fingerprint of in-memory weights."""
+    h = hashlib.sha256()
+    for key, tensor in sorted(model.state_dict().items()):
+        h.update(key.encode())
+        h.update(tensor.detach().to(torch.float32).contiguous().cpu().numpy().tobytes())
+    return h.hexdigest()

@@ -11,7 +11,7 @@ from .base import (
     register_mechanism,
 )
 from .clipping import Clipped, clip_l2, effective_noise
-from .gaussian import Gaussian, analytic_delta, analytic_epsilon, classic_sigma
+from .gaussian import Gaussian, analytic_delta, analytic_epsilon, analytic_sigma, classic_sigma, sigma_for_noise_norm
 from .laplace import L2Laplace, sample_gamma_integer_shape, sample_unit_directions
 from .slots import UNIT_SLOT_DIAMETER, SlotPrivatization
 from .transforms import k_pool, l2_normalize, n_slots
@@ -29,6 +29,8 @@ __all__ = [
     "clip_l2",
     "effective_noise",
     "Gaussian",
+    "analytic_sigma",
+    "sigma_for_noise_norm",
     "analytic_delta",
     "analytic_epsilon",
     "classic_sigma",

@@ -19,7 +19,7 @@ import torch
 
 from .base import PrivacyLoss, add_noise, check_positive, check_probability, register_mechanism
 
-__all__ = ["Gaussian", "classic_sigma", "analytic_delta", "analytic_epsilon"]
+__all__ = ["Gaussian", "classic_sigma", "analytic_sigma", "analytic_delta", "analytic_epsilon", "sigma_for_noise_norm"]
 
 
 def classic_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
@@ -62,6 +62,34 @@ def analytic_epsilon(sigma: float, delta: float, sensitivity: float, *, tol: flo
     return hi
 
 
+def analytic_sigma(epsilon: float, delta: float, sensitivity: float, *, tol: float = 1e-12) -> float:
+    """The smallest sigma whose exact (Balle & Wang) delta at ``epsilon`` is <= ``delta``, by bisection.
+
+    Valid for every epsilon > 0 (the classic formula is proved only below 1).
+    """
+    check_positive("analytic_sigma", "epsilon", epsilon)
+    check_probability("analytic_sigma", "delta", delta)
+    check_positive("analytic_sigma", "sensitivity", sensitivity)
+    lo, hi = 0.0, sensitivity
+    while analytic_delta(epsilon, hi, sensitivity) > delta:
+        hi *= 2.0
+    while hi - lo > tol * hi:
+        mid = 0.5 * (lo + hi)
+        if mid > 0 and analytic_delta(epsilon, mid, sensitivity) <= delta:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def sigma_for_noise_norm(norm: float, d: int) -> float:
+    """The sigma whose d-dimensional noise has expected L2 norm ``norm`` (inverse of ``expected_noise_norm``)."""
+    check_positive("sigma_for_noise_norm", "norm", norm)
+    if not isinstance(d, int) or d < 1:
+        raise ValueError(f"sigma_for_noise_norm: d must be an integer >= 1, got {d!r}")
+    return norm / (math.sqrt(2.0) * math.exp(math.lgamma((d + 1) / 2) - math.lgamma(d / 2)))
+
+
 @register_mechanism("gaussian")
 @dataclass(frozen=True)
 class Gaussian:
@@ -81,9 +109,13 @@ class Gaussian:
             raise ValueError(f"Gaussian: calibration must be 'classic' or 'analytic', got {self.calibration!r}")
 
     @classmethod
-    def from_epsilon_delta(cls, epsilon: float, delta: float, sensitivity: float) -> "Gaussian":
-        """sigma from (epsilon, delta, Delta_2) by the classic formula (BeamClean Appendix C)."""
-        return cls(sigma=classic_sigma(epsilon, delta, sensitivity), delta=delta, calibration="classic")
+    def from_epsilon_delta(cls, epsilon: float, delta: float, sensitivity: float, *, calibration: str = "classic") -> "Gaussian":
+        """sigma from (epsilon, delta, Delta_2): the classic formula (BeamClean Appendix C) or the exact analytic one."""
+        if calibration == "classic":
+            return cls(sigma=classic_sigma(epsilon, delta, sensitivity), delta=delta, calibration="classic")
+        if calibration == "analytic":
+            return cls(sigma=analytic_sigma(epsilon, delta, sensitivity), delta=delta, calibration="analytic")
+        raise ValueError(f"Gaussian.from_epsilon_delta: calibration must be 'classic' or 'analytic', got {calibration!r}")
 
     def noise(self, n: int, d: int, *, generator: torch.Generator, device=None) -> torch.Tensor:
         return torch.randn(n, d, generator=generator, dtype=torch.float64, device=device) * self.sigma

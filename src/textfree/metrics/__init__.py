@@ -5,15 +5,37 @@ Every function here is deterministic, has no side effects and is tested against 
 """
 
 from .basic import cosine_similarity_rows, mean_stderr, mse, token_recovery_rate
+from .privacy import (
+    attribute_recall,
+    best_window_similarity,
+    empirical_privacy,
+    ksg_mutual_information,
+    multilabel_prf,
+    pii_recovery,
+)
 from .qa import accuracy, first_mentioned, open_answer_correct, seed_spread
+from .text import PRF, BleuScore, UnicodeTokenizer, corpus_bleu, corpus_rouge_l, normalized_tokens, rouge_l
 
 __all__ = [
+    "PRF",
+    "BleuScore",
+    "UnicodeTokenizer",
     "accuracy",
+    "attribute_recall",
+    "best_window_similarity",
+    "corpus_bleu",
+    "corpus_rouge_l",
     "cosine_similarity_rows",
+    "empirical_privacy",
     "first_mentioned",
+    "ksg_mutual_information",
     "mean_stderr",
     "mse",
+    "multilabel_prf",
+    "normalized_tokens",
     "open_answer_correct",
+    "pii_recovery",
+    "rouge_l",
     "seed_spread",
     "token_recovery_rate",
 ]

@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from ..data import InstructRecord, MCQARecord, answer_target, load_dataset, mcqa_prompt
+from ..data import InstructRecord, MCQARecord, answer_target, load_dataset, mcqa_prompt, open_answer_prompt
 from ..payload import Payload
 from ..privatizer import Privatizer
 
@@ -28,6 +28,9 @@ __all__ = [
     "general_examples",
     "add_restore_examples",
     "mcqa_examples",
+    "domain_examples",
+    "blind_payload_examples",
+    "STAGE2_TASKS",
     "collate_text",
     "collate_payloads",
     "RESTORE_INSTRUCTION",
@@ -109,6 +112,35 @@ def mcqa_examples(records: Sequence[MCQARecord]) -> list[TextExample]:
         parts = mcqa_prompt(record)
         out.append(TextExample(private=parts.private, public=parts.public, target=answer_target(record)))
     return out
+
+
+STAGE2_TASKS = ("mcqa", "open")
+
+
+def domain_examples(records: Sequence[MCQARecord], tasks: Sequence[str] = ("mcqa",)) -> list[TextExample]:
+    """Stage-2 examples of the training records, one per (task, record), tasks in the given order.
+
+    ``"mcqa"``: :func:`mcqa_examples`; ``"open"``: private = context + question, public = the open-answer
+    instruction (no options), target = the gold label. Both come from the same training rows (augmentation from
+    training rows only)."""
+    tasks = list(tasks)
+    bad = [t for t in tasks if t not in STAGE2_TASKS]
+    if bad or not tasks or len(set(tasks)) != len(tasks):
+        raise ValueError(f"stage-2 tasks must be distinct names from {STAGE2_TASKS}, got {tasks}")
+    out: list[TextExample] = []
+    for task in tasks:
+        if task == "mcqa":
+            out += mcqa_examples(records)
+        else:
+            for record in records:
+                parts = open_answer_prompt(record)
+                out.append(TextExample(private=parts.private, public=parts.public, target=answer_target(record)))
+    return out
+
+
+def blind_payload_examples(examples: Sequence[TextExample], dim: int) -> list[PayloadExample]:
+    """The blind control: the same public text and targets with zero slots (no private prefix; nothing is encoded)."""
+    return [PayloadExample(torch.zeros(0, dim), ex.public, ex.target) for ex in examples]
 
 
 class ClientCache:

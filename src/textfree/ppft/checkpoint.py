@@ -33,6 +33,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..encoders.loading import state_dict_sha256
+
 __all__ = [
     "write_json",
     "read_json",
@@ -102,13 +104,7 @@ def decoder_sha256(name_or_path: str | os.PathLike, model: torch.nn.Module | Non
             for shard in shards:
                 h.update(_sha256_file(path / shard).encode())
             return h.hexdigest()
-    if model is not None:
-        h = hashlib.sha256()
-        for key, tensor in sorted(model.state_dict().items()):
-            h.update(key.encode())
-            h.update(tensor.detach().to(torch.float32).contiguous().cpu().numpy().tobytes())
-        return h.hexdigest()
-    return None
+    return state_dict_sha256(model) if model is not None else None
 
 
 def decoder_ref(name_or_path: str | os.PathLike, model: torch.nn.Module | None = None) -> dict[str, Any]:

@@ -94,6 +94,10 @@ def train_stage2_cmd(
     epsilon: float = typer.Option(75.0, "--epsilon", "-e", help="Client noise epsilon (L2-Laplace per unit distance)."),
     no_noise: bool = typer.Option(False, "--no-noise", help="Train on clean payloads (epsilon=None): the upper bound, NOT private."),
     k: _Optional[int] = typer.Option(None, "--k", help="Pooling k (default: the init run's)."),
+    mechanism: _Optional[str] = typer.Option(None, "--mechanism", help="Noise family: l2_laplace (default) or gaussian."),
+    noise_match: str = typer.Option("budget", "--noise-match", help="Gaussian only: budget (same per-slot guarantee as L2-Laplace at --epsilon) or norm (same expected noise norm d/eps)."),
+    task: _Optional[_List[str]] = typer.Option(None, "--task", help="Training prompt format, repeatable: mcqa, open (default: both)."),
+    blind: bool = typer.Option(False, "--blind", help="The blind control: no private prefix at all (needs --no-noise)."),
     epochs: int = typer.Option(3, help="Passes over the training payloads (fresh noise each)."),
     max_steps: _Optional[int] = typer.Option(None, help="Stop after this many optimizer steps."),
     batch_size: int = typer.Option(8, help="Payload rows per step."),
@@ -112,7 +116,8 @@ def train_stage2_cmd(
 
     eps = None if no_noise else epsilon
     cfg = _ppft_run(
-        Stage2Config, out=str(out), init=str(init), dataset=dataset, epsilon=eps, k=k, epochs=epochs, max_steps=max_steps,
+        Stage2Config, out=str(out), init=str(init), dataset=dataset, epsilon=eps, k=k, mechanism=mechanism,
+        noise_match=noise_match, tasks=list(task or ("mcqa", "open")), blind=blind, epochs=epochs, max_steps=max_steps,
         batch_size=batch_size, lr=lr, limit=limit, max_private_tokens=max_private_tokens, seed=seed,
         save_every=save_every, resume=resume, cpu=cpu,
     )
@@ -120,20 +125,23 @@ def train_stage2_cmd(
     typer.echo(f"stage 2 done: {summary['steps']} steps, loss {summary['first_loss']:.4f} -> {summary['final_loss']:.4f}, "
                f"{summary['total_wall_s']:.0f} s; model in {out}")
     if evaluate:
-        result = _ppft_evaluate(out, dataset, eps, None, None, seed, 32, out / "eval.json")
-        typer.echo(f"held-out accuracy {result['accuracy']:.4f} (n={result['n']}, epsilon={eps})")
+        t = "blind_mcqa" if blind else "mcqa"
+        result = _ppft_evaluate(out, dataset, eps, None, None, seed, 32, out / "eval.json", task=t)
+        typer.echo(f"held-out {t} accuracy {result['accuracy']:.4f} (n={result['n']}, epsilon={eps})")
 
 
-def _ppft_evaluate(model: _Path, dataset: str, epsilon, k, limit, seed, max_new_tokens, out_file):
+def _ppft_evaluate(model: _Path, dataset: str, epsilon, k, limit, seed, max_new_tokens, out_file, *, task="mcqa"):
     from textfree.data import ppft_split
     from textfree.ppft.checkpoint import write_json
-    from textfree.ppft.evaluate import evaluate_mcqa, majority_baseline
+    from textfree.ppft.evaluate import evaluate_qa, majority_baseline, task_labels
     from textfree.ppft.model import TextFreeLM
 
     lm = _ppft_run(TextFreeLM.load, model)
     split = _ppft_run(ppft_split, dataset)
     records = split["heldout"][:limit] if limit else split["heldout"]
-    result = evaluate_mcqa(lm, records, epsilon=epsilon, k=k, seed=seed, max_new_tokens=max_new_tokens, progress=True)
+    labels = task_labels(split["train"], split["heldout"])
+    result = _ppft_run(evaluate_qa, lm, records, task=task, epsilon=epsilon, k=k, labels=labels, seed=seed,
+                       max_new_tokens=max_new_tokens, progress=True)
     result["majority_baseline"] = majority_baseline(split["train"], records)
     result["dataset"], result["model"] = dataset, str(model)
     if out_file is not None:
@@ -151,13 +159,14 @@ def evaluate_cmd(
     limit: _Optional[int] = typer.Option(None, help="Only the first N held-out records."),
     seed: int = typer.Option(0, help="Noise seed (experiments only)."),
     max_new_tokens: int = typer.Option(32, help="Generation length."),
+    task: str = typer.Option("mcqa", "--task", help="mcqa (4 options), open (no options), blind_mcqa or blind_open (no private prefix)."),
     out: _Optional[_Path] = typer.Option(None, "--out", help="Write the result (with every prediction) to this JSON file."),
 ) -> None:
-    """Held-out 4-option accuracy: the client privatizes each prompt, the server answers from the payload."""
+    """Held-out accuracy: the client privatizes each prompt, the server answers from the payload."""
     _ppft_setup(verbose=False)
-    r = _ppft_evaluate(model, dataset, None if no_noise else epsilon, k, limit, seed, max_new_tokens, out)
+    r = _ppft_evaluate(model, dataset, None if no_noise else epsilon, k, limit, seed, max_new_tokens, out, task=task)
     typer.echo(
-        f"{dataset} held-out n={r['n']} epsilon={r['epsilon']} k={r['k']}: accuracy {r['accuracy']:.4f} "
+        f"{dataset} held-out {task} n={r['n']} epsilon={r['epsilon']} k={r['k']}: accuracy {r['accuracy']:.4f} "
         f"(exclusive {r['accuracy_exclusive']:.4f}; without answer leak {r['accuracy_no_leak']:.4f}, n={r['n_no_leak']}); "
         f"majority baseline {r['majority_baseline']:.4f}"
     )
@@ -192,6 +201,25 @@ def ask_cmd(
     typer.echo(answer)
     typer.echo(f"privacy: {payload.lengths[0]} slot(s), epsilon {eps} per unit distance; worst-case loss for this prompt "
                f"{worst.epsilon:g} (metric)", err=True)
+
+
+@app.command("report")
+def report_cmd(
+    results: _List[_Path] = typer.Argument(..., help="Result JSON files of the ppft_* cells, or directories holding them (e.g. results/ppft)."),
+    out: _Path = typer.Option(_Path("docs/results/ppft.md"), "--out", help="The Markdown report to write (figures go to <out stem>/)."),
+) -> None:
+    """Write PPFT's result tables (docs/results/ppft.md) and figures from result files; nothing is recomputed."""
+    from textfree.experiments import ResultsError
+    from textfree.ppft.report import write_report
+
+    missing = [str(p) for p in results if not p.exists()]
+    if missing:
+        _ppft_fail(f"no such file or directory: {', '.join(missing)}")
+    try:
+        path = write_report(results, out)
+    except ResultsError as exc:
+        _ppft_fail(str(exc))
+    typer.echo(f"wrote {path}")
 
 
 # =====================================================================================================================

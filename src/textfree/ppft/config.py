@@ -73,6 +73,7 @@ class TextFreeConfig:
     k: int = field(default=4, metadata={"help": "Pool blocks of k encoder tokens into one slot."})
     mechanism: str = field(default="l2_laplace", metadata={"help": "Noise family the server part is adapted to (registered mechanism name)."})
     epsilon: float | None = field(default=None, metadata={"help": "The mechanism's epsilon in the last noisy training stage; null = trained without noise."})
+    noise_match: str = field(default="budget", metadata={"help": "For mechanism 'gaussian': how epsilon maps to sigma, 'budget' (same per-slot guarantee as L2-Laplace) or 'norm' (same expected noise norm d/epsilon)."})
     max_private_tokens: int = field(default=256, metadata={"help": "The client cuts private text to this many encoder tokens (k-pooled into at most ceil(n/k) slots)."})
     template: PromptTemplate = field(default_factory=PromptTemplate, metadata={"help": "Sequence layout (see PromptTemplate)."})
     lora: LoraSettings = field(default_factory=LoraSettings, metadata={"help": "LoRA settings of the adapter."})
@@ -81,6 +82,8 @@ class TextFreeConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
             raise ValueError(f"TextFreeConfig.k must be an integer >= 1, got {self.k!r}")
+        if self.noise_match not in ("budget", "norm"):
+            raise ValueError(f"TextFreeConfig.noise_match must be 'budget' or 'norm', got {self.noise_match!r}")
         if self.stage not in ("init", "stage1", "stage2"):
             raise ValueError(f"TextFreeConfig.stage must be init, stage1 or stage2, got {self.stage!r}")
 

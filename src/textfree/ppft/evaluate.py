@@ -1,63 +1,127 @@
-"""Held-out MCQA accuracy of a PPFT model, measured the way it is used: client privatizes, server answers.
+"""Held-out accuracy of a PPFT model, measured the way it is used: the client privatizes, the server answers.
 
-Scoring is :func:`textfree.data.is_correct` (normalised gold option text contained in the generation, PPFT
-Appendix D.1); ``accuracy_exclusive`` also rejects generations that contain another option's text, and
-``accuracy_no_leak`` is on the records whose private text does not name the answer (docs/data.md).
-``majority_baseline`` is the accuracy of always answering the most frequent training answer among the options.
+Tasks (``task=``):
+
+* ``"mcqa"`` (PPFT Appendix B.6 / D.1): private = context + question, public = instruction + 4 options; correct if
+  the normalised gold option text is contained in the generation (:func:`textfree.data.is_correct`);
+  ``accuracy_exclusive`` also rejects generations that contain another option's text.
+* ``"open"``: no options shown (public = :data:`~textfree.data.prompts.OPEN_INSTRUCTION`); correct iff the first
+  label of the whole task the generation names is the gold one (:func:`textfree.metrics.open_answer_correct`).
+  ``labels`` is the task's label set (:func:`task_labels`: every option of every record).
+* ``"blind_mcqa"`` / ``"blind_open"``: the same public parts and **no private prefix at all** (zero slots, nothing
+  private is sent): what the decoder answers from the options (or the instruction) alone.
+
+Every result also reports ``accuracy_no_leak``: the accuracy on the records whose private text does not name the
+answer (docs/data.md). ``majority_baseline`` is the accuracy of always answering the most frequent training answer
+among the options.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Any, Sequence
 
+import torch
 
-from ..data import MCQARecord, contains_answer, is_correct, mcqa_prompt, normalize_answer
+from ..data import MCQARecord, blind_prompt, contains_answer, is_correct, mcqa_prompt, normalize_answer, open_answer_prompt
+from ..data.prompts import OPEN_INSTRUCTION
+from ..metrics import open_answer_correct
 from ..rng import resolve_generator
 
-__all__ = ["evaluate_mcqa", "majority_baseline"]
+__all__ = ["TASKS", "evaluate_qa", "evaluate_mcqa", "majority_baseline", "task_labels"]
+
+TASKS = ("mcqa", "open", "blind_mcqa", "blind_open")
 
 
-def evaluate_mcqa(
+def task_labels(*record_lists: Sequence[MCQARecord]) -> list[str]:
+    """Every distinct option text (first spelling, in order of appearance) over the given records."""
+    seen: dict[str, str] = {}
+    for records in record_lists:
+        for r in records:
+            for option in r.options:
+                seen.setdefault(normalize_answer(option), option)
+    return list(seen.values())
+
+
+def _parts(record: MCQARecord, task: str):
+    if task == "mcqa":
+        return mcqa_prompt(record)
+    if task == "open":
+        return open_answer_prompt(record)
+    if task == "blind_mcqa":
+        return blind_prompt(record)
+    return type(blind_prompt(record))(private="", public=OPEN_INSTRUCTION)
+
+
+def evaluate_qa(
     lm,
     records: Sequence[MCQARecord],
     *,
+    task: str = "mcqa",
     epsilon: float | None,
     k: int | None = None,
     mechanism: str | None = None,
+    match: str | None = None,
+    labels: Sequence[str] | None = None,
     seed: int | None = 0,
     batch_size: int = 32,
     max_new_tokens: int = 24,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """Accuracy of ``lm`` (a :class:`TextFreeLM`) on ``records`` at ``epsilon`` (None: clean payloads)."""
+    """Accuracy of ``lm`` (a :class:`TextFreeLM`) on ``records`` for ``task`` at ``epsilon`` (None: clean payloads)."""
     from tqdm.auto import tqdm
 
-    privatizer = lm.privatizer(epsilon, k=k, mechanism=mechanism)
-    gen = resolve_generator(None, seed) if epsilon is not None else None
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    open_task = task.endswith("open")
+    if open_task:
+        labels = list(labels) if labels is not None else task_labels(records)
+        missing = [r.answer for r in records if normalize_answer(r.answer) not in {normalize_answer(l) for l in labels}]
+        if missing:
+            raise ValueError(f"open-answer labels miss the gold answer {missing[0]!r}")
+    blind = task.startswith("blind")
+    privatizer = None if blind else lm.privatizer(epsilon, k=k, mechanism=mechanism, match=match)
+    gen = resolve_generator(None, seed) if (epsilon is not None and not blind) else None
+    started = time.time()
     predictions = []
-    for start in tqdm(range(0, len(records), batch_size), desc="evaluate", unit="batch", disable=not progress):
+    for start in tqdm(range(0, len(records), batch_size), desc=f"evaluate {task}", unit="batch", disable=not progress):
         chunk = records[start : start + batch_size]
-        parts = [mcqa_prompt(r) for r in chunk]
-        payload = privatizer.privatize([p.private for p in parts], generator=gen, public=[p.public for p in parts])
-        answers = lm.server.answer(payload, max_new_tokens=max_new_tokens, batch_size=batch_size)
+        parts = [_parts(r, task) for r in chunk]
+        public = [p.public for p in parts]
+        if blind:  # nothing private is sent: zero slots
+            empty = torch.zeros(len(chunk), 0, lm.config.encoder_dim)
+            answers = lm.server.generate(empty, torch.zeros(len(chunk), 0, dtype=torch.bool), public=public, max_new_tokens=max_new_tokens)
+        else:
+            payload = privatizer.privatize([p.private for p in parts], generator=gen, public=public)
+            answers = lm.server.answer(payload, max_new_tokens=max_new_tokens, batch_size=batch_size)
         for record, answer in zip(chunk, answers):
-            predictions.append(
-                {"id": record.id, "answer": answer, "gold": record.answer, "correct": is_correct(answer, record),
-                 "correct_exclusive": is_correct(answer, record, exclusive=True), "leaks": contains_answer(record)}
-            )
+            if open_task:
+                correct = exclusive = open_answer_correct(answer, record.answer, labels)
+            else:
+                correct, exclusive = is_correct(answer, record), is_correct(answer, record, exclusive=True)
+            predictions.append({"id": record.id, "answer": answer, "gold": record.answer, "correct": correct,
+                                "correct_exclusive": exclusive, "leaks": contains_answer(record)})
     n = len(predictions)
     no_leak = [p for p in predictions if not p["leaks"]]
     return {
+        "task": task,
         "n": n,
         "accuracy": sum(p["correct"] for p in predictions) / n if n else float("nan"),
         "accuracy_exclusive": sum(p["correct_exclusive"] for p in predictions) / n if n else float("nan"),
         "n_no_leak": len(no_leak),
         "accuracy_no_leak": sum(p["correct"] for p in no_leak) / len(no_leak) if no_leak else float("nan"),
-        "epsilon": epsilon,
-        "k": k or lm.config.k,
+        "epsilon": None if blind else epsilon,
+        "k": None if blind else (k or lm.config.k),
+        "n_labels": len(labels) if open_task else None,
+        "wall_s": round(time.time() - started, 2),
         "predictions": predictions,
     }
+
+
+def evaluate_mcqa(lm, records: Sequence[MCQARecord], **kwargs) -> dict[str, Any]:
+    """:func:`evaluate_qa` with ``task="mcqa"`` (4-option accuracy)."""
+    return evaluate_qa(lm, records, task="mcqa", **kwargs)
 
 
 def majority_baseline(train: Sequence[MCQARecord], test: Sequence[MCQARecord]) -> float:

@@ -28,7 +28,7 @@ from .config import LoraSettings, PromptTemplate, TextFreeConfig
 from .projection import ProjectionConfig
 from .server import CONFIG_NAME, ServerModel, ServerOutput
 
-__all__ = ["TextFreeLM", "ENCODER_DIR", "make_noise"]
+__all__ = ["TextFreeLM", "ENCODER_DIR", "make_noise", "GAUSSIAN_MATCHES"]
 
 ENCODER_DIR = "encoder"
 
@@ -133,9 +133,12 @@ class TextFreeLM(torch.nn.Module):
         pooled, slot_mask = k_pool(hidden.float(), attention_mask, self.config.k)
         return l2_normalize(pooled) * slot_mask.unsqueeze(-1), slot_mask
 
-    def privatizer(self, epsilon: float | None, *, k: int | None = None, mechanism: str | None = None, **params) -> Privatizer:
-        """The client as users run it: ``epsilon=None`` gives clean (non-private) payloads."""
-        return Privatizer(self.encoder, make_noise(mechanism or self.config.mechanism, epsilon, **params), k or self.config.k)
+    def privatizer(self, epsilon: float | None, *, k: int | None = None, mechanism: str | None = None, match: str | None = None, **params) -> Privatizer:
+        """The client as users run it: ``epsilon=None`` gives clean (non-private) payloads.
+
+        ``mechanism`` / ``match`` default to the model's (see :func:`make_noise`)."""
+        noise = make_noise(mechanism or self.config.mechanism, epsilon, dim=self.encoder.dim, match=match or self.config.noise_match, **params)
+        return Privatizer(self.encoder, noise, k or self.config.k)
 
     # ------------------------------------------------------------------ whole pipeline
     def forward(
@@ -168,13 +171,31 @@ class TextFreeLM(torch.nn.Module):
         return self.server.answer(payload, max_new_tokens=max_new_tokens)
 
 
-def make_noise(family: str, epsilon: float | None, **params):
-    """The mechanism of ``family`` at ``epsilon`` (None: no noise). Gaussian is calibrated classically for unit
-    slots (sensitivity 2) at ``delta`` (default 1e-5)."""
+GAUSSIAN_MATCHES = ("budget", "norm")
+
+
+def make_noise(family: str, epsilon: float | None, *, dim: int | None = None, match: str = "budget", delta: float = 1e-5, **params):
+    """The client's mechanism of ``family`` for an L2-Laplace-equivalent ``epsilon`` (None: no noise).
+
+    ``family="gaussian"`` is matched to L2-Laplace at ``epsilon`` on unit slots (diameter 2) in one of two ways:
+
+    * ``match="budget"``: the same formal per-slot guarantee. L2-Laplace gives ``2 * epsilon``-DP per slot, so
+      sigma is the exact (analytic, Balle & Wang) calibration of ``(2 * epsilon, delta)``-DP at sensitivity 2.
+    * ``match="norm"``: the same expected noise norm ``dim / epsilon`` (L2-Laplace's mean radius); its formal
+      guarantee is whatever the payload's ``privacy_loss`` then states (in d = 384 it is a smaller per-slot
+      (eps, delta) than L2-Laplace's pure 2*eps: 15.6 vs 56 at eps 28).
+    """
     if epsilon is None:
         return None
     if family == "gaussian":
         from ..mechanisms import Gaussian
+        from ..mechanisms.gaussian import sigma_for_noise_norm
 
-        return Gaussian.from_epsilon_delta(epsilon, params.get("delta", 1e-5), UNIT_SLOT_DIAMETER)
+        if match == "budget":
+            return Gaussian.from_epsilon_delta(2.0 * epsilon, delta, UNIT_SLOT_DIAMETER, calibration="analytic")
+        if match == "norm":
+            if dim is None:
+                raise ValueError("make_noise: match='norm' needs the encoder width dim")
+            return Gaussian(sigma=sigma_for_noise_norm(dim / epsilon, dim), delta=delta, calibration="analytic")
+        raise ValueError(f"make_noise: match must be one of {GAUSSIAN_MATCHES}, got {match!r}")
     return build_mechanism(family, epsilon=epsilon, **params)

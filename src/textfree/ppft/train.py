@@ -31,12 +31,14 @@ from torch.utils.data import DataLoader, Subset
 from ..rng import secure_generator, seeded_generator
 from .batches import (
     DEFAULT_GENERAL_SOURCES,
+    STAGE2_TASKS,
     ClientCache,
     add_restore_examples,
+    blind_payload_examples,
     collate_payloads,
     collate_text,
+    domain_examples,
     general_examples,
-    mcqa_examples,
 )
 from .checkpoint import latest_checkpoint, load_training_checkpoint, read_json, save_training_checkpoint, write_json
 from .config import LoraSettings, PromptTemplate
@@ -119,13 +121,32 @@ class Stage2Config(LoopConfig):
     split_fraction: float = field(default=0.5, metadata={"help": "ppft_split fraction (share of test-only groups that go to train)."})
     limit: int | None = field(default=None, metadata={"help": "Use only the first N training records."})
     epsilon: float | None = field(default=75.0, metadata={"help": "Noise epsilon of the client's privatization; null = no noise (the 'upper bound' run; NOT private)."})
-    mechanism: str | None = field(default=None, metadata={"help": "Noise family (default: the model's, l2_laplace)."})
+    mechanism: str | None = field(default=None, metadata={"help": "Noise family (default: the model's, l2_laplace); 'gaussian' is matched to L2-Laplace at epsilon (see noise_match)."})
+    noise_match: str = field(default="budget", metadata={"help": "Gaussian only: 'budget' (same per-slot guarantee, 2*epsilon at delta 1e-5) or 'norm' (same expected noise norm d/epsilon)."})
+    tasks: list[str] = field(default_factory=lambda: list(STAGE2_TASKS), metadata={"help": "Training prompt formats from the same training rows: 'mcqa' (options shown) and/or 'open' (no options)."})
+    blind: bool = field(default=False, metadata={"help": "The blind control: train (and later answer) with no private prefix at all, public text only."})
     k: int | None = field(default=None, metadata={"help": "Pooling k (default: the model's)."})
     max_private_tokens: int | None = field(default=None, metadata={"help": "Client truncation of the private text in encoder tokens (default: the model's)."})
     noise_seed: int | None = field(default=None, metadata={"help": "Seed of the per-epoch noise generators (default: seed). Reproducible noise: experiments only."})
     secure_noise: bool = field(default=False, metadata={"help": "Draw each epoch's noise from OS entropy instead (a resumed epoch then gets new noise)."})
     decoder: str | None = field(default=None, metadata={"help": "Where the base decoder is, if it moved since the init run (its sha256 must still match)."})
     epochs: int = field(default=3, metadata={"help": "Passes over the training payloads (fresh noise each)."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        tasks = list(self.tasks)
+        if not tasks or len(set(tasks)) != len(tasks) or any(t not in STAGE2_TASKS for t in tasks):
+            raise ValueError(f"tasks must be distinct names from {STAGE2_TASKS}, got {self.tasks!r}")
+        if self.noise_match not in ("budget", "norm"):
+            raise ValueError(f"noise_match must be 'budget' or 'norm', got {self.noise_match!r}")
+        if self.mechanism is not None:
+            from ..mechanisms.base import get_mechanism_class
+
+            get_mechanism_class(self.mechanism)
+        if self.epsilon is not None and not (isinstance(self.epsilon, (int, float)) and self.epsilon > 0):
+            raise ValueError(f"epsilon must be a positive number or null, got {self.epsilon!r}")
+        if self.blind and self.epsilon is not None:
+            raise ValueError("a blind run sends no private prefix: set epsilon to null")
 
 
 def lr_multiplier(step: int, total: int, warmup: int, min_ratio: float) -> float:
@@ -361,24 +382,33 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
     family = cfg.mechanism or lm.config.mechanism
     k = cfg.k or lm.config.k
     max_private = cfg.max_private_tokens or lm.config.max_private_tokens
-    lm.server.config = lm.config.replace(k=k, mechanism=family, epsilon=cfg.epsilon, stage="stage2", max_private_tokens=max_private)
+    lm.server.config = lm.config.replace(k=k, mechanism=family, epsilon=cfg.epsilon, noise_match=cfg.noise_match,
+                                         stage="stage2", max_private_tokens=max_private)
     lm.encoder.max_length = max_private
 
     # -- client side: encode the training prompts once; privatize afresh every epoch
     records = ppft_split(cfg.dataset, cfg.split_fraction)["train"]
     if cfg.limit is not None:
         records = records[: cfg.limit]
-    cache = ClientCache(lm.encoder, mcqa_examples(records), progress=cfg.progress)
-    privatizer = lm.privatizer(cfg.epsilon, k=k, mechanism=family)
+    examples = domain_examples(records, cfg.tasks)
     noise_seed = cfg.seed if cfg.noise_seed is None else cfg.noise_seed
-    if cfg.epsilon is None:
-        log.warning("stage 2 without noise (epsilon=None): the server sees clean embeddings; an upper bound, not private")
+    if cfg.blind:
+        blind = blind_payload_examples(examples, lm.config.encoder_dim)
+        log.info("stage 2 blind control: %d examples with no private prefix", len(blind))
 
-    def epoch_payloads(epoch: int):
-        gen = None
-        if cfg.epsilon is not None:
-            gen = secure_generator() if cfg.secure_noise else seeded_generator(noise_seed * 100_003 + epoch)
-        return cache.privatize(privatizer, generator=gen)
+        def epoch_payloads(epoch: int):
+            return blind
+    else:
+        cache = ClientCache(lm.encoder, examples, progress=cfg.progress)
+        privatizer = lm.privatizer(cfg.epsilon, k=k, mechanism=family, match=cfg.noise_match)
+        if cfg.epsilon is None:
+            log.warning("stage 2 without noise (epsilon=None): the server sees clean embeddings; an upper bound, not private")
+
+        def epoch_payloads(epoch: int):
+            gen = None
+            if cfg.epsilon is not None:
+                gen = secure_generator() if cfg.secure_noise else seeded_generator(noise_seed * 100_003 + epoch)
+            return cache.privatize(privatizer, generator=gen)
 
     # -- server side: only projection + LoRA train; it sees payload rows, public text and targets
     server = lm.server
@@ -390,13 +420,14 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
         return model(batch["vectors"], batch["mask"], public=batch["public"], targets=batch["targets"]).loss
 
     summary = fit(
-        cfg=cfg, model=server, optimizer=optimizer, n_examples=len(cache), epoch_examples=epoch_payloads,
+        cfg=cfg, model=server, optimizer=optimizer, n_examples=len(examples), epoch_examples=epoch_payloads,
         collate=collate_payloads, loss_fn=loss_fn, on_step=on_step,
     )
     lm.server = summary["model"]
     lm.save(run)
-    extra = {"stage": "stage2", "dataset": cfg.dataset, "examples": len(cache), "epsilon": cfg.epsilon, "k": k,
-             "mechanism": family, "total_wall_s": round(time.time() - t0, 2)}
+    extra = {"stage": "stage2", "dataset": cfg.dataset, "examples": len(examples), "epsilon": cfg.epsilon, "k": k,
+             "mechanism": family, "noise_match": cfg.noise_match, "tasks": list(cfg.tasks), "blind": cfg.blind,
+             "total_wall_s": round(time.time() - t0, 2)}
     return _write_summary(run, summary, extra) | {"model": lm}
 
 

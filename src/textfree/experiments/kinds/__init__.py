@@ -1,5 +1,5 @@
 """Built-in cell kinds. Importing this package registers them (see :mod:`..registry`)."""
 
-from . import privatization  # noqa: F401
+from . import ppft, privatization  # noqa: F401
 
-__all__ = ["privatization"]
+__all__ = ["privatization", "ppft"]

@@ -1,0 +1,341 @@
+"""Cell kinds for the PPFT pipeline: one per stage, so the experiment runner drives all of it.
+
+* ``ppft_pretrain``: pretrain the local decoder (``textfree.ppft.lm``). Params: ``out`` (directory), ``preset``
+  (tiny | small | gpu) and any :class:`~textfree.ppft.lm.DecoderPretrainConfig` field as ``config`` overrides.
+* ``ppft_stage1``: alignment (:func:`~textfree.ppft.train.train_stage1`); params are
+  :class:`~textfree.ppft.train.Stage1Config` fields (``decoder``, ``out``, ...).
+* ``ppft_stage2``: text-free domain adaptation on the cell's ``dataset`` (pri-ddx | pri-slja), trained **once per
+  grid point** (the cell's seeds do not retrain), then evaluated on the held-out split **once per seed**: the
+  seed is the evaluation noise seed, so every metric is a mean over noise draws. Params are
+  :class:`~textfree.ppft.train.Stage2Config` fields (``init``, ``epsilon``, ``k``, ``mechanism``, ``noise_match``,
+  ``tasks``, ``blind``, ``epochs``, ...) plus ``out`` (a template: ``{dataset}``, ``{epsilon}``, ``{k}``,
+  ``{mechanism}``, ``{noise_match}``, ``{blind}`` are filled in), ``train_seed`` (default 0) and ``eval_tasks``.
+* ``ppft_evaluate``: evaluate an existing run (``model``) on the cell's ``dataset``: a Pri-* held-out split, or a
+  general MCQA set (``csqa``, ``arc``: the cell's ``split``) for PPFT's Table 4. The lower bound of Table 1 is
+  this kind on a stage-1 run.
+
+Training kinds reuse a finished run: when ``out`` already holds a ``summary.json`` written under the same training
+config, the model is loaded instead of retrained and ``reused`` is 1 (the recorded wall time is the original
+run's). Evaluation metrics are always computed afresh.
+
+Metrics of the evaluating kinds, per task ``T`` in ``eval_tasks`` (mcqa, open, blind_mcqa, blind_open):
+``acc_T``, ``acc_T_no_leak`` (records whose private text does not name the answer) and ``acc_T_exclusive``;
+plus ``n_heldout``, ``n_no_leak``, ``majority_baseline``, ``slot_epsilon`` (worst-case loss of one slot;
+NaN without noise), ``prompt_epsilon`` (mean worst-case loss of a held-out prompt) and ``eval_wall_s``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+from ..cell import CellError
+from ..registry import RunContext, register_cell_kind
+
+__all__ = ["EVAL_TASKS", "eval_metric_names", "STAGE2_PARAMS", "STAGE1_PARAMS", "EVALUATE_PARAMS", "PRETRAIN_PARAMS"]
+
+EVAL_TASKS = ("mcqa", "open", "blind_mcqa", "blind_open")
+_PER_TASK = ("acc_{}", "acc_{}_no_leak", "acc_{}_exclusive")
+_COMMON = ("n_heldout", "n_no_leak", "majority_baseline", "slot_epsilon", "prompt_epsilon", "eval_wall_s")
+_TRAIN = ("train_first_loss", "train_final_loss", "train_wall_s", "train_steps", "reused")
+
+
+def eval_metric_names() -> tuple[str, ...]:
+    return tuple(p.format(t) for t in EVAL_TASKS for p in _PER_TASK) + _COMMON
+
+
+def _config_params(cls, extra: dict[str, str], skip: tuple[str, ...] = ()) -> dict[str, str]:
+    out = {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls) if f.name not in skip}
+    return out | extra
+
+
+def _stage_classes():
+    from ...ppft.train import Stage1Config, Stage2Config
+
+    return Stage1Config, Stage2Config
+
+
+_S1, _S2 = _stage_classes()
+STAGE1_PARAMS = _config_params(_S1, {})
+STAGE2_PARAMS = _config_params(
+    _S2,
+    {
+        "out": "Run directory template; {dataset} {epsilon} {k} {mechanism} {noise_match} {blind} are filled in.",
+        "train_seed": "Training seed (init, dropout, data order, training noise); the cell's seeds are evaluation noise seeds.",
+        "eval_tasks": "Evaluation tasks: mcqa, open, blind_mcqa, blind_open (default: mcqa + open; blind runs: blind_mcqa + blind_open).",
+        "eval_limit": "Evaluate on the first N held-out records only.",
+    },
+    skip=("seed", "progress", "resume"),
+)
+EVALUATE_PARAMS = {
+    "model": "The PPFT run directory to evaluate.",
+    "epsilon": "Client noise epsilon at test time (null: clean payloads, NOT private). Default: the model's.",
+    "k": "Pooling k (default: the model's).",
+    "mechanism": "Noise family (default: the model's).",
+    "noise_match": "Gaussian matching, budget or norm (default: the model's).",
+    "eval_tasks": "Evaluation tasks (default: mcqa + open on Pri-*, mcqa elsewhere).",
+    "eval_limit": "Evaluate on the first N records only.",
+}
+PRETRAIN_PARAMS = {
+    "out": "Output directory of the decoder.",
+    "preset": "tiny | small | gpu (default small).",
+    "config": "Mapping of DecoderPretrainConfig field overrides.",
+}
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def _reusable(run: Path, config: dict[str, Any], volatile: set[str]) -> bool:
+    """True when ``run`` finished (summary.json) under the same training config (ignoring ``volatile`` keys)."""
+    import json
+
+    summary, saved = run / "summary.json", run / "train_config.json"
+    if not (summary.is_file() and saved.is_file()):
+        return False
+    old = json.loads(saved.read_text()).get("config", {})
+    strip = lambda d: {k: v for k, v in d.items() if k not in volatile}  # noqa: E731
+    return strip(old) == strip(config)
+
+
+def _train_metrics(summary: dict[str, Any], reused: bool) -> dict[str, float]:
+    nan = float("nan")
+    return {
+        "train_first_loss": summary.get("first_loss") if summary.get("first_loss") is not None else nan,
+        "train_final_loss": summary.get("final_loss") if summary.get("final_loss") is not None else nan,
+        "train_wall_s": summary.get("total_wall_s", summary.get("wall_s", nan)),
+        "train_steps": summary.get("steps", nan),
+        "reused": 1.0 if reused else 0.0,
+    }
+
+
+def _records(dataset: str, split: str | None, limit: int | None):
+    """(train, evaluation records, label records) for a Pri-* set (ppft_split) or a general MCQA set."""
+    from ...data import MCQARecord, load_dataset, ppft_split
+
+    name = dataset.lower()
+    if name.startswith("pri-") or Path(dataset).is_dir() and (Path(dataset) / "test.jsonl").exists():
+        parts = ppft_split(dataset)
+        train, heldout = parts["train"], parts["heldout"]
+    else:
+        train, heldout = [], load_dataset(dataset, split=split)
+    heldout = [r for r in heldout if isinstance(r, MCQARecord)]
+    if not heldout:
+        raise ValueError(f"{dataset!r} holds no multiple-choice records to evaluate on")
+    return train, (heldout[:limit] if limit else heldout), list(train) + list(heldout)
+
+
+def _evaluate(lm, cell, seed: int, context: RunContext, *, tasks, epsilon, k, mechanism, noise_match, limit) -> dict[str, float]:
+    from ...ppft.evaluate import evaluate_qa, majority_baseline, task_labels
+
+    train, records, all_records = context.cached(("records", cell.dataset, cell.split, limit), lambda: _records(cell.dataset, cell.split, limit))
+    labels = context.cached(("labels", cell.dataset), lambda: task_labels(all_records))
+    out: dict[str, float] = {}
+    wall = 0.0
+    for task in tasks:
+        r = evaluate_qa(lm, records, task=task, epsilon=epsilon, k=k, mechanism=mechanism, match=noise_match, labels=labels, seed=seed)
+        out[f"acc_{task}"] = r["accuracy"]
+        out[f"acc_{task}_no_leak"] = r["accuracy_no_leak"]
+        out[f"acc_{task}_exclusive"] = r["accuracy_exclusive"]
+        out["n_no_leak"] = r["n_no_leak"]
+        wall += r["wall_s"]
+        context.logger.info("%s seed %d %s: accuracy %.4f (no leak %.4f)", cell.name, seed, task, r["accuracy"], r["accuracy_no_leak"])
+    out["n_heldout"] = len(records)
+    out["majority_baseline"] = majority_baseline(train, records) if train else float("nan")
+    out |= _privacy(lm, records, epsilon=None if all(t.startswith("blind") for t in tasks) else epsilon, k=k, mechanism=mechanism, noise_match=noise_match, context=context)
+    out["eval_wall_s"] = wall
+    return out
+
+
+def _privacy(lm, records, *, epsilon, k, mechanism, noise_match, context) -> dict[str, float]:
+    """Worst-case loss of one slot and the mean worst-case loss of a held-out prompt (by its slot count)."""
+    if epsilon is None:
+        return {"slot_epsilon": float("nan"), "prompt_epsilon": float("nan")}
+    from ...data import mcqa_prompt
+
+    privatizer = lm.privatizer(epsilon, k=k, mechanism=mechanism, match=noise_match)
+    slot = privatizer.privatization.slot_loss().epsilon
+
+    def mean_slots() -> float:
+        kk = privatizer.privatization.k
+        lengths = [len(lm.encoder.tokenize([mcqa_prompt(r).private])["input_ids"][0]) for r in records]
+        return sum(math.ceil(n / kk) for n in lengths) / len(lengths)
+
+    slots = context.cached(("slots", id(lm), privatizer.privatization.k), mean_slots)
+    return {"slot_epsilon": slot, "prompt_epsilon": slot * slots}
+
+
+def _default_tasks(dataset: str, blind: bool) -> list[str]:
+    if blind:
+        return ["blind_mcqa", "blind_open"]
+    return ["mcqa", "open"] if dataset.lower().startswith("pri-") else ["mcqa"]
+
+
+def _check_tasks(tasks: Any) -> None:
+    if not isinstance(tasks, list) or not tasks or any(t not in EVAL_TASKS for t in tasks):
+        raise CellError(f"eval_tasks must be a non-empty list from {EVAL_TASKS}, got {tasks!r}", field="params")
+
+
+# ------------------------------------------------------------------------------------------------ stage 2
+def _evaluating_points(cell, points, kind: str, datasets: str, required: dict[str, str]) -> list[dict[str, Any]]:
+    """Checks shared by the evaluating kinds; returns each point's resolved params."""
+    if cell.dataset is None:
+        raise CellError(f"{kind} needs a `dataset` ({datasets})", field="dataset")
+    if cell.mechanism is not None:
+        raise CellError("ppft kinds take the noise in params (epsilon, mechanism, noise_match), not `mechanism`", field="mechanism")
+    out = []
+    for point in points:
+        p = cell.resolve(point).params
+        missing = [name for name in required if name not in p]
+        if missing:
+            wanted = " and ".join(f"`{n}` ({required[n]})" for n in required)
+            raise CellError(f"{kind} needs params {wanted}", field="params")
+        if "eval_tasks" in p:
+            _check_tasks(p["eval_tasks"])
+        out.append(p)
+    return out
+
+
+def _stage2_validate(cell, points) -> None:
+    required = {"init": "a stage-1 run", "out": "a run directory template"}
+    for point, p in zip(points, _evaluating_points(cell, points, "ppft_stage2", "pri-ddx or pri-slja", required)):
+        try:
+            _stage2_config(cell, p)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise CellError(f"invalid stage-2 settings at {point or 'the cell'}: {exc}", field="params") from None
+
+
+def _stage2_config(cell, p: dict[str, Any]):
+    from ...ppft.train import Stage2Config
+
+    fields = {f.name for f in dataclasses.fields(Stage2Config)}
+    cfg = {k: v for k, v in p.items() if k in fields}
+    fill = {"dataset": cell.dataset, "epsilon": p.get("epsilon", 75.0), "k": p.get("k"), "mechanism": p.get("mechanism") or "l2_laplace",
+            "noise_match": p.get("noise_match", "budget"), "blind": bool(p.get("blind", False))}
+    out = str(p["out"]).format(**fill)
+    return Stage2Config(**cfg | {"out": out, "dataset": cell.dataset, "seed": int(p.get("train_seed", 0)), "progress": False})
+
+
+@register_cell_kind("ppft_stage2", metrics=eval_metric_names() + _TRAIN, params=STAGE2_PARAMS, validate=_stage2_validate)
+def ppft_stage2(cell, point, seed: int, context: RunContext) -> dict[str, float]:
+    """PPFT stage 2 on the cell's dataset (trained once per point), evaluated on its held-out split per noise seed."""
+    p = cell.resolve(point).params
+    cfg = _stage2_config(cell, p)
+
+    def train():
+        from ...ppft.checkpoint import read_json
+        from ...ppft.model import TextFreeLM
+        from ...ppft.train import train_stage2
+
+        run = Path(cfg.out)
+        if _reusable(run, cfg.to_dict(), {"progress", "resume", "cpu", "log_every"}):
+            context.logger.info("%s: reusing the finished run %s", cell.name, run)
+            return TextFreeLM.load(run), _train_metrics(read_json(run / "summary.json"), True)
+        summary = train_stage2(cfg)
+        return summary.pop("model"), _train_metrics(summary, False)
+
+    lm, train_metrics = context.cached(("stage2", cfg.out), train)
+    tasks = p.get("eval_tasks") or _default_tasks(cell.dataset, cfg.blind)
+    metrics = _evaluate(lm, cell, seed, context, tasks=tasks, epsilon=cfg.epsilon, k=cfg.k, mechanism=cfg.mechanism,
+                        noise_match=cfg.noise_match, limit=p.get("eval_limit"))
+    return metrics | train_metrics
+
+
+# ------------------------------------------------------------------------------------------------ evaluate
+def _evaluate_validate(cell, points) -> None:
+    _evaluating_points(cell, points, "ppft_evaluate", "pri-ddx, pri-slja, csqa, arc, or a path", {"model": "a PPFT run directory"})
+
+
+@register_cell_kind("ppft_evaluate", metrics=eval_metric_names(), params=EVALUATE_PARAMS, validate=_evaluate_validate)
+def ppft_evaluate(cell, point, seed: int, context: RunContext) -> dict[str, float]:
+    """Accuracy of an existing PPFT run on a held-out split or a general MCQA set, per noise seed."""
+    from ...ppft.model import TextFreeLM
+
+    p = cell.resolve(point).params
+    lm = context.cached(("model", p["model"]), lambda: TextFreeLM.load(p["model"]))
+    epsilon = p["epsilon"] if "epsilon" in p else lm.config.epsilon
+    tasks = p.get("eval_tasks") or _default_tasks(cell.dataset, False)
+    return _evaluate(lm, cell, seed, context, tasks=tasks, epsilon=epsilon, k=p.get("k"), mechanism=p.get("mechanism"),
+                     noise_match=p.get("noise_match"), limit=p.get("eval_limit"))
+
+
+# ------------------------------------------------------------------------------------------------ stage 1
+def _stage1_validate(cell, points) -> None:
+    for point in points:
+        p = cell.resolve(point).params
+        try:
+            _stage1_config(p)
+        except (TypeError, ValueError) as exc:
+            raise CellError(f"invalid stage-1 settings at {point or 'the cell'}: {exc}", field="params") from None
+
+
+def _stage1_config(p: dict[str, Any]):
+    from ...ppft.train import Stage1Config
+
+    return Stage1Config(**p | {"progress": False})
+
+
+@register_cell_kind("ppft_stage1", metrics=_TRAIN, params=STAGE1_PARAMS, validate=_stage1_validate)
+def ppft_stage1(cell, point, seed: int, context: RunContext) -> dict[str, float]:
+    """PPFT stage 1 (alignment, no noise) with the cell's params; the seed is the training seed."""
+    from ...ppft.checkpoint import read_json
+    from ...ppft.train import train_stage1
+
+    cfg = dataclasses.replace(_stage1_config(cell.resolve(point).params), seed=seed)
+    run = Path(cfg.out)
+    if _reusable(run, cfg.to_dict(), {"progress", "resume", "cpu", "log_every"}):
+        return _train_metrics(read_json(run / "summary.json"), True)
+    summary = train_stage1(cfg)
+    summary.pop("model")
+    return _train_metrics(summary, False)
+
+
+# ------------------------------------------------------------------------------------------------ pretraining
+def _pretrain_config(p: dict[str, Any], seed: int):
+    from ...ppft.lm import DecoderPretrainConfig
+
+    overrides = dict(p.get("config") or {}) | {"output_dir": str(p["out"]), "seed": seed}
+    return DecoderPretrainConfig.from_preset(p.get("preset", "small"), **overrides)
+
+
+def _pretrain_validate(cell, points) -> None:
+    for point in points:
+        p = cell.resolve(point).params
+        if "out" not in p:
+            raise CellError("ppft_pretrain needs params `out`", field="params")
+        try:
+            _pretrain_config(p, cell.seeds[0])
+        except (TypeError, ValueError) as exc:
+            raise CellError(f"invalid pretraining settings: {exc}", field="params") from None
+
+
+@register_cell_kind(
+    "ppft_pretrain",
+    metrics=("heldout_loss", "heldout_ppl", "initial_heldout_loss", "parameters", "wall_s", "tokens_per_s", "reused"),
+    params=PRETRAIN_PARAMS,
+    validate=_pretrain_validate,
+)
+def ppft_pretrain(cell, point, seed: int, context: RunContext) -> dict[str, float]:
+    """Pretrain the local decoder (the seed is the training seed); metrics from its metrics.json."""
+    import json
+
+    from ...ppft.lm import pretrain_decoder
+
+    p = cell.resolve(point).params
+    cfg = _pretrain_config(p, seed)
+    out = Path(cfg.output_dir)
+    reused = (out / "metrics.json").is_file() and (out / "model.safetensors").is_file() and (out / "pretrain_config.json").is_file()
+    if reused:
+        from ...ppft.lm import DecoderPretrainConfig
+
+        differ = DecoderPretrainConfig.load(out / "pretrain_config.json").mismatches(cfg)
+        if differ:
+            raise ValueError(f"{str(out)!r} holds a decoder pretrained with other settings ({sorted(differ)}); use another out")
+    else:
+        pretrain_decoder(cfg, progress=False)
+    m = json.loads((out / "metrics.json").read_text())
+    return {
+        "heldout_loss": m["heldout_loss"], "heldout_ppl": m["heldout_ppl"], "initial_heldout_loss": m["initial_heldout_loss"],
+        "parameters": m["parameters"], "wall_s": m.get("session_wall_seconds", float("nan")),
+        "tokens_per_s": m["tokens_per_s"], "reused": 1.0 if reused else 0.0,
+    }

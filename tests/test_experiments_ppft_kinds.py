@@ -1,0 +1,254 @@
+"""The PPFT cell kinds (textfree.experiments.kinds.ppft): validation, and ppft_stage2 / ppft_evaluate end to end
+on tiny models and the hand-written Pri-DDX fixture (5 training rows, 1 held-out row)."""
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import textfree.ppft.train as ppft_train
+from textfree.experiments import Cell, CellError, available_cell_kinds, get_cell_kind, load_cell, run_cell
+from textfree.experiments.kinds.ppft import EVAL_TASKS, eval_metric_names
+from textfree.ppft.decoder import make_tiny_decoder_dir
+from textfree.ppft.model import TextFreeLM
+
+pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "data"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "cells" / "ppft"
+
+STAGE2 = {
+    "name": "tiny_ppft",
+    "kind": "ppft_stage2",
+    "dataset": "pri-ddx",
+    "params": {"init": "runs/stage1", "out": "runs/{dataset}-eps{epsilon}-k{k}", "k": 4, "epochs": 1},
+    "grid": {"params.epsilon": [28, 75]},
+    "seeds": [0, 1],
+}
+EVALUATE = {"name": "tiny_eval", "kind": "ppft_evaluate", "dataset": "pri-ddx", "params": {"model": "runs/x"}, "seeds": [0]}
+
+
+def _with(base, **changes):
+    out = copy.deepcopy(base)
+    for key, value in changes.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+def _params(base, drop=(), **extra):
+    p = {k: v for k, v in base["params"].items() if k not in drop}
+    return _with(base, params=p | extra)
+
+
+# ------------------------------------------------------------------------------------------------ registration
+def test_ppft_kinds_are_registered():
+    assert {"ppft_stage2", "ppft_evaluate", "ppft_stage1", "ppft_pretrain"} <= set(available_cell_kinds())
+    stage2 = get_cell_kind("ppft_stage2")
+    assert set(eval_metric_names()) <= set(stage2.metrics) and "reused" in stage2.metrics
+    assert {"init", "out", "epsilon", "tasks", "blind", "noise_match", "eval_tasks", "eval_limit", "train_seed"} <= set(stage2.params)
+    assert "seed" not in stage2.params  # the cell's seeds are evaluation noise seeds
+    assert {f"acc_{t}" for t in EVAL_TASKS} <= set(get_cell_kind("ppft_evaluate").metrics)
+
+
+def test_valid_cells_load():
+    cell = Cell.from_dict(STAGE2)
+    assert cell.kind == "ppft_stage2" and len(cell.points()) == 2
+    assert Cell.from_dict(EVALUATE).kind == "ppft_evaluate"
+    Cell.from_dict(_params(STAGE2, eval_tasks=["mcqa", "blind_open"], mechanism="gaussian", noise_match="norm", tasks=["open"]))
+    Cell.from_dict(_with(_params(STAGE2, blind=True, epsilon=None), grid={}))
+    with pytest.raises(CellError, match="blind run"):  # the grid puts an epsilon on a blind run
+        Cell.from_dict(_params(STAGE2, blind=True, epsilon=None))
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_example_cells_validate(path):
+    cell = load_cell(path)
+    assert cell.kind.startswith("ppft_")
+
+
+# ------------------------------------------------------------------------------------------------ validation
+def _error(data) -> CellError:
+    with pytest.raises(CellError) as info:
+        Cell.from_dict(data)
+    return info.value
+
+
+def test_stage2_needs_a_dataset():
+    err = _error(_with(STAGE2, dataset=None))
+    assert err.field == "dataset" and "dataset" in str(err)
+
+
+def test_stage2_refuses_a_mechanism_section():
+    err = _error(_with(STAGE2, mechanism={"name": "l2_laplace", "epsilon": 28}))
+    assert err.field == "mechanism" and "params" in err.message
+
+
+@pytest.mark.parametrize("missing", ["init", "out"])
+def test_stage2_needs_init_and_out(missing):
+    err = _error(_params(STAGE2, drop=(missing,)))
+    assert err.field == "params" and "init" in err.message and "out" in err.message
+
+
+@pytest.mark.parametrize("tasks", [["mcqa", "closed"], [], "mcqa", ["MCQA"], None])
+def test_stage2_rejects_bad_eval_tasks(tasks):
+    err = _error(_params(STAGE2, eval_tasks=tasks))
+    assert err.field == "params" and "eval_tasks" in err.message
+
+
+@pytest.mark.parametrize(
+    "params,pattern",
+    [
+        ({"epochs": 0}, "epochs must be >= 1"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"max_steps": 0}, "max_steps"),
+        ({"epochs": "three"}, ""),
+    ],
+)
+def test_stage2_rejects_an_invalid_stage2_config_value(params, pattern):
+    err = _error(_params(STAGE2, **params))
+    assert err.field == "params" and "invalid stage-2 settings" in err.message and pattern in err.message
+
+
+def test_stage2_invalid_value_in_the_grid_names_the_point():
+    err = _error(_with(STAGE2, grid={"params.epochs": [1, 0]}))
+    assert err.field == "params" and "params.epochs" in err.message and "epochs must be >= 1" in err.message
+
+
+@pytest.mark.parametrize("name", ["foo", "seed", "progress", "dataset_path"])
+def test_stage2_rejects_unknown_params(name):
+    err = _error(_params(STAGE2, **{name: 1}))
+    assert err.field == "params" and name in err.message and "takes no parameter" in err.message
+
+
+def test_stage2_rejects_an_unknown_grid_param():
+    err = _error(_with(STAGE2, grid={"params.foo": [1, 2]}))
+    assert err.field == "grid" and "foo" in err.message
+
+
+def test_evaluate_needs_a_model_and_a_dataset():
+    err = _error(_params(EVALUATE, drop=("model",)))
+    assert err.field == "params" and "model" in err.message
+    assert _error(_with(EVALUATE, dataset=None)).field == "dataset"
+    assert _error(_with(EVALUATE, mechanism={"name": "l2_laplace", "epsilon": 28})).field == "mechanism"
+    assert _error(_params(EVALUATE, eval_tasks=["open", "nope"])).field == "params"
+    assert _error(_params(EVALUATE, init="runs/x")).field == "params"  # not a ppft_evaluate param
+
+
+def test_stage1_and_pretrain_validate_their_params():
+    stage1 = {"name": "s1", "kind": "ppft_stage1", "params": {"decoder": "d", "out": "o"}, "seeds": [0]}
+    Cell.from_dict(stage1)
+    assert "invalid stage-1 settings" in _error(_params(stage1, epochs=0)).message
+    assert _error(_params(stage1, drop=("decoder",))).field == "params"
+    pretrain = {"name": "pre", "kind": "ppft_pretrain", "params": {"out": "o", "preset": "tiny"}, "seeds": [0]}
+    Cell.from_dict(pretrain)
+    assert "out" in _error(_params(pretrain, drop=("out",))).message
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+@pytest.fixture(scope="module")
+def init_run(tmp_path_factory, tiny_encoder_dir) -> Path:
+    root = tmp_path_factory.mktemp("ppft-kinds")
+    decoder = make_tiny_decoder_dir(root / "decoder", hidden=32, layers=2, heads=2, seed=0)
+    return TextFreeLM.build(decoder, encoder=tiny_encoder_dir, k=4, seed=0).save(root / "init")
+
+
+@pytest.fixture
+def fixture_data(monkeypatch):
+    monkeypatch.setenv("TEXTFREE_DATA", str(FIXTURES))
+    return FIXTURES
+
+
+@pytest.fixture
+def count_training(monkeypatch):
+    calls = []
+    original = ppft_train.train_stage2
+
+    def counting(cfg, **kwargs):
+        calls.append(cfg)
+        return original(cfg, **kwargs)
+
+    monkeypatch.setattr(ppft_train, "train_stage2", counting)
+    return calls
+
+
+def _metric(data, name):
+    (row,) = data["results"]
+    return row["metrics"][name]
+
+
+def test_stage2_cell_trains_once_evaluates_per_seed_and_reuses_the_run(fixture_data, init_run, tmp_path, count_training):
+    cell = {
+        "name": "tiny_ppft_stage2",
+        "kind": "ppft_stage2",
+        "dataset": "pri-ddx",
+        "params": {"init": str(init_run), "out": str(tmp_path / "runs" / "{dataset}-eps{epsilon}-k{k}"), "k": 4, "epochs": 1,
+                   "batch_size": 2, "limit": 4, "eval_limit": 3, "tasks": ["mcqa"]},
+        "grid": {"params.epsilon": [28]},
+        "seeds": [0, 1],
+    }
+    path = run_cell(cell, tmp_path / "results", progress=False)
+    data = json.loads(path.read_text())
+    run = tmp_path / "runs" / "pri-ddx-eps28-k4"
+
+    # trained once for the grid point, not once per seed
+    assert len(count_training) == 1
+    cfg = count_training[0]
+    assert (cfg.out, cfg.dataset, cfg.epsilon, cfg.k, cfg.tasks, cfg.limit, cfg.seed) == (str(run), "pri-ddx", 28, 4, ["mcqa"], 4, 0)
+    assert run.is_dir() and (run / "summary.json").is_file() and (run / "textfree_config.json").is_file()
+    saved = json.loads((run / "textfree_config.json").read_text())
+    assert (saved["stage"], saved["epsilon"], saved["k"], saved["mechanism"]) == ("stage2", 28, 4, "l2_laplace")
+    assert json.loads((run / "summary.json").read_text())["examples"] == 4
+
+    assert data["kind"] == "ppft_stage2" and data["seeds"] == [0, 1]
+    assert data["results"][0]["point"] == {"params.epsilon": 28}
+    metrics = data["results"][0]["metrics"]
+    for name in ("acc_mcqa", "acc_open", "acc_mcqa_no_leak", "acc_open_exclusive", "n_heldout", "majority_baseline",
+                 "slot_epsilon", "prompt_epsilon", "eval_wall_s", "train_steps", "reused"):
+        assert name in metrics and len(metrics[name]["values"]) == 2, name
+    assert "acc_blind_mcqa" not in metrics  # default eval tasks on Pri-*: mcqa + open
+    for name in ("acc_mcqa", "acc_open"):
+        assert all(0.0 <= v <= 1.0 for v in metrics[name]["values"])
+    assert _metric(data, "n_heldout")["values"] == [1.0, 1.0]  # eval_limit 3, but the fixture holds out one row
+    assert _metric(data, "slot_epsilon")["values"] == [56.0, 56.0]  # L2-Laplace: 2 * eps per unit slot
+    assert _metric(data, "prompt_epsilon")["mean"] >= 56.0 and _metric(data, "prompt_epsilon")["mean"] % 56.0 == 0
+    assert _metric(data, "reused")["values"] == [0.0, 0.0]
+    assert _metric(data, "train_steps")["values"] == [2.0, 2.0]  # 4 records, batch 2, 1 epoch
+    assert math.isfinite(_metric(data, "train_final_loss")["mean"])
+
+    # the same cell again: the finished run is loaded, not retrained
+    again = json.loads(run_cell(cell, tmp_path / "results", progress=False).read_text())
+    assert len(count_training) == 1
+    assert _metric(again, "reused")["values"] == [1.0, 1.0]
+    assert _metric(again, "train_steps")["values"] == [2.0, 2.0]
+    assert _metric(again, "slot_epsilon")["values"] == [56.0, 56.0]
+    assert _metric(again, "acc_mcqa")["values"] == _metric(data, "acc_mcqa")["values"]  # same model, same noise seeds
+
+    # a changed training setting is not served from the old run
+    changed = copy.deepcopy(cell)
+    changed["params"] |= {"lr": 0.5, "eval_tasks": ["mcqa"]}
+    changed["seeds"] = [0]
+    with pytest.raises(ValueError, match="other settings"):  # the run directory holds the lr=1e-3 run
+        run_cell(changed, tmp_path / "results", progress=False)
+
+    # evaluate that run on the blind task: nothing private is sent, so no privacy loss is reported
+    evaluate = {"name": "tiny_ppft_eval", "kind": "ppft_evaluate", "dataset": "pri-ddx",
+                "params": {"model": str(run), "eval_tasks": ["blind_mcqa"]}, "seeds": [0]}
+    ev = json.loads(run_cell(evaluate, tmp_path / "results", progress=False).read_text())
+    m = ev["results"][0]["metrics"]
+    assert 0.0 <= m["acc_blind_mcqa"]["mean"] <= 1.0 and m["n_heldout"]["mean"] == 1.0
+    assert "acc_mcqa" not in m and "reused" not in m
+    assert m["slot_epsilon"]["values"] == [None] and m["prompt_epsilon"]["values"] == [None]  # NaN -> null
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [({"tasks": ["bogus"]}, "tasks"), ({"tasks": ["mcqa", "mcqa"]}, "tasks"), ({"noise_match": "volume"}, "noise_match"),
+     ({"mechanism": "nope"}, "unknown mechanism"), ({"epsilon": -1}, "epsilon")],
+)
+def test_stage2_settings_are_checked_when_the_cell_loads(change, message):
+    err = _error(_with(_params(STAGE2, **change), grid={}))
+    assert err.field == "params" and message in err.message

@@ -1,0 +1,113 @@
+"""docs/results/ppft.md is generated from result files: classification of points, figures, hand-checked spreads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from textfree.ppft.report import build_report, collect, write_report
+
+
+def _metric(values):
+    mean = sum(values) / len(values)
+    return {"mean": mean, "stderr": 0.0, "values": list(values)}
+
+
+def _result_file(path: Path, kind: str, dataset: str, points: list[tuple[dict, dict]], *, date: str, seeds=(0, 1, 2), split=None) -> Path:
+    cell = {"name": path.stem, "kind": kind, "dataset": dataset, "split": split, "params": {}, "grid": {}, "seeds": list(seeds)}
+    data = {
+        "format": "textfree.results", "format_version": 1, "cell": cell, "cell_source": None, "kind": kind,
+        "grid_axes": [], "seeds": list(seeds),
+        "results": [{"point": {}, "resolved": {"mechanism": None, "params": params, "attack": None},
+                     "metrics": {k: _metric(v) for k, v in metrics.items()}} for params, metrics in points],
+        "versions": {"python": "3.11"}, "git": {"commit": "abc1234567890", "dirty": False}, "date": date,
+        "elapsed_s": 1.0, "host": {"platform": "test"},
+    }
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _eval(acc, acc_open, *, extra=None):
+    m = {"acc_mcqa": acc, "acc_mcqa_no_leak": acc, "acc_open": acc_open, "acc_open_no_leak": acc_open,
+         "n_heldout": [582] * len(acc), "n_no_leak": [337] * len(acc), "majority_baseline": [0.9364] * len(acc),
+         "slot_epsilon": [56.0] * len(acc), "prompt_epsilon": [1120.0] * len(acc), "train_wall_s": [150.0] * len(acc),
+         "eval_wall_s": [40.0] * len(acc), "reused": [0.0] * len(acc)}
+    return m | (extra or {})
+
+
+def _fixture(tmp_path: Path) -> Path:
+    d = tmp_path / "results"
+    d.mkdir()
+    _result_file(d / "main.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4}, _eval([0.80, 0.82, 0.84], [0.50, 0.60, 0.70])),
+        ({"epsilon": 75, "k": 4}, _eval([0.90, 0.90, 0.90], [0.70, 0.72, 0.74])),
+    ], date="2026-01-01T00:00:00+00:00")
+    _result_file(d / "bounds.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": None, "k": 4, "blind": False}, _eval([0.95], [0.80])),
+        ({"epsilon": None, "k": 4, "blind": True}, {"acc_blind_mcqa": [0.93], "acc_blind_mcqa_no_leak": [0.92],
+                                                     "acc_blind_open": [0.10], "acc_blind_open_no_leak": [0.10]}),
+    ], date="2026-01-01T00:00:01+00:00", seeds=(0,))
+    _result_file(d / "lower.json", "ppft_evaluate", "pri-ddx", [
+        ({"model": "runs/stage1", "epsilon": 28, "k": 4}, _eval([0.20, 0.20, 0.20], [0.0, 0.0, 0.0])),
+    ], date="2026-01-01T00:00:02+00:00")
+    _result_file(d / "k.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 8}, _eval([0.70, 0.70, 0.76], [0.4, 0.4, 0.4])),
+    ], date="2026-01-01T00:00:03+00:00")
+    _result_file(d / "general.json", "ppft_evaluate", "csqa", [
+        ({"model": "runs/x", "epsilon": 28, "eval_limit": 300}, {"acc_mcqa": [0.21, 0.22, 0.23], "n_heldout": [300] * 3}),
+    ], date="2026-01-01T00:00:04+00:00", split="dev")
+    return d
+
+
+def test_report_classifies_points_and_computes_spreads_by_hand(tmp_path):
+    text = build_report([_fixture(tmp_path)])
+    lines = text.splitlines()
+    row = next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4"))
+    # 0.80, 0.82, 0.84: mean 0.82, sample sd 0.02; open 0.5, 0.6, 0.7: mean 0.6, sd 0.1
+    assert "0.820 ± 0.020 (3)" in row and "0.600 ± 0.100 (3)" in row
+    paper_row = next(l for l in lines if l.startswith("| PPFT, eps 75 (paper's), k=4"))
+    assert "0.900 (3 seeds, all equal)" in paper_row and "0.4537" in paper_row
+    blind = next(l for l in lines if l.startswith("| blind"))
+    assert "0.930" in blind and "0.100" in blind
+    upper = next(l for l in lines if l.startswith("| upper bound"))
+    assert "0.950" in upper and "0.7071" in upper
+    lower = next(l for l in lines if l.startswith("| lower bound (stage 1 only), eps 28"))
+    assert "0.200" in lower
+    # targets: 4-option 0.82 / 0.95 = 86.3% and > blind 0.93? no -> not met; open 0.6/0.8 = 75% -> not met
+    four = next(l for l in lines if l.startswith("- 4-option"))
+    assert "86.3%" in four and "NOT met" in four
+    opn = next(l for l in lines if l.startswith("- open-answer"))
+    assert "75.0%" in opn and "NOT met" in opn
+    k8 = next(l for l in lines if l.startswith("| 28 (width-matched) | 8 |"))
+    assert "0.720 ± 0.035 (3)" in k8  # 0.70, 0.70, 0.76: sd = sqrt(0.0024/2) = 0.0346
+    general = next(l for l in lines if "`runs/x`" in l)
+    assert "csqa" in general and "0.220 ± 0.010 (3)" in general
+    assert "Pri-SLJA" not in text  # no SLJA results, no SLJA section
+
+
+def test_newest_file_wins_and_other_kinds_are_ignored(tmp_path):
+    d = _fixture(tmp_path)
+    _result_file(d / "main2.json", "ppft_stage2", "pri-ddx", [({"epsilon": 28, "k": 4}, _eval([0.5, 0.5, 0.5], [0.1, 0.1, 0.1]))],
+                 date="2026-02-01T00:00:00+00:00")
+    _result_file(d / "other.json", "privatization", "pri-ddx", [({"k": 4}, {"cosine": [0.1]})], date="2026-03-01T00:00:00+00:00", seeds=(0,))
+    entries = collect([d])
+    assert all(e.kind.startswith("ppft_") for e in entries)
+    row = next(l for l in build_report([d]).splitlines() if l.startswith("| PPFT, eps 28 (width-matched), k=4"))
+    assert "0.500 (3 seeds, all equal)" in row
+
+
+def test_write_report_draws_the_k_figure_and_the_cli_refuses_missing_paths(tmp_path):
+    from textfree.cli import app
+
+    d = _fixture(tmp_path)
+    out = write_report([d], tmp_path / "docs" / "ppft.md")
+    assert (tmp_path / "docs" / "ppft" / "accuracy_vs_k.png").stat().st_size > 1000
+    assert "![accuracy_vs_k](ppft/accuracy_vs_k.png)" in out.read_text()
+    runner = CliRunner()
+    res = runner.invoke(app, ["ppft", "report", str(tmp_path / "nope"), "--out", str(tmp_path / "r.md")])
+    assert res.exit_code == 2 and "no such file" in res.output
+    res = runner.invoke(app, ["ppft", "report", str(d), "--out", str(tmp_path / "r.md")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "r.md").read_text().startswith("# PPFT at this scale")
