@@ -252,8 +252,15 @@ def test_cli_stage1_stage2_ask_evaluate(fixture_data, tmp_path, tiny_encoder_dir
     assert "privacy:" in out
     out = run("evaluate", "--model", s2, "--dataset", "pri-ddx", "--epsilon", 28, "--out", tmp_path / "eval.json", "--max-new-tokens", 3)
     assert "accuracy" in out and json.loads((tmp_path / "eval.json").read_text())["n"] == 1
+    out = run("evaluate", "--model", s2, "--dataset", "pri-ddx", "--task", "blind_open", "--out", tmp_path / "blind.json", "--max-new-tokens", 3)
+    blind = json.loads((tmp_path / "blind.json").read_text())
+    assert "blind_open" in out and blind["task"] == "blind_open" and blind["epsilon"] is None
     bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(tmp_path / "missing"), "--out", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "error" in bad.output
+    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "y"), "--blind"])
+    assert bad.exit_code == 2 and "blind run" in bad.output  # a blind run with an epsilon is refused before training
+    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "z"), "--task", "essay"])
+    assert bad.exit_code == 2 and "tasks" in bad.output
 
 
 # ---------------------------------------------------------------------------------------------- real data
