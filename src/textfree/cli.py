@@ -1,4 +1,4 @@
-"""The ``textfree`` command line: privatize, inspect, account, substitute, run, plot."""
+"""The ``textfree`` command line: privatize, inspect, account, substitute, run, plot, serve, ask."""
 
 from __future__ import annotations
 
@@ -282,6 +282,124 @@ def plot(
         _fail(str(exc))
     for p in paths:
         console.print(f"wrote {p}")
+
+
+# ---------------------------------------------------------------------------------------------------- serve / ask
+def _id_dirs(values: Optional[list[str]], flag: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for v in values or []:
+        name, sep, path = v.partition("=")
+        if not sep or not name or not path:
+            _fail(f"{flag} takes ID=DIRECTORY, got {v!r}")
+        if name in out:
+            _fail(f"{flag}: model id {name!r} given twice")
+        if not Path(path).is_dir():
+            _fail(f"{flag} {name}: no such directory {path!r}")
+        out[name] = path
+    return out
+
+
+def _server_help(name: str) -> str:
+    from textfree.server.config import config_help
+
+    return config_help()[name]
+
+
+@app.command()
+def serve(
+    model: Optional[list[str]] = typer.Option(None, "--model", help="ID=RUN_DIR: a PPFT run served at /v1/generate (repeatable). Only its server part is loaded."),
+    embed_model: Optional[list[str]] = typer.Option(None, "--embed-model", help="ID=ENCODER_DIR: an encoder served at /v1/embed (repeatable)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
+    port: int = typer.Option(8000, "--port", help="Port to bind."),
+    keys: Path = typer.Option(Path("keys.json"), "--keys", help="The API-key store (hashed keys, JSON)."),
+    add_key: Optional[str] = typer.Option(None, "--add-key", metavar="TENANT", help="Create a key for TENANT in --keys, print it (the only time it is shown) and exit."),
+    revoke_key: Optional[str] = typer.Option(None, "--revoke-key", metavar="KEY_ID", help="Remove the key KEY_ID (the 12 hex digits after 'tf_') from --keys and exit."),
+    no_auth: bool = typer.Option(False, "--no-auth", help="Serve without API keys (loopback hosts only: local experiments)."),
+    max_body_bytes: Optional[int] = typer.Option(None, help=_server_help("max_body_bytes")),
+    max_batch_rows: Optional[int] = typer.Option(None, help=_server_help("max_batch_rows")),
+    max_new_tokens: Optional[int] = typer.Option(None, help=_server_help("max_new_tokens")),
+    rate_limit: Optional[int] = typer.Option(None, "--rate-limit", help=_server_help("rate_limit_per_minute")),
+    batch_wait_ms: Optional[float] = typer.Option(None, help=_server_help("batch_wait_ms")),
+    batch_max_rows: Optional[int] = typer.Option(None, help=_server_help("batch_max_rows")),
+    device: str = typer.Option("cpu", help=_server_help("device")),
+) -> None:
+    """Serve text-free inference over HTTP (docs/server.md); or manage API keys with --add-key / --revoke-key."""
+    from textfree.server.auth import KeyStore, KeyStoreError
+
+    if add_key is not None or revoke_key is not None:
+        store = KeyStore(keys)
+        try:
+            if add_key is not None:
+                key = store.add_key(add_key)
+                typer.echo(key)
+                err.print(f"added a key for tenant {add_key!r} to {keys}; it is shown only this once (the store keeps a salted hash)")
+            if revoke_key is not None:
+                if not store.revoke(revoke_key):
+                    _fail(f"no key {revoke_key!r} in {keys}")
+                err.print(f"revoked key {revoke_key}")
+        except KeyStoreError as exc:
+            _fail(str(exc))
+        return
+    _quiet_transformers()
+    try:
+        import uvicorn
+
+        from textfree.server import ServerConfig, create_app
+    except ImportError as exc:
+        _fail(f'textfree serve needs the server extra (pip install "textfree[server]"): {exc}')
+    overrides = {
+        "max_body_bytes": max_body_bytes, "max_batch_rows": max_batch_rows, "max_new_tokens": max_new_tokens,
+        "rate_limit_per_minute": rate_limit, "batch_wait_ms": batch_wait_ms, "batch_max_rows": batch_max_rows,
+    }
+    if not no_auth and not keys.is_file():
+        _fail(f"no key store at {keys}: create a key first (textfree serve --add-key TENANT --keys {keys}), or --no-auth on loopback")
+    try:
+        config = ServerConfig(
+            models=_id_dirs(model, "--model"), embed_models=_id_dirs(embed_model, "--embed-model"),
+            keys_path=None if no_auth else str(keys), auth=not no_auth, host=host, device=device,
+            **{k: v for k, v in overrides.items() if v is not None},
+        )
+        application = create_app(config)
+    except ValueError as exc:
+        _fail(str(exc))
+    err.print(f"serving {len(config.models) + len(config.embed_models)} model(s) on http://{host}:{port} "
+              f"(auth {'on' if config.auth else 'OFF'}); GET /v1/models lists their cards")
+    uvicorn.run(application, host=host, port=port, log_level="info")
+
+
+@app.command()
+def ask(
+    prompt: str = typer.Argument(..., help="The PRIVATE prompt: privatized on this machine; only the payload is sent."),
+    url: str = typer.Option("http://127.0.0.1:8000", "--url", envvar="TEXTFREE_URL", help="The server's base URL."),
+    model: str = typer.Option(..., "--model", help="The model id (GET /v1/models)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="TEXTFREE_API_KEY", help="API key (prefer the TEXTFREE_API_KEY variable: arguments show in ps)."),
+    public: Optional[str] = typer.Option(None, "--public", help="Public text sent in clear (e.g. the options block)."),
+    epsilon: Optional[float] = typer.Option(None, "--epsilon", "-e", help="Noise epsilon (default: the model card's training epsilon)."),
+    no_noise: bool = typer.Option(False, "--no-noise", help="Clean payload (NOT private)."),
+    k: Optional[int] = typer.Option(None, "--k", help="Pooling k; must equal the model card's (default: the card's)."),
+    encoder: Optional[Path] = typer.Option(None, "--encoder", help="The local encoder directory (default: all-MiniLM-L6-v2); its sha256 must match the card."),
+    seed: Optional[int] = typer.Option(None, help="Experiments only: reproducible noise (NOT private)."),
+    max_new_tokens: Optional[int] = typer.Option(None, help="Generation length (default: the server's)."),
+    timeout: float = typer.Option(60.0, help="Seconds per HTTP attempt."),
+    retries: int = typer.Option(3, help="Retries on connection errors, 5xx and 429."),
+) -> None:
+    """Privatize PROMPT locally and ask a textfree server; prints the answer (privacy loss on stderr)."""
+    _quiet_transformers()
+    if not prompt.strip():
+        _fail("the prompt is empty")
+    try:
+        from textfree.client import Client, ClientError, ModelMismatchError
+    except ImportError as exc:
+        _fail(f'textfree ask needs the server extra (pip install "textfree[server]"): {exc}')
+    try:
+        with Client(url, api_key=api_key, timeout=timeout, retries=retries, encoder=encoder) as client:
+            result = client.generate(prompt, public=public, model=model, epsilon=epsilon, k=k, seed=seed,
+                                     no_noise=no_noise, max_new_tokens=max_new_tokens)
+    except (ClientError, ModelMismatchError) as exc:
+        _fail(str(exc), code=1)
+    typer.echo(result.answers[0])
+    err.print(f"privacy: worst-case loss {_fmt_eps(result.privacy.epsilon)} ({result.privacy.notion}) for this prompt; "
+              f"{result.payload_bytes} payload bytes sent", highlight=False)
 
 
 from textfree.ppft.cli import app as _ppft_app  # noqa: E402

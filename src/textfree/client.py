@@ -1,0 +1,257 @@
+"""``Client``: talk to a ``textfree serve`` server. Private text is privatized HERE; only the payload is sent.
+
+    from textfree.client import Client
+
+    client = Client("http://127.0.0.1:8000", api_key="tf_...")          # needs: pip install "textfree[server]"
+    result = client.generate("A 46-year-old man has ...", public="Options:\\nA. ...", model="ddx")
+    print(result.answers[0], result.privacy)
+
+Before privatizing, the client reads the model's card (``GET /v1/models/{id}``) and loads its own copy of the
+encoder the card names (``encoder=`` a local path, else the packaged all-MiniLM-L6-v2). It REFUSES
+(:class:`ModelMismatchError`) when that encoder's sha256, width or kind differ from the card's, when ``k`` differs,
+or when the card asks for a payload shape it does not make; a server cannot talk it into sending anything else.
+Idempotent calls are retried with exponential backoff on connection errors, 5xx and 429 (``Retry-After`` is
+honoured). A retried ``generate`` resends the SAME payload: no fresh noise, so no extra privacy cost.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+from urllib.parse import quote
+
+__all__ = ["Client", "ClientError", "ServerError", "ModelMismatchError", "GenerateResult", "EmbedResult"]
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+MAX_RETRY_AFTER_S = 30.0
+
+
+class ClientError(RuntimeError):
+    """The client could not complete a call (network down after every retry, a reply it cannot read)."""
+
+
+class ServerError(ClientError):
+    """The server answered with an error: ``status`` and the ``type``/``message`` of its JSON error body."""
+
+    def __init__(self, status: int, type: str, message: str):
+        super().__init__(f"{status} {type}: {message}")
+        self.status, self.type, self.message = status, type, message
+
+
+class ModelMismatchError(ValueError):
+    """The model card asks for another encoder, width, k or payload kind than this client would send."""
+
+
+@dataclass
+class GenerateResult:
+    model: str
+    answers: list[str]
+    usage: dict[str, Any]
+    privacy: Any  # textfree.mechanisms.PrivacyLoss: the worst-case loss of one row of the payload sent
+    payload_bytes: int
+
+
+@dataclass
+class EmbedResult:
+    model: str
+    embeddings: list[list[float]]
+    usage: dict[str, Any]
+    privacy: Any
+    payload_bytes: int
+
+
+def _httpx():
+    try:
+        import httpx
+    except ImportError as exc:  # pragma: no cover - part of the [server] extra
+        raise ImportError('textfree.client needs httpx: pip install "textfree[server]"') from exc
+    return httpx
+
+
+class Client:
+    """A synchronous client of one server.
+
+    url: the server's base URL. api_key: sent as ``Authorization: Bearer`` (default ``$TEXTFREE_API_KEY``).
+    timeout: seconds per HTTP attempt. retries: extra attempts of an idempotent call (so ``retries + 1`` in all).
+    backoff: first wait in seconds, doubled per attempt (with jitter). encoder: the local encoder directory
+    (default: the packaged all-MiniLM-L6-v2). http_client: an ``httpx.Client`` to use instead of a new one.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        retries: int = 3,
+        backoff: float = 0.25,
+        encoder: str | os.PathLike | None = None,
+        http_client=None,
+    ):
+        httpx = _httpx()
+        if retries < 0 or backoff < 0 or timeout <= 0:
+            raise ValueError("retries and backoff must be >= 0 and timeout > 0")
+        self.url = url.rstrip("/")
+        self.api_key = api_key if api_key is not None else os.environ.get("TEXTFREE_API_KEY")
+        self.retries = retries
+        self.backoff = backoff
+        self.encoder_path = encoder
+        self._http = http_client if http_client is not None else httpx.Client(timeout=timeout)
+        self._own_http = http_client is None
+        self._encoders: dict[tuple[str, str], Any] = {}
+        self._cards: dict[str, dict] = {}
+
+    def close(self) -> None:
+        if self._own_http:
+            self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ HTTP
+    def _request(self, method: str, path: str, **kwargs) -> Any:
+        httpx = _httpx()
+        headers = dict(kwargs.pop("headers", {}) or {})
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            wait = self.backoff * (2**attempt) * (0.5 + random.random() / 2)
+            try:
+                response = self._http.request(method, f"{self.url}{path}", headers=headers, **kwargs)
+            except httpx.TransportError as exc:
+                last = ClientError(f"{method} {path}: {type(exc).__name__}: {exc}")
+            else:
+                if response.status_code < 400:
+                    try:
+                        return response.json()
+                    except ValueError:
+                        raise ClientError(f"{method} {path}: the server's reply is not JSON") from None
+                last = _server_error(response)
+                if response.status_code not in RETRY_STATUSES:
+                    raise last
+                retry_after = response.headers.get("retry-after", "")
+                if retry_after.isdigit():
+                    wait = min(float(retry_after), MAX_RETRY_AFTER_S)
+            if attempt < self.retries:
+                time.sleep(wait)
+        raise last  # type: ignore[misc]
+
+    def health(self) -> dict:
+        return self._request("GET", "/health")
+
+    def models(self) -> list[dict]:
+        """Every model card the server publishes."""
+        data = self._request("GET", "/v1/models")["data"]
+        for card in data:
+            self._cards[card["id"]] = card
+        return data
+
+    def model_card(self, model: str) -> dict:
+        card = self._request("GET", f"/v1/models/{quote(model, safe='')}")
+        self._cards[model] = card
+        return card
+
+    # ------------------------------------------------------------------ privatization (local)
+    def _encoder(self, kind: str, max_length: int):
+        from .encoders import load_encoder
+
+        key = (kind, str(self.encoder_path))
+        if key not in self._encoders:
+            self._encoders[key] = load_encoder(self.encoder_path, kind)
+        enc = self._encoders[key]
+        enc.max_length = max_length
+        return enc
+
+    def privatizer(self, model: str, *, epsilon: float | None = None, k: int | None = None, no_noise: bool = False):
+        """A local :class:`~textfree.privatizer.Privatizer` matching ``model``'s card (refuses a mismatch)."""
+        from .privatizer import Privatizer
+
+        card = self._cards.get(model) or self.model_card(model)
+        task = card.get("task")
+        if task not in ("generate", "embed"):
+            raise ModelMismatchError(f"model {model!r} has task {task!r}; this client knows generate and embed")
+        if k is not None and k != card["k"]:
+            raise ModelMismatchError(f"k={k} but model {model!r} takes k={card['k']}")
+        eps = None if no_noise else (epsilon if epsilon is not None else card.get("epsilon"))
+        if eps is None and not no_noise:
+            raise ModelMismatchError(
+                f"model {model!r} was trained without noise, so there is no default epsilon: pass epsilon=..., or "
+                "no_noise=True for a clean payload (NOT private)"
+            )
+        enc = self._encoder(card["encoder_kind"], int(card.get("max_private_tokens") or card["max_slots"]))
+        if enc.dim != card["encoder_dim"]:
+            raise ModelMismatchError(f"the local encoder has width {enc.dim}; model {model!r} takes {card['encoder_dim']}")
+        if card.get("encoder_sha256") and enc.sha256 != card["encoder_sha256"]:
+            raise ModelMismatchError(
+                f"the local encoder ({enc.sha256 and enc.sha256[:12]}...) is not the one model {model!r} was trained with "
+                f"({card['encoder_id']}, sha256 {card['encoder_sha256'][:12]}...): pass encoder=<that encoder's directory>"
+            )
+        if task == "embed":
+            from .mechanisms import Clipped, L2Laplace
+
+            if card["mechanism"] != "l2_laplace":
+                raise ModelMismatchError(f"this client makes l2_laplace token payloads; model {model!r} asks for {card['mechanism']!r}")
+            noise = None if eps is None else Clipped(L2Laplace(eps), max_norm=float(card["clip_norm"]))
+            privatizer = Privatizer(enc, noise, k=1, normalize=False, renormalize=False)
+        else:
+            from .ppft.model import make_noise
+
+            noise = make_noise(card["mechanism"], eps, dim=enc.dim, match=card.get("noise_match", "budget"))
+            privatizer = Privatizer(enc, noise, k=card["k"])
+        # the payload names the encoder by the card's id, not by a local path (which could name the user)
+        enc.name = card.get("encoder_id") or enc.name
+        return privatizer
+
+    # ------------------------------------------------------------------ calls
+    def generate(
+        self,
+        private_text: str | Sequence[str],
+        public: str | Sequence[str] | None = None,
+        *,
+        model: str,
+        epsilon: float | None = None,
+        k: int | None = None,
+        seed: int | None = None,
+        no_noise: bool = False,
+        max_new_tokens: int | None = None,
+    ) -> GenerateResult:
+        """Privatize ``private_text`` locally, send the payload (+ ``public``), return the answers.
+
+        ``epsilon`` defaults to the epsilon the model was trained at; ``seed`` makes the noise reproducible
+        (experiments only: NOT private)."""
+        texts = [private_text] if isinstance(private_text, str) else list(private_text)
+        pub = None if public is None else ([public] if isinstance(public, str) else list(public))
+        payload = self.privatizer(model, epsilon=epsilon, k=k, no_noise=no_noise).privatize(texts, seed=seed, public=pub)
+        del texts, private_text  # from here on only the payload exists
+        body = payload.to_bytes()
+        params = {"model": model}
+        if max_new_tokens is not None:
+            params["max_new_tokens"] = max_new_tokens
+        reply = self._request("POST", "/v1/generate", content=body, params=params,
+                              headers={"Content-Type": "application/octet-stream"})
+        return GenerateResult(reply["model"], list(reply["answers"]), reply.get("usage", {}), payload.worst_case_loss(), len(body))
+
+    def embed(self, private_text: str | Sequence[str], *, model: str, epsilon: float | None = None, seed: int | None = None, no_noise: bool = False) -> EmbedResult:
+        """Noisy, clipped token embeddings (made locally) -> the server's sentence embeddings (SnD-style)."""
+        texts = [private_text] if isinstance(private_text, str) else list(private_text)
+        payload = self.privatizer(model, epsilon=epsilon, no_noise=no_noise).privatize(texts, seed=seed)
+        del texts, private_text
+        body = payload.to_bytes()
+        reply = self._request("POST", "/v1/embed", content=body, params={"model": model},
+                              headers={"Content-Type": "application/octet-stream"})
+        return EmbedResult(reply["model"], reply["embeddings"], reply.get("usage", {}), payload.worst_case_loss(), len(body))
+
+
+def _server_error(response) -> ServerError:
+    try:
+        err = response.json()["error"]
+        return ServerError(response.status_code, str(err["type"]), str(err["message"]))
+    except (ValueError, KeyError, TypeError):
+        return ServerError(response.status_code, "http_error", response.text[:200])

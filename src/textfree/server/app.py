@@ -1,0 +1,288 @@
+"""``create_app(config)``: the FastAPI application behind ``textfree serve`` (routes and wire formats: docs/server.md).
+
+Nothing from a request is ever unpickled or passed to ``torch.load``: payloads go through
+:meth:`textfree.payload.Payload.from_bytes` (hand-checked safetensors framing, then the JSON header, then the
+values), JSON through pydantic. Every failure is an :class:`~textfree.server.errors.ApiError` answered as
+``{"error": {"type", "message"}}`` with a 4xx status; an unexpected exception is a bare 500 and the server stays up.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import math
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+
+from .. import __version__
+from ..payload import Payload, PayloadError
+from .auth import KeyStore, KeyStoreError, RateLimiter
+from .batching import MicroBatcher
+from .config import ServerConfig
+from .errors import ApiError, error_body
+from .metrics import ASGIMetrics, Metrics
+from .models import ModelRegistry
+
+__all__ = ["create_app", "GenerateRequest", "EmbedRequest"]
+
+log = logging.getLogger("textfree.server")
+
+OCTET = "application/octet-stream"
+JSON = "application/json"
+
+
+class GenerateRequest(BaseModel):
+    """The JSON form of ``POST /v1/generate``."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(max_length=64, description="Model id (GET /v1/models).")
+    payload_b64: str = Field(description="The payload (safetensors bytes, docs/payload.md), standard base64.")
+    public: list[str] | None = Field(None, description="Public text per payload row (overrides the payload's own 'public').")
+    max_new_tokens: int | None = Field(None, description="Generation length (default min(32, server limit)).")
+    adapter: str | None = Field(None, max_length=64, description="Adapter id (fine-tuning jobs: next slice; none exist yet).")
+
+
+class EmbedRequest(BaseModel):
+    """The JSON form of ``POST /v1/embed``."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(max_length=64, description="Embed model id (GET /v1/models).")
+    payload_b64: str = Field(description="A token-level payload (kind 'token'), standard base64.")
+
+
+def _body_doc(schema: type[BaseModel], what: str) -> dict[str, Any]:
+    return {
+        "requestBody": {
+            "required": True,
+            "description": f"Either the raw payload bytes ({OCTET}; options as query parameters) or JSON ({what}).",
+            "content": {
+                OCTET: {"schema": {"type": "string", "format": "binary"}},
+                JSON: {"schema": schema.model_json_schema()},
+            },
+        }
+    }
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The request body, refusing (413) anything over ``limit`` bytes before reading it in full."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise ApiError(400, "bad_request", "Content-Length is not a number")
+        if int(declared) > limit:
+            raise ApiError(413, "body_too_large", f"the body is {declared} bytes; this server takes at most {limit}")
+    chunks, total = [], 0
+    try:
+        async for chunk in request.stream():
+            total += len(chunk)
+            if total > limit:
+                raise ApiError(413, "body_too_large", f"the body is over {limit} bytes, the most this server takes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise ApiError(400, "bad_request", "the client disconnected before sending the whole body") from None
+    return b"".join(chunks)
+
+
+def _parse_json(schema: type[BaseModel], body: bytes) -> BaseModel:
+    try:
+        return schema.model_validate_json(body)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
+        if any(e.get("type") == "json_invalid" for e in errors):
+            raise ApiError(400, "invalid_json", "the body is not valid JSON") from None
+        raise ApiError(422, "invalid_request", _describe(errors)) from None
+
+
+def _describe(errors: list[dict]) -> str:
+    parts = []
+    for e in errors[:5]:
+        loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body") or "body"
+        parts.append(f"{loc}: {e.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def _b64(text: str, limit: int) -> bytes:
+    if len(text) > (limit * 4) // 3 + 4:
+        raise ApiError(413, "body_too_large", f"the payload is over {limit} bytes")
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ApiError(400, "invalid_payload", "payload_b64 is not valid base64") from None
+
+
+def _content_type(request: Request) -> str:
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype not in (OCTET, JSON):
+        raise ApiError(415, "unsupported_media_type", f"send {OCTET} (the payload bytes) or {JSON}; got {ctype or 'no Content-Type'!r}")
+    return ctype
+
+
+def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -> FastAPI:
+    """The server for ``config``. ``registry`` passes models loaded already (tests, embedding in another app)."""
+    registry = registry or ModelRegistry.load(config)
+    keys = KeyStore(config.keys_file) if config.auth else None
+    limiter = RateLimiter(config.rate_limit_per_minute)
+    batchers: dict[str, MicroBatcher] = {}
+    metrics = Metrics(queue_depth=lambda: sum(b.queue_depth for b in batchers.values()))
+    for model_id, model in registry.models.items():
+        batchers[model_id] = MicroBatcher(model.run, max_rows=config.batch_max_rows, max_wait_s=config.batch_wait_ms / 1000.0, on_batch=metrics.batch)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        for b in batchers.values():
+            await b.close()
+
+    app = FastAPI(
+        title="textfree",
+        version=__version__,
+        summary="Text-free inference: the server answers from privatized payloads and never receives the private text.",
+        lifespan=lifespan,
+    )
+    app.state.config, app.state.registry, app.state.metrics, app.state.batchers = config, registry, metrics, batchers
+    app.add_middleware(ASGIMetrics, metrics=metrics, on_error=lambda exc: log.error("unhandled error: %r", exc, exc_info=exc))
+
+    # ------------------------------------------------------------------ errors
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError):
+        return JSONResponse(error_body(exc.type, exc.message), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return JSONResponse(error_body(kind, str(exc.detail)), status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError):
+        return JSONResponse(error_body("invalid_request", _describe(list(exc.errors()))), status_code=422)
+
+    # ------------------------------------------------------------------ auth + rate limit
+    def tenant(request: Request) -> str:
+        if keys is None:
+            name = "anonymous"
+        else:
+            auth = request.headers.get("authorization", "")
+            key = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("x-api-key")
+            if not key:
+                raise ApiError(401, "missing_api_key", "send an API key: 'Authorization: Bearer <key>'", headers={"WWW-Authenticate": "Bearer"})
+            try:
+                name = keys.verify(key)
+            except KeyStoreError as exc:
+                log.error("key store: %s", exc)
+                raise ApiError(503, "key_store_unavailable", "the server cannot read its key store") from None
+            if name is None:
+                raise ApiError(401, "invalid_api_key", "the API key is not valid", headers={"WWW-Authenticate": "Bearer"})
+        wait = limiter.acquire(name)
+        if wait > 0:
+            raise ApiError(429, "rate_limited", f"over {config.rate_limit_per_minute} requests per minute; retry in {wait:.1f} s",
+                           headers={"Retry-After": str(max(1, math.ceil(wait)))})
+        request.state.tenant = name
+        return name
+
+    # ------------------------------------------------------------------ routes
+    @app.get("/health", summary="Liveness (no auth).")
+    async def health() -> dict:
+        return {"status": "ok", "version": __version__, "models": len(registry.models)}
+
+    @app.get("/metrics", summary="Request counts, latency p50/p99, in-flight, queue depth (Prometheus text; ?format=json for JSON).")
+    async def metrics_route(format: str = Query("prometheus", pattern="^(prometheus|json)$")):
+        if format == "json":
+            return metrics.snapshot()
+        return PlainTextResponse(metrics.prometheus(), media_type="text/plain; version=0.0.4")
+
+    def limits() -> dict:
+        return {
+            "max_body_bytes": config.max_body_bytes,
+            "max_batch_rows": config.max_batch_rows,
+            "max_new_tokens": config.max_new_tokens,
+            "max_public_chars": config.max_public_chars,
+            "rate_limit_per_minute": config.rate_limit_per_minute,
+        }
+
+    @app.get("/v1/models", summary="The model card of every served model.")
+    async def list_models(_: str = Depends(tenant)) -> dict:
+        return {"object": "list", "data": registry.cards(), "limits": limits()}
+
+    @app.get("/v1/models/{model_id}", summary="One model card.")
+    async def get_model(model_id: str, _: str = Depends(tenant)) -> dict:
+        model = registry.models.get(model_id)
+        if model is None:
+            raise ApiError(404, "model_not_found", f"no model {model_id!r} here; GET /v1/models lists them")
+        return model.card
+
+    async def _payload(request: Request, task: str, schema: type[BaseModel], query: dict[str, Any]):
+        """(model, payload, options) of a generate/embed request, validated."""
+        ctype = _content_type(request)
+        body = await _read_body(request, config.max_body_bytes)
+        if ctype == JSON:
+            req = _parse_json(schema, body)
+            options = req.model_dump(exclude={"payload_b64"})
+            raw = _b64(req.payload_b64, config.max_body_bytes)
+        else:
+            options, raw = dict(query), body
+        model = registry.get(options.get("model"), task)
+        try:
+            payload = await run_in_threadpool(Payload.from_bytes, raw, max_bytes=config.max_body_bytes)
+        except PayloadError as exc:
+            raise ApiError(400, "invalid_payload", str(exc)) from None
+        prepared = model.prepare(payload, options.get("public"), config)
+        return model, payload, prepared, options, len(raw)
+
+    @app.post("/v1/generate", summary="Answers from a payload (+ public text).", openapi_extra=_body_doc(GenerateRequest, "GenerateRequest"))
+    async def generate(
+        request: Request,
+        _: str = Depends(tenant),
+        model: str | None = Query(None, max_length=64, description="Model id (octet-stream bodies)."),
+        max_new_tokens: int | None = Query(None, description="Generation length (octet-stream bodies)."),
+        adapter: str | None = Query(None, max_length=64, description="Adapter id (octet-stream bodies)."),
+    ) -> dict:
+        query = {"model": model, "max_new_tokens": max_new_tokens, "adapter": adapter}
+        served, payload, prepared, options, n_bytes = await _payload(request, "generate", GenerateRequest, query)
+        if options.get("adapter") not in (None, ""):
+            raise ApiError(404, "adapter_not_found", f"no adapter {options['adapter']!r} for model {served.id!r} (fine-tuned adapters come with fine-tuning jobs)")
+        n_new = options.get("max_new_tokens")
+        n_new = config.default_new_tokens if n_new is None else n_new
+        if not 1 <= n_new <= config.max_new_tokens:
+            raise ApiError(422, "invalid_request", f"max_new_tokens must lie in [1, {config.max_new_tokens}], got {n_new}")
+        (answers, n_tokens), info = await batchers[served.id].submit(n_new, prepared, rows=prepared.rows)
+        return {
+            "model": served.id,
+            "answers": answers,
+            "usage": {
+                "rows": payload.batch_size,
+                "slots": sum(payload.lengths),
+                "payload_bytes": n_bytes,
+                "completion_tokens": n_tokens,
+                "batch_rows": info.rows,
+                "batch_requests": info.requests,
+                "queue_ms": round(info.queue_s * 1000, 3),
+                "compute_ms": round(info.compute_s * 1000, 3),
+            },
+        }
+
+    @app.post("/v1/embed", summary="Sentence embeddings from noisy token embeddings (SnD-style).", openapi_extra=_body_doc(EmbedRequest, "EmbedRequest"))
+    async def embed(
+        request: Request,
+        _: str = Depends(tenant),
+        model: str | None = Query(None, max_length=64, description="Embed model id (octet-stream bodies)."),
+    ) -> dict:
+        served, payload, prepared, _opts, n_bytes = await _payload(request, "embed", EmbedRequest, {"model": model})
+        embeddings, info = await batchers[served.id].submit("embed", prepared, rows=prepared.rows)
+        return {
+            "model": served.id,
+            "embeddings": embeddings,
+            "dim": served.card["output_dim"],
+            "usage": {"rows": payload.batch_size, "tokens": sum(payload.lengths), "payload_bytes": n_bytes,
+                      "batch_rows": info.rows, "batch_requests": info.requests},
+        }
+
+    return app

@@ -1,0 +1,185 @@
+"""textfree.client.Client and `textfree ask` against a real server on loopback: model cards, local privatization,
+refusal of a mismatched encoder, retries, and NO TEXT ON THE WIRE (a recording TCP proxy sees every byte sent)."""
+
+import os
+import re
+import socket
+from urllib.parse import urlparse
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from textfree.cli import app as cli_app
+from textfree.client import Client, ClientError, ModelMismatchError, ServerError
+from textfree.encoders import ContextualEncoder, make_tiny_encoder_dir
+from textfree.ppft.model import TextFreeLM
+from textfree.server import ServerConfig, create_app
+from textfree.server.auth import KeyStore
+from textfree.server.testing import RecordingProxy, make_tiny_run, serve_in_thread
+
+pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
+
+PROMPT = "Bartholomew smuggled saffron through Reykjavik harbour disguised as a lighthouse keeper"
+PUBLIC = "Options: A. Quokka B. Narwhal"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, tiny_encoder_dir):
+    tmp = tmp_path_factory.mktemp("client")
+    run = make_tiny_run(tmp, tiny_encoder_dir)
+    key = KeyStore(tmp / "keys.json").add_key("alice")
+    config = ServerConfig(models={"tiny": str(run)}, embed_models={"emb": str(tiny_encoder_dir)}, keys_path=str(tmp / "keys.json"))
+    app = create_app(config)
+    with serve_in_thread(app) as url:
+        yield {"url": url, "key": key, "run": run, "app": app, "encoder": tiny_encoder_dir}
+
+
+def test_models_cards_and_generate_over_http(server):
+    with Client(server["url"], api_key=server["key"], encoder=server["encoder"]) as client:
+        assert client.health()["status"] == "ok"
+        ids = {card["id"] for card in client.models()}
+        assert ids == {"tiny", "emb"}
+        card = client.model_card("tiny")
+        result = client.generate(["first private prompt", "second"], public=["Options: A. x", ""], model="tiny", seed=3, max_new_tokens=2)
+    # the same payload, made here, answered by the same server part
+    lm = TextFreeLM.load(server["run"])
+    payload = lm.privatizer(card["epsilon"], k=card["k"]).privatize(["first private prompt", "second"], public=["Options: A. x", ""], seed=3)
+    assert result.answers == server["app"].state.registry.models["tiny"].server.answer(payload, max_new_tokens=2)
+    assert result.model == "tiny" and result.usage["rows"] == 2 and result.payload_bytes == result.usage["payload_bytes"]
+    assert result.privacy.epsilon == payload.worst_case_loss().epsilon > 0
+
+
+def test_embed_over_http(server):
+    with Client(server["url"], api_key=server["key"], encoder=server["encoder"]) as client:
+        out = client.embed(["some private words", "more"], model="emb", epsilon=50.0, seed=0)
+    assert len(out.embeddings) == 2 and len(out.embeddings[0]) == 32 and out.usage["rows"] == 2
+
+
+def test_client_refuses_a_card_that_does_not_match_its_encoder(server, tmp_path):
+    other = make_tiny_encoder_dir(tmp_path / "other", hidden=32, layers=2, heads=2, seed=1)
+    assert ContextualEncoder.from_pretrained(other).sha256 != ContextualEncoder.from_pretrained(server["encoder"]).sha256
+    with Client(server["url"], api_key=server["key"], encoder=other) as client:
+        with pytest.raises(ModelMismatchError, match="sha256"):
+            client.generate("anything private", model="tiny")
+    wide = make_tiny_encoder_dir(tmp_path / "wide", hidden=48, layers=1, heads=2, seed=0)
+    with Client(server["url"], api_key=server["key"], encoder=wide) as client:
+        with pytest.raises(ModelMismatchError, match="width 48"):
+            client.generate("anything private", model="tiny")
+    with Client(server["url"], api_key=server["key"], encoder=server["encoder"]) as client:
+        with pytest.raises(ModelMismatchError, match="k=8"):
+            client.generate("anything private", model="tiny", k=8)
+        client._cards["tiny"] = {**client.model_card("tiny"), "epsilon": None}
+        with pytest.raises(ModelMismatchError, match="without noise"):
+            client.generate("anything private", model="tiny")
+        with pytest.raises(ServerError) as info:
+            client.model_card("nope")
+        assert info.value.status == 404 and info.value.type == "model_not_found"
+    with Client(server["url"], api_key="tf_000000000000." + "A" * 43, encoder=server["encoder"], retries=0) as client:
+        with pytest.raises(ServerError, match="401"):
+            client.models()
+
+
+def _mock(statuses, calls):
+    def handler(request):
+        calls.append(request)
+        status = statuses[min(len(calls), len(statuses)) - 1]
+        if status == "drop":
+            raise httpx.ConnectError("connection refused", request=request)
+        headers = {"Retry-After": "0"} if status == 429 else {}
+        body = {"object": "list", "data": []} if status == 200 else {"error": {"type": "x", "message": "y"}}
+        return httpx.Response(status, json=body, headers=headers)
+
+    return httpx.Client(transport=httpx.MockTransport(handler))
+
+
+def test_retries_with_backoff_on_5xx_429_and_connection_errors():
+    calls = []
+    with Client("http://svc", http_client=_mock(["drop", 503, 429, 200], calls), retries=3, backoff=0.0) as c:
+        assert c.models() == []
+    assert len(calls) == 4
+    calls = []
+    with Client("http://svc", http_client=_mock([400, 200], calls), retries=3, backoff=0.0) as c:
+        with pytest.raises(ServerError, match="400"):
+            c.models()
+    assert len(calls) == 1  # a 4xx is not retried
+    calls = []
+    with Client("http://svc", http_client=_mock(["drop"], calls), retries=2, backoff=0.0) as c:
+        with pytest.raises(ClientError, match="ConnectError"):
+            c.models()
+    assert len(calls) == 3
+
+
+# ---------------------------------------------------------------------------------------------- no text on the wire
+def _leaks(sent: bytes, text: str, tokenizer) -> list[str]:
+    """Every word (>= 3 letters) and WordPiece token (>= 4 characters) of ``text`` found in ``sent``,
+    case-insensitively, as UTF-8, UTF-16-LE or UTF-16-BE."""
+    low = sent.lower()
+    words = {w.lower() for w in re.findall(r"[A-Za-z]+", text) if len(w) >= 3}
+    pieces = {p.lstrip("#").lower() for p in tokenizer.tokenize(text) if len(p.lstrip("#")) >= 4}
+    found = []
+    for w in sorted(words | pieces):
+        for enc in ("utf-8", "utf-16-le", "utf-16-be"):
+            if w.encode(enc) in low:
+                found.append(f"{w} ({enc})")
+    return found
+
+
+def _proxy_for(server):
+    target = urlparse(server["url"])
+    return RecordingProxy(target.hostname, target.port)
+
+
+def test_no_text_on_the_wire_client(server):
+    tokenizer = ContextualEncoder.from_pretrained(server["encoder"]).tokenizer
+    with _proxy_for(server) as proxy:
+        with Client(proxy.url, api_key=server["key"], encoder=server["encoder"]) as client:
+            result = client.generate(PROMPT, public=PUBLIC, model="tiny", seed=0, max_new_tokens=2)
+    assert len(result.answers) == 1 and proxy.connections >= 1
+    sent = proxy.sent.replace(server["key"].encode(), b"")  # the random API key is not prompt text
+    assert b"POST /v1/generate" in sent and len(sent) > result.payload_bytes
+    assert _leaks(sent, PROMPT, tokenizer) == []
+    # the recorder works: the public text, sent in clear by design, is in the bytes
+    assert b"quokka" in sent.lower() and b"narwhal" in sent.lower()
+    assert _leaks(sent, PUBLIC, tokenizer)  # the same check flags text that is sent
+
+
+def test_no_text_on_the_wire_ask_cli(server):
+    tokenizer = ContextualEncoder.from_pretrained(server["encoder"]).tokenizer
+    with _proxy_for(server) as proxy:
+        result = CliRunner().invoke(cli_app, [
+            "ask", PROMPT, "--url", proxy.url, "--model", "tiny", "--public", PUBLIC,
+            "--encoder", str(server["encoder"]), "--seed", "0", "--max-new-tokens", "2",
+        ], env={"TEXTFREE_API_KEY": server["key"]})
+    assert result.exit_code == 0, result.output
+    assert "privacy: worst-case loss" in result.stderr
+    sent = proxy.sent.replace(server["key"].encode(), b"")
+    assert b"POST /v1/generate" in sent
+    assert _leaks(sent, PROMPT, tokenizer) == []
+    assert b"quokka" in sent.lower()
+
+
+def test_ask_cli_reports_server_errors(server):
+    result = CliRunner().invoke(cli_app, ["ask", "private words", "--url", server["url"], "--model", "nope",
+                                          "--api-key", server["key"], "--encoder", str(server["encoder"]), "--retries", "0"])
+    assert result.exit_code == 1 and "model_not_found" in result.stderr
+
+
+def test_real_server_survives_garbage(server):
+    url, auth = server["url"], {"Authorization": f"Bearer {server['key']}"}
+    target = urlparse(url)
+    for raw in (b"GARBAGE\r\n\r\n", b"POST /v1/generate HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\nxx", os.urandom(512)):
+        with socket.create_connection((target.hostname, target.port), timeout=1) as sock:
+            sock.sendall(raw)
+            try:
+                sock.recv(4096)
+            except OSError:
+                pass
+    octet = {**auth, "Content-Type": "application/octet-stream"}
+    codes = [
+        httpx.post(f"{url}/v1/generate", params={"model": "tiny"}, content=os.urandom(3000), headers=octet).status_code,
+        httpx.post(f"{url}/v1/generate", params={"model": "tiny"}, content=b"\x10" + b"\x00" * 7 + b"{}", headers=octet).status_code,
+        httpx.post(f"{url}/v1/generate", json={"model": "tiny", "payload_b64": "AAAA"}, headers=auth).status_code,
+    ]
+    assert codes == [400, 400, 400]
+    assert httpx.get(f"{url}/health").json()["status"] == "ok"

@@ -1,0 +1,165 @@
+"""The server's routes with tiny models (FastAPI TestClient): health, model cards, generate (both wire formats),
+embed, micro-batching of concurrent requests, metrics."""
+
+import base64
+import threading
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from textfree.encoders import EmbeddingTableEncoder
+from textfree.mechanisms import Clipped, L2Laplace
+from textfree.ppft.model import TextFreeLM
+from textfree.privatizer import Privatizer
+from textfree.server import ServerConfig, create_app
+from textfree.server.auth import KeyStore
+from textfree.server.models import ModelRegistry
+from textfree.server.testing import make_tiny_run
+
+pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
+
+OCTET = {"Content-Type": "application/octet-stream"}
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, tiny_encoder_dir):
+    return make_tiny_run(tmp_path_factory.mktemp("served"), tiny_encoder_dir)
+
+
+@pytest.fixture(scope="module")
+def lm(run_dir):
+    return TextFreeLM.load(run_dir)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, run_dir, tiny_encoder_dir):
+    keys = tmp_path_factory.mktemp("keys") / "keys.json"
+    key = KeyStore(keys).add_key("alice")
+    config = ServerConfig(models={"tiny": str(run_dir)}, embed_models={"tiny-embed": str(tiny_encoder_dir)}, keys_path=str(keys))
+    registry = ModelRegistry.load(config)
+    server = registry.models["tiny"].server  # warm up (the first generation in a process is slow)
+    server.generate(torch.zeros(1, 1, 32), torch.ones(1, 1, dtype=torch.bool), max_new_tokens=2)
+    return config, registry, {"Authorization": f"Bearer {key}"}
+
+
+def client_for(setup, **overrides):
+    config, registry, _ = setup
+    fields = {**config.__dict__, **overrides}
+    return TestClient(create_app(ServerConfig(**fields), registry=registry))
+
+
+def test_health_needs_no_key(setup):
+    with client_for(setup) as c:
+        r = c.get("/health")
+        assert r.status_code == 200 and r.json()["status"] == "ok"
+
+
+def test_model_cards_state_what_a_client_needs(setup, lm):
+    _, _, auth = setup
+    with client_for(setup) as c:
+        listing = c.get("/v1/models", headers=auth).json()
+        cards = {card["id"]: card for card in listing["data"]}
+        one = c.get("/v1/models/tiny", headers=auth).json()
+    card = cards["tiny"]
+    assert card == one
+    assert card["task"] == "generate" and card["payload_kind"] == "pooled"
+    assert card["encoder_sha256"] == lm.encoder.sha256 == lm.config.encoder_sha256
+    assert card["encoder_dim"] == 32 and card["k"] == 4 and card["mechanism"] == "l2_laplace"
+    assert card["epsilon"] == 75.0 and card["stage"] == "stage2" and card["encoder_id"] == lm.config.encoder_id
+    assert card["decoder"]["sha256"] == lm.server.decoder_ref["sha256"] and card["decoder"]["name"] == "decoder"
+    assert "/" not in card["decoder"]["name"]  # no server file paths in a card
+    embed = cards["tiny-embed"]
+    assert embed["task"] == "embed" and embed["payload_kind"] == "token" and embed["k"] == 1 and embed["clip_norm"] > 0
+    assert listing["limits"]["max_batch_rows"] == 32
+
+
+def test_generate_answers_a_batch_of_two_in_both_wire_formats(setup, lm):
+    _, registry, auth = setup
+    payload = lm.privatizer(75.0).privatize(["the first private prompt", "a second one, longer than the first"],
+                                            public=["Options: A. yes B. no", ""], seed=0)
+    expected = registry.models["tiny"].server.answer(payload, max_new_tokens=2)
+    with client_for(setup) as c:
+        raw = c.post("/v1/generate", params={"model": "tiny", "max_new_tokens": 2}, content=payload.to_bytes(), headers={**auth, **OCTET})
+        js = c.post("/v1/generate", json={"model": "tiny", "payload_b64": payload.to_base64(), "max_new_tokens": 2}, headers=auth)
+    for r in (raw, js):
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["model"] == "tiny" and body["answers"] == expected
+        assert body["usage"]["rows"] == 2 and body["usage"]["slots"] == sum(payload.lengths)
+    # JSON 'public' overrides the payload's own public parts
+    with client_for(setup) as c:
+        r = c.post("/v1/generate", json={"model": "tiny", "payload_b64": payload.to_base64(), "public": ["x", "y"], "max_new_tokens": 2}, headers=auth)
+    assert r.json()["answers"] == registry.models["tiny"].server.answer(payload, public=["x", "y"], max_new_tokens=2)
+
+
+def test_concurrent_requests_are_answered_correctly_and_share_a_batch(setup, lm):
+    _, registry, auth = setup
+    payloads = [lm.privatizer(75.0).privatize([text], seed=i) for i, text in enumerate(["alpha beta gamma", "delta"])]
+    expected = [registry.models["tiny"].server.answer(p, max_new_tokens=2) for p in payloads]
+    results = [None, None]
+    with client_for(setup, batch_wait_ms=3000.0, batch_max_rows=2) as c:
+        def send(i):
+            results[i] = c.post("/v1/generate", params={"model": "tiny", "max_new_tokens": 2}, content=payloads[i].to_bytes(), headers={**auth, **OCTET})
+
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        metrics = c.get("/metrics", params={"format": "json"}).json()
+    for i in range(2):
+        assert results[i].status_code == 200, results[i].text
+        assert results[i].json()["answers"] == expected[i]
+        assert results[i].json()["usage"]["batch_requests"] == 2  # one model call served both
+    assert metrics["batches"] == {"calls": 1, "requests": 2, "rows": 2}
+
+
+def test_embed_returns_the_mean_pooled_embedding_of_noisy_tokens(setup, tiny_encoder_dir):
+    config, registry, auth = setup
+    table = EmbeddingTableEncoder.from_pretrained(tiny_encoder_dir)
+    card = registry.models["tiny-embed"].card
+    noise = Clipped(L2Laplace(50.0), max_norm=card["clip_norm"])
+    payload = Privatizer(table, noise, k=1, normalize=False, renormalize=False).privatize(["one two three", "four"], seed=0)
+    model = registry.models["tiny-embed"].model
+    with torch.no_grad():
+        hidden = model(inputs_embeds=payload.vectors, attention_mask=payload.mask.long()).last_hidden_state
+    m = payload.mask.unsqueeze(-1).float()
+    expected = (hidden * m).sum(1) / m.sum(1)
+    with client_for(setup) as c:
+        raw = c.post("/v1/embed", params={"model": "tiny-embed"}, content=payload.to_bytes(), headers={**auth, **OCTET})
+        js = c.post("/v1/embed", json={"model": "tiny-embed", "payload_b64": base64.b64encode(payload.to_bytes()).decode()}, headers=auth)
+        wrong_route = c.post("/v1/generate", params={"model": "tiny-embed"}, content=payload.to_bytes(), headers={**auth, **OCTET})
+    for r in (raw, js):
+        assert r.status_code == 200, r.text
+        got = torch.tensor(r.json()["embeddings"])
+        assert got.shape == (2, card["output_dim"]) and r.json()["dim"] == card["output_dim"]
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+    assert wrong_route.status_code == 404 and "/v1/embed" in wrong_route.json()["error"]["message"]
+
+
+def test_metrics_count_requests_by_route_and_status(setup):
+    _, _, auth = setup
+    with client_for(setup) as c:
+        c.get("/health")
+        c.get("/v1/models", headers=auth)
+        c.get("/v1/models")  # 401
+        c.get("/no/such/path")
+        snap = c.get("/metrics", params={"format": "json"}).json()
+        text = c.get("/metrics").text
+    counts = {(r["route"], r["status"]): r["count"] for r in snap["requests"]}
+    assert counts[("/health", 200)] == 1 and counts[("/v1/models", 200)] == 1 and counts[("/v1/models", 401)] == 1
+    assert counts[("other", 404)] == 1
+    assert snap["latency_s"]["/v1/models"]["window"] == 2 and snap["latency_s"]["/v1/models"]["p99"] >= snap["latency_s"]["/v1/models"]["p50"] > 0
+    assert snap["in_flight"] == 1 and snap["queue_depth"] == 0  # the /metrics request itself
+    assert 'textfree_requests_total{route="/v1/models",method="GET",status="401"} 1' in text
+    assert 'textfree_request_latency_seconds{route="/health",quantile="0.99"}' in text
+    assert "textfree_batch_queue_depth 0" in text
+
+
+def test_openapi_schema_is_published(setup):
+    with client_for(setup) as c:
+        spec = c.get("/openapi.json").json()
+    body = spec["paths"]["/v1/generate"]["post"]["requestBody"]["content"]
+    assert {"application/octet-stream", "application/json"} <= set(body)
+    assert "/v1/embed" in spec["paths"] and "/v1/models" in spec["paths"]
