@@ -14,13 +14,12 @@ import contextlib
 import datetime as _dt
 import fcntl
 import json
-import os
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from .atomic import atomic_write_text
 from .mechanisms.base import PrivacyLoss
 
 __all__ = ["PrivacyLedger", "BudgetExceeded", "BudgetWarning", "LedgerError"]
@@ -120,17 +119,7 @@ class PrivacyLedger:
         return data
 
     def _write(self, data: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh, indent=1)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write_text(self.path, json.dumps(data, indent=1))
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:

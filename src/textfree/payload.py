@@ -20,7 +20,6 @@ import json
 import math
 import os
 import struct
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from .atomic import atomic_write_bytes
 from .mechanisms.base import PrivacyLoss
 from .mechanisms.slots import SlotPrivatization
 
@@ -191,20 +191,7 @@ class Payload:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write atomically: a partial file never appears under ``path``."""
-        path = Path(path)
-        data = self.to_bytes()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        return atomic_write_bytes(path, self.to_bytes())
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> "Payload":

@@ -14,12 +14,13 @@ import json
 import os
 import re
 import secrets
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+
+from ..atomic import atomic_write_text
 
 __all__ = ["KeyStore", "KeyStoreError", "RateLimiter", "KEY_PREFIX", "TENANT_PATTERN"]
 
@@ -71,18 +72,7 @@ class KeyStore:
         return data
 
     def _write(self, data: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
-        try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write_text(self.path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode=0o600)
 
     def _refresh(self) -> None:
         try:
