@@ -405,6 +405,7 @@ def ask(
 from textfree.ppft.cli import app as _ppft_app  # noqa: E402
 
 app.add_typer(_ppft_app, name="ppft")
+from textfree.attacks.cli import app as _attacks_app; app.add_typer(_attacks_app, name="attacks")  # noqa: E402,E702
 
 
 def main() -> None:  # pragma: no cover

@@ -7,46 +7,15 @@
 See docs/attacks.md.
 """
 
-from .beamclean import (
-    BEAMCLEAN_REQUIRES,
-    FAMILIES,
-    BeamCleanConfig,
-    BeamCleanResult,
-    DecodedSequence,
-    SurrogateNoise,
-    beamclean_attack,
-    beamclean_decode,
-    beamclean_requirements,
-    candidate_pool,
-    family_of,
-    oracle_noise,
-)
-from .nearest import (
-    METRICS,
-    NEAREST_REQUIRES,
-    NearestNeighbourInverter,
-    NearestNeighbourResult,
-    excluded_mask,
-    nearest_neighbour_attack,
-    nearest_token_ids,
-    vocab_topk,
-)
-from .priors import BigramPrior, CausalLMPrior, TokenPrior, UniformPrior, surface_strings
-from .threat import (
-    CAPABILITIES,
-    NOISE_KNOWLEDGE,
-    TRAINING_TEXT_LEVELS,
-    AttackSpec,
-    ThreatModel,
-    ThreatModelError,
-    available_attacks,
-    check_grant,
-    get_attack,
-    missing_capabilities,
-    register_attack,
-    resolve_noise_knowledge,
-    run_attack,
-)
+# The names below are loaded on first use (PEP 562 ``__getattr__``; the first use loads every attack module, which
+# registers the attacks), so that ``import textfree.attacks.cli`` -- the ``textfree attacks`` command group, imported on
+# every start of the CLI -- does not load torch.
+_SOURCES = {
+    **dict.fromkeys(['BEAMCLEAN_REQUIRES', 'BeamCleanConfig', 'BeamCleanResult', 'DecodedSequence', 'FAMILIES', 'SurrogateNoise', 'beamclean_attack', 'beamclean_decode', 'beamclean_requirements', 'candidate_pool', 'family_of', 'oracle_noise'], "beamclean"),
+    **dict.fromkeys(['METRICS', 'NEAREST_REQUIRES', 'NearestNeighbourInverter', 'NearestNeighbourResult', 'excluded_mask', 'nearest_neighbour_attack', 'nearest_token_ids', 'vocab_topk'], "nearest"),
+    **dict.fromkeys(['BigramPrior', 'CausalLMPrior', 'TokenPrior', 'UniformPrior', 'surface_strings'], "priors"),
+    **dict.fromkeys(['AttackSpec', 'CAPABILITIES', 'NOISE_KNOWLEDGE', 'TRAINING_TEXT_LEVELS', 'ThreatModel', 'ThreatModelError', 'available_attacks', 'check_grant', 'get_attack', 'missing_capabilities', 'register_attack', 'resolve_noise_knowledge', 'run_attack'], "threat"),
+}
 
 __all__ = [
     "AttackSpec",
@@ -88,3 +57,18 @@ __all__ = [
     "surface_strings",
     "vocab_topk",
 ]
+
+
+def __getattr__(name: str):
+    """Load the attack modules on first use of any public name (all of them: importing registers the attacks)."""
+    if name not in _SOURCES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    for public, module in _SOURCES.items():
+        globals()[public] = getattr(importlib.import_module(f"{__name__}.{module}"), public)
+    return globals()[name]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

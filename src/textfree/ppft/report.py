@@ -157,6 +157,10 @@ def _table1(entries: Sequence[Entry], ds: str) -> list[str]:
         out.append(f"| {label} | {_fmt(e, f'acc_{t4}')} | {_fmt(e, f'acc_{t4}_no_leak')} | {_fmt(e, f'acc_{to}')} | "
                    f"{_fmt(e, f'acc_{to}_no_leak')} | {paper_cell or '—'} |")
     ref = next((e for e in stage2 + lower if e.values("majority_baseline")), None)
+    epochs = sorted({int(e.params["epochs"]) for e in stage2 if e.params.get("epochs") is not None})
+    if epochs:
+        out.append("")
+        out.append(f"Stage 2: {', '.join(map(str, epochs))} epoch(s) over the training rows (both prompt formats).")
     if ref is not None:
         out.append("")
         out.append(f"Held-out records: {int(ref.mean('n_heldout'))} ({int(ref.mean('n_no_leak'))} whose private text does not "
@@ -282,7 +286,7 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) ->
         "`examples/cells/ppft/` (run with `textfree run <cell> --out-dir results/ppft`). Setup: client encoder",
         "all-MiniLM-L6-v2 (d = 384), k-pooling, L2-Laplace noise; server: the small local Llama decoder",
         "(`runs/decoder-small`, 6.8M parameters) with a linear projection and LoRA (r 16); stage 1 on alpaca / lima /",
-        "gsm8k; stage 2 on the training part of each Pri-* split, 3 epochs, trained on both prompt formats (4-option",
+        "gsm8k; stage 2 on the training part of each Pri-* split (epochs per dataset below), trained on both prompt formats (4-option",
         "and open-answer) of the same training rows; evaluation on the held-out part. Accuracies are `mean ± sd (n)`",
         "over evaluation noise seeds (one trained model per row; clean and blind rows are deterministic).",
         "",

@@ -1,0 +1,380 @@
+"""``docs/results/attacks.md``: token-inversion results, generated from result files (never written by hand).
+
+``collect(paths)`` reads the result JSON files of the ``token_inversion`` cell kind (examples/cells/attacks/) and
+turns each cell into one :class:`Curve`: its mechanism, its grid axis and, per grid point, every metric's per-seed
+values. When several files hold the same cell (same name), the newest file wins. ``build_report`` returns the
+Markdown; ``write_report`` also draws the figure (recovery vs eps, one line per attack: the shape of BeamClean's
+Fig. 3) from the same files.
+
+How a file is classified (from the cell alone): the mechanism is ``cell.mechanism.name`` (``clipped`` names its
+inner mechanism too); the x axis is the cell's first grid key (``mechanism.epsilon``, ``mechanism.sigma``, ...);
+each recovery column is one metric, and estimated and oracle BeamClean are separate metrics and separate columns.
+Every figure is ``mean ± sd`` over seeds (sample standard deviation).
+
+The issue-4 target is judged by :func:`target_verdict`, from the numbers: among the grid points where the stronger
+nearest neighbour recovers at most 20% of tokens (mean over seeds) and more than 0%, the target is met at a point
+where BeamClean with estimated noise recovers at least 3x as many tokens (ratio of the means); the verdict also says
+whether the ratio holds in every seed separately.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from ..metrics import seed_spread
+
+__all__ = [
+    "TARGET_NN_MAX",
+    "TARGET_RATIO",
+    "RECOVERY_COLUMNS",
+    "Curve",
+    "Point",
+    "TargetRow",
+    "Verdict",
+    "collect",
+    "target_verdict",
+    "build_report",
+    "write_report",
+]
+
+KIND = "token_inversion"
+#: The issue-4 target: where nearest neighbour recovers at most this fraction of tokens ...
+TARGET_NN_MAX = 0.20
+#: ... BeamClean (estimated noise) recovers at least this many times as many.
+TARGET_RATIO = 3.0
+
+#: (metric, column title, line style in the figure), in table order.
+RECOVERY_COLUMNS = (
+    ("recovery_nn_l2", "NN L2", "--o"),
+    ("recovery_nn_cosine", "NN cosine", ":s"),
+    ("recovery_beamclean_estimated", "BeamClean, estimated noise", "-D"),
+    ("recovery_beamclean_oracle", "BeamClean, oracle noise", "--x"),
+)
+_NN = "recovery_nn_best"
+_BC = "recovery_beamclean_estimated"
+_BC_ORACLE = "recovery_beamclean_oracle"
+_MECH_TITLES = {"l2_laplace": "L2-Laplace", "gaussian": "Gaussian"}
+
+
+@dataclass
+class Point:
+    """One grid point: its value on the curve's axis and each metric's per-seed values (NaN for null)."""
+
+    x: Any
+    values: dict[str, list[float]]
+
+    def spread(self, name: str) -> dict[str, float] | None:
+        vals = [v for v in self.values.get(name, []) if not math.isnan(v)]
+        return seed_spread(vals) if vals else None
+
+    def mean(self, name: str) -> float:
+        s = self.spread(name)
+        return math.nan if s is None else s["mean"]
+
+
+@dataclass
+class Curve:
+    """One token_inversion cell (its newest result file): a mechanism swept along one grid axis."""
+
+    name: str
+    mechanism: dict
+    axis: str | None
+    points: list[Point]
+    source: str
+    date: str
+    git: str | None
+    seeds: list[int]
+    attack: dict = field(default_factory=dict)
+    dataset: str | None = None
+    params: dict = field(default_factory=dict)
+    host: dict = field(default_factory=dict)
+
+    @property
+    def family(self) -> str:
+        """``l2_laplace``, ``gaussian``, or ``clipped <inner>``."""
+        name = str(self.mechanism.get("name"))
+        if name == "clipped":
+            return f"clipped {self.mechanism.get('inner', {}).get('name')}"
+        return name
+
+    @property
+    def title(self) -> str:
+        """The mechanism in words (and the prior's provenance when it is not public text)."""
+        if self.family.startswith("clipped"):
+            inner = self.family.split(" ", 1)[1]
+            title = f"{_MECH_TITLES.get(inner, inner)}, clipped to {self.mechanism.get('max_norm'):g}"
+        else:
+            title = _MECH_TITLES.get(self.family, self.family)
+        provenance = (self.attack.get("prior") or {}).get("training_text", "public")
+        return title if provenance == "public" else f"{title}, {provenance.replace('_', '-')} prior"
+
+    @property
+    def axis_label(self) -> str:
+        return "point" if self.axis is None else self.axis.split(".")[-1]
+
+
+def _values(agg: dict[str, Any]) -> list[float]:
+    return [math.nan if v is None else float(v) for v in agg.get("values", [])]
+
+
+def collect(paths: Iterable[str | Path]) -> list[Curve]:
+    """One :class:`Curve` per token_inversion cell in ``paths`` (files, or directories searched for ``*.json``);
+    the newest file of each cell wins. Files of other kinds are skipped. Sorted by cell name."""
+    from ..experiments import load_results
+
+    files: list[Path] = []
+    for p in map(Path, paths):
+        files += sorted(p.glob("*.json")) if p.is_dir() else [p]
+    curves: dict[str, Curve] = {}
+    for f in files:
+        data = load_results(f)
+        if data.get("kind") != KIND:
+            continue
+        cell = data["cell"]
+        axes = list(data.get("grid_axes") or cell.get("grid") or [])
+        axis = axes[0] if axes else None
+        points = [Point(r["point"].get(axis) if axis else None, {n: _values(m) for n, m in r["metrics"].items()})
+                  for r in data["results"]]
+        curve = Curve(cell["name"], dict(cell.get("mechanism") or {}), axis, points, f.name, data["date"],
+                      (data.get("git") or {}).get("commit"), list(data["seeds"]), dict(cell.get("attack") or {}),
+                      cell.get("dataset"), dict(cell.get("params") or {}), dict(data.get("host") or {}))
+        old = curves.get(curve.name)
+        if old is None or curve.date >= old.date:
+            curves[curve.name] = curve
+    return [curves[k] for k in sorted(curves)]
+
+
+# ------------------------------------------------------------------------------------------------- verdict
+@dataclass
+class TargetRow:
+    """A grid point where nearest neighbour recovers at most :data:`TARGET_NN_MAX` (and more than 0)."""
+
+    x: Any
+    epsilon_unit: float
+    nn: float
+    beamclean: float
+    ratio: float
+    seed_ratios: list[float]
+
+    @property
+    def met(self) -> bool:
+        return self.ratio >= TARGET_RATIO
+
+    @property
+    def met_every_seed(self) -> bool:
+        return bool(self.seed_ratios) and all(r >= TARGET_RATIO for r in self.seed_ratios)
+
+
+@dataclass
+class Verdict:
+    """The target judged on one curve: qualifying rows, the best of them, and whether the target is met."""
+
+    curve: str
+    rows: list[TargetRow]
+    reason: str = ""
+    axis: str = "epsilon"
+
+    @property
+    def best(self) -> TargetRow | None:
+        return max(self.rows, key=lambda r: r.ratio) if self.rows else None
+
+    @property
+    def met(self) -> bool:
+        return any(r.met for r in self.rows)
+
+    def sentence(self) -> str:
+        if self.reason:
+            return f"cannot be judged: {self.reason}"
+        met = [r for r in self.rows if r.met]
+        pick = max(met, key=lambda r: r.nn) if met else self.best
+        unit = "" if self.axis == "epsilon" else f" (eps per unit distance {pick.epsilon_unit:.3g})"
+        where = (f"at {self.axis} {pick.x:g}{unit} NN recovers {100 * pick.nn:.1f}% and BeamClean "
+                 f"(estimated noise) {100 * pick.beamclean:.1f}%: {pick.ratio:.2f}x")
+        seeds = ", ".join(f"{r:.2f}" for r in pick.seed_ratios)
+        if met:
+            others = [f"{self.axis} {r.x:g} ({r.ratio:.2f}x)" for r in met if r is not pick]
+            tail = f"; also met at {', '.join(others)}" if others else ""
+            every = "in every seed" if pick.met_every_seed else "not in every seed"
+            return f"**met**: {where} ({every}: per-seed ratios {seeds}){tail}"
+        return f"**not met**: the best qualifying point is {where} (per-seed ratios {seeds}); {TARGET_RATIO:g}x is needed"
+
+
+def target_verdict(curve: Curve) -> Verdict:
+    """Judge the issue-4 target on one curve, from its per-seed recoveries (see the module docstring)."""
+    if not any(_BC in p.values for p in curve.points):
+        return Verdict(curve.name, [], "the cell ran no BeamClean with estimated noise", curve.axis_label)
+    if not any(_NN in p.values for p in curve.points):
+        return Verdict(curve.name, [], "the cell ran no nearest-neighbour attack", curve.axis_label)
+    rows = []
+    for p in curve.points:
+        nn, bc = p.mean(_NN), p.mean(_BC)
+        if math.isnan(nn) or math.isnan(bc) or not 0 < nn <= TARGET_NN_MAX:
+            continue
+        seed_ratios = [b / n for n, b in zip(p.values[_NN], p.values[_BC]) if n > 0 and not math.isnan(b)]
+        rows.append(TargetRow(p.x, p.mean("epsilon_unit"), nn, bc, bc / nn, seed_ratios))
+    if not rows:
+        return Verdict(curve.name, [], f"no grid point where nearest neighbour recovers more than 0% and at most {100 * TARGET_NN_MAX:g}%",
+                       curve.axis_label)
+    return Verdict(curve.name, rows, axis=curve.axis_label)
+
+
+# ---------------------------------------------------------------------------------------------- formatting
+def _pct(point: Point, name: str) -> str:
+    s = point.spread(name)
+    if s is None:
+        return "—"
+    sd = "" if s["n"] == 1 else f" ± {100 * s['std']:.1f}"
+    return f"{100 * s['mean']:.1f}{sd}"
+
+
+def _num(point: Point, name: str, fmt: str = ".3g") -> str:
+    m = point.mean(name)
+    return "—" if math.isnan(m) else format(m, fmt)
+
+
+def _ratio(point: Point, num: str) -> str:
+    a, b = point.mean(num), point.mean(_NN)
+    if math.isnan(a) or math.isnan(b):
+        return "—"
+    return f"{a / b:.2f}x" if b > 0 else ("—" if a == 0 else "inf")
+
+
+def _token_eps(point: Point) -> str:
+    eps, delta = point.mean("token_epsilon"), point.mean("token_delta")
+    if math.isnan(eps):
+        return "—"
+    return f"{eps:.3g}" + (f" (δ {delta:g})" if delta and not math.isnan(delta) else "")
+
+
+def _table(curve: Curve) -> list[str]:
+    cols = [c for c in RECOVERY_COLUMNS if any(c[0] in p.values for p in curve.points)]
+    head = [curve.axis_label, "eps / unit distance", "token eps (diameter)", "noise norm"] + [c[1] for c in cols]
+    ratio_cols = [(m, t) for m, t in ((_BC, "BeamClean est. / NN best"), (_BC_ORACLE, "BeamClean oracle / NN best"))
+                  if any(m in p.values for p in curve.points) and any(_NN in p.values for p in curve.points)]
+    head += [t for _, t in ratio_cols]
+    extra = [("scale_rel_error_estimated", "scale error (est.)", "+.1%"),
+             ("seconds_per_sequence_beamclean_estimated", "s / seq (est.)", ".2f"),
+             ("seconds_per_sequence_beamclean_oracle", "s / seq (oracle)", ".2f")]
+    extra = [e for e in extra if any(e[0] in p.values for p in curve.points)]
+    head += [e[1] for e in extra]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for p in curve.points:
+        row = [f"{p.x:g}" if isinstance(p.x, (int, float)) else str(p.x), _num(p, "epsilon_unit"), _token_eps(p), _num(p, "noise_norm", ".2f")]
+        row += [_pct(p, m) for m, _, _ in cols]
+        row += [_ratio(p, m) for m, _ in ratio_cols]
+        row += [_num(p, m, f) for m, _, f in extra]
+        out.append("| " + " | ".join(row) + " |")
+    return out
+
+
+def _describe(curve: Curve) -> list[str]:
+    a = curve.attack
+    bc = a.get("beamclean") or {}
+    prior = a.get("prior") or {}
+    sources = ", ".join(s.get("dataset", "?") + (f":{s['split']}" if s.get("split") else "") for s in prior.get("sources") or [])
+    prior_txt = {"bigram": f"bigram (add-{prior.get('k', 0.1):g}) on {sources or 'inline texts'} ({prior.get('training_text', 'public')} text)",
+                 "causal_lm": f"causal LM `{prior.get('path')}` (cross-tokenizer)", "uniform": "uniform"}.get(prior.get("kind", "bigram"), "?")
+    threat = ", ".join(k for k, v in (a.get("threat") or {}).items() if v is True and k != "payload_vectors")
+    tt = (a.get("threat") or {}).get("training_text")
+    n = curve.points[0].mean("n_sequences") if curve.points else math.nan
+    toks = curve.points[0].mean("n_tokens") if curve.points else math.nan
+    return [
+        f"Cell `{curve.name}` ({curve.dataset or 'inline texts'}, {n:.0f} texts, {toks:.0f} scored tokens; seeds "
+        f"{', '.join(map(str, curve.seeds))}; file `{curve.source}`). Grant: payload, {threat}"
+        + (f", training text: {tt}" if tt else "") + ". "
+        f"BeamClean: beam {bc.get('beam_width', 10)}, {bc.get('candidates', 64)} candidates, family {bc.get('family', 'auto')}, "
+        f"prior {prior_txt}. Timing: {curve.params.get('threads') or curve.host.get('torch_threads', '?')} torch thread(s), "
+        f"{curve.host.get('cpu_count', '?')} CPU cores.",
+    ]
+
+
+def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) -> str:
+    """Markdown for docs/results/attacks.md from the token_inversion result files in ``paths``."""
+    return _markdown(collect(paths), figures)
+
+
+def _markdown(curves: Sequence[Curve], figures: Sequence[str]) -> str:
+    lines = [
+        "# Attacks: results",
+        "",
+        "<!-- generated by `textfree attacks report` from result files; do not edit by hand -->",
+        "",
+        "Generated by `textfree attacks report results/attacks --out docs/results/attacks.md` from the result files of",
+        "the cells in `examples/cells/attacks/` (run with `textfree run <cell> --out-dir results/attacks`); see",
+        "docs/attacks.md for the attacks and the cell kind.",
+        "",
+        "## Token inversion: BeamClean vs nearest neighbour (BeamClean Fig. 3 shape)",
+        "",
+        "Every token of a private prompt is released as its row of the attacked model's input embedding table plus its",
+        "own noise vector; the attacker maps each noisy vector back to a token. Recovery is the percentage of the",
+        "prompts' own tokens recovered exactly ([CLS]/[SEP] are noised and attacked but not scored), `mean ± sd` over",
+        "noise seeds. *NN* is the nearest vocabulary row by L2 and by cosine (no noise model); *BeamClean* decodes",
+        "with a token prior and a surrogate noise model whose scale it **estimates** from the payload, or is **given**",
+        "(oracle: the true parameter; a separate column, never mixed in). *eps / unit distance* is the mechanism's",
+        "privacy loss per unit of L2 distance (the Gaussian's at its delta); *token eps* is the formal guarantee for",
+        "one token: the loss at the table's exact diameter (the largest distance between two tokens).",
+    ]
+    if not curves:
+        lines += ["", "No token_inversion result files were given."]
+    verdicts = [target_verdict(c) for c in curves]
+    if curves:
+        lines += ["", f"**Target** (issue 4): at an eps where nearest neighbour (the stronger of L2 and cosine) recovers at most "
+                  f"{100 * TARGET_NN_MAX:g}% of tokens, BeamClean with estimated noise recovers at least {TARGET_RATIO:g}x as many. "
+                  "Judged from the means over seeds, at grid points where NN recovers more than 0%:", ""]
+        lines += [f"* {c.title} (`{c.name}`): {v.sentence()}" for c, v in zip(curves, verdicts)]
+        judged = [v for v in verdicts if not v.reason]
+        overall = ("cannot be judged" if not judged else "met" if all(v.met for v in judged)
+                   else "met for some mechanisms only" if any(v.met for v in judged) else "not met")
+        lines += ["", f"Overall: **{overall}**."]
+    for c in curves:
+        lines += ["", f"### {c.title} (`{c.name}`)", ""] + _describe(c) + [""] + _table(c)
+    if figures:
+        lines += ["", "### Figure", ""] + [f"![{Path(f).stem}]({f})" for f in figures]
+    if curves:
+        lines += ["", "## Result files", "", "| cell | file | date | git commit |", "|---|---|---|---|"]
+        lines += [f"| `{c.name}` | `{c.source}` | {c.date} | {(c.git or 'unknown')[:10]} |" for c in curves]
+    return "\n".join(lines) + "\n"
+
+
+def _figure(curves: Sequence[Curve], path: Path) -> bool:
+    """Recovery vs eps per unit distance, one panel per curve, one line per attack (mean, sd error bars), saved to
+    ``path``; False when there is nothing to draw."""
+    from matplotlib.figure import Figure
+
+    curves = [c for c in curves if c.points]
+    if not curves:
+        return False
+    fig = Figure(figsize=(4.2 * len(curves), 3.4), layout="tight")
+    for ax, c in zip(fig.subplots(1, len(curves), squeeze=False)[0], curves):
+        for metric, label, style in RECOVERY_COLUMNS:
+            drawn = [(p.mean("epsilon_unit"), p.spread(metric)) for p in c.points if p.spread(metric) is not None]
+            drawn = sorted(((x, s) for x, s in drawn if not math.isnan(x)), key=lambda xs: xs[0])
+            if drawn:
+                ax.errorbar([x for x, _ in drawn], [100 * s["mean"] for _, s in drawn], capsize=3, markersize=4, fmt=style,
+                            yerr=[0.0 if math.isnan(s["std"]) else 100 * s["std"] for _, s in drawn], label=label)
+        ticks = sorted({x for x in (p.mean("epsilon_unit") for p in c.points) if not math.isnan(x)})
+        ax.set_xscale("log")
+        ax.set_xticks(ticks, [f"{x:.3g}" for x in ticks])
+        ax.minorticks_off()
+        ax.axhline(100 * TARGET_NN_MAX, color="grey", linewidth=0.7, linestyle=":")
+        ax.set(ylim=(-2, 102), title=c.title, ylabel="tokens recovered (%)",
+               xlabel="eps per unit L2 distance" + (f" (delta {c.points[0].mean('token_delta'):g})" if c.family.endswith("gaussian") else ""))
+        ax.legend(fontsize=7)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def write_report(paths: Iterable[str | Path], out: str | Path, *, figures_dir: str | Path | None = None) -> Path:
+    """Write the report to ``out`` and its figure to ``<out stem>/token_inversion.png`` (or ``figures_dir``)."""
+    curves = collect(paths)
+    out = Path(out)
+    figure = (Path(figures_dir) if figures_dir else out.parent / out.stem) / "token_inversion.png"
+    links = [os.path.relpath(figure, out.parent)] if _figure(curves, figure) else []
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(_markdown(curves, links))
+    return out

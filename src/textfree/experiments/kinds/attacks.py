@@ -1,0 +1,474 @@
+"""Cell kind ``token_inversion``: nearest neighbour and BeamClean against token-level embedding noise.
+
+The client releases one noisy vector per token: the row of the attacked model's input embedding table for that
+token plus the cell's mechanism noise (``mechanism``: ``l2_laplace``, ``gaussian`` or ``clipped``), drawn per token
+from a generator seeded with the cell seed. The attacker gets what ``attack.threat`` grants and tries to recover
+the token ids.
+
+Inputs (once per run, cached):
+
+* texts: inline ``texts``, or one private text per record of ``dataset`` (``mcqa_prompt(record).private`` for
+  MCQA records). For a Pri-* dataset, ``split: heldout`` / ``split: train`` take that part of the PPFT split
+  (:func:`textfree.data.ppft_split`); other splits go to ``load_dataset``. Repeated texts are dropped (Pri-DDX repeats
+  the same patient description with other distractors), then ``limit`` texts are kept.
+* token ids: the encoder's tokenizer without special tokens, cut to ``params.max_tokens`` (default 48), then wrapped
+  with the tokenizer's special tokens (MiniLM: ``[CLS] ... [SEP]``) as the payload carries them. Every position is
+  noised and attacked, but **special tokens are not scored** (they sit at fixed positions; an attacker knows them
+  without any attack): recovery is over the text's own tokens only.
+* table: the input embedding table of ``encoder`` (``default``: all-MiniLM-L6-v2, 30,522 x 384), loaded as an
+  :class:`~textfree.encoders.EmbeddingTableEncoder`.
+
+``attack`` section (plain data; ``attack.<name>`` grid keys override it)::
+
+    threat:   {embedding_table: true, training_text: public, knows_mechanism: true, knows_parameters: true}
+    attacks:  [nn_l2, nn_cosine, beamclean]       # default: all three
+    beamclean: {beam_width: 20, candidates: 1024, family: auto, noise: [estimated, oracle], em_iters: 3,
+                estimate_mean: false, prior_weight: 1.0, chunk_size: 8192}
+    prior:    {kind: bigram, sources: [{dataset: alpaca}, {dataset: gsm8k, split: train}], k: 0.1,
+               training_text: public}             # or inline texts: [...]; {kind: uniform};
+                                                  # {kind: causal_lm, path: runs/decoder-small}
+
+The grant is checked twice: at load time (``validate``: every attack of every grid point against
+:func:`~textfree.attacks.check_grant`; a cell that asks for more than it grants is a :class:`CellError` naming the
+missing capability) and by each attack when it runs. Oracle noise needs ``knows_parameters``; its metrics carry
+``oracle`` in their name and estimated ones ``estimated``: the two are never mixed.
+
+Bigram priors are fitted on the ``sources`` / ``texts`` tokenised with the table's tokenizer (with special tokens,
+as the payload has them). With ``training_text: public`` a source may not be a Pri-* dataset (that is in-domain
+text); ``training_text: in_domain`` allows the *train* part of the PPFT split of the evaluated dataset (disjoint
+from ``heldout`` by construction). Never the evaluated texts themselves: any prior text equal to an evaluated one is
+an error.
+
+Metrics (each only when its attack runs):
+
+* ``recovery_nn_l2``, ``recovery_nn_cosine``, ``recovery_nn_best`` (the larger of the two that ran);
+  ``recovery_beamclean_estimated``, ``recovery_beamclean_oracle``: token recovery rate over scored tokens.
+* ``beamclean_over_nn``, ``beamclean_oracle_over_nn``: BeamClean recovery / ``recovery_nn_best`` (NaN when NN is 0).
+* ``scale_rel_error_estimated`` (mean signed) and ``scale_abs_rel_error_estimated`` (mean absolute) relative error of
+  BeamClean's final per-sequence noise scale against the true one (Gaussian sigma, L2-Laplace 1/eps; a clipped
+  mechanism's inner one), when the surrogate family is the mechanism's own.
+* ``epsilon_unit``: the mechanism's privacy loss per unit L2 distance (``privacy_loss(1)``: eps for L2-Laplace; for
+  the Gaussian, epsilon at its delta); ``token_epsilon`` / ``token_delta``: the formal guarantee of one token, the
+  loss at the table's exact diameter (``privacy_loss(diameter)``: any two tokens are at most that far apart);
+  ``table_diameter``.
+* ``noise_norm`` (mean ||released - clean|| per token), ``expected_noise_norm`` (NaN for mechanisms without one).
+* ``seconds_per_sequence_nn`` (both NN metrics), ``seconds_per_sequence_beamclean_estimated`` / ``_oracle``.
+* ``n_sequences``, ``n_tokens`` (scored tokens).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ...attacks import (
+    FAMILIES,
+    NEAREST_REQUIRES,
+    BeamCleanConfig,
+    BigramPrior,
+    CausalLMPrior,
+    NearestNeighbourInverter,
+    ThreatModel,
+    ThreatModelError,
+    UniformPrior,
+    beamclean_attack,
+    beamclean_requirements,
+    check_grant,
+    family_of,
+    nearest_neighbour_attack,
+    oracle_noise,
+)
+from ...mechanisms import mechanism_from_dict
+from ...metrics import token_recovery_rate
+from ...rng import seeded_generator
+from ..cell import CellError
+from ..inputs import load_cell_encoder, load_texts, record_private_text
+from ..registry import RunContext, register_cell_kind
+
+__all__ = [
+    "TOKEN_INVERSION_METRICS",
+    "TOKEN_INVERSION_PARAMS",
+    "TOKEN_ATTACKS",
+    "InversionAttackSpec",
+    "parse_attack_section",
+    "token_inversion",
+]
+
+#: Attack names a cell may list, and the nearest-neighbour metric each one runs.
+TOKEN_ATTACKS = {"nn_l2": "l2", "nn_cosine": "cosine", "beamclean": None}
+NOISE_MODES = ("estimated", "oracle")
+PRIOR_KINDS = ("bigram", "uniform", "causal_lm")
+PPFT_PARTS = ("train", "heldout")
+
+TOKEN_INVERSION_METRICS = (
+    "recovery_nn_l2",
+    "recovery_nn_cosine",
+    "recovery_nn_best",
+    "recovery_beamclean_estimated",
+    "recovery_beamclean_oracle",
+    "beamclean_over_nn",
+    "beamclean_oracle_over_nn",
+    "scale_rel_error_estimated",
+    "scale_abs_rel_error_estimated",
+    "epsilon_unit",
+    "token_epsilon",
+    "token_delta",
+    "table_diameter",
+    "noise_norm",
+    "expected_noise_norm",
+    "seconds_per_sequence_nn",
+    "seconds_per_sequence_beamclean_estimated",
+    "seconds_per_sequence_beamclean_oracle",
+    "n_sequences",
+    "n_tokens",
+)
+
+TOKEN_INVERSION_PARAMS = {
+    "max_tokens": "cut each text to this many tokens before the special tokens are added (int >= 1; default 48)",
+    "threads": "torch threads while the kind runs (int >= 1, or null to leave torch's setting; BeamClean: 1 is fastest)",
+}
+
+_BEAMCLEAN_KEYS = {f.name for f in dataclasses.fields(BeamCleanConfig)} - {"excluded_ids"}
+_PRIOR_KEYS = {"bigram": {"kind", "sources", "texts", "k", "training_text"}, "uniform": {"kind"},
+               "causal_lm": {"kind", "path", "training_text", "batch_size"}}
+_SOURCE_KEYS = {"dataset", "split", "limit"}
+
+
+@dataclass(frozen=True)
+class InversionAttackSpec:
+    """A cell's ``attack`` section, checked: the grant, the attacks, BeamClean's settings and the prior spec."""
+
+    threat: ThreatModel
+    attacks: tuple[str, ...]
+    config: BeamCleanConfig
+    family: str
+    noise: tuple[str, ...]
+    prior: dict
+
+    def requirement(self, attack: str, noise: str = "estimated") -> ThreatModel:
+        """What ``attack`` needs (BeamClean: with this prior, family and noise mode)."""
+        if attack != "beamclean":
+            return NEAREST_REQUIRES
+        return beamclean_requirements(_PriorProvenance(self.prior), noise=noise, family=self.family)
+
+    def check(self) -> None:
+        """:class:`ThreatModelError` naming every capability some attack needs and the grant lacks."""
+        for attack in self.attacks:
+            for noise in self.noise if attack == "beamclean" else ("estimated",):
+                name = f"beamclean ({noise} noise)" if attack == "beamclean" else attack
+                check_grant(name, self.requirement(attack, noise), self.threat)
+
+
+class _PriorProvenance:
+    """Stands in for a prior that is not built yet: only its ``training_text`` matters for the requirement."""
+
+    def __init__(self, spec: dict):
+        self.training_text = None if spec["kind"] == "uniform" else spec.get("training_text", "public")
+
+
+def _fail(message: str, field: str = "attack") -> CellError:
+    return CellError(message, field=field)
+
+
+def _int_at_least(value: Any, low: int) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value >= low
+
+
+def parse_attack_section(section: Any) -> InversionAttackSpec:
+    """Check a resolved ``attack`` section; every problem is a :class:`CellError` naming the field."""
+    if not isinstance(section, dict):
+        raise _fail("the token_inversion kind needs an `attack` mapping with at least a `threat`")
+    unknown = sorted(set(section) - {"threat", "attacks", "beamclean", "prior"})
+    if unknown:
+        raise _fail(f"unknown key(s) {unknown}; known: threat, attacks, beamclean, prior")
+    if "threat" not in section:
+        raise _fail("needs a `threat` (the grant), e.g. {embedding_table: true}", "attack.threat")
+    try:
+        threat = ThreatModel.from_dict(section["threat"])
+    except (ThreatModelError, TypeError) as exc:
+        raise _fail(str(exc), "attack.threat") from None
+    attacks = section.get("attacks", list(TOKEN_ATTACKS))
+    if not isinstance(attacks, list) or not attacks or any(a not in TOKEN_ATTACKS for a in attacks) or len(set(attacks)) != len(attacks):
+        raise _fail(f"must be a non-empty list of distinct names from {list(TOKEN_ATTACKS)}, got {attacks!r}", "attack.attacks")
+    if not isinstance(section.get("beamclean", {}), (dict, type(None))):
+        raise _fail(f"must be a mapping, got {section['beamclean']!r}", "attack.beamclean")
+    bc = dict(section.get("beamclean") or {})
+    family = bc.pop("family", "auto")
+    if family != "auto" and family not in FAMILIES:
+        raise _fail(f"family must be 'auto' or one of {list(FAMILIES)}, got {family!r}", "attack.beamclean.family")
+    noise = bc.pop("noise", "estimated")
+    noise = [noise] if isinstance(noise, str) else noise
+    if not isinstance(noise, list) or not noise or any(n not in NOISE_MODES for n in noise) or len(set(noise)) != len(noise):
+        raise _fail(f"noise must be 'estimated', 'oracle' or a list of both, got {noise!r}", "attack.beamclean.noise")
+    bad = sorted(set(bc) - _BEAMCLEAN_KEYS)
+    if bad:
+        raise _fail(f"unknown setting(s) {bad}; known: family, noise, {', '.join(sorted(_BEAMCLEAN_KEYS))}", "attack.beamclean")
+    try:
+        config = BeamCleanConfig(**bc)
+    except (ValueError, TypeError) as exc:
+        raise _fail(str(exc), "attack.beamclean") from None
+    prior = _check_prior(section.get("prior", {"kind": "bigram"}) if "beamclean" in attacks else {"kind": "uniform"})
+    return InversionAttackSpec(threat, tuple(attacks), config, family, tuple(noise), prior)
+
+
+def _check_prior(spec: Any) -> dict:
+    where = "attack.prior"
+    if not isinstance(spec, dict) or spec.get("kind", "bigram") not in PRIOR_KINDS:
+        raise _fail(f"must be a mapping with kind one of {list(PRIOR_KINDS)}, got {spec!r}", where)
+    spec = {"kind": "bigram", **spec}
+    kind = spec["kind"]
+    bad = sorted(set(spec) - _PRIOR_KEYS[kind])
+    if bad:
+        raise _fail(f"a {kind} prior takes no key(s) {bad}; it takes {sorted(_PRIOR_KEYS[kind])}", where)
+    if kind == "uniform":
+        return spec
+    if spec.get("training_text", "public") not in ("public", "in_domain"):
+        raise _fail(f"training_text must be 'public' or 'in_domain', got {spec['training_text']!r}", f"{where}.training_text")
+    if kind == "causal_lm":
+        if not isinstance(spec.get("path"), str) or not spec["path"]:
+            raise _fail("a causal_lm prior needs `path` (a local directory or a Hugging Face name)", f"{where}.path")
+        return spec
+    texts, sources = spec.get("texts"), spec.get("sources")
+    if (texts is None) == (sources is None):
+        raise _fail("a bigram prior needs exactly one of `sources` (datasets) or `texts` (inline public text)", where)
+    if texts is not None and (not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t.strip() for t in texts)):
+        raise _fail("texts must be a non-empty list of non-empty strings", f"{where}.texts")
+    if sources is not None:
+        if not isinstance(sources, list) or not sources:
+            raise _fail("sources must be a non-empty list like [{dataset: alpaca}, {dataset: gsm8k, split: train}]", f"{where}.sources")
+        for i, src in enumerate(sources):
+            if not isinstance(src, dict) or not isinstance(src.get("dataset"), str) or set(src) - _SOURCE_KEYS:
+                raise _fail(f"entry {i} must be a mapping with `dataset` (and optional split, limit), got {src!r}", f"{where}.sources")
+    k = spec.get("k", 0.1)
+    if isinstance(k, bool) or not isinstance(k, (int, float)) or not (k > 0 and math.isfinite(k)):
+        raise _fail(f"k must be a finite number > 0, got {k!r}", f"{where}.k")
+    return spec
+
+
+def _is_ppft_dataset(name: str) -> bool:
+    return name.lower().startswith(("pri-", "ddx", "slja"))
+
+
+def _check_prior_sources(prior: dict) -> None:
+    """Public priors read no Pri-* text; in-domain ones only the PPFT train part of the evaluated dataset."""
+    for src in prior.get("sources") or []:
+        name, split = src["dataset"], src.get("split")
+        if not _is_ppft_dataset(name):
+            continue
+        if prior.get("training_text", "public") == "public":
+            raise _fail(f"{name!r} is in-domain text; a prior fitted on it needs training_text: in_domain", "attack.prior.sources")
+        if split != "train":
+            raise _fail(f"an in-domain prior may read only the PPFT train part of {name!r} (split: train), "
+                        f"never the evaluated prompts; got split {split!r}", "attack.prior.sources")
+
+
+def _check_params(params: dict) -> None:
+    mt = params.get("max_tokens", 48)
+    if not _int_at_least(mt, 1):
+        raise _fail(f"max_tokens must be an integer >= 1, got {mt!r}", "params.max_tokens")
+    th = params.get("threads")
+    if th is not None and not _int_at_least(th, 1):
+        raise _fail(f"threads must be an integer >= 1 or null, got {th!r}", "params.threads")
+
+
+def _validate(cell: Any, points: list[dict]) -> None:
+    if cell.dataset is None and cell.texts is None:
+        raise CellError("the token_inversion kind needs a `dataset` or inline `texts`", field="texts")
+    if cell.mechanism is None:
+        raise CellError("the token_inversion kind needs a `mechanism` (l2_laplace, gaussian or clipped)", field="mechanism")
+    for point in points:
+        resolved = cell.resolve(point)
+        _check_params(resolved.params)
+        spec = parse_attack_section(resolved.attack)
+        try:
+            spec.check()
+        except ThreatModelError as exc:
+            raise CellError(f"{exc}; grant more in `attack.threat` or drop the attack", field="attack.threat") from None
+        _check_prior_sources(spec.prior)
+        if "beamclean" in spec.attacks and (spec.family == "auto" or "oracle" in spec.noise):
+            try:
+                family_of(mechanism_from_dict(resolved.mechanism))
+            except ValueError as exc:
+                raise CellError(f"beamclean with family 'auto' or oracle noise: {exc}", field="mechanism") from None
+
+
+# ------------------------------------------------------------------------------------------------- inputs
+def _cell_texts(cell: Any) -> list[str]:
+    """The evaluated private texts, repeats dropped, then the first ``limit``."""
+    if cell.texts is None and cell.split in PPFT_PARTS and _is_ppft_dataset(cell.dataset):
+        from ...data import ppft_split
+
+        texts = [record_private_text(r) for r in ppft_split(cell.dataset)[cell.split]]
+    else:
+        texts = load_texts(dataclasses.replace(cell, limit=None))
+    texts = list(dict.fromkeys(texts))
+    return texts[: cell.limit] if cell.limit is not None else texts
+
+
+@dataclass
+class _Inputs:
+    table: torch.Tensor  # [V, d] float32
+    tokenizer: Any
+    sequences: list[torch.Tensor]  # token ids per text, special tokens included
+    scored: list[torch.Tensor]  # bool per position: True for the text's own tokens
+    diameter: float
+    texts: list[str]
+
+
+def _inputs(cell: Any, max_tokens: int, context: RunContext) -> _Inputs:
+    def build() -> _Inputs:
+        from ...geometry import max_pairwise_distance
+
+        texts = _cell_texts(cell)
+        encoder = load_cell_encoder(cell, "embedding_table")
+        tok = encoder.tokenizer
+        special = set(tok.all_special_ids)
+        seqs, scored = [], []
+        enc = tok(texts, add_special_tokens=True, return_special_tokens_mask=True)
+        for ids, added in zip(enc["input_ids"], enc["special_tokens_mask"]):
+            content = torch.tensor(added).eq(0).cumsum(0)  # 1, 2, ... over the text's own tokens
+            keep = torch.tensor(added).eq(1) | (content <= max_tokens)
+            full = torch.tensor(ids)[keep]
+            seqs.append(full)
+            scored.append(torch.tensor([int(i) not in special for i in full], dtype=torch.bool))
+        table = encoder.table.detach().to(torch.float32)
+        context.logger.info("token_inversion: %d texts, %d scored tokens, table %s", len(texts), int(sum(s.sum() for s in scored)), tuple(table.shape))
+        return _Inputs(table, tok, seqs, scored, max_pairwise_distance(table), texts)
+
+    return context.cached(("inputs", max_tokens), build)
+
+
+def _public_texts(record: Any) -> list[str]:
+    """The text of one prior-training record (instruction records: instruction, input and output)."""
+    if hasattr(record, "instruction"):
+        return [" ".join(x for x in (record.instruction, record.input, record.output) if x)]
+    if hasattr(record, "text_a"):
+        return [record.text_a, record.text_b]
+    return [record_private_text(record)]
+
+
+def _prior_texts(spec: dict) -> list[str]:
+    if spec.get("texts") is not None:
+        return list(spec["texts"])
+    from ...data import load_dataset, ppft_split
+
+    texts: list[str] = []
+    for src in spec["sources"]:
+        if _is_ppft_dataset(src["dataset"]):  # validated: in-domain, train part only
+            records = ppft_split(src["dataset"])["train"]
+        else:
+            records = load_dataset(src["dataset"], split=src.get("split"), limit=src.get("limit"))
+        records = records[: src["limit"]] if src.get("limit") else records
+        texts += [t for r in records for t in _public_texts(r) if t and t.strip()]
+    return texts
+
+
+def _prior(spec: dict, inputs: _Inputs, context: RunContext):
+    def build():
+        v = inputs.table.shape[0]
+        if spec["kind"] == "uniform":
+            return UniformPrior(v)
+        training_text = spec.get("training_text", "public")
+        if spec["kind"] == "causal_lm":
+            return CausalLMPrior.from_pretrained(spec["path"], target_tokenizer=inputs.tokenizer, training_text=training_text,
+                                                 batch_size=spec.get("batch_size", 64))
+        texts = _prior_texts(spec)
+        overlap = set(texts) & set(inputs.texts)
+        if overlap:
+            raise ValueError(f"the prior's training text contains {len(overlap)} of the evaluated texts, e.g. {next(iter(overlap))[:80]!r}")
+        t0 = time.perf_counter()
+        prior = BigramPrior.from_texts(texts, inputs.tokenizer, v, k=float(spec.get("k", 0.1)), training_text=training_text)
+        context.logger.info("bigram prior: %d texts, %d pairs, %.1fs", len(texts), len(prior._val), time.perf_counter() - t0)
+        return prior
+
+    return context.cached(("prior", json.dumps(spec, sort_keys=True)), build)
+
+
+# ------------------------------------------------------------------------------------------------ the kind
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else math.nan
+
+
+@register_cell_kind(
+    "token_inversion",
+    metrics=TOKEN_INVERSION_METRICS,
+    params=TOKEN_INVERSION_PARAMS,
+    validate=_validate,
+    help="Token recovery of nearest neighbour and BeamClean against per-token embedding noise, under a declared threat model.",
+)
+def token_inversion(cell: Any, point: dict, seed: int, context: RunContext) -> dict[str, float]:
+    """Noise every token embedding of the cell's texts, run the granted attacks, score token recovery."""
+    resolved = cell.resolve(point)
+    _check_params(resolved.params)
+    spec = parse_attack_section(resolved.attack)
+    spec.check()  # the attacks check again when they run
+    threads = resolved.params.get("threads")
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _run(cell, resolved, spec, seed, context)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run(cell: Any, resolved: Any, spec: InversionAttackSpec, seed: int, context: RunContext) -> dict[str, float]:
+    mech = mechanism_from_dict(resolved.mechanism)
+    data = _inputs(cell, resolved.params.get("max_tokens", 48), context)
+    table, n = data.table, len(data.sequences)
+    lengths = [len(s) for s in data.sequences]
+    gold, scored = torch.cat(data.sequences), torch.cat(data.scored)
+    clean = table[gold].to(torch.float64)
+    released = mech.sample(clean, generator=seeded_generator(seed, warn=False)).to(torch.float32)
+    loss_unit, loss_token = mech.privacy_loss(1.0), mech.privacy_loss(data.diameter)
+    d = table.shape[1]
+    out: dict[str, float] = {
+        "epsilon_unit": loss_unit.epsilon,
+        "token_epsilon": loss_token.epsilon,
+        "token_delta": loss_token.delta,
+        "table_diameter": data.diameter,
+        "noise_norm": float((released.to(torch.float64) - clean)[scored].norm(dim=1).mean()),
+        "expected_noise_norm": mech.expected_noise_norm(d) if hasattr(mech, "expected_noise_norm") else math.nan,
+        "n_sequences": float(n),
+        "n_tokens": float(scored.sum()),
+    }
+    nn_metrics = [TOKEN_ATTACKS[a] for a in spec.attacks if a != "beamclean"]
+    if nn_metrics:
+        inverter = context.cached("nn_inverter", lambda: NearestNeighbourInverter(table))
+        t0 = time.perf_counter()
+        nn = nearest_neighbour_attack(released, inverter, threat=spec.threat, true_ids=gold, mask=scored, metrics=nn_metrics)
+        out["seconds_per_sequence_nn"] = (time.perf_counter() - t0) / n
+        for metric, rate in nn.recovery.items():
+            out[f"recovery_nn_{metric}"] = rate
+        out["recovery_nn_best"] = max(nn.recovery.values())
+    if "beamclean" in spec.attacks:
+        prior = _prior(spec.prior, data, context)
+        noisy = list(released.split(lengths))
+        for noise in spec.noise:
+            t0 = time.perf_counter()
+            res = beamclean_attack(noisy, table, prior, threat=spec.threat, noise=noise, family=spec.family,
+                                   mechanism=mech, config=spec.config)
+            out[f"seconds_per_sequence_beamclean_{noise}"] = (time.perf_counter() - t0) / n
+            out[f"recovery_beamclean_{noise}"] = token_recovery_rate(torch.cat(res.ids), gold, scored)
+            if "recovery_nn_best" in out:
+                key = "beamclean_over_nn" if noise == "estimated" else "beamclean_oracle_over_nn"
+                out[key] = _ratio(out[f"recovery_beamclean_{noise}"], out["recovery_nn_best"])
+            if noise == "estimated" and _own_family(mech, res.family):
+                true = oracle_noise(mech).scale
+                errors = [(s.scale - true) / true for s in res.noise]
+                out["scale_rel_error_estimated"] = sum(errors) / len(errors)
+                out["scale_abs_rel_error_estimated"] = sum(abs(e) for e in errors) / len(errors)
+    return {name: out[name] for name in TOKEN_INVERSION_METRICS if name in out}
+
+
+def _own_family(mech: Any, family: str) -> bool:
+    try:
+        return family_of(mech) == family
+    except ValueError:
+        return False

@@ -1,0 +1,132 @@
+"""docs/results/attacks.md from synthetic token_inversion result files: classification, tables, the target verdict.
+
+The verdict is checked against numbers worked out by hand in each test's comments.
+"""
+
+import json
+
+import pytest
+
+from textfree.attacks.report import build_report, collect, target_verdict, write_report
+
+
+def _result_file(directory, name, mechanism, axis, points, *, date="2026-01-01T00:00:00+00:00", kind="token_inversion",
+                 attack=None, seeds=(0, 1)):
+    """A result file in the runner's format. ``points``: [(axis value, {metric: [value per seed]})]."""
+    cell = {"name": name, "kind": kind, "dataset": "pri-ddx", "split": "heldout", "limit": 40, "texts": None,
+            "encoder": "default", "mechanism": mechanism, "params": {}, "grid": {axis: [x for x, _ in points]},
+            "attack": attack or {"threat": {"embedding_table": True}, "beamclean": {"beam_width": 20, "candidates": 1024}},
+            "metrics": [], "seeds": list(seeds), "notes": ""}
+    results = [{"point": {axis: x}, "resolved": {"mechanism": mechanism, "params": {}, "attack": None},
+                "metrics": {m: {"mean": sum(v) / len(v), "stderr": None, "values": v} for m, v in metrics.items()}}
+               for x, metrics in points]
+    data = {"format": "textfree.results", "format_version": 1, "cell": cell, "cell_source": None, "kind": kind,
+            "grid_axes": [axis], "seeds": list(seeds), "results": results, "versions": {}, "git": None, "date": date,
+            "elapsed_s": 1.0, "host": {}}
+    path = directory / f"{name}-{date[:10]}-{len(list(directory.iterdir()))}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _point(eps, nn, bc, oracle=None, *, cos=None):
+    """Per-seed metrics of one point: NN (L2 = best), BeamClean estimated (and oracle)."""
+    m = {"recovery_nn_l2": nn, "recovery_nn_cosine": cos or nn, "recovery_nn_best": [max(a, b) for a, b in zip(nn, cos or nn)],
+         "recovery_beamclean_estimated": bc, "epsilon_unit": [eps] * len(nn), "token_epsilon": [2.36 * eps] * len(nn),
+         "token_delta": [0.0] * len(nn), "noise_norm": [384 / eps] * len(nn)}
+    if oracle is not None:
+        m["recovery_beamclean_oracle"] = oracle
+    return (eps, m)
+
+
+LAPLACE = {"name": "l2_laplace", "epsilon": 50}
+
+
+def test_verdict_is_computed_from_the_means(tmp_path):
+    # eps 200: NN 0.90 (> 0.2, not eligible); eps 50: NN mean 0.15, BeamClean mean 0.30 -> 2.0x (not met);
+    # eps 35: NN mean (0.04 + 0.06)/2 = 0.05, BeamClean (0.18 + 0.22)/2 = 0.20 -> 4.0x (met); per seed 4.5x and 3.67x;
+    # eps 25: NN 0 in both seeds (excluded: a ratio over nothing).
+    path = _result_file(tmp_path, "lap", LAPLACE, "mechanism.epsilon", [
+        _point(200, [0.9, 0.9], [0.95, 0.95]),
+        _point(50, [0.14, 0.16], [0.29, 0.31]),
+        _point(35, [0.04, 0.06], [0.18, 0.22]),
+        _point(25, [0.0, 0.0], [0.01, 0.02]),
+    ])
+    (curve,) = collect([path])
+    v = target_verdict(curve)
+    assert [r.x for r in v.rows] == [50, 35]
+    assert v.rows[0].ratio == pytest.approx(2.0) and not v.rows[0].met
+    assert v.rows[1].ratio == pytest.approx(4.0) and v.rows[1].met
+    assert v.rows[1].seed_ratios == pytest.approx([4.5, 0.22 / 0.06])
+    assert v.rows[1].met_every_seed
+    assert v.met and v.best.x == 35
+    assert v.sentence().startswith("**met**: at epsilon 35") and "in every seed" in v.sentence()
+
+
+def test_verdict_not_met_and_not_in_every_seed(tmp_path):
+    # eps 40: NN (0.10 + 0.10)/2 = 0.10, BeamClean (0.20 + 0.40)/2 = 0.30 -> 3.0x: met (>= 3), but seed 0 is 2.0x.
+    met = _result_file(tmp_path, "a", LAPLACE, "mechanism.epsilon", [_point(40, [0.10, 0.10], [0.20, 0.40])])
+    # eps 40: NN 0.10, BeamClean 0.29 -> 2.9x: not met.
+    not_met = _result_file(tmp_path, "b", LAPLACE, "mechanism.epsilon", [_point(40, [0.10, 0.10], [0.29, 0.29])])
+    (a,), (b,) = collect([met]), collect([not_met])
+    va, vb = target_verdict(a), target_verdict(b)
+    assert va.met and not va.rows[0].met_every_seed and "not in every seed" in va.sentence()
+    assert not vb.met and vb.sentence().startswith("**not met**") and "2.90x" in vb.sentence()
+
+
+def test_verdict_cannot_be_judged_without_the_attacks_or_a_qualifying_point(tmp_path):
+    no_bc = _result_file(tmp_path, "nn_only", LAPLACE, "mechanism.epsilon",
+                         [(50, {"recovery_nn_l2": [0.1, 0.1], "recovery_nn_best": [0.1, 0.1]})])
+    high = _result_file(tmp_path, "high", LAPLACE, "mechanism.epsilon", [_point(100, [0.8, 0.9], [0.9, 0.9])])
+    by_name = {c.name: target_verdict(c) for c in collect([tmp_path])}
+    assert "no BeamClean with estimated noise" in by_name["nn_only"].reason
+    assert "no grid point" in by_name["high"].reason and not by_name["high"].met
+    text = build_report([no_bc, high])
+    assert "cannot be judged" in text and "Overall: **cannot be judged**" in text
+
+
+def test_classification_newest_file_wins_other_kinds_are_skipped(tmp_path):
+    _result_file(tmp_path, "lap", LAPLACE, "mechanism.epsilon", [_point(50, [0.5, 0.5], [0.6, 0.6])], date="2026-01-01T00:00:00+00:00")
+    _result_file(tmp_path, "lap", LAPLACE, "mechanism.epsilon", [_point(50, [0.1, 0.1], [0.4, 0.4])], date="2026-02-01T00:00:00+00:00")
+    _result_file(tmp_path, "gauss", {"name": "gaussian", "sigma": 0.3, "delta": 1e-5}, "mechanism.sigma",
+                 [_point(16.1, [0.1, 0.1], [0.2, 0.2], [0.25, 0.25])])
+    _result_file(tmp_path, "clip", {"name": "clipped", "inner": {"name": "l2_laplace", "epsilon": 50}, "max_norm": 1.69},
+                 "mechanism.inner.epsilon", [_point(50, [0.02, 0.02], [0.1, 0.1], cos=[0.3, 0.3])])
+    _result_file(tmp_path, "indomain", LAPLACE, "mechanism.epsilon", [_point(50, [0.1, 0.1], [0.5, 0.5])],
+                 attack={"threat": {}, "prior": {"kind": "bigram", "training_text": "in_domain"}})
+    _result_file(tmp_path, "other", LAPLACE, "mechanism.epsilon", [(50, {"cosine": [0.5, 0.5]})], kind="privatization")
+    curves = {c.name: c for c in collect([tmp_path])}
+    assert sorted(curves) == ["clip", "gauss", "indomain", "lap"]
+    assert curves["indomain"].title == "L2-Laplace, in-domain prior" and curves["lap"].title == "L2-Laplace"
+    assert curves["lap"].points[0].mean("recovery_nn_best") == pytest.approx(0.1)  # the February file
+    assert (curves["gauss"].family, curves["gauss"].title, curves["gauss"].axis_label) == ("gaussian", "Gaussian", "sigma")
+    assert curves["clip"].family == "clipped l2_laplace" and curves["clip"].title == "L2-Laplace, clipped to 1.69"
+    gv = target_verdict(curves["gauss"])  # NN 0.1, BeamClean 0.2: 2x; the axis is sigma, so eps is named too
+    assert not gv.met and "at sigma 16.1 (eps per unit distance 16.1) NN recovers 10.0%" in gv.sentence()
+    # clipped: cosine (0.3) is the stronger NN, BeamClean 0.1 / 0.3 = 0.33x
+    assert not target_verdict(curves["clip"]).rows  # NN best 0.3 > 0.2: no qualifying point
+
+
+def test_report_tables_keep_estimated_and_oracle_apart(tmp_path):
+    # eps 50: NN 0.10, BeamClean est 0.35 (3.5x), oracle 0.40 (4.0x); sd over seeds 0.30/0.40 -> 7.1 points
+    path = _result_file(tmp_path, "lap", LAPLACE, "mechanism.epsilon",
+                        [_point(50, [0.1, 0.1], [0.30, 0.40], [0.40, 0.40]), _point(200, [1.0, 1.0], [1.0, 1.0], [1.0, 1.0])])
+    out = write_report([path], tmp_path / "docs" / "attacks.md")
+    text = out.read_text()
+    assert "| epsilon | eps / unit distance | token eps (diameter) | noise norm | NN L2 | NN cosine | BeamClean, estimated noise | BeamClean, oracle noise |" in text
+    assert "| 50 | 50 | 118 | 7.68 | 10.0 ± 0.0 | 10.0 ± 0.0 | 35.0 ± 7.1 | 40.0 ± 0.0 | 3.50x | 4.00x |" in text
+    assert "Overall: **met**" in text and "do not edit by hand" in text
+    assert (tmp_path / "docs" / "attacks" / "token_inversion.png").stat().st_size > 1000
+    assert "![token_inversion](attacks/token_inversion.png)" in text
+
+
+def test_cli_report(tmp_path):
+    from typer.testing import CliRunner
+
+    from textfree.cli import app
+
+    path = _result_file(tmp_path, "lap", LAPLACE, "mechanism.epsilon", [_point(35, [0.05, 0.05], [0.2, 0.2])])
+    res = CliRunner().invoke(app, ["attacks", "report", str(path), "--out", str(tmp_path / "r.md")])
+    assert res.exit_code == 0, res.output
+    assert "**met**: at epsilon 35" in (tmp_path / "r.md").read_text()
+    res = CliRunner().invoke(app, ["attacks", "report", str(tmp_path / "missing.json"), "--out", str(tmp_path / "r.md")])
+    assert res.exit_code == 2
