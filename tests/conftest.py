@@ -29,6 +29,21 @@ def tiny_encoder_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_run_dir(tmp_path_factory, tiny_encoder_dir) -> Path:
+    """A served PPFT run of the tiny encoder and a tiny random decoder (textfree.server.testing.make_tiny_run)."""
+    from textfree.server.testing import make_tiny_run
+
+    return make_tiny_run(tmp_path_factory.mktemp("tiny-run"), tiny_encoder_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_lm(tiny_run_dir):
+    from textfree.ppft.model import TextFreeLM
+
+    return TextFreeLM.load(tiny_run_dir)
+
+
+@pytest.fixture(scope="session")
 def tiny_encoder(tiny_encoder_dir):
     from textfree.encoders import ContextualEncoder
 

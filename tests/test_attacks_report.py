@@ -130,3 +130,57 @@ def test_cli_report(tmp_path):
     assert "**met**: at epsilon 35" in (tmp_path / "r.md").read_text()
     res = CliRunner().invoke(app, ["attacks", "report", str(tmp_path / "missing.json"), "--out", str(tmp_path / "r.md")])
     assert res.exit_code == 2
+
+
+# ------------------------------------------------------------------------------------ PPFT-payload sections
+def _payload_file(directory, name, kind, params, points, *, mechanism=None, seeds=(0, 1)):
+    axis = "params.epsilon" if mechanism is None else "mechanism.epsilon"
+    path = _result_file(directory, name, mechanism, axis, points, kind=kind, attack={"threat": {}}, seeds=seeds)
+    data = json.loads(path.read_text())
+    data["cell"]["params"] = params
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_attribute_and_inversion_sections(tmp_path):
+    attr = {"slot_epsilon": [150.0], "prompt_epsilon": [2250.0]}
+    for m, best in (("sex_accuracy", 0.97), ("symptoms_recall", 0.5)):
+        attr |= {f"{m}_{v}": [best - d] for v, d in (("mean_unaware", 0.1), ("mean_aware", 0.0), ("slots_unaware", 0.2), ("slots_aware", 0.05))}
+        attr |= {f"{m}_best": [best], f"{m}_prior": [0.5], f"{m}_label": [0.9 if m == "symptoms_recall" else 0.55],
+                 f"{m}_excess": [best - (0.9 if m == "symptoms_recall" else 0.55)]}
+    _payload_file(tmp_path, "attr", "attribute_inference", {"k": 4}, [(75, attr)], mechanism=LAPLACE, seeds=(0,))
+    inv = lambda r: {"rouge_l": r, "bleu": [0.0, 0.0], "slot_epsilon": [150.0] * 2, "prompt_epsilon": [2250.0] * 2,  # noqa: E731
+                     "n_eval": [100.0] * 2, "symptoms_recall_text": [0.1, 0.2]}
+    _payload_file(tmp_path, "inv_u", "learned_inversion", {"variant": "unaware", "k": 4, "init": {"encoder": "e", "decoder": "d"}},
+                  [(75, inv([0.20, 0.22])), (None, inv([0.9, 0.9]))])
+    _payload_file(tmp_path, "inv_a", "learned_inversion", {"variant": "aware", "k": 4, "init": "runs/stage1"}, [(75, inv([0.3, 0.5]))])
+    text = build_report([tmp_path])
+    # attribute table: the best (97.0) and the excess over the larger reference (97 - 55 = 42.0) of sex; symptoms below label
+    assert "| 75 | 4 | 150 | 2250 | sex (accuracy) | 50.0 | 55.0 | 87.0 | 97.0 | 77.0 | 92.0 | **97.0** | **42.0** |" in text
+    assert "| symptoms recall | 50.0 | 90.0 |" in text and "**-40.0** |" in text
+    # inversion: mean ± sd over seeds; the unaware target 0.21 < 0.25 is met; clean payloads say so
+    assert "| `inv_u` | learned, noise-unaware | 75 | 4 | 150 | 2250 | 0.210 ± 0.014 |" in text
+    assert "| `inv_u` | learned, noise-unaware | clean |" in text
+    assert "ROUGE-L < 0.25 at eps 75, k 4: 0.210, **met**" in text
+    assert "learned, noise-aware, stage-1-aligned init at eps 75, k 4: ROUGE-L 0.400 (PPFT reports 0.4397" in text
+
+
+def test_cross_matrix_rows_columns_and_na(tmp_path):
+    _result_file(tmp_path, "lap", LAPLACE, "mechanism.epsilon", [_point(50, [0.14, 0.16], [0.29, 0.31]), _point(35, [0.04, 0.06], [0.18, 0.22])])
+    sub = lambda ident, chan: {"word_recovery_identity": ident, "word_recovery_channel": chan, "word_epsilon": [117.0] * 2}  # noqa: E731
+    _payload_file(tmp_path, "pct", "substitution_inversion", {"pos": "default"}, [(50, sub([0.2, 0.2], [0.3, 0.3]))])
+    _payload_file(tmp_path, "rest", "learned_inversion", {"variant": "restoration", "k": 4},
+                  [(75, {"rouge_l": [0.01, 0.03], "slot_epsilon": [150.0] * 2}), (None, {"rouge_l": [0.5, 0.5]})])
+    text = build_report([tmp_path])
+    header = next(line for line in text.splitlines() if line.startswith("| attack \\ mechanism"))
+    assert header == "| attack \\ mechanism | token noise, L2-Laplace | pooled PPFT slots (k = 4) | PCT2T text |"
+    nn = next(line for line in text.splitlines() if line.startswith("| NN (L2) (%)"))
+    # NN means 15% and 5% at token eps 2.36 x 50 = 118 and 2.36 x 35 = 82.6; text and pooled rows are n/a
+    assert nn == ("| NN (L2) (%) | 5.0%–15.0% (unit eps 82.6–118) | n/a (slots are pooled, not token rows) | "
+                  "n/a (the attacker sees words, not vectors) |")
+    channel = next(line for line in text.splitlines() if line.startswith("| channel inverter"))
+    assert channel.endswith("| 30.0% (unit eps 117) |")
+    restoration = next(line for line in text.splitlines() if line.startswith("| restoration instruction"))
+    assert "| 0.020 (unit eps 150) |" in restoration  # the clean-payload point (no mechanism) is left out
+    out = write_report([tmp_path], tmp_path / "docs" / "attacks.md")
+    assert (out.parent / "attacks" / "cross_matrix.png").is_file() and "![cross matrix](attacks/cross_matrix.png)" in out.read_text()

@@ -2,7 +2,6 @@
 refusal of a mismatched encoder, retries, and NO TEXT ON THE WIRE (a recording TCP proxy sees every byte sent)."""
 
 import os
-import re
 import socket
 from urllib.parse import urlparse
 
@@ -16,7 +15,7 @@ from textfree.encoders import ContextualEncoder, make_tiny_encoder_dir
 from textfree.ppft.model import TextFreeLM
 from textfree.server import ServerConfig, create_app
 from textfree.server.auth import KeyStore
-from textfree.server.testing import RecordingProxy, make_tiny_run, serve_in_thread
+from textfree.server.testing import RecordingProxy, leaked_words, make_tiny_run, serve_in_thread
 
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
 
@@ -111,20 +110,6 @@ def test_retries_with_backoff_on_5xx_429_and_connection_errors():
 
 
 # ---------------------------------------------------------------------------------------------- no text on the wire
-def _leaks(sent: bytes, text: str, tokenizer) -> list[str]:
-    """Every word (>= 3 letters) and WordPiece token (>= 4 characters) of ``text`` found in ``sent``,
-    case-insensitively, as UTF-8, UTF-16-LE or UTF-16-BE."""
-    low = sent.lower()
-    words = {w.lower() for w in re.findall(r"[A-Za-z]+", text) if len(w) >= 3}
-    pieces = {p.lstrip("#").lower() for p in tokenizer.tokenize(text) if len(p.lstrip("#")) >= 4}
-    found = []
-    for w in sorted(words | pieces):
-        for enc in ("utf-8", "utf-16-le", "utf-16-be"):
-            if w.encode(enc) in low:
-                found.append(f"{w} ({enc})")
-    return found
-
-
 def _proxy_for(server):
     target = urlparse(server["url"])
     return RecordingProxy(target.hostname, target.port)
@@ -138,10 +123,10 @@ def test_no_text_on_the_wire_client(server):
     assert len(result.answers) == 1 and proxy.connections >= 1
     sent = proxy.sent.replace(server["key"].encode(), b"")  # the random API key is not prompt text
     assert b"POST /v1/generate" in sent and len(sent) > result.payload_bytes
-    assert _leaks(sent, PROMPT, tokenizer) == []
+    assert leaked_words(sent, PROMPT, tokenizer) == []
     # the recorder works: the public text, sent in clear by design, is in the bytes
     assert b"quokka" in sent.lower() and b"narwhal" in sent.lower()
-    assert _leaks(sent, PUBLIC, tokenizer)  # the same check flags text that is sent
+    assert leaked_words(sent, PUBLIC, tokenizer)  # the same check flags text that is sent
 
 
 def test_no_text_on_the_wire_ask_cli(server):
@@ -155,7 +140,7 @@ def test_no_text_on_the_wire_ask_cli(server):
     assert "privacy: worst-case loss" in result.stderr
     sent = proxy.sent.replace(server["key"].encode(), b"")
     assert b"POST /v1/generate" in sent
-    assert _leaks(sent, PROMPT, tokenizer) == []
+    assert leaked_words(sent, PROMPT, tokenizer) == []
     assert b"quokka" in sent.lower()
 
 

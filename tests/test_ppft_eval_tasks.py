@@ -285,7 +285,7 @@ def test_tiny_model_privatizer_follows_the_config_noise_match(tiny_lm):
 
 # ------------------------------------------------------------------------------------------------ stage-2 data
 def test_domain_examples_tasks_and_order():
-    assert STAGE2_TASKS == ("mcqa", "open")
+    assert STAGE2_TASKS == ("mcqa", "open", "restore")
     assert domain_examples(RECORDS) == mcqa_examples(RECORDS)
     both = domain_examples(RECORDS, ["mcqa", "open"])
     assert len(both) == 6 and both[:3] == mcqa_examples(RECORDS)
@@ -295,6 +295,14 @@ def test_domain_examples_tasks_and_order():
     assert domain_examples(RECORDS, ("open", "mcqa")) == both[3:] + both[:3]
     assert domain_examples(RECORDS, ["open"]) == both[3:]
     assert domain_examples([], ["mcqa", "open"]) == []
+
+
+def test_restore_examples_target_the_private_text_once_each():
+    from textfree.ppft.batches import RESTORE_INSTRUCTION
+
+    doubled = list(RECORDS) + list(RECORDS)
+    got = domain_examples(doubled, ["restore"])
+    assert got == [TextExample(private=private_text(r), public=RESTORE_INSTRUCTION, target=private_text(r)) for r in RECORDS]
 
 
 @pytest.mark.parametrize("tasks", [[], ["mcqa", "mcqa"], ["closed"], ["mcqa", "blind_mcqa"], "mcqa"])

@@ -10,12 +10,10 @@ from fastapi.testclient import TestClient
 
 from textfree.encoders import EmbeddingTableEncoder
 from textfree.mechanisms import Clipped, L2Laplace
-from textfree.ppft.model import TextFreeLM
 from textfree.privatizer import Privatizer
 from textfree.server import ServerConfig, create_app
 from textfree.server.auth import KeyStore
 from textfree.server.models import ModelRegistry
-from textfree.server.testing import make_tiny_run
 
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
 
@@ -23,20 +21,10 @@ OCTET = {"Content-Type": "application/octet-stream"}
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, tiny_encoder_dir):
-    return make_tiny_run(tmp_path_factory.mktemp("served"), tiny_encoder_dir)
-
-
-@pytest.fixture(scope="module")
-def lm(run_dir):
-    return TextFreeLM.load(run_dir)
-
-
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory, run_dir, tiny_encoder_dir):
+def setup(tmp_path_factory, tiny_run_dir, tiny_encoder_dir):
     keys = tmp_path_factory.mktemp("keys") / "keys.json"
     key = KeyStore(keys).add_key("alice")
-    config = ServerConfig(models={"tiny": str(run_dir)}, embed_models={"tiny-embed": str(tiny_encoder_dir)}, keys_path=str(keys))
+    config = ServerConfig(models={"tiny": str(tiny_run_dir)}, embed_models={"tiny-embed": str(tiny_encoder_dir)}, keys_path=str(keys))
     registry = ModelRegistry.load(config)
     server = registry.models["tiny"].server  # warm up (the first generation in a process is slow)
     server.generate(torch.zeros(1, 1, 32), torch.ones(1, 1, dtype=torch.bool), max_new_tokens=2)
@@ -55,7 +43,7 @@ def test_health_needs_no_key(setup):
         assert r.status_code == 200 and r.json()["status"] == "ok"
 
 
-def test_model_cards_state_what_a_client_needs(setup, lm):
+def test_model_cards_state_what_a_client_needs(setup, tiny_lm):
     _, _, auth = setup
     with client_for(setup) as c:
         listing = c.get("/v1/models", headers=auth).json()
@@ -64,19 +52,19 @@ def test_model_cards_state_what_a_client_needs(setup, lm):
     card = cards["tiny"]
     assert card == one
     assert card["task"] == "generate" and card["payload_kind"] == "pooled"
-    assert card["encoder_sha256"] == lm.encoder.sha256 == lm.config.encoder_sha256
+    assert card["encoder_sha256"] == tiny_lm.encoder.sha256 == tiny_lm.config.encoder_sha256
     assert card["encoder_dim"] == 32 and card["k"] == 4 and card["mechanism"] == "l2_laplace"
-    assert card["epsilon"] == 75.0 and card["stage"] == "stage2" and card["encoder_id"] == lm.config.encoder_id
-    assert card["decoder"]["sha256"] == lm.server.decoder_ref["sha256"] and card["decoder"]["name"] == "decoder"
+    assert card["epsilon"] == 75.0 and card["stage"] == "stage2" and card["encoder_id"] == tiny_lm.config.encoder_id
+    assert card["decoder"]["sha256"] == tiny_lm.server.decoder_ref["sha256"] and card["decoder"]["name"] == "decoder"
     assert "/" not in card["decoder"]["name"]  # no server file paths in a card
     embed = cards["tiny-embed"]
     assert embed["task"] == "embed" and embed["payload_kind"] == "token" and embed["k"] == 1 and embed["clip_norm"] > 0
     assert listing["limits"]["max_batch_rows"] == 32
 
 
-def test_generate_answers_a_batch_of_two_in_both_wire_formats(setup, lm):
+def test_generate_answers_a_batch_of_two_in_both_wire_formats(setup, tiny_lm):
     _, registry, auth = setup
-    payload = lm.privatizer(75.0).privatize(["the first private prompt", "a second one, longer than the first"],
+    payload = tiny_lm.privatizer(75.0).privatize(["the first private prompt", "a second one, longer than the first"],
                                             public=["Options: A. yes B. no", ""], seed=0)
     expected = registry.models["tiny"].server.answer(payload, max_new_tokens=2)
     with client_for(setup) as c:
@@ -93,9 +81,9 @@ def test_generate_answers_a_batch_of_two_in_both_wire_formats(setup, lm):
     assert r.json()["answers"] == registry.models["tiny"].server.answer(payload, public=["x", "y"], max_new_tokens=2)
 
 
-def test_concurrent_requests_are_answered_correctly_and_share_a_batch(setup, lm):
+def test_concurrent_requests_are_answered_correctly_and_share_a_batch(setup, tiny_lm):
     _, registry, auth = setup
-    payloads = [lm.privatizer(75.0).privatize([text], seed=i) for i, text in enumerate(["alpha beta gamma", "delta"])]
+    payloads = [tiny_lm.privatizer(75.0).privatize([text], seed=i) for i, text in enumerate(["alpha beta gamma", "delta"])]
     expected = [registry.models["tiny"].server.answer(p, max_new_tokens=2) for p in payloads]
     results = [None, None]
     with client_for(setup, batch_wait_ms=3000.0, batch_max_rows=2) as c:

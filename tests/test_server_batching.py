@@ -88,3 +88,35 @@ def test_an_error_reaches_every_request_of_the_call_and_the_worker_survives():
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError):
         MicroBatcher(lambda k, i: i, max_rows=0)
+
+
+class Overlap:
+    """Sleeps in every call and records the most calls that ran at once."""
+
+    def __init__(self):
+        self.running = self.most = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, key, items):
+        import time
+
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        time.sleep(0.2)
+        with self.lock:
+            self.running -= 1
+        return [f"{key}:{item}" for item in items]
+
+
+@pytest.mark.parametrize("max_concurrent, expected", [(1, 1), (3, 3)])
+def test_max_concurrent_bounds_the_calls_in_flight(max_concurrent, expected):
+    fn = Overlap()
+    batcher = MicroBatcher(fn, max_rows=1, max_wait_s=0.0, max_concurrent=max_concurrent)
+
+    async def main():
+        return await asyncio.gather(*(batcher.submit("k", i) for i in range(4)))
+
+    results = run(main())
+    assert [r for r, _ in results] == [f"k:{i}" for i in range(4)]
+    assert fn.most == expected

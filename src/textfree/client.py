@@ -11,7 +11,8 @@ encoder the card names (``encoder=`` a local path, else the packaged all-MiniLM-
 (:class:`ModelMismatchError`) when that encoder's sha256, width or kind differ from the card's, when ``k`` differs,
 or when the card asks for a payload shape it does not make; a server cannot talk it into sending anything else.
 Idempotent calls are retried with exponential backoff on connection errors, 5xx and 429 (``Retry-After`` is
-honoured). A retried ``generate`` resends the SAME payload: no fresh noise, so no extra privacy cost.
+honoured). A retried ``generate`` resends the SAME payload: no fresh noise, so no extra privacy cost. Uploads and job
+submissions carry an ``Idempotency-Key``, so their retries never store a dataset or start a job twice.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ from __future__ import annotations
 import os
 import random
 import time
+import uuid
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 from urllib.parse import quote
 
 __all__ = ["Client", "ClientError", "ServerError", "ModelMismatchError", "GenerateResult", "EmbedResult"]
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+JOB_TERMINAL = ("succeeded", "failed", "cancelled")
 MAX_RETRY_AFTER_S = 30.0
 
 
@@ -221,6 +224,7 @@ class Client:
         seed: int | None = None,
         no_noise: bool = False,
         max_new_tokens: int | None = None,
+        adapter: str | None = None,
     ) -> GenerateResult:
         """Privatize ``private_text`` locally, send the payload (+ ``public``), return the answers.
 
@@ -234,6 +238,8 @@ class Client:
         params = {"model": model}
         if max_new_tokens is not None:
             params["max_new_tokens"] = max_new_tokens
+        if adapter is not None:
+            params["adapter"] = adapter  # one of this key's fine-tuned adapters of `model`
         reply = self._request("POST", "/v1/generate", content=body, params=params,
                               headers={"Content-Type": "application/octet-stream"})
         return GenerateResult(reply["model"], list(reply["answers"]), reply.get("usage", {}), payload.worst_case_loss(), len(body))
@@ -247,6 +253,86 @@ class Client:
         reply = self._request("POST", "/v1/embed", content=body, params={"model": model},
                               headers={"Content-Type": "application/octet-stream"})
         return EmbedResult(reply["model"], reply["embeddings"], reply.get("usage", {}), payload.worst_case_loss(), len(body))
+
+
+    # ------------------------------------------------------------------ datasets and fine-tuning jobs
+    def upload_dataset(
+        self,
+        texts: Sequence[str],
+        targets: Sequence[str],
+        public: Sequence[str] | None = None,
+        *,
+        model: str,
+        name: str | None = None,
+        epsilon: float | None = None,
+        k: int | None = None,
+        seed: int | None = None,
+        no_noise: bool = False,
+    ) -> dict:
+        """Privatize the private ``texts`` locally (the model card's encoder, k and mechanism, as :meth:`generate`)
+        and upload the payload with one ``targets`` text per row (sent in clear: the answers to train towards) and
+        optional ``public`` text per row. Returns the dataset (``id``, ``rows``, ``privacy``: worst-case loss per row).
+
+        Each upload is a fresh release of every text: uploading the same texts again spends their privacy again."""
+        texts, targets = list(texts), list(targets)
+        if not texts or len(targets) != len(texts):
+            raise ValueError(f"give one target per text: {len(texts)} texts, {len(targets)} targets")
+        pub = None if public is None else list(public)
+        if pub is not None and len(pub) != len(texts):
+            raise ValueError(f"give one public text per text (or none): {len(texts)} texts, {len(pub)} public")
+        payload = self.privatizer(model, epsilon=epsilon, k=k, no_noise=no_noise).privatize(texts, seed=seed, public=pub)
+        del texts  # from here on only the payload exists
+        body = {"model": model, "name": name, "payload_b64": payload.to_base64(), "targets": targets}
+        return self._request("POST", "/v1/datasets", json=body, headers={"Idempotency-Key": uuid.uuid4().hex})
+
+    def datasets(self) -> list[dict]:
+        return self._request("GET", "/v1/datasets")["data"]
+
+    def dataset(self, dataset_id: str) -> dict:
+        return self._request("GET", f"/v1/datasets/{quote(dataset_id, safe='')}")
+
+    def create_fine_tuning_job(self, *, model: str, datasets: str | Sequence[str], **hyperparameters: Any) -> dict:
+        """Start a job adapting ``model`` to your ``datasets`` (ids); ``hyperparameters``: epochs, lr, batch_size,
+        max_steps, warmup_steps, weight_decay, grad_clip, seed, save_every, log_every (docs/server.md)."""
+        ids = [datasets] if isinstance(datasets, str) else list(datasets)
+        body = {"model": model, "datasets": ids, "hyperparameters": hyperparameters}
+        return self._request("POST", "/v1/fine_tuning/jobs", json=body, headers={"Idempotency-Key": uuid.uuid4().hex})
+
+    def job(self, job_id: str) -> dict:
+        return self._request("GET", f"/v1/fine_tuning/jobs/{quote(job_id, safe='')}")
+
+    def jobs(self) -> list[dict]:
+        return self._request("GET", "/v1/fine_tuning/jobs")["data"]
+
+    def cancel_job(self, job_id: str) -> dict:
+        return self._request("POST", f"/v1/fine_tuning/jobs/{quote(job_id, safe='')}/cancel")
+
+    def job_events(self, job_id: str, *, after: int = 0, limit: int = 100) -> dict:
+        return self._request("GET", f"/v1/fine_tuning/jobs/{quote(job_id, safe='')}/events", params={"after": after, "limit": limit})
+
+    def iter_job_events(self, job_id: str, *, poll: float = 1.0, timeout: float | None = None) -> Iterator[dict]:
+        """Every event of the job, in order, as it happens, until the job ends (polled; each poll is retried)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        after = 0
+        while True:
+            page = self.job_events(job_id, after=after, limit=1000)
+            for event in page["data"]:
+                after = event["seq"]
+                yield event
+            if page["status"] in JOB_TERMINAL and not page["has_more"]:
+                return
+            if page["has_more"]:
+                continue
+            if deadline is not None and time.monotonic() > deadline:
+                raise ClientError(f"job {job_id} did not finish within {timeout} s (it goes on on the server)")
+            time.sleep(poll)
+
+    def wait_job(self, job_id: str, *, poll: float = 1.0, timeout: float | None = None, on_event: Callable[[dict], None] | None = None) -> dict:
+        """Wait until the job ends (``on_event`` sees each progress event); returns the final job object."""
+        for event in self.iter_job_events(job_id, poll=poll, timeout=timeout):
+            if on_event is not None:
+                on_event(event)
+        return self.job(job_id)
 
 
 def _server_error(response) -> ServerError:

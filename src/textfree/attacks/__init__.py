@@ -1,6 +1,10 @@
 """Attacks on released vectors, each with a declared threat model (:mod:`textfree.attacks.threat`).
 
 * ``nearest_neighbour``: nearest vocabulary row by exact L2 and by cosine (:mod:`.nearest`).
+* ``attribute_inference``: attribute classifiers on released slots, with prior and label references
+  (:mod:`.attributes`).
+* ``learned_inversion`` / ``restoration``: a decoder that regenerates prompts from PPFT payloads (:mod:`.learned`).
+* ``substitution_identity`` / ``substitution_channel``: readers of T2T / PCT2T text (:mod:`.substitution`).
 * ``beamclean``: beam search with a re-estimated surrogate noise model and a token prior (:mod:`.beamclean`,
   priors in :mod:`.priors`).
 
@@ -11,6 +15,9 @@ See docs/attacks.md.
 # registers the attacks), so that ``import textfree.attacks.cli`` -- the ``textfree attacks`` command group, imported on
 # every start of the CLI -- does not load torch.
 _SOURCES = {
+    **dict.fromkeys(['ChannelInverter', 'SUBSTITUTION_CHANNEL_REQUIRES', 'substitution_channel_attack', 'substitution_identity_attack', 'word_recovery'], "substitution"),
+    **dict.fromkeys(['LEARNED_INVERSION_REQUIRES', 'RESTORATION_REQUIRES', 'learned_inversion_attack', 'reconstruct', 'restoration_attack', 'score_reconstructions'], "learned"),
+    **dict.fromkeys(['AGE_EDGES', 'ATTRIBUTE_REQUIRES', 'AttributeAttackConfig', 'AttributeClassifier', 'AttributeSpec', 'age_bucket', 'attribute_inference_attack', 'attribute_metric_names', 'build_specs', 'label_predictions', 'predict_attributes', 'prior_predictions', 'score_attributes', 'train_attribute_attacker'], "attributes"),
     **dict.fromkeys(['BEAMCLEAN_REQUIRES', 'BeamCleanConfig', 'BeamCleanResult', 'DecodedSequence', 'FAMILIES', 'SurrogateNoise', 'beamclean_attack', 'beamclean_decode', 'beamclean_requirements', 'candidate_pool', 'family_of', 'oracle_noise'], "beamclean"),
     **dict.fromkeys(['METRICS', 'NEAREST_REQUIRES', 'NearestNeighbourInverter', 'NearestNeighbourResult', 'excluded_mask', 'nearest_neighbour_attack', 'nearest_token_ids', 'vocab_topk'], "nearest"),
     **dict.fromkeys(['BigramPrior', 'CausalLMPrior', 'TokenPrior', 'UniformPrior', 'surface_strings'], "priors"),
@@ -18,6 +25,31 @@ _SOURCES = {
 }
 
 __all__ = [
+    "ChannelInverter",
+    "SUBSTITUTION_CHANNEL_REQUIRES",
+    "substitution_channel_attack",
+    "substitution_identity_attack",
+    "word_recovery",
+    "LEARNED_INVERSION_REQUIRES",
+    "RESTORATION_REQUIRES",
+    "learned_inversion_attack",
+    "reconstruct",
+    "restoration_attack",
+    "score_reconstructions",
+    "AGE_EDGES",
+    "ATTRIBUTE_REQUIRES",
+    "AttributeAttackConfig",
+    "AttributeClassifier",
+    "AttributeSpec",
+    "age_bucket",
+    "attribute_inference_attack",
+    "attribute_metric_names",
+    "build_specs",
+    "label_predictions",
+    "predict_attributes",
+    "prior_predictions",
+    "score_attributes",
+    "train_attribute_attacker",
     "AttackSpec",
     "BEAMCLEAN_REQUIRES",
     "BeamCleanConfig",

@@ -121,16 +121,21 @@ def _values(agg: dict[str, Any]) -> list[float]:
     return [math.nan if v is None else float(v) for v in agg.get("values", [])]
 
 
+def result_files(paths: Iterable[str | Path]) -> list[Path]:
+    """The files among ``paths``, directories replaced by the ``*.json`` files they hold (sorted)."""
+    files: list[Path] = []
+    for p in map(Path, paths):
+        files += sorted(p.glob("*.json")) if p.is_dir() else [p]
+    return files
+
+
 def collect(paths: Iterable[str | Path]) -> list[Curve]:
     """One :class:`Curve` per token_inversion cell in ``paths`` (files, or directories searched for ``*.json``);
     the newest file of each cell wins. Files of other kinds are skipped. Sorted by cell name."""
     from ..experiments import load_results
 
-    files: list[Path] = []
-    for p in map(Path, paths):
-        files += sorted(p.glob("*.json")) if p.is_dir() else [p]
     curves: dict[str, Curve] = {}
-    for f in files:
+    for f in result_files(paths):
         data = load_results(f)
         if data.get("kind") != KIND:
             continue
@@ -293,8 +298,20 @@ def _describe(curve: Curve) -> list[str]:
 
 
 def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) -> str:
-    """Markdown for docs/results/attacks.md from the token_inversion result files in ``paths``."""
-    return _markdown(collect(paths), figures)
+    """Markdown for docs/results/attacks.md from the result files in ``paths`` (token inversion, then the PPFT-payload
+    attacks of :mod:`.report_payloads`)."""
+    paths = list(paths)
+    return _markdown(collect(paths), figures) + _payload_sections(paths)
+
+
+def _payload_sections(paths: list, matrix_figure: str | None = None) -> str:
+    from .report_matrix import collect_matrix, matrix_section
+    from .report_payloads import attribute_section, collect_kind, inversion_section
+
+    lines = attribute_section(collect_kind(paths, "attribute_inference"))
+    lines += inversion_section(collect_kind(paths, "learned_inversion"))
+    lines += matrix_section(collect_matrix(paths), matrix_figure)
+    return "\n".join(lines) + "\n"
 
 
 def _markdown(curves: Sequence[Curve], figures: Sequence[str]) -> str:
@@ -370,11 +387,17 @@ def _figure(curves: Sequence[Curve], path: Path) -> bool:
 
 
 def write_report(paths: Iterable[str | Path], out: str | Path, *, figures_dir: str | Path | None = None) -> Path:
-    """Write the report to ``out`` and its figure to ``<out stem>/token_inversion.png`` (or ``figures_dir``)."""
+    """Write the report to ``out`` and its figures to ``<out stem>/token_inversion.png`` and ``cross_matrix.png``
+    (or under ``figures_dir``)."""
+    paths = list(paths)
     curves = collect(paths)
     out = Path(out)
     figure = (Path(figures_dir) if figures_dir else out.parent / out.stem) / "token_inversion.png"
     links = [os.path.relpath(figure, out.parent)] if _figure(curves, figure) else []
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(_markdown(curves, links))
+    from .report_matrix import collect_matrix, matrix_figure
+
+    matrix_png = figure.parent / "cross_matrix.png"
+    matrix_link = os.path.relpath(matrix_png, out.parent) if matrix_figure(collect_matrix(paths), matrix_png) else None
+    out.write_text(_markdown(curves, links) + _payload_sections(paths, matrix_link))
     return out

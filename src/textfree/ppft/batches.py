@@ -114,7 +114,7 @@ def mcqa_examples(records: Sequence[MCQARecord]) -> list[TextExample]:
     return out
 
 
-STAGE2_TASKS = ("mcqa", "open")
+STAGE2_TASKS = ("mcqa", "open", "restore")
 
 
 def domain_examples(records: Sequence[MCQARecord], tasks: Sequence[str] = ("mcqa",)) -> list[TextExample]:
@@ -122,7 +122,9 @@ def domain_examples(records: Sequence[MCQARecord], tasks: Sequence[str] = ("mcqa
 
     ``"mcqa"``: :func:`mcqa_examples`; ``"open"``: private = context + question, public = the open-answer
     instruction (no options), target = the gold label. Both come from the same training rows (augmentation from
-    training rows only)."""
+    training rows only). ``"restore"``: private = context + question, public = :data:`RESTORE_INSTRUCTION`, target =
+    the private text itself, once per distinct private text: what a *learned inversion attacker* trains on (its
+    own in-domain text), never part of a PPFT deployment's training."""
     tasks = list(tasks)
     bad = [t for t in tasks if t not in STAGE2_TASKS]
     if bad or not tasks or len(set(tasks)) != len(tasks):
@@ -131,6 +133,9 @@ def domain_examples(records: Sequence[MCQARecord], tasks: Sequence[str] = ("mcqa
     for task in tasks:
         if task == "mcqa":
             out += mcqa_examples(records)
+        elif task == "restore":
+            private = dict.fromkeys(mcqa_prompt(r).private for r in records)
+            out += [TextExample(private=p, public=RESTORE_INSTRUCTION, target=p) for p in private]
         else:
             for record in records:
                 parts = open_answer_prompt(record)

@@ -14,7 +14,10 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-__all__ = ["load_decoder", "load_decoder_tokenizer", "make_tiny_decoder_dir", "DecoderLoadError"]
+__all__ = ["load_decoder", "load_decoder_tokenizer", "load_input_embeddings", "make_tiny_decoder_dir", "DecoderLoadError"]
+
+# names of a causal LM's token-embedding table in its state dict (Llama/Mistral/Qwen, GPT-2, BLOOM, GPT-NeoX)
+EMBEDDING_KEYS = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight", "embed_in.weight")
 
 
 class DecoderLoadError(RuntimeError):
@@ -49,6 +52,32 @@ def load_decoder(name_or_path: str | os.PathLike, *, dtype: torch.dtype = torch.
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tok.pad_token_id
     return model, tok
+
+
+def load_input_embeddings(name_or_path: str | os.PathLike) -> torch.Tensor:
+    """Only the decoder's input-embedding table [V, d] (float32), read from its safetensors file(s) without loading
+    any other weight (what the vLLM gateway needs to embed the public tokens)."""
+    import json
+
+    from safetensors import safe_open
+
+    path = Path(name_or_path)
+    single, index = path / "model.safetensors", path / "model.safetensors.index.json"
+    if single.is_file():
+        with safe_open(str(single), framework="pt") as fh:
+            where = {key: single for key in fh.keys()}
+    elif index.is_file():
+        where = {key: path / shard for key, shard in json.loads(index.read_text()).get("weight_map", {}).items()}
+    else:
+        raise DecoderLoadError(f"{str(name_or_path)!r} is not a local decoder directory with model.safetensors (or a sharded index)")
+    found = sorted(k for k in where if k.endswith(EMBEDDING_KEYS))
+    if len(found) != 1:
+        raise DecoderLoadError(f"expected one token-embedding table ({', '.join(EMBEDDING_KEYS)}) in {str(path)!r}, found {found or 'none'}")
+    with safe_open(str(where[found[0]]), framework="pt") as fh:
+        table = fh.get_tensor(found[0])
+    if table.dim() != 2:
+        raise DecoderLoadError(f"{found[0]} in {str(path)!r} has shape {tuple(table.shape)}, not [vocab, hidden]")
+    return table.to(torch.float32)
 
 
 def make_tiny_decoder_dir(

@@ -28,12 +28,12 @@ import torch.nn.functional as F
 
 from ..payload import Payload
 from .checkpoint import decoder_ref, read_json, write_json
-from .config import LoraSettings, TextFreeConfig
+from .config import LoraSettings, PromptTemplate, TextFreeConfig
 from .decoder import load_decoder, load_decoder_tokenizer
 from .generate import greedy_generate
 from .projection import Projection, ProjectionConfig
 
-__all__ = ["ServerModel", "ServerOutput", "PayloadMismatchError", "IGNORE_INDEX"]
+__all__ = ["ServerModel", "ServerOutput", "PayloadMismatchError", "IGNORE_INDEX", "public_token_ids", "verify_decoder_sha"]
 
 IGNORE_INDEX = -100
 PROJECTION_DIR = "projection"
@@ -81,6 +81,29 @@ def _require_strings(name: str, value: Any, n: int) -> list[str] | None:
     if len(value) != n or not all(isinstance(v, str) for v in value):
         raise TypeError(f"{name!r} must be a list of {n} strings (one per row)")
     return list(value)
+
+
+def public_token_ids(tokenizer, template: PromptTemplate, public: list[str] | None, b: int) -> list[list[int]]:
+    """Per row, the token ids after the slots: the public text (cut to ``max_public_tokens``) + the public suffix."""
+    suffix = tokenizer(template.public_suffix, add_special_tokens=False)["input_ids"] if template.public_suffix else []
+    if public is None:
+        return [list(suffix) for _ in range(b)]
+    bodies = tokenizer(public, add_special_tokens=False)["input_ids"]
+    return [list(ids[: template.max_public_tokens]) + list(suffix) for ids in bodies]
+
+
+def verify_decoder_sha(location: str, ref: dict[str, Any], where: str | os.PathLike, model=None) -> None:
+    """Refuse a base decoder whose weights' sha256 differs from the one ``ref`` (a decoder_ref.json) records."""
+    if not ref.get("sha256"):
+        return
+    from .checkpoint import decoder_sha256
+
+    sha = decoder_sha256(location, model)
+    if sha != ref["sha256"]:
+        raise ValueError(
+            f"base decoder {location!r} has sha256 {sha}, but {where} records {ref['sha256']}: "
+            "the adapter was trained on other weights (pass check_decoder_sha=False to override)"
+        )
 
 
 @contextlib.contextmanager
@@ -168,15 +191,8 @@ class ServerModel(torch.nn.Module):
         ref = read_json(run / DECODER_REF)
         location = str(decoder) if decoder is not None else ref["name_or_path"]
         base, tokenizer = load_decoder(location, device=str(device))
-        if check_decoder_sha and ref.get("sha256"):
-            from .checkpoint import decoder_sha256
-
-            sha = decoder_sha256(location, base)
-            if sha != ref["sha256"]:
-                raise ValueError(
-                    f"base decoder {location!r} has sha256 {sha}, but {run / DECODER_REF} records {ref['sha256']}: "
-                    "the adapter was trained on other weights (pass check_decoder_sha=False to override)"
-                )
+        if check_decoder_sha:
+            verify_decoder_sha(location, ref, run / DECODER_REF, base)
         for p in base.parameters():
             p.requires_grad_(False)
         with _quiet_peft():
@@ -210,12 +226,7 @@ class ServerModel(torch.nn.Module):
 
     # ------------------------------------------------------------------ sequence assembly
     def _public_ids(self, public: list[str] | None, b: int) -> list[list[int]]:
-        tpl = self.config.template
-        suffix = self.tokenizer(tpl.public_suffix, add_special_tokens=False)["input_ids"] if tpl.public_suffix else []
-        if public is None:
-            return [list(suffix) for _ in range(b)]
-        bodies = self.tokenizer(public, add_special_tokens=False)["input_ids"]
-        return [list(ids[: tpl.max_public_tokens]) + list(suffix) for ids in bodies]
+        return public_token_ids(self.tokenizer, self.config.template, public, b)
 
     def _target_ids(self, targets: list[str]) -> list[list[int]]:
         tpl = self.config.template

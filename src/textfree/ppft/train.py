@@ -16,6 +16,8 @@ trains on the resulting payload rows, public text and targets only.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import logging
 import math
@@ -123,7 +125,8 @@ class Stage2Config(LoopConfig):
     epsilon: float | None = field(default=75.0, metadata={"help": "Noise epsilon of the client's privatization; null = no noise (the 'upper bound' run; NOT private)."})
     mechanism: str | None = field(default=None, metadata={"help": "Noise family (default: the model's, l2_laplace); 'gaussian' is matched to L2-Laplace at epsilon (see noise_match)."})
     noise_match: str = field(default="budget", metadata={"help": "Gaussian only: 'budget' (same per-slot guarantee, 2*epsilon at delta 1e-5) or 'norm' (same expected noise norm d/epsilon)."})
-    tasks: list[str] = field(default_factory=lambda: list(STAGE2_TASKS), metadata={"help": "Training prompt formats from the same training rows: 'mcqa' (options shown) and/or 'open' (no options)."})
+    tasks: list[str] = field(default_factory=lambda: ["mcqa", "open"], metadata={"help": "Training prompt formats from the same training rows: 'mcqa' (options shown), 'open' (no options); 'restore' (target = the private text) trains a learned inversion attacker, not a PPFT model."})
+    max_target_tokens: int | None = field(default=None, metadata={"help": "Cut targets to this many decoder tokens (default: the init run's template; 'restore' targets need more than 64)."})
     blind: bool = field(default=False, metadata={"help": "The blind control: train (and later answer) with no private prefix at all, public text only."})
     k: int | None = field(default=None, metadata={"help": "Pooling k (default: the model's)."})
     max_private_tokens: int | None = field(default=None, metadata={"help": "Client truncation of the private text in encoder tokens (default: the model's)."})
@@ -147,6 +150,8 @@ class Stage2Config(LoopConfig):
             raise ValueError(f"epsilon must be a positive number or null, got {self.epsilon!r}")
         if self.blind and self.epsilon is not None:
             raise ValueError("a blind run sends no private prefix: set epsilon to null")
+        if self.max_target_tokens is not None and (isinstance(self.max_target_tokens, bool) or not isinstance(self.max_target_tokens, int) or self.max_target_tokens < 1):
+            raise ValueError(f"max_target_tokens must be an integer >= 1 or null, got {self.max_target_tokens!r}")
 
 
 def lr_multiplier(step: int, total: int, warmup: int, min_ratio: float) -> float:
@@ -298,6 +303,17 @@ def _param_groups(groups: list[tuple[list[torch.nn.Parameter], float]], weight_d
     return [{"params": params, "lr": lr, "base_lr": lr, "weight_decay": weight_decay} for params, lr in groups if params]
 
 
+def server_optimizer(server: torch.nn.Module, cfg: LoopConfig) -> torch.optim.Optimizer:
+    """AdamW over the server part's projection + LoRA parameters only (stage 2 and fine-tuning jobs)."""
+    params = list(server.projection.parameters()) + list(server.lora_parameters().values())
+    return torch.optim.AdamW(_param_groups([(params, cfg.lr)], cfg.weight_decay))
+
+
+def payload_loss(model: torch.nn.Module, batch: dict) -> torch.Tensor:
+    """The server part's loss on a batch of payload rows (:func:`~textfree.ppft.batches.collate_payloads`)."""
+    return model(batch["vectors"], batch["mask"], public=batch["public"], targets=batch["targets"]).loss
+
+
 def _write_summary(run: Path, summary: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """Write summary.json (everything but the model) and return it; the stage functions add the model back."""
     data = {k: v for k, v in summary.items() if k != "model"} | extra
@@ -382,8 +398,11 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
     family = cfg.mechanism or lm.config.mechanism
     k = cfg.k or lm.config.k
     max_private = cfg.max_private_tokens or lm.config.max_private_tokens
+    template = lm.config.template
+    if cfg.max_target_tokens is not None:
+        template = dataclasses.replace(template, max_target_tokens=cfg.max_target_tokens)
     lm.server.config = lm.config.replace(k=k, mechanism=family, epsilon=cfg.epsilon, noise_match=cfg.noise_match,
-                                         stage="stage2", max_private_tokens=max_private)
+                                         stage="stage2", max_private_tokens=max_private, template=template)
     lm.encoder.max_length = max_private
 
     # -- client side: encode the training prompts once; privatize afresh every epoch
@@ -412,16 +431,9 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
 
     # -- server side: only projection + LoRA train; it sees payload rows, public text and targets
     server = lm.server
-    optimizer = torch.optim.AdamW(
-        _param_groups([(list(server.projection.parameters()) + list(server.lora_parameters().values()), cfg.lr)], cfg.weight_decay)
-    )
-
-    def loss_fn(model, batch):
-        return model(batch["vectors"], batch["mask"], public=batch["public"], targets=batch["targets"]).loss
-
     summary = fit(
-        cfg=cfg, model=server, optimizer=optimizer, n_examples=len(examples), epoch_examples=epoch_payloads,
-        collate=collate_payloads, loss_fn=loss_fn, on_step=on_step,
+        cfg=cfg, model=server, optimizer=server_optimizer(server, cfg), n_examples=len(examples), epoch_examples=epoch_payloads,
+        collate=collate_payloads, loss_fn=payload_loss, on_step=on_step,
     )
     lm.server = summary["model"]
     lm.save(run)

@@ -29,6 +29,7 @@ from .auth import KeyStore, KeyStoreError, RateLimiter
 from .batching import MicroBatcher
 from .config import ServerConfig
 from .errors import ApiError, error_body
+from .finetune import add_fine_tuning_routes, tenant_card
 from .metrics import ASGIMetrics, Metrics
 from .models import ModelRegistry
 
@@ -48,7 +49,7 @@ class GenerateRequest(BaseModel):
     payload_b64: str = Field(description="The payload (safetensors bytes, docs/payload.md), standard base64.")
     public: list[str] | None = Field(None, description="Public text per payload row (overrides the payload's own 'public').")
     max_new_tokens: int | None = Field(None, description="Generation length (default min(32, server limit)).")
-    adapter: str | None = Field(None, max_length=64, description="Adapter id (fine-tuning jobs: next slice; none exist yet).")
+    adapter: str | None = Field(None, max_length=64, description="Id of one of your fine-tuned adapters of this model (a succeeded job's 'adapter').")
 
 
 class EmbedRequest(BaseModel):
@@ -132,15 +133,33 @@ def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -
     keys = KeyStore(config.keys_file) if config.auth else None
     limiter = RateLimiter(config.rate_limit_per_minute)
     batchers: dict[str, MicroBatcher] = {}
-    metrics = Metrics(queue_depth=lambda: sum(b.queue_depth for b in batchers.values()))
+    metrics = Metrics(queue_depth=lambda: sum(b.queue_depth for b in batchers.values()) + (adapters.queue_depth if adapters else 0))
     for model_id, model in registry.models.items():
-        batchers[model_id] = MicroBatcher(model.run, max_rows=config.batch_max_rows, max_wait_s=config.batch_wait_ms / 1000.0, on_batch=metrics.batch)
+        batchers[model_id] = MicroBatcher(model.run, max_rows=config.batch_max_rows, max_wait_s=config.batch_wait_ms / 1000.0, on_batch=metrics.batch,
+                                          max_concurrent=getattr(model, "max_concurrent_calls", 1))
+
+    # datasets, fine-tuning jobs and adapters: only with a database (docs/server.md, "Fine-tuning")
+    store = jobs = adapters = None
+    if config.sqlite_path is not None:
+        from .adapters import AdapterModels
+        from .jobs import JobManager
+        from .store import Store
+
+        store = Store(config.sqlite_path, config.data_path)
+        jobs = JobManager(store, config, model_dirs=config.models)
+        adapters = AdapterModels(store, config, on_batch=metrics.batch)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        if jobs is not None:
+            jobs.start()  # queues again the jobs a stopped server left running: they resume from their checkpoints
         yield
         for b in batchers.values():
             await b.close()
+        if jobs is not None:
+            await run_in_threadpool(jobs.close)
+            await adapters.close()
+            store.close()
 
     app = FastAPI(
         title="textfree",
@@ -149,6 +168,7 @@ def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -
         lifespan=lifespan,
     )
     app.state.config, app.state.registry, app.state.metrics, app.state.batchers = config, registry, metrics, batchers
+    app.state.store, app.state.jobs, app.state.adapters = store, jobs, adapters
     app.add_middleware(ASGIMetrics, metrics=metrics, on_error=lambda exc: log.error("unhandled error: %r", exc, exc_info=exc))
 
     # ------------------------------------------------------------------ errors
@@ -206,18 +226,21 @@ def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -
             "max_new_tokens": config.max_new_tokens,
             "max_public_chars": config.max_public_chars,
             "rate_limit_per_minute": config.rate_limit_per_minute,
+            **({"max_dataset_rows": config.max_dataset_rows, "max_dataset_bytes": config.max_dataset_bytes,
+                "max_target_chars": config.max_target_chars, "max_concurrent_jobs": config.max_concurrent_jobs,
+                "max_jobs_per_tenant": config.max_jobs_per_tenant, "max_job_steps": config.max_job_steps} if store else {}),
         }
 
     @app.get("/v1/models", summary="The model card of every served model.")
-    async def list_models(_: str = Depends(tenant)) -> dict:
-        return {"object": "list", "data": registry.cards(), "limits": limits()}
+    async def list_models(who: str = Depends(tenant)) -> dict:
+        return {"object": "list", "data": [tenant_card(c, who, store) for c in registry.cards()], "limits": limits()}
 
     @app.get("/v1/models/{model_id}", summary="One model card.")
-    async def get_model(model_id: str, _: str = Depends(tenant)) -> dict:
+    async def get_model(model_id: str, who: str = Depends(tenant)) -> dict:
         model = registry.models.get(model_id)
         if model is None:
             raise ApiError(404, "model_not_found", f"no model {model_id!r} here; GET /v1/models lists them")
-        return model.card
+        return tenant_card(model.card, who, store)
 
     async def _payload(request: Request, task: str, schema: type[BaseModel], query: dict[str, Any]):
         """(model, payload, options) of a generate/embed request, validated."""
@@ -240,22 +263,28 @@ def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -
     @app.post("/v1/generate", summary="Answers from a payload (+ public text).", openapi_extra=_body_doc(GenerateRequest, "GenerateRequest"))
     async def generate(
         request: Request,
-        _: str = Depends(tenant),
+        who: str = Depends(tenant),
         model: str | None = Query(None, max_length=64, description="Model id (octet-stream bodies)."),
         max_new_tokens: int | None = Query(None, description="Generation length (octet-stream bodies)."),
         adapter: str | None = Query(None, max_length=64, description="Adapter id (octet-stream bodies)."),
     ) -> dict:
         query = {"model": model, "max_new_tokens": max_new_tokens, "adapter": adapter}
         served, payload, prepared, options, n_bytes = await _payload(request, "generate", GenerateRequest, query)
-        if options.get("adapter") not in (None, ""):
-            raise ApiError(404, "adapter_not_found", f"no adapter {options['adapter']!r} for model {served.id!r} (fine-tuned adapters come with fine-tuning jobs)")
+        adapter_id = options.get("adapter") or None
+        if adapter_id is not None and adapters is None:
+            raise ApiError(404, "adapter_not_found", f"no adapter {adapter_id!r}: this server runs without a database, so it has no fine-tuned adapters")
         n_new = options.get("max_new_tokens")
         n_new = config.default_new_tokens if n_new is None else n_new
         if not 1 <= n_new <= config.max_new_tokens:
             raise ApiError(422, "invalid_request", f"max_new_tokens must lie in [1, {config.max_new_tokens}], got {n_new}")
-        (answers, n_tokens), info = await batchers[served.id].submit(n_new, prepared, rows=prepared.rows)
+        if adapter_id is None:
+            (answers, n_tokens), info = await batchers[served.id].submit(n_new, prepared, rows=prepared.rows)
+        else:  # the tenant's own adapter of this model (404 otherwise), validated against the base model's card above
+            async with adapters.use(who, served.id, adapter_id) as (_, batcher):
+                (answers, n_tokens), info = await batcher.submit(n_new, prepared, rows=prepared.rows)
         return {
             "model": served.id,
+            "adapter": adapter_id,
             "answers": answers,
             "usage": {
                 "rows": payload.batch_size,
@@ -285,4 +314,5 @@ def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -
                       "batch_rows": info.rows, "batch_requests": info.requests},
         }
 
+    add_fine_tuning_routes(app, config=config, registry=registry, tenant=tenant, store=store, jobs=jobs)
     return app

@@ -13,6 +13,7 @@ read, so nothing malformed reaches torch.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,9 +181,13 @@ class GenerateModel:
         if any(it.public is not None for it in items):
             # no public text and "" lay out the same sequence (only the answer cue follows the slots)
             public = [p for it in items for p in (it.public if it.public is not None else [""] * it.rows)]
-        answers = self.server.generate(vectors, mask, public=public, max_new_tokens=int(key))
-        ids = self.server.tokenizer(answers, add_special_tokens=False)["input_ids"]
-        return [(a, sum(map(len, n))) for a, n in zip(_split(answers, items), _split(ids, items))]
+        answers, counts = self._generate(vectors, mask, public, int(key))
+        return [(a, sum(n)) for a, n in zip(_split(answers, items), _split(counts, items))]
+
+    def _generate(self, vectors: torch.Tensor, mask: torch.Tensor, public: list[str] | None, max_new_tokens: int) -> tuple[list[str], list[int]]:
+        """Greedy answers of every row and their numbers of tokens (backends override this)."""
+        answers = self.server.generate(vectors, mask, public=public, max_new_tokens=max_new_tokens)
+        return answers, [len(ids) for ids in self.server.tokenizer(answers, add_special_tokens=False)["input_ids"]]
 
 
 class EmbedModel:
@@ -259,10 +264,15 @@ class ModelRegistry:
     @classmethod
     def load(cls, config: ServerConfig) -> "ModelRegistry":
         models: dict[str, Any] = {}
-        for table, kind in ((config.models, GenerateModel), (config.embed_models, EmbedModel)):
+        generate = GenerateModel.load
+        if config.backend == "vllm":  # a gateway: validates and projects here, generates on a vLLM server
+            from .vllm_gateway import VllmGenerateModel
+
+            generate = functools.partial(VllmGenerateModel.load, config=config)
+        for table, kind, load in ((config.models, GenerateModel, generate), (config.embed_models, EmbedModel, EmbedModel.load)):
             for model_id, path in table.items():
                 try:
-                    models[model_id] = kind.load(model_id, path, device=config.device)
+                    models[model_id] = load(model_id, path, device=config.device)
                 except (OSError, ValueError, RuntimeError) as exc:
                     raise ValueError(f"cannot load {kind.task} model {model_id!r} from {path!r}: {exc}") from exc
         return cls(models)

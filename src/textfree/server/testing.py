@@ -3,19 +3,27 @@
 * :func:`serve_in_thread` runs an ASGI app under uvicorn on a free loopback port, in a daemon thread.
 * :class:`RecordingProxy` is a TCP proxy on another loopback port that forwards bytes both ways and records them,
   so a test can assert what a client really sent (``sent``) and received (``received``).
-* :func:`make_tiny_run` writes a loadable PPFT run directory with a tiny random decoder (seconds, for tests).
+* :func:`subprocess_server` runs a server command in a subprocess until its ``/health`` answers (load test, vLLM).
+* :func:`make_tiny_run` writes a loadable PPFT run directory with a tiny random decoder (seconds, for tests);
+  :func:`make_demo_run` also makes its tiny encoder (benchmarks, the load test).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["serve_in_thread", "RecordingProxy", "make_tiny_run"]
+__all__ = ["serve_in_thread", "subprocess_server", "free_port", "RecordingProxy", "leaked_words", "tenant_headers", "make_tiny_run", "make_demo_run", "RUN_SIZES"]
+
+# decoder shapes of make_demo_run: "small" is the shape of the locally pretrained decoder (docs/decoder.md)
+RUN_SIZES = {"tiny": {"hidden": 32, "layers": 2, "heads": 2}, "small": {"hidden": 256, "layers": 6, "heads": 4, "intermediate": 688}}
 
 
 @contextlib.contextmanager
@@ -41,6 +49,41 @@ def serve_in_thread(app, *, host: str = "127.0.0.1", timeout: float = 20.0) -> I
         server.should_exit = True
         thread.join(timeout)
         sock.close()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def subprocess_server(cmd: list[str], url: str, *, log_path: str | os.PathLike, env: dict[str, str] | None = None,
+                      ready_timeout_s: float = 180.0) -> Iterator[subprocess.Popen]:
+    """Run ``cmd`` (its output to ``log_path``) until ``url + '/health'`` answers 200, yield the process, stop it on exit."""
+    import httpx
+
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    try:
+        deadline = time.monotonic() + ready_timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{cmd[:4]} exited with {proc.returncode}: {Path(log_path).read_text(errors='replace')[-2000:]}")
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{cmd[:4]} did not answer {url}/health in {ready_timeout_s} s")
+            time.sleep(0.2)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
 class RecordingProxy:
@@ -124,17 +167,53 @@ class RecordingProxy:
             src.close()  # each socket is the source of exactly one pump
 
 
-def make_tiny_run(out_dir, encoder_dir, *, k: int = 4, epsilon: float | None = 75.0, seed: int = 0) -> Path:
-    """A PPFT run directory (``out_dir/run``) of ``encoder_dir`` + a tiny random Llama decoder (``out_dir/decoder``).
+def make_tiny_run(out_dir, encoder_dir, *, k: int = 4, epsilon: float | None = 75.0, seed: int = 0, **decoder) -> Path:
+    """A PPFT run directory (``out_dir/run``) of ``encoder_dir`` + a tiny random Llama decoder (``out_dir/decoder``;
+    ``decoder`` overrides its shape: hidden, layers, heads, intermediate, as ``make_tiny_decoder_dir`` takes them).
 
     Untrained: its card states ``epsilon`` (default 75) and stage ``stage2`` as if it had been adapted, so a client
-    has a default epsilon. For tests and demos only."""
+    has a default epsilon. For tests, demos and benchmarks only."""
     from ..ppft.decoder import make_tiny_decoder_dir
     from ..ppft.model import TextFreeLM
 
     out = Path(out_dir)
-    decoder = make_tiny_decoder_dir(out / "decoder", hidden=32, layers=2, heads=2, seed=seed)
+    decoder = make_tiny_decoder_dir(out / "decoder", **{"hidden": 32, "layers": 2, "heads": 2, **decoder}, seed=seed)
     lm = TextFreeLM.build(decoder, encoder=encoder_dir, k=k, seed=seed)
     lm.server.config = lm.config.replace(epsilon=epsilon, stage="stage2")
     return lm.save(out / "run")
 
+
+def make_demo_run(out_dir, size: str = "tiny", *, seed: int = 0) -> Path:
+    """A tiny random encoder (``out_dir/encoder``) and a run of it with a random decoder of ``RUN_SIZES[size]``."""
+    from ..encoders import make_tiny_encoder_dir
+
+    if size not in RUN_SIZES:
+        raise ValueError(f"size must be one of {sorted(RUN_SIZES)}, got {size!r}")
+    encoder = make_tiny_encoder_dir(Path(out_dir) / "encoder", hidden=32, layers=2, heads=2, seed=seed)
+    return make_tiny_run(out_dir, encoder, seed=seed, **RUN_SIZES[size])
+
+
+def leaked_words(sent: bytes, text: str, tokenizer, *, allowed: str = "") -> list[str]:
+    """Every word (>= 3 letters) and WordPiece token (>= 4 characters) of ``text`` found in ``sent``,
+    case-insensitively, as UTF-8, UTF-16-LE or UTF-16-BE: what a recording shows of a text that must not be sent.
+    Words and tokens of ``allowed`` (text sent in clear on purpose, e.g. training targets) are not looked for."""
+
+    def words(t: str) -> set[str]:
+        found = {w.lower() for w in re.findall(r"[A-Za-z]+", t) if len(w) >= 3}
+        return found | {p.lstrip("#").lower() for p in tokenizer.tokenize(t) if len(p.lstrip("#")) >= 4}
+
+    low = sent.lower()
+    found = []
+    for w in sorted(words(text) - (words(allowed) if allowed else set())):
+        for enc in ("utf-8", "utf-16-le", "utf-16-be"):
+            if w.encode(enc) in low:
+                found.append(f"{w} ({enc})")
+    return found
+
+
+def tenant_headers(keys_path, *tenants: str) -> dict[str, dict[str, str]]:
+    """A new key for each tenant in the key store at ``keys_path``: tenant -> its ``Authorization`` header."""
+    from .auth import KeyStore
+
+    store = KeyStore(keys_path)
+    return {t: {"Authorization": f"Bearer {store.add_key(t)}"} for t in tenants}

@@ -90,6 +90,7 @@ from ...rng import seeded_generator
 from ..cell import CellError
 from ..inputs import load_cell_encoder, load_texts, record_private_text
 from ..registry import RunContext, register_cell_kind
+from ._threads import torch_threads
 
 __all__ = [
     "TOKEN_INVERSION_METRICS",
@@ -408,14 +409,8 @@ def token_inversion(cell: Any, point: dict, seed: int, context: RunContext) -> d
     _check_params(resolved.params)
     spec = parse_attack_section(resolved.attack)
     spec.check()  # the attacks check again when they run
-    threads = resolved.params.get("threads")
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
+    with torch_threads(resolved.params.get("threads")):
         return _run(cell, resolved, spec, seed, context)
-    finally:
-        torch.set_num_threads(before)
 
 
 def _run(cell: Any, resolved: Any, spec: InversionAttackSpec, seed: int, context: RunContext) -> dict[str, float]:

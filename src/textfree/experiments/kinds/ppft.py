@@ -94,6 +94,7 @@ def _reusable(run: Path, config: dict[str, Any], volatile: set[str]) -> bool:
     if not (summary.is_file() and saved.is_file()):
         return False
     old = json.loads(saved.read_text()).get("config", {})
+    config = {k: v for k, v in config.items() if k in old or v is not None}  # a field added later, left at None
     strip = lambda d: {k: v for k, v in d.items() if k not in volatile}  # noqa: E731
     return strip(old) == strip(config)
 
@@ -216,11 +217,9 @@ def _stage2_config(cell, p: dict[str, Any]):
     return Stage2Config(**cfg | {"out": out, "dataset": cell.dataset, "seed": int(p.get("train_seed", 0)), "progress": False})
 
 
-@register_cell_kind("ppft_stage2", metrics=eval_metric_names() + _TRAIN, params=STAGE2_PARAMS, validate=_stage2_validate)
-def ppft_stage2(cell, point, seed: int, context: RunContext) -> dict[str, float]:
-    """PPFT stage 2 on the cell's dataset (trained once per point), evaluated on its held-out split per noise seed."""
-    p = cell.resolve(point).params
-    cfg = _stage2_config(cell, p)
+def stage2_model(cfg, name: str, context: RunContext):
+    """(model, training metrics) of stage 2 under ``cfg``: a finished run with the same config is reused, else trained;
+    cached for the rest of the cell run."""
 
     def train():
         from ...ppft.checkpoint import read_json
@@ -229,12 +228,20 @@ def ppft_stage2(cell, point, seed: int, context: RunContext) -> dict[str, float]
 
         run = Path(cfg.out)
         if _reusable(run, cfg.to_dict(), {"progress", "resume", "cpu", "log_every"}):
-            context.logger.info("%s: reusing the finished run %s", cell.name, run)
+            context.logger.info("%s: reusing the finished run %s", name, run)
             return TextFreeLM.load(run), _train_metrics(read_json(run / "summary.json"), True)
         summary = train_stage2(cfg)
         return summary.pop("model"), _train_metrics(summary, False)
 
-    lm, train_metrics = context.cached(("stage2", cfg.out), train)
+    return context.cached(("stage2", cfg.out), train)
+
+
+@register_cell_kind("ppft_stage2", metrics=eval_metric_names() + _TRAIN, params=STAGE2_PARAMS, validate=_stage2_validate)
+def ppft_stage2(cell, point, seed: int, context: RunContext) -> dict[str, float]:
+    """PPFT stage 2 on the cell's dataset (trained once per point), evaluated on its held-out split per noise seed."""
+    p = cell.resolve(point).params
+    cfg = _stage2_config(cell, p)
+    lm, train_metrics = stage2_model(cfg, cell.name, context)
     tasks = p.get("eval_tasks") or _default_tasks(cell.dataset, cfg.blind)
     metrics = _evaluate(lm, cell, seed, context, tasks=tasks, epsilon=cfg.epsilon, k=cfg.k, mechanism=cfg.mechanism,
                         noise_match=cfg.noise_match, limit=p.get("eval_limit"))

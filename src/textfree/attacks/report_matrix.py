@@ -1,0 +1,178 @@
+"""The cross matrix of ``docs/results/attacks.md``: every applicable attack against every mechanism, one table, one plot.
+
+Mechanisms (rows) and the result files that measure them:
+
+* token noise (L2-Laplace, Gaussian) and clipped token noise: ``token_inversion`` cells (per-token vectors);
+* pooled PPFT slots: ``learned_inversion`` cells (unaware / aware / stage-1-aligned inverters, restoration) and
+  ``attribute_inference`` cells (k 4);
+* T2T and PCT2T text: ``substitution_inversion`` cells (``pos`` null / set).
+
+Attacks (columns) report what they recover of the private text: tokens or words at their position (%), or ROUGE-L
+(x100) for generated reconstructions; attribute inference reports sex accuracy (best attacker, %). An attack that
+cannot observe what a mechanism releases is ``n/a`` with the reason. A matrix cell gives the range over the grid with
+the grid's range of the formal worst-case loss of *one released unit* (a token at the table's diameter, a unit slot,
+a word at the table's diameter): the common x axis of the plot.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from .report_payloads import PayloadCell, collect_kind
+
+__all__ = ["MatrixRow", "collect_matrix", "matrix_section", "matrix_figure", "COLUMNS"]
+
+#: (column label, unit) in display order.
+COLUMNS = (
+    ("NN (L2)", "%"), ("NN (cosine)", "%"), ("BeamClean (estimated noise)", "%"), ("read the text", "%"),
+    ("channel inverter", "%"), ("learned inverter, unaware", "ROUGE-L"), ("learned inverter, aware", "ROUGE-L"),
+    ("learned inverter, stage-1-aligned", "ROUGE-L"), ("restoration instruction", "ROUGE-L"), ("attributes: sex (best)", "%"),
+)
+_NA = {
+    "token": {"read the text": "no text is released", "channel inverter": "no text is released",
+              "learned inverter, unaware": "not run on token noise", "learned inverter, aware": "not run on token noise",
+              "learned inverter, stage-1-aligned": "not run on token noise", "restoration instruction": "no PPFT model",
+              "attributes: sex (best)": "not run on token noise"},
+    "pooled": {"NN (L2)": "slots are pooled, not token rows", "NN (cosine)": "slots are pooled, not token rows",
+               "BeamClean (estimated noise)": "slots are pooled, not token rows", "read the text": "no text is released",
+               "channel inverter": "no text is released"},
+    "text": {"NN (L2)": "the attacker sees words, not vectors", "NN (cosine)": "the attacker sees words, not vectors",
+             "BeamClean (estimated noise)": "the attacker sees words, not vectors",
+             "learned inverter, unaware": "not run on T2T text", "learned inverter, aware": "not run on T2T text",
+             "learned inverter, stage-1-aligned": "not run on T2T text", "restoration instruction": "no PPFT model",
+             "attributes: sex (best)": "not run on T2T text"},
+}
+
+
+@dataclass
+class MatrixRow:
+    mechanism: str
+    family: str  # token | pooled | text
+    # column -> [(unit loss, value, source cell)]
+    points: dict[str, list[tuple[float, float, str]]] = field(default_factory=dict)
+
+    def add(self, column: str, loss: float, value: float, source: str) -> None:
+        if not math.isnan(value):
+            self.points.setdefault(column, []).append((loss, value, source))
+
+
+def _token_rows(cells: list[PayloadCell]) -> list[MatrixRow]:
+    rows: dict[str, MatrixRow] = {}
+    for c in cells:
+        mech = c.cell.get("mechanism") or {}
+        name = mech.get("name")
+        label = {"l2_laplace": "token noise, L2-Laplace", "gaussian": "token noise, Gaussian"}.get(
+            name, f"clipped token noise ({(mech.get('inner') or {}).get('name')}, C = {mech.get('max_norm')})")
+        row = rows.setdefault(label, MatrixRow(label, "token"))
+        for _, p in c.points:
+            loss = p.mean("token_epsilon")
+            row.add("NN (L2)", loss, 100 * p.mean("recovery_nn_l2"), c.name)
+            row.add("NN (cosine)", loss, 100 * p.mean("recovery_nn_cosine"), c.name)
+            row.add("BeamClean (estimated noise)", loss, 100 * p.mean("recovery_beamclean_estimated"), c.name)
+    return list(rows.values())
+
+
+def _pooled_row(inversion: list[PayloadCell], attributes: list[PayloadCell]) -> MatrixRow | None:
+    row = MatrixRow("pooled PPFT slots (k = 4)", "pooled")
+    for c in inversion:
+        params = c.cell.get("params") or {}
+        if params.get("k", 4) != 4:
+            continue
+        variant = params.get("variant")
+        column = ("restoration instruction" if variant == "restoration"
+                  else "learned inverter, stage-1-aligned" if isinstance(params.get("init"), str)
+                  else f"learned inverter, {variant}")
+        for point, p in c.points:
+            eps = point.get("params.epsilon", params.get("epsilon"))
+            if eps is None:
+                continue  # clean payloads: no mechanism
+            row.add(column, p.mean("slot_epsilon"), 100 * p.mean("rouge_l"), c.name)
+    for c in attributes:
+        for point, p in c.points:
+            k = point.get("params.k", (c.cell.get("params") or {}).get("k", 4))
+            if k == 4:
+                row.add("attributes: sex (best)", p.mean("slot_epsilon"), 100 * p.mean("sex_accuracy_best"), c.name)
+    return row if row.points else None
+
+
+def _text_rows(cells: list[PayloadCell]) -> list[MatrixRow]:
+    rows: dict[str, MatrixRow] = {}
+    for c in cells:
+        label = "PCT2T text" if (c.cell.get("params") or {}).get("pos") else "T2T text"
+        row = rows.setdefault(label, MatrixRow(label, "text"))
+        for _, p in c.points:
+            loss = p.mean("word_epsilon")
+            row.add("read the text", loss, 100 * p.mean("word_recovery_identity"), c.name)
+            row.add("channel inverter", loss, 100 * p.mean("word_recovery_channel"), c.name)
+    return [rows[k] for k in sorted(rows, reverse=True)]
+
+
+def collect_matrix(paths: Iterable[str | Path]) -> list[MatrixRow]:
+    paths = list(paths)
+    rows = _token_rows(collect_kind(paths, "token_inversion"))
+    pooled = _pooled_row(collect_kind(paths, "learned_inversion"), collect_kind(paths, "attribute_inference"))
+    rows += [pooled] if pooled else []
+    return rows + _text_rows(collect_kind(paths, "substitution_inversion"))
+
+
+def _cell_text(row: MatrixRow, column: str, unit: str) -> str:
+    pts = row.points.get(column)
+    if not pts:
+        return f"n/a ({_NA[row.family][column]})" if column in _NA[row.family] else "not measured"
+    values = [v for _, v, _ in pts]
+    losses = [x for x, _, _ in pts]
+    fmt = (lambda v: f"{v:.1f}%") if unit == "%" else (lambda v: f"{v / 100:.3f}")
+    lo, hi = min(values), max(values)
+    span = fmt(lo) if lo == hi else f"{fmt(lo)}–{fmt(hi)}"
+    eps = f"{min(losses):.3g}" if min(losses) == max(losses) else f"{min(losses):.3g}–{max(losses):.3g}"
+    return f"{span} (unit eps {eps})"
+
+
+def matrix_section(rows: list[MatrixRow], figure: str | None = None) -> list[str]:
+    lines = ["", "## Cross matrix: every applicable attack against every mechanism", "",
+             "Each cell: the range of the attack's result over the mechanism's grid (tokens/words recovered at their",
+             "position in %, ROUGE-L of generated reconstructions, sex accuracy of the best attribute attacker), with",
+             "the range of the formal worst-case loss of one released unit (*unit eps*: one token at the table's",
+             "diameter, one unit slot, one word at the table's diameter); a prompt composes this over its units.",
+             "Per-point figures are in the sections above; the plot puts every attack on the unit-eps axis.", ""]
+    if not rows:
+        return lines + ["No result files for the cross matrix were given."]
+    lines += ["| attack \\ mechanism | " + " | ".join(r.mechanism for r in rows) + " |", "|---|" + "---|" * len(rows)]
+    for column, unit in COLUMNS:
+        lines.append(f"| {column} ({unit}) | " + " | ".join(_cell_text(r, column, unit) for r in rows) + " |")
+    if figure:
+        lines += ["", f"![cross matrix]({figure})"]
+    return lines
+
+
+def matrix_figure(rows: list[MatrixRow], path: Path) -> bool:
+    """Recovery (%) and ROUGE-L (x100) vs unit eps (log), one line per (mechanism, attack); False when empty."""
+    from matplotlib.figure import Figure
+
+    if not rows:
+        return False
+    fig = Figure(figsize=(8.5, 4.6), layout="tight")
+    ax = fig.subplots()
+    markers = "osD^v<>px*h"
+    i = 0
+    for row in rows:
+        for column, unit in COLUMNS:
+            pts = sorted((x, v) for x, v, _ in row.points.get(column, []) if x > 0 and math.isfinite(x))
+            if not pts:
+                continue
+            label = f"{row.mechanism}: {column}" + (" (ROUGE-L x100)" if unit == "ROUGE-L" else "")
+            ax.plot([x for x, _ in pts], [v for _, v in pts], marker=markers[i % len(markers)], markersize=4,
+                    linestyle="-" if row.family == "token" else "--" if row.family == "pooled" else ":", label=label)
+            i += 1
+    ax.set_xscale("log")
+    from matplotlib.ticker import NullFormatter
+
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set(xlabel="formal worst-case loss of one released unit (eps)", ylabel="recovered (%) / ROUGE-L x100", ylim=(-2, 102))
+    ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return True

@@ -1,0 +1,161 @@
+"""The PPFT-payload sections of ``docs/results/attacks.md``: attribute inference and learned inversion / restoration.
+
+Generated from the result files of the ``attribute_inference`` and ``learned_inversion`` cell kinds (newest file per
+cell name wins), never by hand. Figures are ``mean ± sd`` over seeds (one seed: the mean alone). The formal guarantee
+is printed beside every empirical figure: ``slot eps`` (one slot) and ``prompt eps`` (the mean prompt's composed
+worst case, slots x slot eps).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from .report import Point, result_files
+
+__all__ = ["PayloadCell", "collect_kind", "attribute_section", "inversion_section",
+           "PAPER_ATTRIBUTE_RECALL", "PAPER_AWARE_ROUGE_L", "TARGET_UNAWARE_ROUGE_L"]
+
+#: PPFT Table 3 (attribute recall of its attacker at eps 75, k 4): sex, symptoms, antecedents.
+PAPER_ATTRIBUTE_RECALL = {"sex": 0.59, "symptoms": 0.10, "antecedents": 0.012}
+#: PPFT's noise-aware inversion ROUGE-L at eps 75, k 4 (the figure the issue asks to report beside ours).
+PAPER_AWARE_ROUGE_L = 0.4397
+#: Issue 4 target: noise-unaware ROUGE-L below this at eps 75, k 4.
+TARGET_UNAWARE_ROUGE_L = 0.25
+
+
+@dataclass
+class PayloadCell:
+    name: str
+    cell: dict
+    points: list[tuple[dict, Point]]  # (grid point, its metrics)
+    source: str
+    date: str
+
+
+def collect_kind(paths: Iterable[str | Path], kind: str) -> list[PayloadCell]:
+    """The newest result file of each cell of ``kind`` among ``paths`` (files or directories of ``*.json``)."""
+    from ..experiments import load_results
+
+    cells: dict[str, PayloadCell] = {}
+    for f in result_files(paths):
+        data = load_results(f)
+        if data.get("kind") != kind:
+            continue
+        points = [(r["point"], Point(None, {n: [math.nan if v is None else float(v) for v in m.get("values", [])]
+                                            for n, m in r["metrics"].items()})) for r in data["results"]]
+        c = PayloadCell(data["cell"]["name"], data["cell"], points, f.name, data["date"])
+        if c.name not in cells or c.date >= cells[c.name].date:
+            cells[c.name] = c
+    return [cells[k] for k in sorted(cells)]
+
+
+def _fmt(point: Point, name: str, pct: bool = False) -> str:
+    """``mean ± sd`` over seeds (percent when ``pct``); the mean alone for one seed or a constant."""
+    s = point.spread(name)
+    if s is None:
+        return "–"
+    scale = 100 if pct else 1
+    body = f"{scale * s['mean']:.1f}" if pct else f"{s['mean']:.3f}"
+    if s.get("n", 1) > 1 and not math.isnan(s["std"]) and s["std"] > 0:
+        body += f" ± {scale * s['std']:.1f}" if pct else f" ± {s['std']:.3f}"
+    return body
+
+
+def _num(point: Point, name: str) -> str:
+    """A deterministic quantity (a guarantee, a count): its mean, 4 significant digits."""
+    mean = point.mean(name)
+    return "–" if math.isnan(mean) else f"{mean:.4g}"
+
+
+def _eps(cell: PayloadCell, point: dict) -> Any:
+    mech = dict(cell.cell.get("mechanism") or {})
+    params = dict(cell.cell.get("params") or {})
+    for key, value in point.items():
+        section, _, name = key.partition(".")
+        (mech if section == "mechanism" else params)[name] = value
+    return mech.get("epsilon", params.get("epsilon")), params.get("k", 4)
+
+
+# ------------------------------------------------------------------------------------------ attribute inference
+_ATTR_ROWS = (("sex_accuracy", "sex (accuracy)"), ("age_accuracy", "age bucket (accuracy)"),
+              ("symptoms_recall", "symptoms recall"), ("symptoms_f1", "symptoms F1"),
+              ("antecedents_recall", "antecedents recall"), ("antecedents_f1", "antecedents F1"),
+              ("gender_accuracy", "gender (accuracy)"), ("age_cat_accuracy", "age category (accuracy)"))
+_VARIANTS = (("mean_unaware", "MLP, unaware"), ("mean_aware", "MLP, aware"), ("slots_unaware", "slots, unaware"),
+             ("slots_aware", "slots, aware"))
+
+
+def attribute_section(cells: list[PayloadCell]) -> list[str]:
+    lines = ["", "## Attribute inference on PPFT payloads (PPFT Table 3 shape)", "",
+             "The attacker trains on payloads of its own in-domain text (the Pri-DDX PPFT train part; query access to the",
+             "encoder) and predicts each held-out prompt's attributes from its payload. Four attackers: a 2-layer MLP on the",
+             "mean slot or attention over the slots, trained on clean slots (*unaware*) or on slots noised by the same",
+             "mechanism (*aware*). **best** is the strongest of them; *prior* is the best guess without any input (training",
+             "marginals); *label* is what the task's correct answer (the diagnosis) alone reveals; **excess** = best minus",
+             "the larger reference: the leak the mechanism is responsible for. Percentages of held-out prompts (accuracy)",
+             "or of gold attributes (recall; F1 guards against predicting every label). PPFT Table 3 reports recall",
+             f"{PAPER_ATTRIBUTE_RECALL['sex']} / {PAPER_ATTRIBUTE_RECALL['symptoms']} / {PAPER_ATTRIBUTE_RECALL['antecedents']}"
+             " (sex / symptoms / antecedents) at eps 75, k 4 with a weaker attacker."]
+    if not cells:
+        return lines + ["", "No attribute_inference result files were given."]
+    for c in cells:
+        encoder = c.cell.get("encoder", "default")
+        lines += ["", f"### `{c.name}` ({c.cell.get('dataset')}, encoder `{encoder}`)", ""]
+        present = [(m, label) for m, label in _ATTR_ROWS if any(p.spread(f"{m}_best") for _, p in c.points)]
+        lines += ["| eps | k | slot eps | prompt eps (mean) | attribute | prior | label | " +
+                  " | ".join(v for _, v in _VARIANTS) + " | **best** | **excess** |",
+                  "|---|---|---|---|---|---|---|" + "---|" * len(_VARIANTS) + "---|---|"]
+        for point, p in c.points:
+            eps, k = _eps(c, point)
+            for i, (m, label) in enumerate(present):
+                head = (f"| {eps} | {k} | {_num(p, 'slot_epsilon')} | {_num(p, 'prompt_epsilon')} " if i == 0
+                        else "| | | | ")
+                cols = [_fmt(p, f"{m}_prior", True), _fmt(p, f"{m}_label", True)]
+                cols += [_fmt(p, f"{m}_{v}", True) for v, _ in _VARIANTS]
+                cols += [f"**{_fmt(p, f'{m}_best', True)}**", f"**{_fmt(p, f'{m}_excess', True)}**"]
+                lines.append(head + f"| {label} | " + " | ".join(cols) + " |")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------ learned inversion
+def _variant(c: PayloadCell) -> str:
+    params = c.cell.get("params") or {}
+    v = params.get("variant")
+    if v == "restoration":
+        return "restoration instruction (served PPFT model)"
+    aligned = isinstance(params.get("init"), str)
+    return f"learned, noise-{v}" + (", stage-1-aligned init" if aligned else "")
+
+
+def inversion_section(cells: list[PayloadCell]) -> list[str]:
+    lines = ["", "## Learned inversion and restoration of PPFT payloads (PPFT Fig. 3 / Tables 8, 11 shape)", "",
+             "An inverter (the client's encoder + pooling, a learnable projection, a LoRA decoder) is trained on payloads of",
+             "the attacker's in-domain text to regenerate the prompt, then inverts held-out payloads (greedy decoding).",
+             "*noise-unaware*: trained on clean payloads; *noise-aware*: on payloads of the evaluated mechanism;",
+             "*stage-1-aligned*: starts from the PPFT stage-1 model; *restoration*: the served PPFT model is asked to",
+             "restore the prompt, no training. ROUGE-L is the mean per-prompt F1; attribute recall is read off the text."]
+    if not cells:
+        return lines + ["", "No learned_inversion result files were given."]
+    lines += ["", "| cell | attack | eps (eval) | k | slot eps | prompt eps (mean) | ROUGE-L | BLEU | symptoms recall | antecedents recall | n |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    verdict = []
+    for c in cells:
+        for point, p in c.points:
+            eps, k = _eps(c, point)
+            lines.append(f"| `{c.name}` | {_variant(c)} | {eps if eps is not None else 'clean'} | {k} | {_num(p, 'slot_epsilon')} | "
+                         f"{_num(p, 'prompt_epsilon')} | {_fmt(p, 'rouge_l')} | {_fmt(p, 'bleu')} | "
+                         f"{_fmt(p, 'symptoms_recall_text', True)} | {_fmt(p, 'antecedents_recall_text', True)} | {_num(p, 'n_eval')} |")
+            variant = (c.cell.get("params") or {}).get("variant")
+            if eps == 75 and k == 4 and variant in ("unaware", "aware") and not math.isnan(p.mean("rouge_l")):
+                verdict.append((variant, _variant(c), p.mean("rouge_l")))
+    lines += [""]
+    for variant, title, value in verdict:
+        if variant == "unaware":
+            ok = "met" if value < TARGET_UNAWARE_ROUGE_L else "NOT met"
+            lines.append(f"* Target (issue 4): {title} ROUGE-L < {TARGET_UNAWARE_ROUGE_L} at eps 75, k 4: {value:.3f}, **{ok}**.")
+        else:
+            lines.append(f"* {title} at eps 75, k 4: ROUGE-L {value:.3f} (PPFT reports {PAPER_AWARE_ROUGE_L} for its noise-aware attacker).")
+    return lines

@@ -1,0 +1,197 @@
+"""The routes of datasets and fine-tuning jobs (docs/server.md, "Fine-tuning"), added to the app by ``create_app``.
+
+Every route needs a key and sees only its tenant's datasets, jobs and adapters: an id of another tenant is answered
+404 exactly like an id that does not exist, so ids leak nothing. POSTs accept an ``Idempotency-Key`` header (at most
+128 printable ASCII characters): a repeated POST with the same key from the same tenant returns what the first one
+created (200 instead of 201), so a client may retry an upload or a job submission safely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import sqlite3
+from typing import Any, Callable
+
+from fastapi import Depends, FastAPI, Query, Request, Response
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from .config import ServerConfig
+from .datasets import DatasetUpload, dataset_view, validate_upload, write_dataset
+from .errors import ApiError
+from .jobs import JobManager, JobRequest, job_view, total_steps
+from .store import TERMINAL, Store, new_id
+
+__all__ = ["add_fine_tuning_routes", "tenant_card", "STREAM_POLL_S"]
+
+STREAM_POLL_S = 0.5
+
+
+def tenant_card(card: dict[str, Any], tenant: str, store: Store | None) -> dict[str, Any]:
+    """A model card with ``adapters``: the requesting tenant's adapters of that model (nobody else's)."""
+    if store is None or card.get("task") != "generate":
+        return card
+    mine = [{"id": a["id"], "job": a["job"], "created_at": a["created_at"]} for a in store.list_adapters(tenant, card["id"])]
+    return {**card, "adapters": mine}
+
+
+def _event_view(e: dict[str, Any]) -> dict[str, Any]:
+    return {"object": "fine_tuning.job.event", "seq": e["seq"], "created_at": e["created_at"], "type": e["type"],
+            "message": e["message"], "data": e["data"]}
+
+
+def _idempotency_key(request: Request) -> str | None:
+    key = request.headers.get("idempotency-key")
+    if key is None:
+        return None
+    if not 1 <= len(key) <= 128 or not all(33 <= ord(c) <= 126 for c in key):
+        raise ApiError(400, "bad_request", "Idempotency-Key must be 1 to 128 printable ASCII characters without spaces")
+    return key
+
+
+def add_fine_tuning_routes(app: FastAPI, *, config: ServerConfig, registry, tenant: Callable, store: Store | None,
+                           jobs: JobManager | None) -> None:
+    from .app import JSON, _b64, _content_type, _parse_json, _read_body
+
+    # the /v1/generate card checks, with the dataset row limit in place of the per-request one
+    limits = dataclasses.replace(config, max_batch_rows=config.max_dataset_rows)
+
+    def db() -> Store:
+        if store is None:
+            raise ApiError(501, "fine_tuning_disabled", "this server runs without a database: start it with --db "
+                                                        "(ServerConfig.sqlite_path) to store datasets and run fine-tuning jobs")
+        return store
+
+    def begin_post(request: Request, response: Response, table: str, who: str) -> tuple[str | None, dict[str, Any] | None]:
+        """(Idempotency-Key, what an earlier POST with that key created: answered 200) of a JSON-only POST."""
+        st = db()
+        if _content_type(request) != JSON:
+            raise ApiError(415, "unsupported_media_type", f"{request.method} {request.url.path} takes {JSON}")
+        key = _idempotency_key(request)
+        done = st.by_idempotency_key(table, who, key) if key is not None else None
+        if done is not None:
+            response.status_code = 200
+        return key, done
+
+    def dataset_or_404(who: str, dataset_id: str) -> dict[str, Any]:
+        row = db().get_dataset(who, dataset_id)
+        if row is None:
+            raise ApiError(404, "dataset_not_found", f"no dataset {dataset_id!r} for this API key (GET /v1/datasets lists yours)")
+        return row
+
+    def job_or_404(who: str, job_id: str) -> dict[str, Any]:
+        row = db().get_job(who, job_id)
+        if row is None:
+            raise ApiError(404, "job_not_found", f"no fine-tuning job {job_id!r} for this API key (GET /v1/fine_tuning/jobs lists yours)")
+        return row
+
+    # ------------------------------------------------------------------ datasets
+    @app.post("/v1/datasets", status_code=201, summary="Upload a dataset: a privatized payload + one target text per row (JSON with base64).")
+    async def create_dataset(request: Request, response: Response, who: str = Depends(tenant)) -> dict:
+        key, done = begin_post(request, response, "datasets", who)
+        if done is not None:
+            return dataset_view(done)
+        upload = _parse_json(DatasetUpload, await _read_body(request, config.max_dataset_bytes))
+        raw = _b64(upload.payload_b64, config.max_dataset_bytes)
+        model, payload, targets = await run_in_threadpool(validate_upload, upload, raw, registry, limits)
+        row = await run_in_threadpool(lambda: write_dataset(db(), tenant=who, model_id=model.id, payload=payload, targets=targets,
+                                                            name=upload.name, idempotency_key=key))
+        return dataset_view(row)
+
+    def list_and_get(path: str, what: str, rows: Callable, one: Callable, view: Callable) -> None:
+        """GET ``path`` (the tenant's rows, newest first) and GET ``path/{item_id}`` (one of them, else 404)."""
+
+        @app.get(path, summary=f"Your {what}, newest first.", name=f"list {what}")
+        async def listing(who: str = Depends(tenant)) -> dict:
+            return {"object": "list", "data": [view(r) for r in rows(who)]}
+
+        @app.get(path + "/{item_id}", summary=f"One of your {what}.", name=f"get one of {what}")
+        async def item(item_id: str, who: str = Depends(tenant)) -> dict:
+            return view(one(who, item_id))
+
+    list_and_get("/v1/datasets", "datasets", lambda who: db().list_datasets(who), dataset_or_404, dataset_view)
+
+    # ------------------------------------------------------------------ jobs
+    @app.post("/v1/fine_tuning/jobs", status_code=201, summary="Start a fine-tuning job (PPFT stage 2 on your datasets) -> job id.")
+    async def create_job(request: Request, response: Response, who: str = Depends(tenant)) -> dict:
+        key, done = begin_post(request, response, "jobs", who)
+        if done is not None:
+            return job_view(done)
+        st = db()
+        req = _parse_json(JobRequest, await _read_body(request, config.max_body_bytes))
+        model = registry.get(req.model, "generate")
+        if len(set(req.datasets)) != len(req.datasets):
+            raise ApiError(422, "invalid_request", "datasets: an id is listed twice")
+        rows = 0
+        for dataset_id in req.datasets:
+            ds = dataset_or_404(who, dataset_id)
+            if ds["model"] != model.id:
+                raise ApiError(400, "dataset_model_mismatch", f"dataset {dataset_id!r} was uploaded for model {ds['model']!r}, not {model.id!r}")
+            want = model.card.get("encoder_sha256")
+            if want and ds["encoder_sha256"] != want:
+                raise ApiError(400, "payload_mismatch", f"dataset {dataset_id!r} was made by another encoder than model {model.id!r} now takes "
+                                                        f"(sha256 {str(ds['encoder_sha256'])[:12]}... != {want[:12]}...)")
+            rows += ds["rows"]
+        hp = req.hyperparameters.model_dump()
+        steps = total_steps(rows, hp)
+        if steps > config.max_job_steps:
+            raise ApiError(422, "invalid_request", f"this job would run {steps} steps ({rows} rows, {hp['epochs']} epochs, batch {hp['batch_size']}); "
+                                                   f"the limit is {config.max_job_steps} (set hyperparameters.max_steps)")
+        if st.active_jobs(who) >= config.max_jobs_per_tenant:
+            raise ApiError(429, "too_many_jobs", f"you have {config.max_jobs_per_tenant} queued or running jobs, the most this server allows; "
+                                                 "wait for one to finish or cancel one")
+        values = {"id": new_id("ftjob_"), "tenant": who, "model": model.id, "datasets": list(req.datasets), "hyperparameters": hp,
+                  "total_steps": steps, "idempotency_key": key}
+        try:
+            row = st.add_job(values)
+        except sqlite3.IntegrityError:  # a concurrent retry with the same Idempotency-Key won
+            row = st.by_idempotency_key("jobs", who, key) if key else None
+            if row is None:
+                raise
+            response.status_code = 200
+        if jobs is not None:
+            jobs.notify()
+        return job_view(row)
+
+    # a job: its status (queued, running, succeeded, failed, cancelled) and progress
+    list_and_get("/v1/fine_tuning/jobs", "fine-tuning jobs", lambda who: db().list_jobs(who), job_or_404, job_view)
+
+    @app.post("/v1/fine_tuning/jobs/{job_id}/cancel", summary="Cancel a job (a queued one at once, a running one after its current step).")
+    async def cancel_job(job_id: str, who: str = Depends(tenant)) -> dict:
+        job_or_404(who, job_id)
+        return job_view(db().request_cancel(who, job_id))
+
+    @app.get("/v1/fine_tuning/jobs/{job_id}/events", summary="A job's events (progress with loss, checkpoints, status changes); ?stream=true for Server-Sent Events.")
+    async def job_events(
+        request: Request,
+        job_id: str,
+        who: str = Depends(tenant),
+        after: int = Query(0, ge=0, description="Only events with seq > after."),
+        limit: int = Query(100, ge=1, le=1000, description="At most this many events (not streaming)."),
+        stream: bool = Query(False, description="Server-Sent Events until the job ends."),
+    ) -> Any:
+        st = db()
+        job = job_or_404(who, job_id)
+        if not stream:
+            found = st.events(job_id, after=after, limit=limit + 1)
+            return {"object": "list", "data": [_event_view(e) for e in found[:limit]], "has_more": len(found) > limit,
+                    "status": job["status"]}
+
+        async def sse():
+            last = after
+            while True:
+                status = st.job(job_id)["status"]  # read before the events: no event of a finished job is missed
+                found = st.events(job_id, after=last, limit=1000)
+                for e in found:
+                    last = e["seq"]
+                    yield f"id: {e['seq']}\nevent: {e['type']}\ndata: {json.dumps(_event_view(e))}\n\n"
+                if status in TERMINAL and len(found) < 1000:
+                    yield f"event: end\ndata: {json.dumps(job_view(st.job(job_id)))}\n\n"
+                    return
+                if await request.is_disconnected():
+                    return
+                await asyncio.sleep(STREAM_POLL_S)
+
+        return StreamingResponse(sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})

@@ -1,0 +1,108 @@
+"""Learned inversion / restoration: scoring by hand, grants, the cell kind's validation and a real tiny run."""
+
+import pytest
+
+from textfree.attacks import ThreatModel, ThreatModelError
+from textfree.attacks.learned import learned_inversion_attack, reconstruct, restoration_attack, score_reconstructions
+from textfree.experiments import Cell, CellError, load_results, run_cell
+
+pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
+
+GRANT = {"encoder_queries": True, "training_text": "in_domain", "knows_mechanism": True, "knows_parameters": True}
+
+
+def test_scores_by_hand():
+    recon = ["a man with a cough and fever", "nothing here"]
+    refs = ["a man with a cough", "a woman with a rash"]
+    s = score_reconstructions(recon, refs, {"symptoms": [["cough", "fever"], ["rash"]], "antecedents": [[], []]})
+    # pair 1: LCS 5 of 7 / 5 -> P 5/7, R 1, F 2*(5/7)/(12/7) = 10/12; pair 2: no common token -> 0
+    assert s["rouge_l"] == pytest.approx((10 / 12 + 0) / 2)
+    assert s["rouge_l_recall"] == pytest.approx(0.5)
+    assert s["symptoms_recall_text"] == pytest.approx(2 / 3)  # cough, fever found; rash not
+    assert s["antecedents_recall_text"] != s["antecedents_recall_text"]  # NaN: no gold antecedents at all
+    assert 0.0 <= s["bleu"] <= 1.0
+    assert score_reconstructions(refs, refs)["rouge_l"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="1 reconstructions for 2"):
+        score_reconstructions(recon[:1], refs)
+
+
+class _Model:
+    def answer(self, payload, **kwargs):
+        return ["x"] * len(payload.public)
+
+
+class _Payload:
+    def __init__(self, public):
+        self.public = public
+
+
+def test_grants_and_the_restore_instruction_are_checked():
+    from textfree.ppft.batches import RESTORE_INSTRUCTION
+
+    ok = _Payload([RESTORE_INSTRUCTION] * 2)
+    assert restoration_attack(_Model(), ok, threat=ThreatModel()) == ["x", "x"]
+    with pytest.raises(ThreatModelError, match="encoder_queries"):
+        learned_inversion_attack(_Model(), ok, threat=ThreatModel())
+    assert learned_inversion_attack(_Model(), ok, threat=ThreatModel(encoder_queries=True, training_text="in_domain")) == ["x", "x"]
+    with pytest.raises(ValueError, match="restore instruction"):
+        reconstruct(_Model(), _Payload(["Answer:", RESTORE_INSTRUCTION]))
+
+
+def _cell(**params) -> dict:
+    return {"name": "inv_test", "kind": "learned_inversion", "dataset": "pri-ddx",
+            "params": {"variant": "aware", "epsilon": 75, "init": "runs/stage1", "out": "runs/x", **params},
+            "attack": {"threat": dict(GRANT)}, "seeds": [0]}
+
+
+@pytest.mark.parametrize(
+    "over, field, message",
+    [
+        ({"variant": "clever"}, "params.variant", "variant must be one of"),
+        ({"epsilon": None}, "params.epsilon", "needs an epsilon"),
+        ({"epsilon": -1}, "params.epsilon", "number > 0 or null"),
+        ({"init": {"encoder": "e"}}, "params.init", "takes `init`"),
+        ({"variant": "restoration"}, "params.model", "restoration takes `model`"),
+        ({"epochs": 0}, "params.epochs", "integer >= 1"),
+    ],
+)
+def test_cell_validation(over, field, message):
+    with pytest.raises(CellError, match=message) as info:
+        Cell.from_dict(_cell(**over))
+    assert info.value.field == field
+
+
+def test_cell_grant_must_cover_the_variant():
+    cell = _cell()
+    cell["attack"] = {"threat": {"encoder_queries": True, "training_text": "in_domain"}}
+    with pytest.raises(CellError, match="knows_parameters") as info:
+        Cell.from_dict(cell)
+    assert info.value.field == "attack.threat"
+    cell["params"]["variant"] = "unaware"
+    Cell.from_dict(cell)  # unaware needs no mechanism knowledge
+
+
+@pytest.mark.shared_data
+def test_tiny_unaligned_inverter_trains_and_restoration_runs(shared_data, tiny_run_dir, tiny_encoder_dir, tmp_path):
+    import json
+
+    decoder = json.loads((tiny_run_dir / "decoder_ref.json").read_text())["name_or_path"]
+    cell = Cell.from_dict({
+        "name": "inv_tiny", "kind": "learned_inversion", "dataset": "pri-ddx",
+        "params": {"variant": "aware", "init": {"encoder": str(tiny_encoder_dir), "decoder": decoder},
+                   "out": str(tmp_path / "inv-{variant}-{epsilon}"), "epochs": 1, "train_limit": 8, "eval_limit": 3,
+                   "max_new_tokens": 6, "max_target_tokens": 24},
+        "attack": {"threat": dict(GRANT)},
+        "grid": {"params.epsilon": [75]}, "seeds": [0]})
+    m = {k: v["mean"] for k, v in load_results(run_cell(cell, out_dir=tmp_path, progress=False))["results"][0]["metrics"].items()}
+    assert m["n_eval"] == 3 and m["train_steps"] >= 1 and m["reused"] == 0.0
+    assert 0.0 <= m["rouge_l"] <= 1.0 and m["slot_epsilon"] == 150.0 and m["prompt_epsilon"] > 150.0
+    assert (tmp_path / "inv-aware-75" / "summary.json").is_file() and (tmp_path / "inv-aware-75-init").is_dir()
+    # a second run reuses the finished inverter
+    again = load_results(run_cell(cell, out_dir=tmp_path, progress=False))["results"][0]["metrics"]
+    assert again["reused"]["mean"] == 1.0
+    restoration = Cell.from_dict({"name": "rest_tiny", "kind": "learned_inversion", "dataset": "pri-ddx",
+                                  "params": {"variant": "restoration", "model": str(tiny_run_dir), "epsilon": 75,
+                                             "eval_limit": 2, "max_new_tokens": 4},
+                                  "attack": {"threat": {}}, "seeds": [0]})
+    r = load_results(run_cell(restoration, out_dir=tmp_path, progress=False))["results"][0]["metrics"]
+    assert r["n_eval"]["mean"] == 2.0 and "train_steps" not in r
