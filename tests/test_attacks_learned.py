@@ -90,19 +90,20 @@ def test_tiny_unaligned_inverter_trains_and_restoration_runs(shared_data, tiny_r
         "name": "inv_tiny", "kind": "learned_inversion", "dataset": "pri-ddx",
         "params": {"variant": "aware", "init": {"encoder": str(tiny_encoder_dir), "decoder": decoder},
                    "out": str(tmp_path / "inv-{variant}-{epsilon}"), "epochs": 1, "train_limit": 8, "eval_limit": 3,
-                   "max_new_tokens": 6, "max_target_tokens": 24},
+                   "max_new_tokens": 6, "max_target_tokens": 24, "prior_sample": 5},
         "attack": {"threat": dict(GRANT)},
         "grid": {"params.epsilon": [75]}, "seeds": [0]})
     m = {k: v["mean"] for k, v in load_results(run_cell(cell, out_dir=tmp_path, progress=False))["results"][0]["metrics"].items()}
     assert m["n_eval"] == 3 and m["train_steps"] >= 1 and m["reused"] == 0.0
     assert 0.0 <= m["rouge_l"] <= 1.0 and m["slot_epsilon"] == 150.0 and m["prompt_epsilon"] > 150.0
+    assert m["rouge_l_prior"] > 0.2  # one Pri-DDX prompt already shares much of the template with any other
     assert (tmp_path / "inv-aware-75" / "summary.json").is_file() and (tmp_path / "inv-aware-75-init").is_dir()
     # a second run reuses the finished inverter
     again = load_results(run_cell(cell, out_dir=tmp_path, progress=False))["results"][0]["metrics"]
     assert again["reused"]["mean"] == 1.0
     restoration = Cell.from_dict({"name": "rest_tiny", "kind": "learned_inversion", "dataset": "pri-ddx",
                                   "params": {"variant": "restoration", "model": str(tiny_run_dir), "epsilon": 75,
-                                             "eval_limit": 2, "max_new_tokens": 4},
+                                             "eval_limit": 2, "max_new_tokens": 4, "prior_sample": 5},
                                   "attack": {"threat": {}}, "seeds": [0]})
     r = load_results(run_cell(restoration, out_dir=tmp_path, progress=False))["results"][0]["metrics"]
     assert r["n_eval"]["mean"] == 2.0 and "train_steps" not in r

@@ -94,7 +94,7 @@ def test_refuses_attacks_the_grant_does_not_cover(tiny_table_dir):
 
 def test_checks_the_attack_section_and_the_prior_source(tiny_table_dir):
     cell = _cell(tiny_table_dir)
-    cell["attack"]["attacks"] = ["nn_l2", "mlp"]
+    cell["attack"]["attacks"] = ["nn_l2", "gpt"]
     with pytest.raises(CellError, match="attack.attacks"):
         Cell.from_dict(cell)
     cell = _cell(tiny_table_dir)
@@ -173,3 +173,46 @@ def test_causal_lm_prior_through_the_cell(tiny_table_dir, tiny_llama, tmp_path):
     (m,) = _metrics(run_cell(cell, tmp_path, progress=False))
     assert m["recovery_beamclean_estimated"] == 1.0
     assert "recovery_nn_best" not in m and "beamclean_over_nn" not in m
+
+
+@pytest.mark.shared_data
+def test_pii_units_are_counted_in_decoded_guesses(shared_data, tmp_path):
+    """PUPA with MiniLM's table and nearest neighbour only: with almost no noise every released PII unit is found in
+    the decoded guess; with overwhelming noise none is. Units cut off by max_tokens are not counted."""
+    cell = Cell.from_dict({
+        "name": "pii_test", "kind": "token_inversion", "dataset": "pupa", "limit": 6, "encoder": "default",
+        "mechanism": {"name": "gaussian", "sigma": 0.001}, "params": {"max_tokens": 48, "threads": 1},
+        "attack": {"threat": {"embedding_table": True}, "attacks": ["nn_l2", "nn_cosine"]},
+        "grid": {"mechanism.sigma": [0.001, 50.0]}, "seeds": [0]})
+    clean, noisy = ({k: v["mean"] for k, v in r["metrics"].items()}
+                    for r in load_results(run_cell(cell, out_dir=tmp_path, progress=False))["results"])
+    assert clean["n_pii_units"] > 0 and clean["recovery_nn_best"] == 1.0
+    assert clean["pii_exact_nn_best"] == 1.0 and clean["pii_fuzzy_nn_best"] == 1.0
+    assert noisy["pii_exact_nn_best"] == 0.0 and noisy["recovery_nn_best"] < 0.01
+
+
+def test_blackbox_attacks_need_queries_and_recover_under_weak_noise(tiny_table_dir, tmp_path):
+    grant = {"encoder_queries": True, "training_text": "public", "knows_mechanism": True, "knows_parameters": True}
+    cell = _cell(tiny_table_dir)
+    cell["attack"] = {"threat": grant, "attacks": ["mlp", "autoencoder"],
+                      "blackbox": {"texts": PUBLIC + [" ".join(WORDS)], "vocab_size": 64, "samples": 4000, "hidden": 32, "epochs": 30}}
+    cell["grid"] = {"mechanism.sigma": [0.01, 400.0]}
+    weak, strong = ({k: v["mean"] for k, v in r["metrics"].items()}
+                    for r in load_results(run_cell(Cell.from_dict(cell), out_dir=tmp_path, progress=False))["results"])
+    # every evaluated word is among the public words (the queried vocabulary): weak noise -> all recovered
+    assert weak["recovery_mlp"] > 0.95 and weak["recovery_autoencoder"] > 0.95
+    assert weak["autoencoder_mse"] <= weak["noisy_mse"] + 1e-3
+    assert strong["recovery_mlp"] < 0.5 and strong["noisy_mse"] > 1000
+    no_queries = dict(cell, attack=dict(cell["attack"], threat={**grant, "encoder_queries": False}))
+    with pytest.raises(CellError, match="encoder_queries"):
+        Cell.from_dict(no_queries)
+
+
+@pytest.mark.shared_data
+def test_pri_ddx_heldout_texts_run_and_carry_no_pii(shared_data, tiny_table_dir, tmp_path):
+    cell = _cell(tiny_table_dir)
+    del cell["texts"]
+    cell.update({"dataset": "pri-ddx", "split": "heldout", "limit": 2})
+    cell["attack"] = {"threat": {"embedding_table": True}, "attacks": ["nn_l2"]}
+    m = load_results(run_cell(Cell.from_dict(cell), out_dir=tmp_path, progress=False))["results"][0]["metrics"]
+    assert m["n_sequences"]["mean"] == 2.0 and "n_pii_units" not in m

@@ -252,3 +252,17 @@ def test_a_job_interrupted_by_a_restart_resumes_from_its_checkpoint(env, referen
     # resumed, not restarted: the same weights as the uninterrupted job, bit for bit
     ref, resumed = weights(reference["dir"]), weights(run)
     assert ref.keys() == resumed.keys() and all(torch.equal(ref[k], resumed[k]) for k in ref)
+
+
+def test_an_unexpected_failure_does_not_leak_server_details(env, tmp_path):
+    config = {"sqlite_path": str(tmp_path / "f.sqlite"), "data_dir": str(tmp_path / "f")}
+
+    def hook(job_id, step):
+        raise RuntimeError("cannot write /srv/textfree/secret/checkpoint")
+
+    with serve(env, **config) as c:
+        c.app.state.jobs.step_hook = hook
+        job = start(c, env, [upload(c, env)])
+        failed = wait_for(c, env, job["id"], ("succeeded", "failed", "cancelled"))
+        assert failed["status"] == "failed" and "RuntimeError" in failed["error"] and job["id"] in failed["error"]
+        assert "/srv" not in failed["error"] and "secret" not in failed["error"]

@@ -53,6 +53,10 @@ RECOVERY_COLUMNS = (
     ("recovery_nn_cosine", "NN cosine", ":s"),
     ("recovery_beamclean_estimated", "BeamClean, estimated noise", "-D"),
     ("recovery_beamclean_oracle", "BeamClean, oracle noise", "--x"),
+    ("recovery_mlp", "MLP (black box)", "-.v"),
+    ("recovery_autoencoder", "autoencoder + NN (black box)", "-.^"),
+    ("pii_exact_nn_best", "PII found, NN (exact)", ":p"),
+    ("pii_exact_beamclean_estimated", "PII found, BeamClean (exact)", ":*"),
 )
 _NN = "recovery_nn_best"
 _BC = "recovery_beamclean_estimated"
@@ -262,6 +266,8 @@ def _table(curve: Curve) -> list[str]:
                   if any(m in p.values for p in curve.points) and any(_NN in p.values for p in curve.points)]
     head += [t for _, t in ratio_cols]
     extra = [("scale_rel_error_estimated", "scale error (est.)", "+.1%"),
+             ("autoencoder_mse", "autoencoder MSE", ".4f"), ("noisy_mse", "noisy MSE", ".4f"),
+             ("n_pii_units", "PII units released", ".0f"),
              ("seconds_per_sequence_beamclean_estimated", "s / seq (est.)", ".2f"),
              ("seconds_per_sequence_beamclean_oracle", "s / seq (oracle)", ".2f")]
     extra = [e for e in extra if any(e[0] in p.values for p in curve.points)]
@@ -291,8 +297,11 @@ def _describe(curve: Curve) -> list[str]:
         f"Cell `{curve.name}` ({curve.dataset or 'inline texts'}, {n:.0f} texts, {toks:.0f} scored tokens; seeds "
         f"{', '.join(map(str, curve.seeds))}; file `{curve.source}`). Grant: payload, {threat}"
         + (f", training text: {tt}" if tt else "") + ". "
-        f"BeamClean: beam {bc.get('beam_width', 10)}, {bc.get('candidates', 64)} candidates, family {bc.get('family', 'auto')}, "
-        f"prior {prior_txt}. Timing: {curve.params.get('threads') or curve.host.get('torch_threads', '?')} torch thread(s), "
+        + (f"BeamClean: beam {bc.get('beam_width', 10)}, {bc.get('candidates', 64)} candidates, family {bc.get('family', 'auto')}, "
+           f"prior {prior_txt}. " if "beamclean" in a.get("attacks", ["beamclean"]) else "")
+        + (f"Black box: the {(a.get('blackbox') or {}).get('vocab_size', 4096)} most frequent public tokens queried. "
+           if {"mlp", "autoencoder"} & set(a.get("attacks", [])) else "")
+        + f"Timing: {curve.params.get('threads') or curve.host.get('torch_threads', '?')} torch thread(s), "
         f"{curve.host.get('cpu_count', '?')} CPU cores.",
     ]
 
@@ -334,6 +343,11 @@ def _markdown(curves: Sequence[Curve], figures: Sequence[str]) -> str:
         "(oracle: the true parameter; a separate column, never mixed in). *eps / unit distance* is the mechanism's",
         "privacy loss per unit of L2 distance (the Gaussian's at its delta); *token eps* is the formal guarantee for",
         "one token: the loss at the table's exact diameter (the largest distance between two tokens).",
+        "*MLP / autoencoder (black box)* (RAPT IV-A1) have no table: they query the clean vectors of the most frequent",
+        "public tokens, noise them with the known mechanism and train a token classifier / a denoiser (its output",
+        "mapped to the nearest queried vector); *MSE* is per coordinate against the clean vectors. *PII found* (PUPA):",
+        "the share of the released PII units (those inside the first `max_tokens` tokens) whose normalised words appear",
+        "in the decoded guess.",
     ]
     if not curves:
         lines += ["", "No token_inversion result files were given."]

@@ -27,7 +27,8 @@ __all__ = ["MatrixRow", "collect_matrix", "matrix_section", "matrix_figure", "CO
 
 #: (column label, unit) in display order.
 COLUMNS = (
-    ("NN (L2)", "%"), ("NN (cosine)", "%"), ("BeamClean (estimated noise)", "%"), ("read the text", "%"),
+    ("NN (L2)", "%"), ("NN (cosine)", "%"), ("BeamClean (estimated noise)", "%"), ("MLP, black box", "%"),
+    ("autoencoder + NN, black box", "%"), ("read the text", "%"),
     ("channel inverter", "%"), ("learned inverter, unaware", "ROUGE-L"), ("learned inverter, aware", "ROUGE-L"),
     ("learned inverter, stage-1-aligned", "ROUGE-L"), ("restoration instruction", "ROUGE-L"), ("attributes: sex (best)", "%"),
 )
@@ -37,9 +38,11 @@ _NA = {
               "learned inverter, stage-1-aligned": "not run on token noise", "restoration instruction": "no PPFT model",
               "attributes: sex (best)": "not run on token noise"},
     "pooled": {"NN (L2)": "slots are pooled, not token rows", "NN (cosine)": "slots are pooled, not token rows",
+               "MLP, black box": "slots are pooled, not token rows", "autoencoder + NN, black box": "slots are pooled, not token rows",
                "BeamClean (estimated noise)": "slots are pooled, not token rows", "read the text": "no text is released",
                "channel inverter": "no text is released"},
     "text": {"NN (L2)": "the attacker sees words, not vectors", "NN (cosine)": "the attacker sees words, not vectors",
+             "MLP, black box": "the attacker sees words, not vectors", "autoencoder + NN, black box": "the attacker sees words, not vectors",
              "BeamClean (estimated noise)": "the attacker sees words, not vectors",
              "learned inverter, unaware": "not run on T2T text", "learned inverter, aware": "not run on T2T text",
              "learned inverter, stage-1-aligned": "not run on T2T text", "restoration instruction": "no PPFT model",
@@ -62,6 +65,8 @@ class MatrixRow:
 def _token_rows(cells: list[PayloadCell]) -> list[MatrixRow]:
     rows: dict[str, MatrixRow] = {}
     for c in cells:
+        if str(c.cell.get("dataset", "pri-ddx")).lower() != "pri-ddx":
+            continue  # the matrix is about Pri-DDX prompts (PUPA's PII sweep has its own table)
         mech = c.cell.get("mechanism") or {}
         name = mech.get("name")
         label = {"l2_laplace": "token noise, L2-Laplace", "gaussian": "token noise, Gaussian"}.get(
@@ -72,6 +77,8 @@ def _token_rows(cells: list[PayloadCell]) -> list[MatrixRow]:
             row.add("NN (L2)", loss, 100 * p.mean("recovery_nn_l2"), c.name)
             row.add("NN (cosine)", loss, 100 * p.mean("recovery_nn_cosine"), c.name)
             row.add("BeamClean (estimated noise)", loss, 100 * p.mean("recovery_beamclean_estimated"), c.name)
+            row.add("MLP, black box", loss, 100 * p.mean("recovery_mlp"), c.name)
+            row.add("autoencoder + NN, black box", loss, 100 * p.mean("recovery_autoencoder"), c.name)
     return list(rows.values())
 
 

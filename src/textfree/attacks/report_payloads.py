@@ -139,23 +139,27 @@ def inversion_section(cells: list[PayloadCell]) -> list[str]:
              "restore the prompt, no training. ROUGE-L is the mean per-prompt F1; attribute recall is read off the text."]
     if not cells:
         return lines + ["", "No learned_inversion result files were given."]
-    lines += ["", "| cell | attack | eps (eval) | k | slot eps | prompt eps (mean) | ROUGE-L | BLEU | symptoms recall | antecedents recall | n |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "*no-input reference*: one constant guess, the medoid of the attacker's own training prompts (Pri-* prompts",
+              "share a template, so ROUGE-L is far from 0 without any payload); read ROUGE-L against it.",
+              "", "| cell | attack | eps (eval) | k | slot eps | prompt eps (mean) | ROUGE-L | no-input ROUGE-L | BLEU | symptoms recall | no-input symptoms recall | antecedents recall | n |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     verdict = []
     for c in cells:
         for point, p in c.points:
             eps, k = _eps(c, point)
             lines.append(f"| `{c.name}` | {_variant(c)} | {eps if eps is not None else 'clean'} | {k} | {_num(p, 'slot_epsilon')} | "
-                         f"{_num(p, 'prompt_epsilon')} | {_fmt(p, 'rouge_l')} | {_fmt(p, 'bleu')} | "
-                         f"{_fmt(p, 'symptoms_recall_text', True)} | {_fmt(p, 'antecedents_recall_text', True)} | {_num(p, 'n_eval')} |")
+                         f"{_num(p, 'prompt_epsilon')} | {_fmt(p, 'rouge_l')} | {_fmt(p, 'rouge_l_prior')} | {_fmt(p, 'bleu')} | "
+                         f"{_fmt(p, 'symptoms_recall_text', True)} | {_fmt(p, 'symptoms_recall_text_prior', True)} | "
+                         f"{_fmt(p, 'antecedents_recall_text', True)} | {_num(p, 'n_eval')} |")
             variant = (c.cell.get("params") or {}).get("variant")
             if eps == 75 and k == 4 and variant in ("unaware", "aware") and not math.isnan(p.mean("rouge_l")):
-                verdict.append((variant, _variant(c), p.mean("rouge_l")))
+                verdict.append((variant, _variant(c), p.mean("rouge_l"), p.mean("rouge_l_prior")))
     lines += [""]
-    for variant, title, value in verdict:
+    for variant, title, value, prior in verdict:
+        ref = "" if math.isnan(prior) else f" (no-input reference {prior:.3f})"
         if variant == "unaware":
             ok = "met" if value < TARGET_UNAWARE_ROUGE_L else "NOT met"
-            lines.append(f"* Target (issue 4): {title} ROUGE-L < {TARGET_UNAWARE_ROUGE_L} at eps 75, k 4: {value:.3f}, **{ok}**.")
+            lines.append(f"* Target (issue 4): {title} ROUGE-L < {TARGET_UNAWARE_ROUGE_L} at eps 75, k 4: {value:.3f}{ref}, **{ok}**.")
         else:
-            lines.append(f"* {title} at eps 75, k 4: ROUGE-L {value:.3f} (PPFT reports {PAPER_AWARE_ROUGE_L} for its noise-aware attacker).")
+            lines.append(f"* {title} at eps 75, k 4: ROUGE-L {value:.3f}{ref} (PPFT reports {PAPER_AWARE_ROUGE_L} for its noise-aware attacker).")
     return lines

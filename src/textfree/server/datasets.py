@@ -33,9 +33,13 @@ from .config import ServerConfig
 from .errors import ApiError
 from .store import Store, new_id
 
-__all__ = ["DatasetUpload", "validate_upload", "write_dataset", "dataset_view", "load_examples", "DATASET_FORMAT"]
+__all__ = ["DatasetFileError", "DatasetUpload", "validate_upload", "write_dataset", "dataset_view", "load_examples", "DATASET_FORMAT"]
 
 DATASET_FORMAT = "textfree.dataset"
+
+
+class DatasetFileError(ValueError):
+    """A stored dataset cannot be read back; the message names the dataset id and the problem, never a path."""
 DATASET_VERSION = 1
 PAYLOAD_FILE = "payload.safetensors"
 ROWS_FILE = "rows.json"
@@ -140,10 +144,10 @@ def load_examples(store: Store, dataset_ids: list[str]):
         payload = Payload.load(d / PAYLOAD_FILE, max_bytes=(d / PAYLOAD_FILE).stat().st_size)
         rows = json.loads((d / ROWS_FILE).read_text(encoding="utf-8"))
         if rows.get("format") != DATASET_FORMAT or rows.get("format_version") != DATASET_VERSION:
-            raise ValueError(f"dataset {dataset_id}: {ROWS_FILE} is not a {DATASET_FORMAT} v{DATASET_VERSION} file")
+            raise DatasetFileError(f"dataset {dataset_id}: {ROWS_FILE} is not a {DATASET_FORMAT} v{DATASET_VERSION} file")
         targets = rows["targets"]
         if len(targets) != payload.batch_size:
-            raise ValueError(f"dataset {dataset_id}: {len(targets)} targets for {payload.batch_size} payload rows")
+            raise DatasetFileError(f"dataset {dataset_id}: {len(targets)} targets for {payload.batch_size} payload rows")
         public = payload.public or [""] * payload.batch_size
         for i, n in enumerate(payload.lengths):
             examples.append(PayloadExample(payload.vectors[i, :n].float().clone(), public[i], targets[i]))

@@ -155,8 +155,14 @@ class JobManager:
         except _Cancel:
             self._finish(job_id, "cancelled", "cancelled by the tenant")
         except Exception as exc:  # the job fails; the worker and the server keep going
-            log.exception("job %s failed", job_id)
-            self._finish(job_id, "failed", f"training failed: {type(exc).__name__}: {exc}"[:500], error=True)
+            log.exception("job %s failed", job_id)  # the details (paths, values) stay in the server's log
+            from .datasets import DatasetFileError
+
+            if isinstance(exc, DatasetFileError):  # path-free by construction: the tenant may read it
+                message = f"training failed: {exc}"[:500]
+            else:
+                message = f"training failed ({type(exc).__name__}); the server log has the details (job {job_id})"
+            self._finish(job_id, "failed", message, error=True)
 
     def _finish(self, job_id: str, status: str, message: str, *, error: bool = False) -> None:
         self.store.finish_job(job_id, status, message, error=error)

@@ -57,7 +57,7 @@ def _mismatch(message: str) -> ApiError:
 
 def _check_common(payload: Payload, card: dict[str, Any], config: ServerConfig) -> None:
     if payload.batch_size > config.max_batch_rows:
-        raise ApiError(413, "too_many_rows", f"the payload has {payload.batch_size} rows; this server takes at most {config.max_batch_rows} per request")
+        raise ApiError(413, "too_many_rows", f"the payload has {payload.batch_size} rows; this server takes at most {config.max_batch_rows} per payload")
     if payload.kind != card["payload_kind"]:
         raise _mismatch(f"model {card['id']!r} takes {card['payload_kind']!r} payloads, got kind {payload.kind!r}")
     if payload.encoder.kind != card["encoder_kind"]:

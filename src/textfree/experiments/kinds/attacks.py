@@ -21,12 +21,19 @@ Inputs (once per run, cached):
 ``attack`` section (plain data; ``attack.<name>`` grid keys override it)::
 
     threat:   {embedding_table: true, training_text: public, knows_mechanism: true, knows_parameters: true}
-    attacks:  [nn_l2, nn_cosine, beamclean]       # default: all three
+    attacks:  [nn_l2, nn_cosine, beamclean]       # default: these three; also mlp, autoencoder (RAPT IV-A1)
     beamclean: {beam_width: 20, candidates: 1024, family: auto, noise: [estimated, oracle], em_iters: 3,
                 estimate_mean: false, prior_weight: 1.0, chunk_size: 8192}
     prior:    {kind: bigram, sources: [{dataset: alpaca}, {dataset: gsm8k, split: train}], k: 0.1,
                training_text: public}             # or inline texts: [...]; {kind: uniform};
                                                   # {kind: causal_lm, path: runs/decoder-small}
+    blackbox: {sources: [{dataset: alpaca}, {dataset: gsm8k, split: train}], vocab_size: 4096, samples: 50000,
+               hidden: 256, epochs: 4}            # mlp / autoencoder: public text (or inline texts) to query
+
+``mlp`` and ``autoencoder`` (:mod:`textfree.attacks.blackbox`) need ``encoder_queries``, public training text and
+the mechanism with its parameter: the attacker queries the clean vectors of its public tokens and trains on them
+noised by the mechanism; they report ``recovery_mlp``, ``recovery_autoencoder`` and the autoencoder's
+``autoencoder_mse`` beside the raw ``noisy_mse`` (mean squared error against the clean vectors, per coordinate).
 
 The grant is checked twice: at load time (``validate``: every attack of every grid point against
 :func:`~textfree.attacks.check_grant`; a cell that asks for more than it grants is a :class:`CellError` naming the
@@ -54,6 +61,11 @@ Metrics (each only when its attack runs):
 * ``noise_norm`` (mean ||released - clean|| per token), ``expected_noise_norm`` (NaN for mechanisms without one).
 * ``seconds_per_sequence_nn`` (both NN metrics), ``seconds_per_sequence_beamclean_estimated`` / ``_oracle``.
 * ``n_sequences``, ``n_tokens`` (scored tokens).
+* PII attack (datasets whose records carry PII units: PUPA): the guessed ids of each sequence's scored positions are
+  decoded to text and :func:`~textfree.metrics.privacy.pii_recovery` counts the record's PII units found in it:
+  ``pii_exact_nn_best`` / ``pii_fuzzy_nn_best`` (the stronger NN metric's guesses), ``pii_exact_beamclean_<noise>``,
+  ``pii_fuzzy_beamclean_<noise>`` (micro shares); ``n_pii_units``. Only units the released (cut) text still
+  contains count: a unit beyond ``max_tokens`` was never released.
 """
 
 from __future__ import annotations
@@ -84,11 +96,12 @@ from ...attacks import (
     nearest_neighbour_attack,
     oracle_noise,
 )
+from ...attacks.blackbox import BLACKBOX_REQUIRES, BlackBoxConfig, blackbox_attack, public_vocab, train_blackbox
 from ...mechanisms import mechanism_from_dict
 from ...metrics import token_recovery_rate
 from ...rng import seeded_generator
 from ..cell import CellError
-from ..inputs import load_cell_encoder, load_texts, record_private_text
+from ..inputs import load_records, load_cell_encoder, load_texts, record_private_text
 from ..registry import RunContext, register_cell_kind
 from ._threads import torch_threads
 
@@ -102,7 +115,11 @@ __all__ = [
 ]
 
 #: Attack names a cell may list, and the nearest-neighbour metric each one runs.
-TOKEN_ATTACKS = {"nn_l2": "l2", "nn_cosine": "cosine", "beamclean": None}
+TOKEN_ATTACKS = {"nn_l2": "l2", "nn_cosine": "cosine", "beamclean": None, "mlp": None, "autoencoder": None}
+#: What a cell runs when it lists no attacks.
+DEFAULT_ATTACKS = ("nn_l2", "nn_cosine", "beamclean")
+BLACKBOX_ATTACKS = ("mlp", "autoencoder")
+_BLACKBOX_KEYS = {"sources", "texts", "vocab_size", "samples", "hidden", "epochs", "batch_size", "lr"}
 NOISE_MODES = ("estimated", "oracle")
 PRIOR_KINDS = ("bigram", "uniform", "causal_lm")
 PPFT_PARTS = ("train", "heldout")
@@ -128,6 +145,17 @@ TOKEN_INVERSION_METRICS = (
     "seconds_per_sequence_beamclean_oracle",
     "n_sequences",
     "n_tokens",
+    "pii_exact_nn_best",
+    "pii_fuzzy_nn_best",
+    "pii_exact_beamclean_estimated",
+    "pii_fuzzy_beamclean_estimated",
+    "pii_exact_beamclean_oracle",
+    "pii_fuzzy_beamclean_oracle",
+    "n_pii_units",
+    "recovery_mlp",
+    "recovery_autoencoder",
+    "autoencoder_mse",
+    "noisy_mse",
 )
 
 TOKEN_INVERSION_PARAMS = {
@@ -151,9 +179,12 @@ class InversionAttackSpec:
     family: str
     noise: tuple[str, ...]
     prior: dict
+    blackbox: dict = dataclasses.field(default_factory=dict)
 
     def requirement(self, attack: str, noise: str = "estimated") -> ThreatModel:
         """What ``attack`` needs (BeamClean: with this prior, family and noise mode)."""
+        if attack in BLACKBOX_ATTACKS:
+            return BLACKBOX_REQUIRES
         if attack != "beamclean":
             return NEAREST_REQUIRES
         return beamclean_requirements(_PriorProvenance(self.prior), noise=noise, family=self.family)
@@ -185,16 +216,16 @@ def parse_attack_section(section: Any) -> InversionAttackSpec:
     """Check a resolved ``attack`` section; every problem is a :class:`CellError` naming the field."""
     if not isinstance(section, dict):
         raise _fail("the token_inversion kind needs an `attack` mapping with at least a `threat`")
-    unknown = sorted(set(section) - {"threat", "attacks", "beamclean", "prior"})
+    unknown = sorted(set(section) - {"threat", "attacks", "beamclean", "prior", "blackbox"})
     if unknown:
-        raise _fail(f"unknown key(s) {unknown}; known: threat, attacks, beamclean, prior")
+        raise _fail(f"unknown key(s) {unknown}; known: threat, attacks, beamclean, prior, blackbox")
     if "threat" not in section:
         raise _fail("needs a `threat` (the grant), e.g. {embedding_table: true}", "attack.threat")
     try:
         threat = ThreatModel.from_dict(section["threat"])
     except (ThreatModelError, TypeError) as exc:
         raise _fail(str(exc), "attack.threat") from None
-    attacks = section.get("attacks", list(TOKEN_ATTACKS))
+    attacks = section.get("attacks", list(DEFAULT_ATTACKS))
     if not isinstance(attacks, list) or not attacks or any(a not in TOKEN_ATTACKS for a in attacks) or len(set(attacks)) != len(attacks):
         raise _fail(f"must be a non-empty list of distinct names from {list(TOKEN_ATTACKS)}, got {attacks!r}", "attack.attacks")
     if not isinstance(section.get("beamclean", {}), (dict, type(None))):
@@ -215,7 +246,32 @@ def parse_attack_section(section: Any) -> InversionAttackSpec:
     except (ValueError, TypeError) as exc:
         raise _fail(str(exc), "attack.beamclean") from None
     prior = _check_prior(section.get("prior", {"kind": "bigram"}) if "beamclean" in attacks else {"kind": "uniform"})
-    return InversionAttackSpec(threat, tuple(attacks), config, family, tuple(noise), prior)
+    return InversionAttackSpec(threat, tuple(attacks), config, family, tuple(noise), prior, _check_blackbox(section.get("blackbox")))
+
+
+def _check_blackbox(spec: Any) -> dict:
+    """The ``blackbox`` settings: public ``sources`` (default alpaca + gsm8k train) and :class:`BlackBoxConfig` fields."""
+    where = "attack.blackbox"
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, dict) or set(spec) - _BLACKBOX_KEYS:
+        raise _fail(f"must be a mapping with keys from {sorted(_BLACKBOX_KEYS)}, got {spec!r}", where)
+    if "texts" in spec:
+        texts = spec["texts"]
+        if "sources" in spec or not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t.strip() for t in texts):
+            raise _fail("texts must be a non-empty list of public strings (and no sources beside it)", f"{where}.texts")
+        return spec
+    spec = {"sources": [{"dataset": "alpaca"}, {"dataset": "gsm8k", "split": "train"}], **spec}
+    sources = spec["sources"]
+    if not isinstance(sources, list) or not sources or not all(isinstance(x, dict) and isinstance(x.get("dataset"), str) and not set(x) - _SOURCE_KEYS for x in sources):
+        raise _fail(f"sources must be a non-empty list like [{{dataset: alpaca}}], got {sources!r}", f"{where}.sources")
+    if any(_is_ppft_dataset(x["dataset"]) for x in sources):
+        raise _fail("the black-box attacker trains on public text only (no Pri-* dataset)", f"{where}.sources")
+    try:
+        BlackBoxConfig(**{k: v for k, v in spec.items() if k not in ("sources", "texts")})
+    except (TypeError, ValueError) as exc:
+        raise _fail(str(exc), where) from None
+    return spec
 
 
 def _check_prior(spec: Any) -> dict:
@@ -320,6 +376,7 @@ class _Inputs:
     scored: list[torch.Tensor]  # bool per position: True for the text's own tokens
     diameter: float
     texts: list[str]
+    pii: list[list[str]] | None = None  # PII units of each text that survive the max_tokens cut (PUPA, Presidio)
 
 
 def _inputs(cell: Any, max_tokens: int, context: RunContext) -> _Inputs:
@@ -340,9 +397,41 @@ def _inputs(cell: Any, max_tokens: int, context: RunContext) -> _Inputs:
             scored.append(torch.tensor([int(i) not in special for i in full], dtype=torch.bool))
         table = encoder.table.detach().to(torch.float32)
         context.logger.info("token_inversion: %d texts, %d scored tokens, table %s", len(texts), int(sum(s.sum() for s in scored)), tuple(table.shape))
-        return _Inputs(table, tok, seqs, scored, max_pairwise_distance(table), texts)
+        pii = _released_pii(cell, texts, [_decode(tok, q, m) for q, m in zip(seqs, scored)])
+        return _Inputs(table, tok, seqs, scored, max_pairwise_distance(table), texts, pii)
 
     return context.cached(("inputs", max_tokens), build)
+
+
+def _decode(tokenizer: Any, ids: torch.Tensor, scored: torch.Tensor) -> str:
+    """The text of a sequence's scored positions (its own tokens, special tokens dropped)."""
+    return tokenizer.decode(ids[scored].tolist())
+
+
+def _released_pii(cell: Any, texts: list[str], released: list[str]) -> list[list[str]] | None:
+    """Per text, the PII units of its record (PUPA ``pii``) that the released (cut) text still contains; None for
+    datasets without PII units. A unit cut off by ``max_tokens`` was never released and is not counted."""
+    if cell.dataset is None or cell.texts is not None or _is_ppft_dataset(cell.dataset):
+        return None  # Pri-* records carry attributes, not PII units
+    from ...metrics.privacy import best_window_similarity
+
+    units: dict[str, list[str]] = {}
+    for record in load_records(dataclasses.replace(cell, limit=None)):
+        if getattr(record, "pii", None) is None:
+            return None
+        units.setdefault(record_private_text(record), list(record.pii))
+    return [[u for u in units.get(t, []) if best_window_similarity(u, r) == 1.0] for t, r in zip(texts, released)]
+
+
+def _pii_metrics(data: "_Inputs", ids: list[torch.Tensor], name: str) -> dict[str, float]:
+    """``pii_exact_<name>`` / ``pii_fuzzy_<name>``: the share of released PII units found in the decoded guesses."""
+    from ...metrics.privacy import pii_recovery
+
+    if data.pii is None or not any(data.pii):
+        return {}
+    recon = [_decode(data.tokenizer, g, m) for g, m in zip(ids, data.scored)]
+    r = pii_recovery(data.pii, recon)
+    return {f"pii_exact_{name}": r["exact"]["micro"], f"pii_fuzzy_{name}": r["fuzzy"]["micro"]}
 
 
 def _public_texts(record: Any) -> list[str]:
@@ -433,7 +522,9 @@ def _run(cell: Any, resolved: Any, spec: InversionAttackSpec, seed: int, context
         "n_sequences": float(n),
         "n_tokens": float(scored.sum()),
     }
-    nn_metrics = [TOKEN_ATTACKS[a] for a in spec.attacks if a != "beamclean"]
+    if data.pii is not None:
+        out["n_pii_units"] = float(sum(len(u) for u in data.pii))
+    nn_metrics = [TOKEN_ATTACKS[a] for a in spec.attacks if TOKEN_ATTACKS[a] is not None]
     if nn_metrics:
         inverter = context.cached("nn_inverter", lambda: NearestNeighbourInverter(table))
         t0 = time.perf_counter()
@@ -442,6 +533,8 @@ def _run(cell: Any, resolved: Any, spec: InversionAttackSpec, seed: int, context
         for metric, rate in nn.recovery.items():
             out[f"recovery_nn_{metric}"] = rate
         out["recovery_nn_best"] = max(nn.recovery.values())
+        best = max(nn.recovery, key=nn.recovery.get)
+        out |= _pii_metrics(data, list(nn.ids[best].split(lengths)), "nn_best")
     if "beamclean" in spec.attacks:
         prior = _prior(spec.prior, data, context)
         noisy = list(released.split(lengths))
@@ -451,6 +544,7 @@ def _run(cell: Any, resolved: Any, spec: InversionAttackSpec, seed: int, context
                                    mechanism=mech, config=spec.config)
             out[f"seconds_per_sequence_beamclean_{noise}"] = (time.perf_counter() - t0) / n
             out[f"recovery_beamclean_{noise}"] = token_recovery_rate(torch.cat(res.ids), gold, scored)
+            out |= _pii_metrics(data, list(res.ids), f"beamclean_{noise}")
             if "recovery_nn_best" in out:
                 key = "beamclean_over_nn" if noise == "estimated" else "beamclean_oracle_over_nn"
                 out[key] = _ratio(out[f"recovery_beamclean_{noise}"], out["recovery_nn_best"])
@@ -459,7 +553,30 @@ def _run(cell: Any, resolved: Any, spec: InversionAttackSpec, seed: int, context
                 errors = [(s.scale - true) / true for s in res.noise]
                 out["scale_rel_error_estimated"] = sum(errors) / len(errors)
                 out["scale_abs_rel_error_estimated"] = sum(abs(e) for e in errors) / len(errors)
+    for attack in (a for a in spec.attacks if a in BLACKBOX_ATTACKS):
+        model = train_blackbox(attack, lambda ids: table[ids], *_public_vocab(spec.blackbox, data, context), mech,
+                               BlackBoxConfig(**{k: v for k, v in spec.blackbox.items() if k not in ("sources", "texts")}),
+                               generator=seeded_generator(seed + 1_000_003, warn=False))
+        res = blackbox_attack(model, released, threat=spec.threat, clean=clean)
+        out[f"recovery_{attack}"] = token_recovery_rate(res.ids, gold, scored)
+        if res.mse is not None:
+            out["autoencoder_mse"], out["noisy_mse"] = res.mse, res.noisy_mse
     return {name: out[name] for name in TOKEN_INVERSION_METRICS if name in out}
+
+
+def _public_vocab(spec: dict, data: "_Inputs", context: RunContext) -> tuple[torch.Tensor, torch.Tensor]:
+    """The black-box attacker's public tokens (its query budget): the most frequent ones of its public text."""
+
+    def build():
+        texts = _prior_texts({k: spec[k] for k in ("sources", "texts") if k in spec})
+        overlap = set(texts) & set(data.texts)
+        if overlap:
+            raise ValueError(f"the black-box attacker's public text contains {len(overlap)} evaluated texts")
+        ids = torch.tensor([i for row in data.tokenizer(texts, add_special_tokens=False)["input_ids"] for i in row])
+        vocab_size = spec.get("vocab_size", BlackBoxConfig.vocab_size)
+        return public_vocab(ids, vocab_size, excluded=data.tokenizer.all_special_ids)
+
+    return context.cached(("public_vocab", json.dumps(spec, sort_keys=True)), build)
 
 
 def _own_family(mech: Any, family: str) -> bool:

@@ -14,7 +14,9 @@ once into ``<out>-init``. The encoder must be the one that made the attacked pay
 Each (point, seed): the first ``eval_limit`` distinct held-out private texts are privatized at ``epsilon`` (null:
 clean) with the seed, the model generates from each payload with the restore instruction, and the reconstructions are
 scored (:func:`textfree.attacks.learned.score_reconstructions`): ``rouge_l`` (mean ROUGE-L F1), ``rouge_l_recall``,
-``bleu``, and on Pri-DDX ``symptoms_recall_text`` / ``antecedents_recall_text``. Beside them the formal guarantee
+``bleu``, and on Pri-DDX ``symptoms_recall_text`` / ``antecedents_recall_text``. The no-input reference ``*_prior``
+scores one constant guess, the medoid of 100 of the attacker's training texts (Pri-* prompts share a template, so
+ROUGE-L is far from 0 without any payload). Beside them the formal guarantee
 (``slot_epsilon``, ``prompt_epsilon``: mean slots x slot loss; NaN for clean payloads) and the training figures.
 Trained inverters are reused when a finished run with the same training config exists (like ``ppft_stage2``).
 """
@@ -42,6 +44,7 @@ __all__ = ["learned_inversion", "INVERSION_METRICS", "INVERSION_PARAMS"]
 
 VARIANTS = ("unaware", "aware", "restoration")
 INVERSION_METRICS = ("rouge_l", "rouge_l_recall", "bleu", "symptoms_recall_text", "antecedents_recall_text",
+                     "rouge_l_prior", "symptoms_recall_text_prior", "antecedents_recall_text_prior",
                      "slot_epsilon", "prompt_epsilon", "n_eval", "eval_wall_s") + _TRAIN
 INVERSION_PARAMS = {
     "variant": "unaware (trained on clean payloads), aware (on noisy payloads at epsilon) or restoration (no training)",
@@ -54,6 +57,7 @@ INVERSION_PARAMS = {
     "max_target_tokens": "decoder tokens of the training targets (default 160)",
     "train_seed": "training seed (default 0)",
     "train_limit": "train on the first N training records only (default: all)",
+    "prior_sample": "training texts the no-input reference (their medoid) is chosen from (default 100)",
     "eval_limit": "evaluate the first N distinct held-out private texts (default 100)",
     "max_new_tokens": "generation length (default 160)",
 }
@@ -80,7 +84,8 @@ def _params(cell: Any, point: dict) -> dict[str, Any]:
         raise CellError("the aware variant trains on noisy payloads: it needs an epsilon", field="params.epsilon")
     if p.get("train_limit") is not None and (isinstance(p["train_limit"], bool) or not isinstance(p["train_limit"], int) or p["train_limit"] < 1):
         raise CellError(f"train_limit must be an integer >= 1, got {p['train_limit']!r}", field="params.train_limit")
-    for name, default in (("epochs", 6), ("max_target_tokens", 160), ("eval_limit", 100), ("max_new_tokens", 160), ("train_seed", 0)):
+    for name, default in (("epochs", 6), ("max_target_tokens", 160), ("eval_limit", 100), ("max_new_tokens", 160), ("train_seed", 0),
+                          ("prior_sample", 100)):
         v = p.setdefault(name, default)
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "train_seed" else 1):
             raise CellError(f"{name} must be an integer >= 1, got {v!r}", field=f"params.{name}")
@@ -136,6 +141,19 @@ def _model(cell: Any, p: dict[str, Any], context: RunContext):
     return stage2_model(cfg, cell.name, context)
 
 
+def _prior_text(dataset: str, n: int = 100) -> str:
+    """The no-input reference: the attacker's best constant guess, the medoid (highest mean ROUGE-L F1 to the others)
+    of ``n`` (``params.prior_sample``) of its own training texts (a fixed, seeded sample of the PPFT train part)."""
+    import random
+
+    from ...data import mcqa_prompt, ppft_split
+    from ...metrics.text import rouge_l
+
+    texts = list(dict.fromkeys(mcqa_prompt(r).private for r in ppft_split(dataset)["train"]))
+    sample = random.Random(0).sample(texts, min(n, len(texts)))
+    return max(sample, key=lambda t: sum(rouge_l(t, u).f1 for u in sample))
+
+
 def _heldout(dataset: str, limit: int):
     from ...data import mcqa_prompt, ppft_split
 
@@ -172,6 +190,10 @@ def learned_inversion(cell: Any, point: dict, seed: int, context: RunContext) ->
         attributes = {"symptoms": [r.attributes["symptoms"] for _, r in rows],
                       "antecedents": [r.attributes["antecedents"] for _, r in rows]}
     out = score_reconstructions(recon, texts, attributes)
+    n_prior = p.get("prior_sample", 100)
+    prior = context.cached(("prior_text", cell.dataset, n_prior), lambda: _prior_text(cell.dataset, n_prior))
+    out |= {f"{k}_prior": v for k, v in score_reconstructions([prior] * len(texts), texts, attributes).items()
+            if k in ("rouge_l", "symptoms_recall_text", "antecedents_recall_text")}
     nan = math.nan
     slot = privatizer.privatization.slot_loss().epsilon if epsilon is not None else nan
     slots = [int(m.sum()) for m in payload.mask] if epsilon is not None else []
