@@ -81,7 +81,7 @@ def test_verdict_cannot_be_judged_without_the_attacks_or_a_qualifying_point(tmp_
     assert "no BeamClean with estimated noise" in by_name["nn_only"].reason
     assert "no grid point" in by_name["high"].reason and not by_name["high"].met
     text = build_report([no_bc, high])
-    assert "cannot be judged" in text and "Overall: **cannot be judged**" in text
+    assert "cannot be judged" in text and "BeamClean run): **cannot be judged**" in text
 
 
 def test_classification_newest_file_wins_other_kinds_are_skipped(tmp_path):
@@ -114,7 +114,7 @@ def test_report_tables_keep_estimated_and_oracle_apart(tmp_path):
     text = out.read_text()
     assert "| epsilon | eps / unit distance | token eps (diameter) | noise norm | NN L2 | NN cosine | BeamClean, estimated noise | BeamClean, oracle noise |" in text
     assert "| 50 | 50 | 118 | 7.68 | 10.0 ± 0.0 | 10.0 ± 0.0 | 35.0 ± 7.1 | 40.0 ± 0.0 | 3.50x | 4.00x |" in text
-    assert "Overall: **met**" in text and "do not edit by hand" in text
+    assert "BeamClean run): **met**" in text and "do not edit by hand" in text
     assert (tmp_path / "docs" / "attacks" / "token_inversion.png").stat().st_size > 1000
     assert "![token_inversion](attacks/token_inversion.png)" in text
 
@@ -133,8 +133,8 @@ def test_cli_report(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ PPFT-payload sections
-def _payload_file(directory, name, kind, params, points, *, mechanism=None, seeds=(0, 1)):
-    axis = "params.epsilon" if mechanism is None else "mechanism.epsilon"
+def _payload_file(directory, name, kind, params, points, *, mechanism=None, seeds=(0, 1), axis=None):
+    axis = axis or ("params.epsilon" if mechanism is None else "mechanism.epsilon")
     path = _result_file(directory, name, mechanism, axis, points, kind=kind, attack={"threat": {}}, seeds=seeds)
     data = json.loads(path.read_text())
     data["cell"]["params"] = params
@@ -184,3 +184,22 @@ def test_cross_matrix_rows_columns_and_na(tmp_path):
     assert "| 0.020 (unit eps 150) |" in restoration  # the clean-payload point (no mechanism) is left out
     out = write_report([tmp_path], tmp_path / "docs" / "attacks.md")
     assert (out.parent / "attacks" / "cross_matrix.png").is_file() and "![cross matrix](attacks/cross_matrix.png)" in out.read_text()
+
+
+def test_overall_verdict_counts_only_the_targets_cells(tmp_path):
+    # a met Pri-DDX L2-Laplace cell and a not-met clipped one: the clipped cell is listed but does not decide
+    _result_file(tmp_path, "lap", LAPLACE, "mechanism.epsilon", [_point(35, [0.04, 0.06], [0.18, 0.22])])
+    clipped = {"name": "clipped", "max_norm": 1.7, "inner": LAPLACE}
+    _result_file(tmp_path, "clip", clipped, "mechanism.inner.epsilon", [_point(50, [0.10, 0.12], [0.0, 0.01])])
+    text = build_report([tmp_path])
+    assert "clipped to 1.7 (`clip`): **not met**" in text
+    assert "BeamClean run): **met**." in text
+
+
+def test_substitution_section(tmp_path):
+    m = {"word_epsilon": [117.0] * 2, "prompt_epsilon": [5000.0] * 2, "replacement_rate": [0.8, 0.9], "kept_rate": [0.1, 0.1],
+         "word_recovery_identity": [0.2, 0.2], "word_recovery_channel": [0.3, 0.4], "rouge_l_identity": [0.2, 0.2], "rouge_l_channel": [0.4, 0.4]}
+    _payload_file(tmp_path, "t2t", "substitution_inversion", {"pos": None}, [(50, m)], axis="params.eta")
+    text = build_report([tmp_path])
+    assert "### `t2t` (T2T)" in text
+    assert "| 50 | 117 | 5000 | 85.0 ± 7.1 | 10.0 | 20.0 | 35.0 ± 7.1 | 0.200 | 0.400 |" in text

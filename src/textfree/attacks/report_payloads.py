@@ -1,4 +1,5 @@
-"""The PPFT-payload sections of ``docs/results/attacks.md``: attribute inference and learned inversion / restoration.
+"""Sections of ``docs/results/attacks.md`` beyond token inversion: attribute inference and learned inversion /
+restoration of PPFT payloads, and the readers of T2T / PCT2T text.
 
 Generated from the result files of the ``attribute_inference`` and ``learned_inversion`` cell kinds (newest file per
 cell name wins), never by hand. Figures are ``mean ± sd`` over seeds (one seed: the mean alone). The formal guarantee
@@ -15,7 +16,7 @@ from typing import Any, Iterable
 
 from .report import Point, result_files
 
-__all__ = ["PayloadCell", "collect_kind", "attribute_section", "inversion_section",
+__all__ = ["PayloadCell", "collect_kind", "attribute_section", "inversion_section", "substitution_section",
            "PAPER_ATTRIBUTE_RECALL", "PAPER_AWARE_ROUGE_L", "TARGET_UNAWARE_ROUGE_L"]
 
 #: PPFT Table 3 (attribute recall of its attacker at eps 75, k 4): sex, symptoms, antecedents.
@@ -162,4 +163,26 @@ def inversion_section(cells: list[PayloadCell]) -> list[str]:
             lines.append(f"* Target (issue 4): {title} ROUGE-L < {TARGET_UNAWARE_ROUGE_L} at eps 75, k 4: {value:.3f}{ref}, **{ok}**.")
         else:
             lines.append(f"* {title} at eps 75, k 4: ROUGE-L {value:.3f}{ref} (PPFT reports {PAPER_AWARE_ROUGE_L} for its noise-aware attacker).")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------ T2T / PCT2T readers
+def substitution_section(cells: list[PayloadCell]) -> list[str]:
+    lines = ["", "## Readers of T2T / PCT2T text", "",
+             "The released text is read as it is (*identity*) or mapped word by word to the input word that most often",
+             "produced each output word in the attacker's own runs of the mechanism on in-domain text (*channel*).",
+             "Word recovery: original words recovered at their position (%); *kept*: words outside the table, released",
+             "verbatim and not covered by the guarantee; *word eps*: one word's worst case (eta x table diameter)."]
+    if not cells:
+        return lines + ["", "No substitution_inversion result files were given."]
+    for c in cells:
+        pos = (c.cell.get("params") or {}).get("pos")
+        lines += ["", f"### `{c.name}` ({'PCT2T, ' + (pos if isinstance(pos, str) else ', '.join(pos)) if pos else 'T2T'})", "",
+                  "| eta | word eps | prompt eps (mean) | replaced | kept | recovery, identity | recovery, channel | ROUGE-L, identity | ROUGE-L, channel |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for point, p in c.points:
+            eta = point.get("params.eta", (c.cell.get("params") or {}).get("eta"))
+            lines.append(f"| {eta} | {_num(p, 'word_epsilon')} | {_num(p, 'prompt_epsilon')} | {_fmt(p, 'replacement_rate', True)} | "
+                         f"{_fmt(p, 'kept_rate', True)} | {_fmt(p, 'word_recovery_identity', True)} | {_fmt(p, 'word_recovery_channel', True)} | "
+                         f"{_fmt(p, 'rouge_l_identity')} | {_fmt(p, 'rouge_l_channel')} |")
     return lines
