@@ -159,7 +159,8 @@ def test_server_entry_points_take_no_text(lm):
     with pytest.raises(TypeError, match="list of 3 strings"):
         server(vectors, mask, public="one string for three rows")
     # No entry point has a parameter that could carry the private part.
-    allowed = {"self", "vectors", "mask", "public", "targets", "all_logits", "max_new_tokens", "payload", "batch_size"}
+    allowed = {"self", "vectors", "mask", "public", "targets", "all_logits", "max_new_tokens", "payload", "batch_size",
+               "temperature", "top_p", "generators"}
     for fn in (ServerModel.forward, ServerModel.generate, ServerModel.answer):
         assert set(inspect.signature(fn).parameters) <= allowed, fn.__name__
 
@@ -261,3 +262,15 @@ def test_lora_defaults(lm):
     assert "lm_head" not in names
     _ = L2Laplace  # noqa: the mechanism family recorded by default
     assert lm.config.mechanism == "l2_laplace"
+
+
+def test_sampled_generation_is_reproducible_per_row_and_independent_of_the_batch(lm):
+    vectors, mask = _slots(lm)
+    gens = lambda seed, n: [torch.Generator().manual_seed(seed + i) for i in range(n)]  # noqa: E731
+    a = lm.server.generate(vectors, mask, max_new_tokens=8, temperature=1.5, generators=gens(0, 3))
+    b = lm.server.generate(vectors, mask, max_new_tokens=8, temperature=1.5, generators=gens(0, 3))
+    assert a == b
+    alone = lm.server.generate(vectors[1:2], mask[1:2], max_new_tokens=8, temperature=1.5, generators=gens(1, 1))
+    assert alone == [a[1]]  # row 1 drew from its own generator, whatever else was in the batch
+    greedy = lm.server.generate(vectors, mask, max_new_tokens=8)
+    assert lm.server.generate(vectors, mask, max_new_tokens=8, temperature=1.0, top_p=1e-9, generators=gens(5, 3)) == greedy

@@ -217,3 +217,13 @@ def test_end_to_end_with_a_real_vllm_server(tmp_path, tiny_encoder_dir):
             r = c.post("/v1/generate", params={"model": "tiny", "max_new_tokens": 4}, content=payload.to_bytes(), headers=OCTET)
     assert r.status_code == 200, r.text
     assert [" ".join(a.split()) for a in r.json()["answers"]] == [" ".join(a.split()) for a in expected]  # greedy: same answers
+
+
+def test_gateway_forwards_the_sampling_options(tiny_run_dir, payload):
+    fake = FakeVllm()
+    with gateway_client(tiny_run_dir, httpx.MockTransport(fake)) as c:
+        r = c.post("/v1/generate", json={"model": "tiny", "payload_b64": payload.to_base64(), "temperature": 0.7, "top_p": 0.9, "seed": 5})
+        g = c.post("/v1/generate", json={"model": "tiny", "payload_b64": payload.to_base64(), "top_p": 0.5})
+    assert r.status_code == 200 and g.status_code == 200
+    assert (fake.bodies[0]["temperature"], fake.bodies[0]["top_p"], fake.bodies[0]["seed"]) == (0.7, 0.9, 5)
+    assert (fake.bodies[1]["temperature"], fake.bodies[1]["top_p"]) == (0.0, 1.0) and "seed" not in fake.bodies[1]  # greedy

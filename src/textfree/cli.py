@@ -397,6 +397,9 @@ def ask(
     seed: Optional[int] = typer.Option(None, help="Experiments only: reproducible noise (NOT private)."),
     max_new_tokens: Optional[int] = typer.Option(None, help="Generation length (default: the server's)."),
     adapter: Optional[str] = typer.Option(None, "--adapter", help="One of your fine-tuned adapters of --model (textfree finetune prints its id)."),
+    temperature: Optional[float] = typer.Option(None, min=0.0, max=10.0, help="Sample the answer at this temperature (default 0: greedy)."),
+    top_p: Optional[float] = typer.Option(None, "--top-p", min=0.0, max=1.0, help="Nucleus sampling mass in (0, 1] (with --temperature)."),
+    sampling_seed: Optional[int] = typer.Option(None, "--sampling-seed", min=0, help="Reproducible sampling (not the privacy noise)."),
     timeout: float = typer.Option(60.0, help="Seconds per HTTP attempt."),
     retries: int = typer.Option(3, help="Retries on connection errors, 5xx and 429."),
 ) -> None:
@@ -411,7 +414,8 @@ def ask(
     try:
         with Client(url, api_key=api_key, timeout=timeout, retries=retries, encoder=encoder) as client:
             result = client.generate(prompt, public=public, model=model, epsilon=epsilon, k=k, seed=seed,
-                                     no_noise=no_noise, max_new_tokens=max_new_tokens, adapter=adapter)
+                                     no_noise=no_noise, max_new_tokens=max_new_tokens, adapter=adapter,
+                                     temperature=temperature, top_p=top_p, sampling_seed=sampling_seed)
     except (ClientError, ModelMismatchError) as exc:
         _fail(str(exc), code=1)
     typer.echo(result.answers[0])

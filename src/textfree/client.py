@@ -225,11 +225,15 @@ class Client:
         no_noise: bool = False,
         max_new_tokens: int | None = None,
         adapter: str | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        sampling_seed: int | None = None,
     ) -> GenerateResult:
         """Privatize ``private_text`` locally, send the payload (+ ``public``), return the answers.
 
         ``epsilon`` defaults to the epsilon the model was trained at; ``seed`` makes the noise reproducible
-        (experiments only: NOT private)."""
+        (experiments only: NOT private). ``temperature`` (0: greedy), ``top_p`` and ``sampling_seed`` ask the server
+        to sample the answer (the sampling seed has nothing to do with the privacy noise)."""
         texts = [private_text] if isinstance(private_text, str) else list(private_text)
         pub = None if public is None else ([public] if isinstance(public, str) else list(public))
         payload = self.privatizer(model, epsilon=epsilon, k=k, no_noise=no_noise).privatize(texts, seed=seed, public=pub)
@@ -240,6 +244,9 @@ class Client:
             params["max_new_tokens"] = max_new_tokens
         if adapter is not None:
             params["adapter"] = adapter  # one of this key's fine-tuned adapters of `model`
+        for name, value in (("temperature", temperature), ("top_p", top_p), ("seed", sampling_seed)):
+            if value is not None:
+                params[name] = value
         reply = self._request("POST", "/v1/generate", content=body, params=params,
                               headers={"Content-Type": "application/octet-stream"})
         return GenerateResult(reply["model"], list(reply["answers"]), reply.get("usage", {}), payload.worst_case_loss(), len(body))

@@ -1,4 +1,4 @@
-"""Batched greedy decoding from a continuous prefix (``inputs_embeds``), with a KV cache.
+"""Batched greedy (or sampled) decoding from a continuous prefix (``inputs_embeds``), with a KV cache.
 
 A manual loop rather than ``model.generate``: the inputs are left-padded embeddings whose position ids we set
 ourselves (``cumsum(attention_mask) - 1``), so a padded row decodes exactly as it would alone, with any causal LM
@@ -10,7 +10,25 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["greedy_generate"]
+__all__ = ["greedy_generate", "next_tokens"]
+
+
+def next_tokens(logits: torch.Tensor, *, temperature: float = 0.0, top_p: float = 1.0,
+                generators: list[torch.Generator] | None = None) -> torch.Tensor:
+    """The next id of each row: argmax at ``temperature`` 0; else a draw from softmax(logits / temperature) restricted
+    to the smallest set of tokens whose probability reaches ``top_p`` (nucleus), row i drawn with ``generators[i]``."""
+    if temperature == 0.0:
+        return logits.argmax(dim=-1)
+    if not (temperature > 0.0 and 0.0 < top_p <= 1.0):
+        raise ValueError(f"need temperature >= 0 and top_p in (0, 1], got {temperature!r}, {top_p!r}")
+    if generators is None or len(generators) != logits.shape[0]:
+        raise ValueError("sampling needs one generator per row")
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    sorted_p, order = probs.sort(dim=-1, descending=True)
+    drop = sorted_p.cumsum(dim=-1) - sorted_p >= top_p  # tokens after the nucleus (the first one always stays)
+    sorted_p = sorted_p.masked_fill(drop, 0.0)
+    picks = [order[i, torch.multinomial(sorted_p[i], 1, generator=generators[i])] for i in range(logits.shape[0])]
+    return torch.cat(picks)
 
 
 @torch.no_grad()
@@ -22,8 +40,13 @@ def greedy_generate(
     max_new_tokens: int,
     eos_token_id: int | None,
     pad_token_id: int | None = None,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    generators: list[torch.Generator] | None = None,
 ) -> list[list[int]]:
     """Greedy continuation of each row of a LEFT-padded batch; returns the new token ids per row (EOS excluded).
+    With ``temperature`` > 0 the rows are sampled instead (:func:`next_tokens`; every row draws once per step from
+    its own generator, so a row's output does not depend on the other rows of the batch).
 
     inputs_embeds: [B, L, d]; attention_mask: [B, L] (0 on the left padding).
     """
@@ -41,7 +64,7 @@ def greedy_generate(
     result = model(inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
     past = result.past_key_values
     for step in range(max_new_tokens):
-        next_ids = result.logits[:, -1, :].argmax(dim=-1)
+        next_ids = next_tokens(result.logits[:, -1, :], temperature=temperature, top_p=top_p, generators=generators)
         next_ids = torch.where(finished, torch.full_like(next_ids, filler), next_ids)
         for i in range(b):
             if not finished[i] and (eos_token_id is None or int(next_ids[i]) != eos_token_id):

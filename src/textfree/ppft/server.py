@@ -347,8 +347,12 @@ class ServerModel(torch.nn.Module):
         *,
         public: Sequence[str] | None = None,
         max_new_tokens: int = 32,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        generators: list[torch.Generator] | None = None,
     ) -> list[str]:
-        """Greedy answers for a batch of payload rows (+ optional public strings)."""
+        """Answers for a batch of payload rows (+ optional public strings): greedy, or sampled at ``temperature`` > 0
+        with nucleus ``top_p`` and one generator per row (see :func:`~textfree.ppft.generate.next_tokens`)."""
         vectors, mask, public, _ = self._check_inputs(vectors, mask, public, None)
         was_training = self.training
         self.eval()
@@ -364,6 +368,7 @@ class ServerModel(torch.nn.Module):
             ids = greedy_generate(
                 self.decoder, embeds, attention, max_new_tokens=max_new_tokens,
                 eos_token_id=self.tokenizer.eos_token_id, pad_token_id=self.tokenizer.pad_token_id,
+                temperature=temperature, top_p=top_p, generators=generators,
             )
         finally:
             self.train(was_training)

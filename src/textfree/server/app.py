@@ -31,7 +31,7 @@ from .config import ServerConfig
 from .errors import ApiError, error_body
 from .finetune import add_fine_tuning_routes, tenant_card
 from .metrics import ASGIMetrics, Metrics
-from .models import ModelRegistry
+from .models import Decoding, ModelRegistry
 
 __all__ = ["create_app", "GenerateRequest", "EmbedRequest"]
 
@@ -50,6 +50,9 @@ class GenerateRequest(BaseModel):
     public: list[str] | None = Field(None, description="Public text per payload row (overrides the payload's own 'public').")
     max_new_tokens: int | None = Field(None, description="Generation length (default min(32, server limit)).")
     adapter: str | None = Field(None, max_length=64, description="Id of one of your fine-tuned adapters of this model (a succeeded job's 'adapter').")
+    temperature: float | None = Field(None, description="0 (default): greedy; > 0 (at most 10): sample from softmax(logits / temperature).")
+    top_p: float | None = Field(None, description="Nucleus sampling mass in (0, 1] (default 1: off); used when temperature > 0.")
+    seed: int | None = Field(None, description="Sampling seed of this request (>= 0): the same request and seed give the same answers.")
 
 
 class EmbedRequest(BaseModel):
@@ -125,6 +128,20 @@ def _content_type(request: Request) -> str:
     if ctype not in (OCTET, JSON):
         raise ApiError(415, "unsupported_media_type", f"send {OCTET} (the payload bytes) or {JSON}; got {ctype or 'no Content-Type'!r}")
     return ctype
+
+
+def _decoding(max_new_tokens: int, options: dict[str, Any]) -> Decoding:
+    """The batch key of a generate request; sampling options checked (422 names the bad value)."""
+    t, p, seed = options.get("temperature"), options.get("top_p"), options.get("seed")
+    t = 0.0 if t is None else t
+    p = 1.0 if p is None else p
+    if not (math.isfinite(t) and 0.0 <= t <= 10.0):
+        raise ApiError(422, "invalid_request", f"temperature must lie in [0, 10], got {t}")
+    if not (math.isfinite(p) and 0.0 < p <= 1.0):
+        raise ApiError(422, "invalid_request", f"top_p must lie in (0, 1], got {p}")
+    if seed is not None and not 0 <= seed < 2**63:
+        raise ApiError(422, "invalid_request", f"seed must lie in [0, 2**63), got {seed}")
+    return Decoding(max_new_tokens, float(t), float(p) if t > 0 else 1.0)
 
 
 def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -> FastAPI:
@@ -267,8 +284,12 @@ def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -
         model: str | None = Query(None, max_length=64, description="Model id (octet-stream bodies)."),
         max_new_tokens: int | None = Query(None, description="Generation length (octet-stream bodies)."),
         adapter: str | None = Query(None, max_length=64, description="Adapter id (octet-stream bodies)."),
+        temperature: float | None = Query(None, description="Sampling temperature (octet-stream bodies; 0: greedy)."),
+        top_p: float | None = Query(None, description="Nucleus mass (octet-stream bodies)."),
+        seed: int | None = Query(None, description="Sampling seed (octet-stream bodies)."),
     ) -> dict:
-        query = {"model": model, "max_new_tokens": max_new_tokens, "adapter": adapter}
+        query = {"model": model, "max_new_tokens": max_new_tokens, "adapter": adapter, "temperature": temperature,
+                 "top_p": top_p, "seed": seed}
         served, payload, prepared, options, n_bytes = await _payload(request, "generate", GenerateRequest, query)
         adapter_id = options.get("adapter") or None
         if adapter_id is not None and adapters is None:
@@ -277,11 +298,13 @@ def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -
         n_new = config.default_new_tokens if n_new is None else n_new
         if not 1 <= n_new <= config.max_new_tokens:
             raise ApiError(422, "invalid_request", f"max_new_tokens must lie in [1, {config.max_new_tokens}], got {n_new}")
+        decoding = _decoding(n_new, options)
+        prepared.seed = options.get("seed")
         if adapter_id is None:
-            (answers, n_tokens), info = await batchers[served.id].submit(n_new, prepared, rows=prepared.rows)
+            (answers, n_tokens), info = await batchers[served.id].submit(decoding, prepared, rows=prepared.rows)
         else:  # the tenant's own adapter of this model (404 otherwise), validated against the base model's card above
             async with adapters.use(who, served.id, adapter_id) as (_, batcher):
-                (answers, n_tokens), info = await batcher.submit(n_new, prepared, rows=prepared.rows)
+                (answers, n_tokens), info = await batcher.submit(decoding, prepared, rows=prepared.rows)
         return {
             "model": served.id,
             "adapter": adapter_id,

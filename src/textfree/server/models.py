@@ -25,7 +25,7 @@ from ..payload import FORMAT_VERSION, Payload
 from .config import ServerConfig
 from .errors import ApiError
 
-__all__ = ["GenerateModel", "EmbedModel", "ModelRegistry", "Prepared", "public_name"]
+__all__ = ["Decoding", "GenerateModel", "EmbedModel", "ModelRegistry", "Prepared", "public_name", "row_generators"]
 
 NORM_TOLERANCE = 1e-3
 
@@ -45,10 +45,32 @@ class Prepared:
     vectors: torch.Tensor  # [b, S, d] float32, S trimmed to the longest row
     mask: torch.Tensor  # [b, S] bool
     public: list[str] | None
+    seed: int | None = None  # sampling seed of this request (None: OS entropy); unused when greedy
 
     @property
     def rows(self) -> int:
         return int(self.vectors.shape[0])
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How a batch decodes (the micro-batcher's key: requests share a model call only when these are equal)."""
+
+    max_new_tokens: int
+    temperature: float = 0.0  # 0: greedy
+    top_p: float = 1.0  # nucleus mass when sampling
+
+
+def row_generators(items: Sequence[Prepared]) -> list[torch.Generator]:
+    """One generator per row: each request's rows draw from a generator of its own, seeded by its ``seed`` (or from
+    OS entropy), so a request's sampled answers do not depend on what it was batched with."""
+    import os
+
+    out = []
+    for it in items:
+        g = torch.Generator().manual_seed(it.seed if it.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1)
+        out += [g] * it.rows
+    return out
 
 
 def _mismatch(message: str) -> ApiError:
@@ -174,19 +196,24 @@ class GenerateModel:
         return Prepared(vectors, mask, pub)
 
     def run(self, key: Hashable, items: list[Prepared]) -> list[tuple[list[str], int]]:
-        """One greedy-generation call for every row of ``items`` (key = max_new_tokens): per item, its answers and
-        their number of tokens (counted here, in the one thread that uses the tokenizer)."""
+        """One generation call for every row of ``items`` (key: a :class:`Decoding`, or max_new_tokens for greedy):
+        per item, its answers and their number of tokens (counted here, in the one thread that uses the tokenizer)."""
         vectors, mask = _pad_cat(items)
         public = None
         if any(it.public is not None for it in items):
             # no public text and "" lay out the same sequence (only the answer cue follows the slots)
             public = [p for it in items for p in (it.public if it.public is not None else [""] * it.rows)]
-        answers, counts = self._generate(vectors, mask, public, int(key))
+        decoding = key if isinstance(key, Decoding) else Decoding(int(key))
+        answers, counts = self._generate(vectors, mask, public, decoding, items)
         return [(a, sum(n)) for a, n in zip(_split(answers, items), _split(counts, items))]
 
-    def _generate(self, vectors: torch.Tensor, mask: torch.Tensor, public: list[str] | None, max_new_tokens: int) -> tuple[list[str], list[int]]:
-        """Greedy answers of every row and their numbers of tokens (backends override this)."""
-        answers = self.server.generate(vectors, mask, public=public, max_new_tokens=max_new_tokens)
+    def _generate(self, vectors: torch.Tensor, mask: torch.Tensor, public: list[str] | None, decoding: Decoding,
+                  items: list[Prepared]) -> tuple[list[str], list[int]]:
+        """Answers of every row and their numbers of tokens (backends override this)."""
+        sampled = decoding.temperature > 0
+        answers = self.server.generate(vectors, mask, public=public, max_new_tokens=decoding.max_new_tokens,
+                                       temperature=decoding.temperature, top_p=decoding.top_p,
+                                       generators=row_generators(items) if sampled else None)
         return answers, [len(ids) for ids in self.server.tokenizer(answers, add_special_tokens=False)["input_ids"]]
 
 

@@ -149,7 +149,12 @@ class VllmGenerateModel(GenerateModel):
     def request(self, vectors: torch.Tensor, mask: torch.Tensor, public: list[str] | None, sampling: SamplingParams) -> dict[str, Any]:
         return completion_request(self.lora, self.server.rows(vectors, mask, public), sampling, dtype=self.dtype)
 
-    def _generate(self, vectors: torch.Tensor, mask: torch.Tensor, public: list[str] | None, max_new_tokens: int) -> tuple[list[str], list[int]]:
-        texts = self.client.complete(self.request(vectors, mask, public, SamplingParams(max_new_tokens)))
+    def _generate(self, vectors: torch.Tensor, mask: torch.Tensor, public: list[str] | None, decoding: Any,
+                  items: list[Any]) -> tuple[list[str], list[int]]:
+        # vLLM takes one seed per request: sent only when every request of the batch asked for the same one
+        seeds = {it.seed for it in items}
+        seed = seeds.pop() if len(seeds) == 1 and decoding.temperature > 0 else None
+        sampling = SamplingParams(decoding.max_new_tokens, temperature=decoding.temperature, top_p=decoding.top_p, seed=seed)
+        texts = self.client.complete(self.request(vectors, mask, public, sampling))
         answers = [t.strip() for t in texts]
         return answers, self.server.count_tokens(answers)
