@@ -168,3 +168,17 @@ def test_real_server_survives_garbage(server):
     ]
     assert codes == [400, 400, 400]
     assert httpx.get(f"{url}/health").json()["status"] == "ok"
+
+
+def test_ask_cli_samples_reproducibly_and_checks_the_sampling_flags(server):
+    args = ["ask", "private words", "--url", server["url"], "--model", "tiny", "--api-key", server["key"],
+            "--encoder", str(server["encoder"]), "--seed", "0", "--max-new-tokens", "6", "--temperature", "1.5"]
+    runs = [CliRunner().invoke(cli_app, args + ["--sampling-seed", "4"]) for _ in range(2)]
+    assert all(r.exit_code == 0 for r in runs), runs[0].output
+    assert runs[0].stdout == runs[1].stdout  # the same payload noise seed and sampling seed: the same answer
+    with Client(server["url"], api_key=server["key"], encoder=server["encoder"]) as client:
+        direct = client.generate("private words", model="tiny", seed=0, max_new_tokens=6, temperature=1.5, sampling_seed=4)
+    assert runs[0].stdout.strip() == direct.answers[0]
+    for bad in (["--temperature", "-1"], ["--top-p", "1.5"], ["--sampling-seed", "-2"]):
+        r = CliRunner().invoke(cli_app, args[:-2] + bad)
+        assert r.exit_code == 2, (bad, r.output)
