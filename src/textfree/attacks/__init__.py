@@ -21,7 +21,7 @@ _SOURCES = {
     **dict.fromkeys(['BEAMCLEAN_REQUIRES', 'BeamCleanConfig', 'BeamCleanResult', 'DecodedSequence', 'FAMILIES', 'SurrogateNoise', 'beamclean_attack', 'beamclean_decode', 'beamclean_requirements', 'candidate_pool', 'family_of', 'oracle_noise'], "beamclean"),
     **dict.fromkeys(['METRICS', 'NEAREST_REQUIRES', 'NearestNeighbourInverter', 'NearestNeighbourResult', 'excluded_mask', 'nearest_neighbour_attack', 'nearest_token_ids', 'vocab_topk'], "nearest"),
     **dict.fromkeys(['BigramPrior', 'CausalLMPrior', 'TokenPrior', 'UniformPrior', 'surface_strings'], "priors"),
-    **dict.fromkeys(['AttackSpec', 'CAPABILITIES', 'NOISE_KNOWLEDGE', 'TRAINING_TEXT_LEVELS', 'ThreatModel', 'ThreatModelError', 'available_attacks', 'check_grant', 'get_attack', 'missing_capabilities', 'register_attack', 'resolve_noise_knowledge', 'run_attack'], "threat"),
+    **dict.fromkeys(['AttackSpec', 'CAPABILITIES', 'NOISE_AWARE_REQUIRES', 'NOISE_KNOWLEDGE', 'TRAINING_TEXT_LEVELS', 'ThreatModel', 'ThreatModelError', 'available_attacks', 'check_grant', 'get_attack', 'missing_capabilities', 'register_attack', 'resolve_noise_knowledge', 'run_attack'], "threat"),
 }
 
 __all__ = [
@@ -61,6 +61,7 @@ __all__ = [
     "FAMILIES",
     "METRICS",
     "NEAREST_REQUIRES",
+    "NOISE_AWARE_REQUIRES",
     "NOISE_KNOWLEDGE",
     "NearestNeighbourInverter",
     "NearestNeighbourResult",

@@ -33,7 +33,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 import torch
 
 from ..metrics.privacy import multilabel_prf
-from .threat import ThreatModel, check_grant, register_attack
+from .threat import NOISE_AWARE_REQUIRES, ThreatModel, check_grant, register_attack
 
 __all__ = [
     "ATTRIBUTE_REQUIRES",
@@ -346,8 +346,7 @@ def attribute_inference_attack(
 ) -> list[dict[str, Any]]:
     """Train on ``train`` = (clean slots, mask) made from in-domain text (noise-aware when ``noise`` is given: it
     must be the mechanism's own, so the grant must include its parameters), then predict ``observed`` payloads."""
-    requires = ATTRIBUTE_REQUIRES if noise is None else ATTRIBUTE_REQUIRES.union(
-        ThreatModel(knows_mechanism=True, knows_parameters=True))
+    requires = ATTRIBUTE_REQUIRES if noise is None else ATTRIBUTE_REQUIRES.union(NOISE_AWARE_REQUIRES)
     check_grant("attribute_inference", requires, threat)
     model = train_attribute_attacker(*train, train_targets, specs, config, noise=noise, generator=generator)
     return predict_attributes(model, *observed)

@@ -12,20 +12,15 @@ app = typer.Typer(no_args_is_help=True, help="Attacks on released vectors: repor
 
 @app.command("report")
 def report_cmd(
-    results: List[Path] = typer.Argument(..., help="Result JSON files of the token_inversion cells, or directories holding them (e.g. results/attacks)."),
-    out: Path = typer.Option(Path("docs/results/attacks.md"), "--out", help="The Markdown report to write (the figure goes to <out stem>/)."),
+    results: List[Path] = typer.Argument(..., help="Result JSON files of the attack cells (token_inversion, attribute_inference, learned_inversion, substitution_inversion), or directories holding them (e.g. results/attacks)."),
+    out: Path = typer.Option(Path("docs/results/attacks.md"), "--out", help="The Markdown report to write (the figures go to <out stem>/)."),
 ) -> None:
-    """Write the token-inversion tables, figure and target verdict from result files; nothing is recomputed."""
+    """Write the attack tables, figures, target verdicts and cross matrix from result files; nothing is recomputed."""
     from textfree.attacks.report import write_report
-    from textfree.experiments import ResultsError
+    from textfree.experiments.report_command import run_report_command
 
-    missing = [str(p) for p in results if not p.exists()]
-    if missing:
-        typer.echo(f"error: no such file or directory: {', '.join(missing)}", err=True)
+    def fail(message: str):
+        typer.echo(f"error: {message}", err=True)
         raise typer.Exit(2)
-    try:
-        path = write_report(results, out)
-    except ResultsError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    typer.echo(f"wrote {path}")
+
+    typer.echo(f"wrote {run_report_command(results, out, write_report, fail)}")

@@ -27,6 +27,7 @@ __all__ = [
     "CAPABILITIES",
     "TRAINING_TEXT_LEVELS",
     "NOISE_KNOWLEDGE",
+    "NOISE_AWARE_REQUIRES",
     "ThreatModel",
     "ThreatModelError",
     "AttackSpec",
@@ -146,6 +147,10 @@ def resolve_noise_knowledge(attack_name: str, noise: str, granted: ThreatModel) 
     if noise == "oracle":
         check_grant(attack_name, ThreatModel(knows_mechanism=True, knows_parameters=True), granted)
     return noise
+
+
+#: What a noise-aware attack adds to its requirement: it simulates the mechanism, so it needs it and its parameters.
+NOISE_AWARE_REQUIRES = ThreatModel(knows_mechanism=True, knows_parameters=True)
 
 
 @dataclass(frozen=True)

@@ -209,17 +209,10 @@ def report_cmd(
     out: _Path = typer.Option(_Path("docs/results/ppft.md"), "--out", help="The Markdown report to write (figures go to <out stem>/)."),
 ) -> None:
     """Write PPFT's result tables (docs/results/ppft.md) and figures from result files; nothing is recomputed."""
-    from textfree.experiments import ResultsError
+    from textfree.experiments.report_command import run_report_command
     from textfree.ppft.report import write_report
 
-    missing = [str(p) for p in results if not p.exists()]
-    if missing:
-        _ppft_fail(f"no such file or directory: {', '.join(missing)}")
-    try:
-        path = write_report(results, out)
-    except ResultsError as exc:
-        _ppft_fail(str(exc))
-    typer.echo(f"wrote {path}")
+    typer.echo(f"wrote {run_report_command(results, out, write_report, _ppft_fail)}")
 
 
 # =====================================================================================================================

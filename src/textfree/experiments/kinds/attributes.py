@@ -53,13 +53,14 @@ from ...attacks.attributes import (
     prior_predictions,
     score_attributes,
 )
-from ...attacks.threat import ThreatModel, ThreatModelError, check_grant
+from ...attacks.threat import NOISE_AWARE_REQUIRES, ThreatModel
 from ...mechanisms import SlotPrivatization, mechanism_from_dict
-from ...mechanisms.transforms import k_pool, l2_normalize
+from ...mechanisms.transforms import l2_normalize
 from ...rng import seeded_generator
 from ..cell import CellError
 from ..inputs import load_cell_encoder, record_private_text
 from ..registry import RunContext, register_cell_kind
+from ._grant import granted_threat
 from ._threads import torch_threads
 
 __all__ = ["attribute_inference", "ATTRIBUTE_KINDS", "ATTRIBUTE_INFERENCE_METRICS", "ATTRIBUTE_INFERENCE_PARAMS"]
@@ -134,30 +135,19 @@ def _settings(resolved: Any) -> _Settings:
     bad = sorted(set(p) - set(ATTRIBUTE_INFERENCE_PARAMS))
     if bad:
         raise CellError(f"unknown params {bad}; attribute_inference takes {sorted(ATTRIBUTE_INFERENCE_PARAMS)}", field="params")
-    attack = resolved.attack or {}
-    if set(attack) - {"threat"}:
-        raise CellError(f"the attack section of attribute_inference takes only `threat`, got {sorted(attack)}", field="attack")
-    try:
-        threat = ThreatModel.from_dict(attack.get("threat", {}))
-    except (ThreatModelError, TypeError, ValueError) as exc:
-        raise CellError(str(exc), field="attack.threat") from None
-    s = _Settings(
+    training = _list_param(p, "training", TRAINING)
+    needs = ATTRIBUTE_REQUIRES.union(NOISE_AWARE_REQUIRES) if "aware" in training else ATTRIBUTE_REQUIRES
+    threat = granted_threat(resolved.attack, "attribute_inference", "attribute_inference", needs,
+                            "; grant more in `attack.threat` or drop training 'aware'")
+    return _Settings(
         k=_int_param(p, "k", 4),
         attackers=_list_param(p, "attackers", ATTACKERS),
-        training=_list_param(p, "training", TRAINING),
+        training=training,
         config={"epochs": _int_param(p, "epochs", 150), "hidden": _int_param(p, "hidden", 256)},
         train_limit=_int_param(p, "train_limit", None),
         threads=_int_param(p, "threads", None),
         threat=threat,
     )
-    needs = ATTRIBUTE_REQUIRES
-    if "aware" in s.training:
-        needs = needs.union(ThreatModel(knows_mechanism=True, knows_parameters=True))
-    try:
-        check_grant("attribute_inference", needs, threat)
-    except ThreatModelError as exc:
-        raise CellError(f"{exc}; grant more in `attack.threat` or drop training 'aware'", field="attack.threat") from None
-    return s
 
 
 def _validate(cell: Any, points: list[dict]) -> None:
@@ -216,17 +206,11 @@ def _parts(dataset: str) -> tuple[_Part, _Part]:
 
 
 def _encode(encoder: Any, texts: list[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Clean unit slots [N, S, d] (zero padding) + slot mask [N, S]."""
-    chunks, masks = [], []
-    for start in range(0, len(texts), ENCODE_BATCH):
-        batch = encoder.encode(texts[start : start + ENCODE_BATCH])
-        pooled, mask = k_pool(batch.hidden.to(torch.float32), batch.mask, k)
-        chunks.append(l2_normalize(pooled) * mask.unsqueeze(-1))
-        masks.append(mask)
-    width = max(c.shape[1] for c in chunks)
-    slots = torch.cat([torch.nn.functional.pad(c, (0, 0, 0, width - c.shape[1])) for c in chunks])
-    mask = torch.cat([torch.nn.functional.pad(m, (0, width - m.shape[1])) for m in masks])
-    return slots, mask
+    """Clean unit slots [N, S, d] (zero padding) + slot mask [N, S]: the client's payload without noise."""
+    from ...privatizer import Privatizer
+
+    payload = Privatizer(encoder, None, k, batch_size=ENCODE_BATCH).privatize(texts)
+    return payload.vectors, payload.mask
 
 
 def _inputs(cell: Any, k: int, train_limit: int | None, context: RunContext):

@@ -34,10 +34,11 @@ from ...attacks.learned import (
     restoration_attack,
     score_reconstructions,
 )
-from ...attacks.threat import ThreatModel, ThreatModelError, check_grant
+from ...attacks.threat import NOISE_AWARE_REQUIRES, ThreatModel
 from ...rng import seeded_generator
 from ..cell import CellError
 from ..registry import RunContext, register_cell_kind
+from ._grant import granted_threat, require_ppft_dataset
 from .ppft import _TRAIN, stage2_model
 
 __all__ = ["learned_inversion", "INVERSION_METRICS", "INVERSION_PARAMS"]
@@ -93,22 +94,13 @@ def _params(cell: Any, point: dict) -> dict[str, Any]:
 
 
 def _threat(cell: Any, point: dict, variant: str) -> ThreatModel:
-    attack = cell.resolve(point).attack or {}
-    if set(attack) - {"threat"}:
-        raise CellError(f"the attack section of learned_inversion takes only `threat`, got {sorted(attack)}", field="attack")
-    try:
-        threat = ThreatModel.from_dict(attack.get("threat", {}))
-        needs = {"restoration": RESTORATION_REQUIRES, "unaware": LEARNED_INVERSION_REQUIRES,
-                 "aware": LEARNED_INVERSION_REQUIRES.union(ThreatModel(knows_mechanism=True, knows_parameters=True))}[variant]
-        check_grant(f"learned_inversion ({variant})", needs, threat)
-    except (ThreatModelError, TypeError, ValueError) as exc:
-        raise CellError(str(exc), field="attack.threat") from None
-    return threat
+    needs = {"restoration": RESTORATION_REQUIRES, "unaware": LEARNED_INVERSION_REQUIRES,
+             "aware": LEARNED_INVERSION_REQUIRES.union(NOISE_AWARE_REQUIRES)}[variant]
+    return granted_threat(cell.resolve(point).attack, "learned_inversion", f"learned_inversion ({variant})", needs)
 
 
 def _validate(cell: Any, points: list[dict]) -> None:
-    if cell.dataset is None or not str(cell.dataset).lower().startswith(("pri-", "ddx", "slja")):
-        raise CellError(f"learned_inversion needs a Pri-* dataset (pri-ddx or pri-slja), got {cell.dataset!r}", field="dataset")
+    require_ppft_dataset(cell, "learned_inversion", " (pri-ddx or pri-slja)")
     if cell.mechanism is not None:
         raise CellError("learned_inversion takes the noise in params.epsilon (L2-Laplace, as the model), not `mechanism`", field="mechanism")
     for point in points:
@@ -196,7 +188,7 @@ def learned_inversion(cell: Any, point: dict, seed: int, context: RunContext) ->
             if k in ("rouge_l", "symptoms_recall_text", "antecedents_recall_text")}
     nan = math.nan
     slot = privatizer.privatization.slot_loss().epsilon if epsilon is not None else nan
-    slots = [int(m.sum()) for m in payload.mask] if epsilon is not None else []
+    slots = payload.lengths if epsilon is not None else []
     out |= {"slot_epsilon": slot, "prompt_epsilon": slot * sum(slots) / len(slots) if slots else nan,
             "n_eval": float(len(texts)), "eval_wall_s": wall}
     return out | train_metrics

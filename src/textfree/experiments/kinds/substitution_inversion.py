@@ -25,12 +25,13 @@ from ...attacks.substitution import (
     substitution_identity_attack,
     word_recovery,
 )
-from ...attacks.threat import ThreatModel, ThreatModelError, check_grant
+from ...attacks.threat import ThreatModel
 from ...metrics.text import rouge_l
 from ...rng import seeded_generator
 from ..cell import CellError
 from ..inputs import record_private_text
 from ..registry import RunContext, register_cell_kind
+from ._grant import granted_threat, require_ppft_dataset
 
 __all__ = ["substitution_inversion", "SUBSTITUTION_METRICS", "SUBSTITUTION_PARAMS"]
 
@@ -64,21 +65,14 @@ def _settings(cell: Any, point: dict) -> tuple[dict, list[str], ThreatModel]:
         v = p.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise CellError(f"{name} must be an integer >= 1, got {v!r}", field=f"params.{name}")
-    attack = resolved.attack or {}
-    if set(attack) - {"threat"}:
-        raise CellError(f"the attack section of substitution_inversion takes only `threat`, got {sorted(attack)}", field="attack")
-    try:
-        threat = ThreatModel.from_dict(attack.get("threat", {}))
-        if "channel" in attacks:
-            check_grant("substitution_channel", SUBSTITUTION_CHANNEL_REQUIRES, threat)
-    except (ThreatModelError, TypeError, ValueError) as exc:
-        raise CellError(f"{exc}; grant more in `attack.threat` or drop the channel attack", field="attack.threat") from None
+    needs = SUBSTITUTION_CHANNEL_REQUIRES if "channel" in attacks else ThreatModel()
+    threat = granted_threat(resolved.attack, "substitution_inversion", "substitution_channel", needs,
+                            "; grant more in `attack.threat` or drop the channel attack")
     return p, attacks, threat
 
 
 def _validate(cell: Any, points: list[dict]) -> None:
-    if cell.dataset is None or not str(cell.dataset).lower().startswith(("pri-", "ddx", "slja")):
-        raise CellError(f"substitution_inversion needs a Pri-* dataset (its PPFT train part is the attacker's text), got {cell.dataset!r}", field="dataset")
+    require_ppft_dataset(cell, "substitution_inversion", " (its PPFT train part is the attacker's text)")
     if cell.mechanism is not None:
         raise CellError("substitution_inversion takes the mechanism in params (eta, pos, table), not `mechanism`", field="mechanism")
     for point in points:
