@@ -88,8 +88,8 @@ def public_vocab(public_ids: torch.Tensor, vocab_size: int, excluded: Sequence[i
     if ids.numel() == 0:
         raise ValueError("no public tokens to train on")
     counts = torch.bincount(ids)
-    if len(excluded):
-        counts[torch.as_tensor(list(excluded), dtype=torch.int64).clamp_max(len(counts) - 1)] = 0
+    excluded = torch.as_tensor(list(excluded), dtype=torch.int64)
+    counts[excluded[excluded < len(counts)]] = 0  # an excluded id beyond the counted ones never occurred
     order = torch.argsort(counts, descending=True, stable=True)
     vocab = order[: min(vocab_size, int((counts > 0).sum()))]
     return vocab, counts[vocab].to(torch.float64)
