@@ -9,7 +9,16 @@ speed-up over RAPT's figures (RAPT time / our time) and the peak memory of the p
 /proc/self/clear_refs where Linux allows it, else the ru_maxrss delta). ``--table glove`` runs the same on
 the 25-d GloVe Twitter table instead, to show how much of the cost is the table's size.
 
-    PYTHONPATH=src python benchmarks/bench_t2t.py [--eta 100] [--threads 2] [--repeats 7]
+``--search both`` (the default) times the exact search and the opt-in approximate one (``search="approximate"``:
+an int8 pass, float64 re-rank of ``1 + --shortlist`` words) side by side. Each repeat draws its noise from
+a seed shared by the two modes, so their outputs differ only where the search does: the script prints the share
+of released words identical to the exact mode's ("agree") and the share of substituted words left unchanged
+("kept", the utility proxy; 1 - replacement rate) in both modes, pooled over the repeats. "noise" is the time of
+the L2-Laplace draw alone for that many words, the part of a call that no search can remove. The load average is
+printed at start and end: the machine is shared.
+
+    PYTHONPATH=src python benchmarks/bench_t2t.py [--eta 100] [--threads 2] [--repeats 7] [--search both]
+        [--small-repeats 70] [--shortlist 7]
 """
 
 from __future__ import annotations
@@ -105,7 +114,13 @@ def main() -> None:
     parser.add_argument("--eta", type=float, default=100.0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--backend", default="auto", choices=["auto", "matmul", "faiss"])
+    parser.add_argument("--small-repeats", type=int, default=70,
+                        help="repeats for sizes of at most 100 words (cheap, and noisier on a shared machine)")
+    parser.add_argument("--backend", default="auto", choices=["auto", "matmul", "faiss"],
+                        help="engine of the exact search (the approximate one always runs on torch)")
+    parser.add_argument("--search", default="both", choices=["exact", "approximate", "both"])
+    parser.add_argument("--shortlist", type=int, default=None,
+                        help="approximate search: words kept beyond the best one (default: the library's)")
     parser.add_argument("--tagger", default="textblob", choices=["textblob", "nltk"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -122,8 +137,12 @@ def main() -> None:
         faiss.omp_set_num_threads(args.threads)
     except ImportError:
         pass
-    from textfree.substitution import TextToText, WordEmbeddingTable, get_tagger, pct2t
+    from textfree.mechanisms import L2Laplace
+    from textfree.substitution import DEFAULT_SHORTLIST, TextToText, WordEmbeddingTable, get_tagger, pct2t, split_text
 
+    load_start = os.getloadavg()
+    shortlist = DEFAULT_SHORTLIST if args.shortlist is None else args.shortlist
+    modes = ["exact", "approximate"] if args.search == "both" else [args.search]
     rss0 = _status_kb("VmRSS") / 1024
     t0 = time.perf_counter()
     if args.table == "glove":
@@ -133,64 +152,121 @@ def main() -> None:
     t_table = time.perf_counter() - t0
     rss_table = _status_kb("VmRSS") / 1024
     tagger_dir = data_dir() / "nltk_data" if args.tagger == "nltk" else None
-    t0 = time.perf_counter()
-    t2t = TextToText(table, args.eta, backend=args.backend)
-    t_t2t = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    pct = pct2t(table, args.eta, tagger=get_tagger(args.tagger, tagger_dir), backend=args.backend)
-    t_pct = time.perf_counter() - t0
+    tagger = get_tagger(args.tagger, tagger_dir)
+    mech, setup = {}, {}
+    for mode in modes:
+        backend = args.backend if mode == "exact" else ("matmul" if args.backend == "faiss" else args.backend)
+        opts = dict(backend=backend, search=mode, shortlist=shortlist)
+        t0 = time.perf_counter()
+        mech[("T2T", mode)] = TextToText(table, args.eta, **opts)
+        setup[("T2T", mode)] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        mech[("PCT2T", mode)] = pct2t(table, args.eta, tagger=tagger, **opts)
+        setup[("PCT2T", mode)] = time.perf_counter() - t0
     rss_ready = _status_kb("VmRSS") / 1024
     text, source = source_text(max(args.sizes))
-    gen = torch.Generator().manual_seed(args.seed)
-
-    mech = {"T2T": t2t, "PCT2T": pct}
     texts = {n: first_words(text, n) for n in args.sizes}
-    for n in args.sizes:  # warm-up: builds faiss indices and sub-tables, loads the tagger lexicon
+    # Positions that go through the mechanism (oov="keep": words outside the table are released as they are).
+    in_table = {n: (table.lookup(split_text(texts[n])[1::2]) >= 0).tolist() for n in args.sizes}
+
+    def seed_of(n: int, rep: int) -> int:  # the same noise for every mechanism and mode of one (size, repeat)
+        return args.seed * 1_000_003 + n * 1_009 + rep
+
+    for n in args.sizes:  # warm-up: builds indices, sub-tables and int8 copies, loads the tagger lexicon
         for m in mech.values():
-            m.privatize([texts[n]], generator=gen)
-    times = {(name, n): [] for name in mech for n in args.sizes}
-    rates = {}
+            m.privatize([texts[n]], generator=torch.Generator().manual_seed(seed_of(n, -1)))
+    times = {(key, n): [] for key in mech for n in args.sizes}
+    noise_times = {n: [] for n in args.sizes}
+    words = {}  # (key, n) -> output words of every repeat
+    kept = {(key, n): [0, 0] for key in mech for n in args.sizes}
+
+    def repeats(n: int) -> int:
+        return args.small_repeats if n <= 100 else args.repeats
+
     for n in args.sizes:
-        for _ in range(args.repeats):
-            for name, m in mech.items():
+        for rep in range(repeats(n)):
+            for key, m in mech.items():
+                gen = torch.Generator().manual_seed(seed_of(n, rep))
                 t0 = time.perf_counter()
                 result = m.privatize_detailed([texts[n]], generator=gen)
-                times[(name, n)].append(time.perf_counter() - t0)
-                rates[(name, n)] = result.replacement_rate
+                times[(key, n)].append(time.perf_counter() - t0)
+                words.setdefault((key, n), []).extend(result.output_words[0])
+                kept[(key, n)][0] += result.n_substituted - result.n_replaced
+                kept[(key, n)][1] += result.n_substituted
+            n_sub = result.n_substituted
+            gen = torch.Generator().manual_seed(seed_of(n, rep))
+            t0 = time.perf_counter()
+            L2Laplace(args.eta).noise(n_sub, table.dim, generator=gen)
+            noise_times[n].append(time.perf_counter() - t0)
     memory = {}
     for n in args.sizes:
-        for name, m in mech.items():
+        for key, m in mech.items():
             with PeakRSS() as peak:
-                m.privatize([texts[n]], generator=gen)
-            memory[(name, n)] = peak.mb
+                m.privatize([texts[n]], generator=torch.Generator().manual_seed(seed_of(n, 0)))
+            memory[(key, n)] = peak.mb
+    load_end = os.getloadavg()
 
     print(f"torch {torch.__version__}, {args.threads} threads, backend={args.backend}, tagger={args.tagger}, "
-          f"eta={args.eta}")
+          f"eta={args.eta}, search={args.search}, shortlist={shortlist}, repeats={args.repeats} "
+          f"({args.small_repeats} for <= 100 words)")
+    print(f"load average (1/5/15 min) at start {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}, "
+          f"at end {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f} on {os.cpu_count()} CPUs")
     print(f"text: {source}")
     print(f"table: {len(table)} words x {table.dim} ({table.name}), built in {t_table:.2f} s")
-    print(f"setup: T2T {t_t2t:.2f} s, PCT2T {t_pct:.2f} s (tags the {len(table)} table words once)")
+    print("setup: " + ", ".join(f"{name} {mode} {sec:.2f} s" for (name, mode), sec in setup.items())
+          + " (PCT2T tags the table words once per mechanism)")
     print(f"resident memory: python+torch {rss0:.0f} MB; +table (and, for MiniLM, loading the model) "
           f"{rss_table - rss0:.0f} MB; +search indices, tagger lexicon and table tags {rss_ready - rss_table:.0f} MB")
     token_mb = table.subword.token_vectors.numel() * 4 / 2**20 if table.subword is not None else 0.0
     print(f"tensors: table {table.vectors.numel() * 4 / 2**20:.0f} MB, sub-token embeddings {token_mb:.0f} MB, "
-          f"search copy of the table {table.vectors.numel() * 4 / 2**20:.0f} MB (+ faiss's own copy once used)")
+          f"exact search copy of the table {table.vectors.numel() * 4 / 2**20:.0f} MB (+ faiss's own copy once used), "
+          f"approximate search int8 copy {table.dim * len(table) / 2**20:.0f} MB")
     print()
-    head = (f"{'words':>6s} | {'RAPT T2T (Pi 4)':>15s} | {'T2T median':>10s} {'speed-up':>8s} {'peak MB':>7s} | "
-            f"{'PCT2T median':>12s} {'speed-up':>8s} {'peak MB':>7s} | {'replaced T2T/PCT2T':>18s}")
+    cols = [(name, mode) for name in ("T2T", "PCT2T") for mode in modes]
+    head = f"{'words':>6s} | {'RAPT (Pi 4)':>11s} | {'noise':>7s} | " + " | ".join(
+        f"{name + ' ' + mode[:6]:>14s} {'speed-up':>8s} {'peak MB':>7s}" for name, mode in cols)
     print(head)
     print("-" * len(head))
     for n in args.sizes:
         rapt = RAPT_TABLE_X.get(n)
-        cells = [f"{n:6d}", f"{rapt:15.2f}" if rapt else f"{'-':>15s}"]
-        for i, name in enumerate(mech):
-            med = statistics.median(times[(name, n)])
+        cells = [f"{n:6d}", f"{rapt:11.2f}" if rapt else f"{'-':>11s}", f"{statistics.median(noise_times[n]):7.4f}"]
+        for key in cols:
+            med = statistics.median(times[(key, n)])
             speed = f"{rapt / med:7.1f}x" if rapt else f"{'-':>8s}"
-            width = 10 if i == 0 else 12
-            cells.append(f"{med:{width}.4f} {speed} {memory[(name, n)]:7.1f}")
-        cells.append(f"{rates[('T2T', n)]:8.2f} / {rates[('PCT2T', n)]:.2f}")
+            cells.append(f"{med:14.4f} {speed} {memory[(key, n)]:7.1f}")
         print(" | ".join(cells))
-    print(f"\nRAPT Table X memory: ~{RAPT_MEMORY_MB} MB. 'peak MB' is the resident memory one privatize() call adds "
+    print("\nmedian seconds per sequence; speed-up = RAPT's Table X time / ours; 'noise' = the L2-Laplace draw alone.")
+    print(f"RAPT Table X memory: ~{RAPT_MEMORY_MB} MB. 'peak MB' is the resident memory one privatize() call adds "
           "on top of what is already resident (0.0: it fit in memory the process already held).")
+    print()
+    if len(modes) == 2:
+        head = (f"{'words':>6s} | {'T2T agree':>10s} {'kept exact':>10s} {'kept approx':>11s} | "
+                f"{'PCT2T agree':>11s} {'kept exact':>10s} {'kept approx':>11s} | {'approx / exact time':>19s}")
+    else:
+        head = f"{'words':>6s} | {'T2T kept':>8s} | {'PCT2T kept':>10s}"
+    print(head)
+    print("-" * len(head))
+    for n in args.sizes:
+        cells = [f"{n:6d}"]
+        for name in ("T2T", "PCT2T"):
+            rates = {mode: kept[((name, mode), n)][0] / max(1, kept[((name, mode), n)][1]) for mode in modes}
+            if len(modes) == 2:
+                ex, ap = words[((name, "exact"), n)], words[((name, "approximate"), n)]
+                active = in_table[n] * repeats(n)
+                pairs = [(a, b) for a, b, on in zip(ex, ap, active) if on]
+                agree = sum(a == b for a, b in pairs) / max(1, len(pairs))
+                width = 10 if name == "T2T" else 11
+                cells.append(f"{agree:{width}.4f} {rates['exact']:10.4f} {rates['approximate']:11.4f}")
+            else:
+                cells.append(f"{rates[modes[0]]:{8 if name == 'T2T' else 10}.4f}")
+        if len(modes) == 2:
+            ratio = [statistics.median(times[((name, "approximate"), n)]) / statistics.median(times[((name, "exact"), n)])
+                     for name in ("T2T", "PCT2T")]
+            cells.append(f"{ratio[0]:8.2f} / {ratio[1]:.2f}")
+        print(" | ".join(cells))
+    if len(modes) == 2:
+        print("\nagree: share of substituted words released identically in both modes (same noise), pooled over "
+              "the repeats; kept: share of substituted words released unchanged (1 - replacement rate).")
 
 
 if __name__ == "__main__":

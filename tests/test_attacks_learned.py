@@ -107,3 +107,13 @@ def test_tiny_unaligned_inverter_trains_and_restoration_runs(shared_data, tiny_r
                                   "attack": {"threat": {}}, "seeds": [0]})
     r = load_results(run_cell(restoration, out_dir=tmp_path, progress=False))["results"][0]["metrics"]
     assert r["n_eval"]["mean"] == 2.0 and "train_steps" not in r
+
+
+def test_medoid_text_is_the_text_closest_to_the_others():
+    from textfree.attacks.learned import medoid_text
+
+    texts = ["a man with a cough", "a man with a rash", "a woman with a cough", "nothing alike here"]
+    assert medoid_text(texts) == "a man with a cough"  # ROUGE-L 0.8 / 0.8 / 0 to the others: the highest sum
+    assert medoid_text(texts + texts, n=100) == "a man with a cough"  # duplicates count once
+    with pytest.raises(ValueError, match="at least one"):
+        medoid_text([])

@@ -203,3 +203,21 @@ def test_substitution_section(tmp_path):
     text = build_report([tmp_path])
     assert "### `t2t` (T2T)" in text
     assert "| 50 | 117 | 5000 | 85.0 ± 7.1 | 10.0 | 20.0 | 35.0 ± 7.1 | 0.200 | 0.400 |" in text
+
+
+def test_learned_reader_of_t2t_text_in_its_section_and_the_matrix(tmp_path):
+    m = {"word_epsilon": [117.0] * 2, "prompt_epsilon": [5000.0] * 2, "replacement_rate": [0.8, 0.8], "kept_rate": [0.1, 0.1],
+         "word_recovery_identity": [0.2, 0.2], "word_recovery_channel": [0.3, 0.3], "word_recovery_learned": [0.5, 0.7],
+         "word_recovery_prior": [0.4, 0.4], "rouge_l_identity": [0.2, 0.2], "rouge_l_channel": [0.4, 0.4],
+         "rouge_l_learned": [0.6, 0.6], "rouge_l_prior": [0.5, 0.5]}
+    _payload_file(tmp_path, "t2t", "substitution_inversion", {"pos": None}, [(50, m)], axis="params.eta")
+    lines = build_report([tmp_path]).splitlines()
+    header = next(line for line in lines if line.startswith("| eta | word eps"))
+    assert header == ("| eta | word eps | prompt eps (mean) | replaced | kept | recovery, identity | recovery, channel | "
+                      "recovery, learned | recovery, no input | ROUGE-L, identity | ROUGE-L, channel | ROUGE-L, learned | "
+                      "ROUGE-L, no input |")
+    assert "| 50 | 117 | 5000 | 80.0 | 10.0 | 20.0 | 30.0 | 60.0 ± 14.1 | 40.0 | 0.200 | 0.400 | 0.600 | 0.500 |" in lines
+    aware = next(line for line in lines if line.startswith("| learned inverter, aware"))
+    assert aware == "| learned inverter, aware (ROUGE-L) | 0.600 (unit eps 117) |"
+    unaware = next(line for line in lines if line.startswith("| learned inverter, unaware"))
+    assert "n/a (trained on clean text it learns the identity: read the text)" in unaware

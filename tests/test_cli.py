@@ -174,6 +174,16 @@ def test_substitute_t2t_and_pct2t_with_a_glove_table():
     assert first_line(r_low.stdout) != "the cat sat on the mat"
     r = run_cli("substitute", "the cat sat on the mat", "--eta", 1e9, "--pos", "noun,verb", "--table", f"glove:{GLOVE}", "--seed", 0)
     assert r.exit_code == 0 and first_line(r.stdout) == "the cat sat on the mat"
+    import inspect
+
+    from textfree.cli import substitute
+    from textfree.substitution import DEFAULT_SHORTLIST
+
+    assert inspect.signature(substitute).parameters["shortlist"].default.default == DEFAULT_SHORTLIST
+    for pos in ([], ["--pos", "noun,verb"]):
+        r = run_cli("substitute", "the cat sat on the mat", "--eta", 1e9, *pos, "--search", "approximate",
+                    "--shortlist", 2, "--table", f"glove:{GLOVE}", "--seed", 0)
+        assert r.exit_code == 0 and first_line(r.stdout) == "the cat sat on the mat", r.output
 
 
 def test_substitute_replacement_table_is_monotone(tmp_path):
@@ -192,6 +202,8 @@ def test_substitute_replacement_table_is_monotone(tmp_path):
     (["substitute"], "give a text"),
     (["substitute", "x", "--table", "glove:/no/such.txt"], "no/such"),
     (["substitute", "x", "--pos", "nouns,verb"], "pos_categories"),
+    (["substitute", "x", "--search", "fast"], "--search"),
+    (["substitute", "x", "--search", "approximate", "--shortlist", "-1"], "--shortlist"),
 ])
 def test_substitute_bad_flags(args, message):
     if "--table" not in args:

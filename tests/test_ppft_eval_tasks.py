@@ -208,7 +208,7 @@ def test_unknown_task_raises():
     for bad in ("closed", "MCQA", "blind", ""):
         with pytest.raises(ValueError, match="task must be one of"):
             evaluate_qa(FakeLM(ANSWERS), RECORDS, task=bad, epsilon=None)
-    assert TASKS == ("mcqa", "open", "blind_mcqa", "blind_open")
+    assert TASKS == ("mcqa", "open", "blind_mcqa", "blind_open", "mcqa_rank", "blind_mcqa_rank")
 
 
 @pytest.mark.parametrize("task", ["blind_mcqa", "blind_open"])
@@ -253,6 +253,8 @@ def test_evaluate_qa_every_task_on_a_tiny_model(tiny_lm, monkeypatch):
 
     monkeypatch.setattr(tiny_lm.server, "generate", spy)
     for task in TASKS:
+        if task.endswith("_rank"):
+            continue  # below
         generated.clear()
         r = evaluate_qa(tiny_lm, RECORDS, task=task, epsilon=28.0, seed=0, max_new_tokens=2)
         blind = task.startswith("blind")
@@ -265,6 +267,32 @@ def test_evaluate_qa_every_task_on_a_tiny_model(tiny_lm, monkeypatch):
         assert r["n_labels"] == (8 if task.endswith("open") else None)
         assert len(generated) == 1 and generated[0][0] == 3 and generated[0][-1] == tiny_lm.encoder.dim
         assert (generated[0][1] == 0) == blind  # blind: zero slots; otherwise at least one slot per prompt
+
+
+@pytest.mark.parametrize("task", ["mcqa_rank", "blind_mcqa_rank"])
+def test_ranked_tasks_answer_one_of_the_options_without_generating(tiny_lm, monkeypatch, task):
+    monkeypatch.setattr(tiny_lm.server, "generate", lambda *a, **kw: pytest.fail("a ranked task must not generate"))
+    ranked = []
+    original = tiny_lm.server.rank_options
+
+    def spy(vectors, mask, **kwargs):
+        ranked.append((vectors.shape, kwargs["public"], kwargs["options"]))
+        return original(vectors, mask, **kwargs)
+
+    monkeypatch.setattr(tiny_lm.server, "rank_options", spy)
+    r = evaluate_qa(tiny_lm, RECORDS, task=task, epsilon=28.0, seed=0)
+    blind = task.startswith("blind")
+    assert r["n"] == 3 and r["epsilon"] == (None if blind else 28.0)
+    (shape, public, options), = ranked
+    assert options == [list(x.options) for x in RECORDS]
+    assert public == [mcqa_prompt(x).public for x in RECORDS]
+    assert (shape[1] == 0) == blind
+    for p, record in zip(r["predictions"], RECORDS):
+        assert p["answer"] in record.options
+        assert p["correct"] == (p["answer"] == record.options[record.answer_index])
+    # the noise seed fixes the answers
+    again = evaluate_qa(tiny_lm, RECORDS, task=task, epsilon=28.0, seed=0)
+    assert [p["answer"] for p in again["predictions"]] == [p["answer"] for p in r["predictions"]]
 
 
 def test_tiny_model_privatizer_follows_the_config_noise_match(tiny_lm):

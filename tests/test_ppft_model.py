@@ -156,12 +156,17 @@ def test_server_entry_points_take_no_text(lm):
         server.generate("A 46-year-old male", mask)
     with pytest.raises(TypeError, match="Payload"):
         server.answer("A 46-year-old male with headaches")
+    with pytest.raises(TypeError, match="Payload"):
+        server.choose("A 46-year-old male with headaches", [["Cluster headache"]])
+    with pytest.raises(TypeError, match="never text"):
+        server.rank_options("A 46-year-old male", mask, public=None, options=[["a"]] * 3)
     with pytest.raises(TypeError, match="list of 3 strings"):
         server(vectors, mask, public="one string for three rows")
     # No entry point has a parameter that could carry the private part.
     allowed = {"self", "vectors", "mask", "public", "targets", "all_logits", "max_new_tokens", "payload", "batch_size",
-               "temperature", "top_p", "generators"}
-    for fn in (ServerModel.forward, ServerModel.generate, ServerModel.answer):
+               "temperature", "top_p", "generators", "options"}
+    for fn in (ServerModel.forward, ServerModel.generate, ServerModel.answer, ServerModel.score_targets,
+               ServerModel.rank_options, ServerModel.choose):
         assert set(inspect.signature(fn).parameters) <= allowed, fn.__name__
 
 
@@ -274,3 +279,52 @@ def test_sampled_generation_is_reproducible_per_row_and_independent_of_the_batch
     assert alone == [a[1]]  # row 1 drew from its own generator, whatever else was in the batch
     greedy = lm.server.generate(vectors, mask, max_new_tokens=8)
     assert lm.server.generate(vectors, mask, max_new_tokens=8, temperature=1.0, top_p=1e-9, generators=gens(5, 3)) == greedy
+
+
+# ---------------------------------------------------------------------------------------------- multiple choice by likelihood
+def test_score_targets_is_the_sum_of_answer_token_log_probs(lm):
+    vectors, mask = _slots(lm)
+    scores = lm.server.score_targets(vectors, mask, public=PUBLIC, targets=TARGETS)
+    full = lm.server(vectors, mask, public=PUBLIC, targets=TARGETS, all_logits=True)
+    logp = torch.log_softmax(full.logits.detach().double(), dim=-1)
+    by_hand = []
+    for i in range(full.labels.shape[0]):
+        total = 0.0
+        for t in range(1, full.labels.shape[1]):
+            if full.labels[i, t] != IGNORE_INDEX:
+                total += logp[i, t - 1, full.labels[i, t]].item()
+        by_hand.append(total)
+    assert scores.dtype == torch.float64 and scores.shape == (3,)
+    assert scores.tolist() == pytest.approx(by_hand, rel=1e-5)
+    # the training loss is the negated mean of the same token log-probabilities
+    assert -scores.sum().item() / full.n_target_tokens == pytest.approx(full.loss.item(), rel=1e-5)
+    # a row's score does not depend on the other rows of the batch
+    alone = lm.server.score_targets(vectors[1:2, : int(mask[1].sum())], mask[1:2, : int(mask[1].sum())],
+                                    public=PUBLIC[1:2], targets=TARGETS[1:2])
+    assert alone.item() == pytest.approx(scores[1].item(), rel=1e-5, abs=1e-6)
+
+
+def test_rank_options_picks_the_most_likely_full_answer(lm):
+    vectors, mask = _slots(lm)
+    options = [["cluster headache", "anemia", "flu"], ["acute otitis media", "flu"], ["flu", "croup", "asthma", "gerd"]]
+    chosen = lm.server.rank_options(vectors, mask, public=PUBLIC, options=options)
+    for i, opts in enumerate(options):
+        n = int(mask[i].sum())
+        scores = lm.server.score_targets(vectors[i : i + 1, :n].expand(len(opts), n, -1), mask[i : i + 1, :n].expand(len(opts), n),
+                                         public=[PUBLIC[i]] * len(opts), targets=opts)
+        assert chosen[i] == opts[int(scores.argmax())]
+    # chunking the (row, option) pairs changes nothing
+    assert lm.server.rank_options(vectors, mask, public=PUBLIC, options=options, batch_size=1) == chosen
+
+
+def test_rank_options_and_choose_validate_their_inputs(lm):
+    vectors, mask = _slots(lm)
+    with pytest.raises(ValueError, match="one entry per payload row"):
+        lm.server.rank_options(vectors, mask, public=PUBLIC, options=[["a"], ["b"]])
+    with pytest.raises(ValueError, match=r"options\[1\] must be a non-empty list"):
+        lm.server.rank_options(vectors, mask, public=PUBLIC, options=[["a"], [], ["c"]])
+    with pytest.raises(ValueError, match=r"options\[2\]"):
+        lm.server.rank_options(vectors, mask, public=PUBLIC, options=[["a"], ["b"], ["c", "  "]])
+    payload = lm.privatizer(75.0).privatize(PRIVATE, seed=0, public=PUBLIC)
+    picked = lm.server.choose(payload, [["cluster headache", "anemia"], ["fever", "flu"], ["flu"]])
+    assert picked[2] == "flu" and picked[0] in {"cluster headache", "anemia"} and picked[1] in {"fever", "flu"}

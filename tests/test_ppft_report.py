@@ -111,3 +111,40 @@ def test_write_report_draws_the_k_figure_and_the_cli_refuses_missing_paths(tmp_p
     res = runner.invoke(app, ["ppft", "report", str(d), "--out", str(tmp_path / "r.md")])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "r.md").read_text().startswith("# PPFT at this scale")
+
+
+def test_target_verdict_needs_the_retention_and_a_clear_margin_over_both_controls(tmp_path):
+    def verdicts(ppft4, ppft_open, blind4, *, with_lower=True, rank=None):
+        d = tmp_path / f"r{ppft4}-{ppft_open}-{blind4}-{with_lower}-{rank}"
+        d.mkdir()
+        extra = {} if rank is None else {"acc_mcqa_rank": [rank] * 3, "acc_mcqa_rank_no_leak": [rank] * 3}
+        _result_file(d / "main.json", "ppft_stage2", "pri-ddx",
+                     [({"epsilon": 28, "k": 4, "epochs": 8}, _eval([ppft4] * 3, [ppft_open] * 3, extra=extra))],
+                     date="2026-01-01T00:00:00+00:00")
+        upper_extra = {} if rank is None else {"acc_mcqa_rank": [0.97]}
+        blind_extra = {} if rank is None else {"acc_blind_mcqa_rank": [0.93]}
+        _result_file(d / "bounds.json", "ppft_stage2", "pri-ddx", [
+            ({"epsilon": None, "k": 4, "blind": False, "epochs": 8}, _eval([0.96], [0.96], extra=upper_extra)),
+            ({"epsilon": None, "k": 4, "blind": True, "epochs": 8}, {"acc_blind_mcqa": [blind4], "acc_blind_open": [0.10]} | blind_extra),
+        ], date="2026-01-01T00:00:01+00:00", seeds=(0,))
+        if with_lower:
+            _result_file(d / "lower.json", "ppft_evaluate", "pri-ddx", [
+                ({"model": "runs/stage1", "epsilon": 28, "k": 4},
+                 _eval([0.0] * 3, [0.0] * 3, extra={} if rank is None else {"acc_mcqa_rank": [0.3] * 3}))],
+                date="2026-01-01T00:00:02+00:00")
+        lines = build_report([d]).splitlines()
+        table = next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4"))
+        assert table.startswith("| PPFT, eps 28 (width-matched), k=4 | 8 |")  # the epochs column
+        return {name: next(l for l in lines if l.startswith(f"- {name}")) for name in ("4-option:", "open-answer", "4-option, ranked")
+                if any(l.startswith(f"- {name}") for l in lines)}
+
+    v = verdicts(0.95, 0.83, 0.90)  # 99.0% / 86.5% of 0.96, +0.05 over blind
+    assert "**met**" in v["4-option:"] and "**met**" in v["open-answer"] and "4-option, ranked" not in v
+    v = verdicts(0.91, 0.83, 0.90)  # 94.8% kept but only +0.01 over the blind row: not a clear margin
+    assert "NOT met" in v["4-option:"] and "**met**" in v["open-answer"]
+    v = verdicts(0.95, 0.81, 0.90)  # open 84.4% < 85%
+    assert "84.4%" in v["open-answer"] and "NOT met" in v["open-answer"]
+    v = verdicts(0.95, 0.83, 0.90, with_lower=False)  # a missing control cannot be beaten
+    assert "NOT met" in v["4-option:"] and "lower bound nan" in v["4-option:"]
+    v = verdicts(0.95, 0.83, 0.90, rank=0.96)  # ranked: 0.96 vs blind ranked 0.93 (+0.03), 99.0% of 0.97
+    assert "**met**" in v["4-option, ranked"] and "0.9300" in v["4-option, ranked"]

@@ -148,3 +148,112 @@ def test_diameter_exact_and_gamma():
     assert gamma(10) == pytest.approx(10 * 2**-24 / (1 - 10 * 2**-24))
     with pytest.raises(ValueError):
         gamma(2**24)
+
+
+# ---------------------------------------------------------------------------------------------------- approximate
+
+
+@pytest.mark.parametrize("dim,noise", [(24, 0.3), (24, 3.0), (96, 0.05), (96, 30.0)])
+def test_approximate_agrees_with_exact_and_returns_valid_ids(dim, noise):
+    # Queries near table rows (rows + Gaussian noise); fixed seeds. The claim: >= 99% agreement on the nearest
+    # row (in these draws it agrees on all of them), every id a table row, k ids per query, nearest first.
+    table, queries = make_data(seed=dim + int(noise * 10), v=3000, dim=dim, n=400, noise=noise)
+    approx = NearestNeighbors(table, search="approximate")
+    assert not approx.exact and NearestNeighbors(table).exact
+    want = brute_force(queries, table, 3)
+    got = approx.search(queries, 3)
+    assert got.shape == (400, 3) and got.dtype == torch.int64
+    assert bool(((got >= 0) & (got < 3000)).all())
+    assert float((got[:, 0] == want[:, 0]).double().mean()) >= 0.99
+    d = torch.cdist(queries.double(), table.double()).gather(1, got)
+    assert bool((d[:, :-1] <= d[:, 1:]).all())  # nearest first
+    assert float((approx.search(queries.float(), 1)[:, 0] == brute_force(queries.float(), table, 1)[:, 0]).double().mean()) >= 0.99
+
+
+def test_approximate_is_deterministic_and_independent_of_the_batch(monkeypatch):
+    table, queries = make_data(seed=21, v=2000, dim=32, n=SINGLE_PASS_MAX_QUERIES + 60, noise=2.0)
+    first = NearestNeighbors(table, search="approximate").search(queries, 2)
+    again = NearestNeighbors(table, search="approximate", chunk_size=64)
+    assert torch.equal(again.search(queries, 2), first)
+    assert torch.equal(again.search(queries, 2), first)  # cached int8 copy, same answer
+    # Integer products are exact, so a query's answer does not depend on the rest of its batch...
+    pieces = torch.cat([again.search(queries[i : i + 7], 2) for i in range(0, len(queries), 7)])
+    assert torch.equal(pieces, first)
+    # ...nor, with candidate sets, on whether the batch took the single masked pass or one search per set.
+    g = torch.Generator().manual_seed(3)
+    sets = torch.stack([torch.rand(2000, generator=g) < p for p in (0.1, 0.4)])
+    which = torch.randint(0, 2, (len(queries),), generator=g)
+    whole = again.search(queries, 1, candidate_mask=sets, set_index=which)  # >= SINGLE_PASS_MAX_QUERIES: per set
+    small = [again.search(queries[i : i + 50], 1, candidate_mask=sets, set_index=which[i : i + 50])
+             for i in range(0, len(queries), 50)]
+    assert torch.equal(torch.cat(small), whole)
+    # Without torch._int_mm, a float64 matmul of the same integers gives the same answers.
+    def missing(*args, **kwargs):
+        raise RuntimeError("no _int_mm here")
+
+    monkeypatch.setattr(torch, "_int_mm", missing)
+    assert torch.equal(NearestNeighbors(table, search="approximate").search(queries, 2), first)
+
+
+@pytest.mark.parametrize("v", [20, 700, 3000])
+def test_approximate_with_full_shortlist_is_exact(v):
+    # A short list that holds the whole table re-ranks every row in float64: the exact answer.
+    table, queries = make_data(seed=v, v=v, dim=16, n=450, noise=1.0)
+    full = NearestNeighbors(table, search="approximate", shortlist=v)
+    assert torch.equal(full.search(queries, 2), brute_force(queries, table, 2))
+    g = torch.Generator().manual_seed(v)
+    sets = torch.stack([torch.rand(v, generator=g) < p for p in (0.2, 0.6)])
+    which = torch.randint(0, 2, (450,), generator=g)
+    for n_q in (100, 450):  # one masked pass (few queries) and one search per set (many)
+        got = full.search(queries[:n_q], 1, candidate_mask=sets, set_index=which[:n_q])
+        assert torch.equal(got, brute_force(queries[:n_q], table, 1, sets[which[:n_q]])), n_q
+
+
+def test_approximate_never_leaves_the_candidate_set():
+    table, queries = make_data(seed=8, v=1500, dim=16, n=SINGLE_PASS_MAX_QUERIES + 50, noise=3.0)
+    g = torch.Generator().manual_seed(2)
+    sets = torch.stack([torch.rand(1500, generator=g) < p for p in (0.002, 0.05, 0.5)])
+    sets[0, :2] = True  # a set smaller than the short list (k + shortlist = 9 rows)
+    approx = NearestNeighbors(table, search="approximate")
+    for n_q in (50, SINGLE_PASS_MAX_QUERIES + 50):
+        which = torch.randint(0, 3, (n_q,), generator=g)
+        got = approx.search(queries[:n_q], 2, candidate_mask=sets, set_index=which)
+        assert bool(sets[which[:, None], got].all()), n_q
+        assert bool((got[:, 0] != got[:, 1]).all())
+        want = brute_force(queries[:n_q], table, 1, sets[which])[:, 0]
+        assert float((got[:, 0] == want).double().mean()) >= 0.99
+    one = approx.search(queries, 1, candidate_mask=sets[1])
+    assert bool(sets[1][one].all())
+    per_query = sets[torch.arange(len(queries)) % 3]
+    assert bool(per_query.gather(1, approx.search(queries, 1, candidate_mask=per_query)).all())
+
+
+def test_approximate_handles_huge_and_tiny_queries():
+    # Queries are scaled per row before the int8 rounding, so neither huge noise (tiny eta) nor tiny queries overflow.
+    table, queries = make_data(seed=13, v=500, dim=8, n=60, noise=1.0)
+    approx = NearestNeighbors(table, search="approximate")
+    tiny = approx.search(queries * 1e-30, 1)[:, 0]
+    assert float((tiny == brute_force(queries * 1e-30, table, 1)[:, 0]).double().mean()) >= 0.95
+    # Far queries: ||t||^2 no longer matters at float64 precision, the nearest row is the one maximising q.t
+    # (brute force cannot tell the distances apart, so that is the reference).
+    farthest = (queries @ table.double().T).argmax(dim=1)
+    for scale in (1e30, 1e300):
+        got = approx.search(queries * scale, 1)[:, 0]
+        assert bool(((got >= 0) & (got < 500)).all())
+        assert float((got == farthest).double().mean()) >= 0.95, scale
+
+
+def test_approximate_validation_errors():
+    table, queries = make_data(seed=1, v=20, dim=4, n=3)
+    with pytest.raises(ValueError, match="search must be one of .*'fuzzy'"):
+        NearestNeighbors(table, search="fuzzy")
+    for bad in (-1, 1.5, True, "4"):
+        with pytest.raises(ValueError, match=f"shortlist must be an int >= 0, got {bad!r}"):
+            NearestNeighbors(table, search="approximate", shortlist=bad)
+    with pytest.raises(ValueError, match="backend='faiss'"):
+        NearestNeighbors(table, "faiss", search="approximate")
+    approx = NearestNeighbors(table, "matmul", search="approximate", shortlist=0)
+    assert approx.search(queries, 20).shape == (3, 20)
+    with pytest.raises(ValueError, match="exceeds"):
+        approx.search(queries, 21)
+    assert approx.search(queries[:0], 2).shape == (0, 2)

@@ -93,9 +93,10 @@ def test_replacement_rate_decreases_monotonically_in_eta(minilm_table, random_ta
     assert all(a >= b for a, b in zip(values, values[1:])) and values[0] > values[-1]
 
 
-def test_pct2t_keeps_the_category_of_selected_words(minilm_table):
+@pytest.mark.parametrize("search", ["exact", "approximate"])
+def test_pct2t_keeps_the_category_of_selected_words(minilm_table, search):
     tagger = TextBlobTagger()
-    mech = pct2t(minilm_table, 40, tagger=tagger)
+    mech = pct2t(minilm_table, 40, tagger=tagger, search=search)
     assert mech.pos_categories == DEFAULT_POS_CATEGORIES
     result = mech.privatize_detailed(SENTENCES, generator=gen(5))
     checked = 0
@@ -177,7 +178,45 @@ def test_with_eta_shares_the_index(minilm_table):
     assert other.privatize(SENTENCES[:1], generator=gen()) == SENTENCES[:1]
 
 
+def test_approximate_search_keeps_the_accounting_and_nearly_every_output(minilm_table, glove_table):
+    # Approximate search is post-processing of the same noisy vectors: same privacy loss, and with the same
+    # generator the same noise, so outputs can only differ where the exact nearest word missed the short list.
+    for table, eta in ((minilm_table, 100.0), (minilm_table, 60.0), (glove_table, 3.0)):
+        exact = TextToText(table, eta)
+        approx = TextToText(table, eta, search="approximate")
+        assert approx.search == "approximate" and approx.shortlist == 7
+        assert approx.privacy_loss_per_word() == exact.privacy_loss_per_word()
+        assert approx.privacy_loss(23) == exact.privacy_loss(23)
+        assert approx.input_diameter() == exact.input_diameter()
+        same = total = replaced = 0
+        for seed in range(5):
+            a = approx.privatize_detailed(SENTENCES, generator=gen(seed))
+            e = exact.privatize_detailed(SENTENCES, generator=gen(seed))
+            assert (a.n_words, a.n_substituted, a.n_kept, a.substituted_per_text) == (
+                e.n_words, e.n_substituted, e.n_kept, e.substituted_per_text)
+            for wa, we in zip(a.output_words, e.output_words):
+                same += sum(x == y for x, y in zip(wa, we))
+                total += len(we)
+            replaced += e.n_replaced
+        assert replaced > 10  # the noise did move words, so agreement is not trivial
+        assert same / total >= 0.99, (table.name, eta, same, total)
+    pct = pct2t(minilm_table, 100, search="approximate")
+    assert pct.privacy_loss(5) == pct2t(minilm_table, 100).privacy_loss(5)
+    assert TextToText(minilm_table, 1e9, search="approximate").privatize(SENTENCES, generator=gen()) == SENTENCES
+    other = pct.with_eta(1e9)
+    assert other._state is pct._state and other.search == "approximate"
+    assert other.privatize(SENTENCES[:2], generator=gen()) == SENTENCES[:2]
+
+
 def test_validation(random_table):
+    with pytest.raises(ValueError, match="search must be one of .*'fast'"):
+        TextToText(random_table, 1.0, search="fast")
+    with pytest.raises(ValueError, match="shortlist must be an int >= 0, got -1"):
+        TextToText(random_table, 1.0, search="approximate", shortlist=-1)
+    with pytest.raises(ValueError, match="shortlist must be an int >= 0, got 2.0"):
+        TextToText(random_table, 1.0, shortlist=2.0)
+    with pytest.raises(ValueError, match="backend='faiss'"):
+        TextToText(random_table, 1.0, backend="faiss", search="approximate")
     with pytest.raises(ValueError, match="eta must be a finite number > 0, got 0"):
         TextToText(random_table, 0)
     with pytest.raises(ValueError, match="eta"):

@@ -4,7 +4,9 @@
 * ``attribute_inference``: attribute classifiers on released slots, with prior and label references
   (:mod:`.attributes`).
 * ``learned_inversion`` / ``restoration``: a decoder that regenerates prompts from PPFT payloads (:mod:`.learned`).
-* ``substitution_identity`` / ``substitution_channel``: readers of T2T / PCT2T text (:mod:`.substitution`).
+* ``substitution_identity`` / ``substitution_channel``: readers of T2T / PCT2T text (:mod:`.substitution`);
+  ``substitution_learned``: a decoder trained to rewrite it (:mod:`.substitution_learned`, trained by
+  :mod:`.substitution_training`, which is loaded only where it is imported: it needs transformers).
 * ``beamclean``: beam search with a re-estimated surrogate noise model and a token prior (:mod:`.beamclean`,
   priors in :mod:`.priors`).
 
@@ -15,8 +17,9 @@ See docs/attacks.md.
 # registers the attacks), so that ``import textfree.attacks.cli`` -- the ``textfree attacks`` command group, imported on
 # every start of the CLI -- does not load torch.
 _SOURCES = {
-    **dict.fromkeys(['ChannelInverter', 'SUBSTITUTION_CHANNEL_REQUIRES', 'substitution_channel_attack', 'substitution_identity_attack', 'word_recovery'], "substitution"),
-    **dict.fromkeys(['LEARNED_INVERSION_REQUIRES', 'RESTORATION_REQUIRES', 'learned_inversion_attack', 'reconstruct', 'restoration_attack', 'score_reconstructions'], "learned"),
+    **dict.fromkeys(['ChannelInverter', 'SUBSTITUTION_CHANNEL_REQUIRES', 'substitution_channel_attack', 'substitution_identity_attack', 'word_recovery', 'aligned_word_recovery'], "substitution"),
+    **dict.fromkeys(['SUBSTITUTION_LEARNED_REQUIRES', 'SubstitutionInverter', 'substitution_learned_attack'], "substitution_learned"),
+    **dict.fromkeys(['LEARNED_INVERSION_REQUIRES', 'RESTORATION_REQUIRES', 'learned_inversion_attack', 'reconstruct', 'restoration_attack', 'score_reconstructions', 'medoid_text'], "learned"),
     **dict.fromkeys(['AGE_EDGES', 'ATTRIBUTE_REQUIRES', 'AttributeAttackConfig', 'AttributeClassifier', 'AttributeSpec', 'age_bucket', 'attribute_inference_attack', 'attribute_metric_names', 'build_specs', 'label_predictions', 'predict_attributes', 'prior_predictions', 'score_attributes', 'train_attribute_attacker'], "attributes"),
     **dict.fromkeys(['BEAMCLEAN_REQUIRES', 'BeamCleanConfig', 'BeamCleanResult', 'DecodedSequence', 'FAMILIES', 'SurrogateNoise', 'beamclean_attack', 'beamclean_decode', 'beamclean_requirements', 'candidate_pool', 'family_of', 'oracle_noise'], "beamclean"),
     **dict.fromkeys(['METRICS', 'NEAREST_REQUIRES', 'NearestNeighbourInverter', 'NearestNeighbourResult', 'excluded_mask', 'nearest_neighbour_attack', 'nearest_token_ids', 'vocab_topk'], "nearest"),
@@ -30,12 +33,17 @@ __all__ = [
     "substitution_channel_attack",
     "substitution_identity_attack",
     "word_recovery",
+    "aligned_word_recovery",
+    "SUBSTITUTION_LEARNED_REQUIRES",
+    "SubstitutionInverter",
+    "substitution_learned_attack",
     "LEARNED_INVERSION_REQUIRES",
     "RESTORATION_REQUIRES",
     "learned_inversion_attack",
     "reconstruct",
     "restoration_attack",
     "score_reconstructions",
+    "medoid_text",
     "AGE_EDGES",
     "ATTRIBUTE_REQUIRES",
     "AttributeAttackConfig",

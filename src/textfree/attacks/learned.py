@@ -13,7 +13,8 @@ Both make a PPFT-shaped model (projection + decoder) generate text from a payloa
 
 :func:`score_reconstructions` turns reconstructions into the suite's numbers: mean ROUGE-L F1 (PPFT's inversion
 metric), corpus BLEU, and attribute recall read off the text (an attribute counts as recovered when its normalised
-words appear in the reconstruction, PPFT Table 3).
+words appear in the reconstruction, PPFT Table 3). :func:`medoid_text` is the no-input reference: the attacker's best
+constant guess.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ..metrics.text import corpus_bleu, rouge_l
 from .threat import ThreatModel, check_grant, register_attack
 
 __all__ = ["LEARNED_INVERSION_REQUIRES", "RESTORATION_REQUIRES", "learned_inversion_attack", "restoration_attack",
-           "reconstruct", "score_reconstructions"]
+           "reconstruct", "score_reconstructions", "medoid_text"]
 
 LEARNED_INVERSION_REQUIRES = ThreatModel(encoder_queries=True, training_text="in_domain")
 RESTORATION_REQUIRES = ThreatModel()
@@ -77,3 +78,16 @@ def score_reconstructions(
         rows = [(g, t) for g, t in zip(gold, reconstructions) if g]
         out[f"{name}_recall_text"] = attribute_recall([g for g, _ in rows], [t for _, t in rows])["micro"] if rows else math.nan
     return out
+
+
+def medoid_text(texts: Sequence[str], n: int = 100) -> str:
+    """The attacker's best constant guess: the medoid (highest summed ROUGE-L F1 to the others) of ``n`` of its own
+    ``texts`` (distinct, in order), drawn with ``random.Random(0)``. Pri-* prompts share a template, so this scores
+    far above 0 against any prompt: read reconstructions against it."""
+    import random
+
+    texts = list(dict.fromkeys(texts))
+    if not texts:
+        raise ValueError("medoid_text needs at least one text")
+    sample = random.Random(0).sample(texts, min(n, len(texts)))
+    return max(sample, key=lambda t: sum(rouge_l(t, u).f1 for u in sample))

@@ -350,7 +350,7 @@ def _markdown(curves: Sequence[Curve], figures: Sequence[str]) -> str:
         "one token: the loss at the table's exact diameter (the largest distance between two tokens).",
         "*MLP / autoencoder (black box)* (RAPT IV-A1) have no table: they query the clean vectors of the most frequent",
         "public tokens, noise them with the known mechanism and train a token classifier / a denoiser (its output",
-        "mapped to the nearest queried vector); *MSE* is per coordinate against the clean vectors. *PII found* (PUPA):",
+        "mapped to the nearest queried vector); *MSE* is per coordinate against the clean vectors. *PII found* (PUPA units, Presidio spans):",
         "the share of the released PII units (those inside the first `max_tokens` tokens) whose normalised words appear",
         "in the decoded guess.",
     ]

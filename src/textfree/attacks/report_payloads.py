@@ -1,8 +1,8 @@
 """Sections of ``docs/results/attacks.md`` beyond token inversion: attribute inference and learned inversion /
 restoration of PPFT payloads, and the readers of T2T / PCT2T text.
 
-Generated from the result files of the ``attribute_inference`` and ``learned_inversion`` cell kinds (newest file per
-cell name wins), never by hand. Figures are ``mean ± sd`` over seeds (one seed: the mean alone). The formal guarantee
+Generated from the result files of the ``attribute_inference``, ``learned_inversion`` and ``substitution_inversion``
+cell kinds (newest file per cell name wins), never by hand. Figures are ``mean ± sd`` over seeds (one seed: the mean alone). The formal guarantee
 is printed beside every empirical figure: ``slot eps`` (one slot) and ``prompt eps`` (the mean prompt's composed
 worst case, slots x slot eps).
 """
@@ -167,22 +167,31 @@ def inversion_section(cells: list[PayloadCell]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------ T2T / PCT2T readers
+_READERS = (("identity", "identity"), ("channel", "channel"), ("learned", "learned"), ("prior", "no input"))
+
+
 def substitution_section(cells: list[PayloadCell]) -> list[str]:
     lines = ["", "## Readers of T2T / PCT2T text", "",
-             "The released text is read as it is (*identity*) or mapped word by word to the input word that most often",
-             "produced each output word in the attacker's own runs of the mechanism on in-domain text (*channel*).",
-             "Word recovery: original words recovered at their position (%); *kept*: words outside the table, released",
-             "verbatim and not covered by the guarantee; *word eps*: one word's worst case (eta x table diameter)."]
+             "The released text is read as it is (*identity*), mapped word by word to the input word that most often",
+             "produced each output word in the attacker's own runs of the mechanism on in-domain text (*channel*), or",
+             "rewritten by a decoder fine-tuned on the attacker's own runs of the mechanism (*learned*, noise-aware,",
+             "greedy decoding). *no input*: one constant guess, the medoid of the attacker's training texts (Pri-* prompts",
+             "share a template: read the others against it). Word recovery: original words recovered at their position",
+             "(%; a learned guess may have another word count, so its positions come from a minimum-edit alignment);",
+             "*kept*: words outside the table, released verbatim and not covered by the guarantee; *word eps*: one",
+             "word's worst case (eta x table diameter)."]
     if not cells:
         return lines + ["", "No substitution_inversion result files were given."]
     for c in cells:
         pos = (c.cell.get("params") or {}).get("pos")
+        readers = [(a, label) for a, label in _READERS if any(p.spread(f"word_recovery_{a}") for _, p in c.points)]
         lines += ["", f"### `{c.name}` ({'PCT2T, ' + (pos if isinstance(pos, str) else ', '.join(pos)) if pos else 'T2T'})", "",
-                  "| eta | word eps | prompt eps (mean) | replaced | kept | recovery, identity | recovery, channel | ROUGE-L, identity | ROUGE-L, channel |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "| eta | word eps | prompt eps (mean) | replaced | kept | " + " | ".join(f"recovery, {label}" for _, label in readers)
+                  + " | " + " | ".join(f"ROUGE-L, {label}" for _, label in readers) + " |",
+                  "|---|---|---|---|---|" + "---|" * (2 * len(readers))]
         for point, p in c.points:
             eta = point.get("params.eta", (c.cell.get("params") or {}).get("eta"))
             lines.append(f"| {eta} | {_num(p, 'word_epsilon')} | {_num(p, 'prompt_epsilon')} | {_fmt(p, 'replacement_rate', True)} | "
-                         f"{_fmt(p, 'kept_rate', True)} | {_fmt(p, 'word_recovery_identity', True)} | {_fmt(p, 'word_recovery_channel', True)} | "
-                         f"{_fmt(p, 'rouge_l_identity')} | {_fmt(p, 'rouge_l_channel')} |")
+                         f"{_fmt(p, 'kept_rate', True)} | " + " | ".join(_fmt(p, f"word_recovery_{a}", True) for a, _ in readers)
+                         + " | " + " | ".join(_fmt(p, f"rouge_l_{a}") for a, _ in readers) + " |")
     return lines

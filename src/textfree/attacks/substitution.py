@@ -6,9 +6,12 @@
   each output word, and maps every observed word to the input word that most often produced it (the maximum a
   posteriori word under its in-domain prior); an output word it never saw is kept. Needs in-domain text and the
   mechanism with its parameter.
+* ``substitution_learned`` (:mod:`.substitution_learned`): a decoder trained to rewrite released text into the
+  original text.
 
 Scores: :func:`word_recovery` (share of the original words recovered at their position: T2T swaps words one for one
-and keeps the layout, so positions align) and ROUGE-L of the rejoined guess.
+and keeps the layout, so positions align), :func:`aligned_word_recovery` (the same count for a guess that may have
+another word count: positions come from a minimum-edit alignment) and ROUGE-L of the rejoined guess.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ import torch
 
 from .threat import ThreatModel, check_grant, register_attack
 
-__all__ = ["SUBSTITUTION_CHANNEL_REQUIRES", "ChannelInverter", "word_recovery", "substitution_identity_attack",
-           "substitution_channel_attack"]
+__all__ = ["SUBSTITUTION_CHANNEL_REQUIRES", "ChannelInverter", "word_recovery", "aligned_word_recovery",
+           "substitution_identity_attack", "substitution_channel_attack"]
 
 SUBSTITUTION_CHANNEL_REQUIRES = ThreatModel(training_text="in_domain", knows_mechanism=True, knows_parameters=True)
 
@@ -48,6 +51,41 @@ def word_recovery(original: Sequence[Sequence[str]], guessed: Sequence[Sequence[
     if total == 0:
         raise ValueError("word_recovery: no words")
     return hits / total
+
+
+def _aligned_hits(original: Sequence[str], guessed: Sequence[str]) -> int:
+    """Matched words of a minimum-edit (word error rate) alignment of ``guessed`` to ``original``; among the alignments
+    with the fewest edits, the one with the most matches."""
+    a, b = [_key(w) for w in original], [_key(w) for w in guessed]
+    # cost[j] = (edits, -matches) of aligning a[:i] to b[:j], row by row
+    prev = [(j, 0) for j in range(len(b) + 1)]
+    for i in range(1, len(a) + 1):
+        row = [(i, 0)]
+        for j in range(1, len(b) + 1):
+            e, m = prev[j - 1]
+            diagonal = (e, m - 1) if a[i - 1] == b[j - 1] else (e + 1, m)
+            up, left = prev[j], row[j - 1]
+            row.append(min(diagonal, (up[0] + 1, up[1]), (left[0] + 1, left[1])))
+        prev = row
+    return -prev[-1][1]
+
+
+def aligned_word_recovery(original: Sequence[Sequence[str]], guessed: Sequence[Sequence[str]]) -> float:
+    """Share of original words recovered by a guess of any length: the words matched by a minimum-edit alignment
+    (the hits of a word error rate count), case-insensitive. For a guess of the same length it is at least
+    :func:`word_recovery` (the position-by-position alignment is one candidate; a shift can match more words).
+
+    >>> aligned_word_recovery([["I", "ate", "a", "burger"]], [["i", "ate", "a", "big", "burger"]])
+    1.0
+    >>> aligned_word_recovery([["I", "ate", "a", "burger"]], [["i", "eat", "a", "burger"]])
+    0.75
+    """
+    if len(original) != len(guessed):
+        raise ValueError(f"{len(original)} original texts but {len(guessed)} guesses")
+    total = sum(len(o) for o in original)
+    if total == 0:
+        raise ValueError("aligned_word_recovery: no words")
+    return sum(_aligned_hits(o, g) for o, g in zip(original, guessed)) / total
 
 
 @dataclass

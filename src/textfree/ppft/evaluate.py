@@ -10,6 +10,11 @@ Tasks (``task=``):
   ``labels`` is the task's label set (:func:`task_labels`: every option of every record).
 * ``"blind_mcqa"`` / ``"blind_open"``: the same public parts and **no private prefix at all** (zero slots, nothing
   private is sent): what the decoder answers from the options (or the instruction) alone.
+* ``"mcqa_rank"`` / ``"blind_mcqa_rank"``: the prompts of ``"mcqa"`` / ``"blind_mcqa"``, answered by ranking the four
+  options by the probability that the model answers each in full (:meth:`ServerModel.choose`, multiple choice
+  scored as lm-evaluation-harness does) instead of by free generation; scored like ``"mcqa"``. A generation that
+  names no option counts as wrong under ``"mcqa"``; ranking always picks one, so the two separate "the model cannot
+  follow the format" from "the model does not know".
 
 Every result also reports ``accuracy_no_leak``: the accuracy on the records whose private text does not name the
 answer (docs/data.md). ``majority_baseline`` is the accuracy of always answering the most frequent training answer
@@ -31,7 +36,7 @@ from ..rng import resolve_generator
 
 __all__ = ["TASKS", "evaluate_qa", "evaluate_mcqa", "majority_baseline", "task_labels"]
 
-TASKS = ("mcqa", "open", "blind_mcqa", "blind_open")
+TASKS = ("mcqa", "open", "blind_mcqa", "blind_open", "mcqa_rank", "blind_mcqa_rank")
 
 
 def task_labels(*record_lists: Sequence[MCQARecord]) -> list[str]:
@@ -45,6 +50,7 @@ def task_labels(*record_lists: Sequence[MCQARecord]) -> list[str]:
 
 
 def _parts(record: MCQARecord, task: str):
+    task = task.removesuffix("_rank")
     if task == "mcqa":
         return mcqa_prompt(record)
     if task == "open":
@@ -81,6 +87,7 @@ def evaluate_qa(
         if missing:
             raise ValueError(f"open-answer labels miss the gold answer {missing[0]!r}")
     blind = task.startswith("blind")
+    rank = task.endswith("_rank")
     privatizer = None if blind else lm.privatizer(epsilon, k=k, mechanism=mechanism, match=match)
     gen = resolve_generator(None, seed) if (epsilon is not None and not blind) else None
     started = time.time()
@@ -89,12 +96,20 @@ def evaluate_qa(
         chunk = records[start : start + batch_size]
         parts = [_parts(r, task) for r in chunk]
         public = [p.public for p in parts]
+        options = [list(r.options) for r in chunk]
         if blind:  # nothing private is sent: zero slots
             empty = torch.zeros(len(chunk), 0, lm.config.encoder_dim)
-            answers = lm.server.generate(empty, torch.zeros(len(chunk), 0, dtype=torch.bool), public=public, max_new_tokens=max_new_tokens)
+            no_slots = torch.zeros(len(chunk), 0, dtype=torch.bool)
+            if rank:
+                answers = lm.server.rank_options(empty, no_slots, public=public, options=options)
+            else:
+                answers = lm.server.generate(empty, no_slots, public=public, max_new_tokens=max_new_tokens)
         else:
             payload = privatizer.privatize([p.private for p in parts], generator=gen, public=public)
-            answers = lm.server.answer(payload, max_new_tokens=max_new_tokens, batch_size=batch_size)
+            if rank:
+                answers = lm.server.choose(payload, options)
+            else:
+                answers = lm.server.answer(payload, max_new_tokens=max_new_tokens, batch_size=batch_size)
         for record, answer in zip(chunk, answers):
             if open_task:
                 correct = exclusive = open_answer_correct(answer, record.answer, labels)

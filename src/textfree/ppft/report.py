@@ -34,6 +34,7 @@ PAPER_ENCODER_DIM = 1024
 #: eps giving MiniLM (d=384) the paper's expected noise norm d/eps: 75 * 384 / 1024 = 28.125, run as 28.
 WIDTH_MATCHED = 28.0
 _TARGET_RETENTION = 0.85
+_CLEAR_MARGIN = 0.02  # absolute accuracy by which PPFT must beat the blind row and the lower bound
 
 
 @dataclass
@@ -94,6 +95,11 @@ def _fmt(entry: Entry | None, name: str, digits: int = 3) -> str:
     return f"{s['mean']:.{digits}f} ± {s['std']:.{digits}f} ({s['n']})"
 
 
+def _epochs(entry: Entry | None) -> str:
+    epochs = None if entry is None else entry.params.get("epochs")
+    return "—" if epochs is None else str(epochs)
+
+
 def _eps_label(eps: float | None) -> str:
     if eps is None:
         return "none"
@@ -150,17 +156,15 @@ def _table1(entries: Sequence[Entry], ds: str) -> list[str]:
                      _latest(stage2, family="l2_laplace", blind=False, epsilon=eps, k=4), ("mcqa", "open")))
     rows.append(("upper bound (stage 2 without noise)", "{:.4f}".format(paper[2]) if paper[2] else "", upper, ("mcqa", "open")))
     out = [
-        "| row | 4-option acc | 4-option, prompt does not name the answer | open-answer acc | open-answer, no name | paper 4-option (Llama-3.2-1B) |",
-        "|---|---|---|---|---|---|",
+        "| row | stage-2 epochs | 4-option acc | 4-option, prompt does not name the answer | 4-option, ranked | open-answer acc | open-answer, no name | paper 4-option (Llama-3.2-1B) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for label, paper_cell, e, (t4, to) in rows:
-        out.append(f"| {label} | {_fmt(e, f'acc_{t4}')} | {_fmt(e, f'acc_{t4}_no_leak')} | {_fmt(e, f'acc_{to}')} | "
-                   f"{_fmt(e, f'acc_{to}_no_leak')} | {paper_cell or '—'} |")
+        out.append(f"| {label} | {_epochs(e)} | {_fmt(e, f'acc_{t4}')} | {_fmt(e, f'acc_{t4}_no_leak')} | {_fmt(e, f'acc_{t4}_rank')} | "
+                   f"{_fmt(e, f'acc_{to}')} | {_fmt(e, f'acc_{to}_no_leak')} | {paper_cell or '—'} |")
     ref = next((e for e in stage2 + lower if e.values("majority_baseline")), None)
-    epochs = sorted({int(e.params["epochs"]) for e in stage2 if e.params.get("epochs") is not None})
-    if epochs:
-        out.append("")
-        out.append(f"Stage 2: {', '.join(map(str, epochs))} epoch(s) over the training rows (both prompt formats).")
+    out.append("")
+    out.append("Stage-2 epochs are passes over the training rows (both prompt formats); the lower bound has no stage 2.")
     if ref is not None:
         out.append("")
         out.append(f"Held-out records: {int(ref.mean('n_heldout'))} ({int(ref.mean('n_no_leak'))} whose private text does not "
@@ -176,13 +180,17 @@ def _targets(stage2, blind, upper, lower, ds) -> list[str]:
     if ppft is None or upper is None:
         return []
     lines = ["", f"Targets at the width-matched eps {WIDTH_MATCHED:g}, k=4 (issue: keep >= {_TARGET_RETENTION:.0%} of the upper bound, "
-             "beat the blind row and the lower bound clearly):", ""]
-    for task, blind_task, name in (("mcqa", "blind_mcqa", "4-option"), ("open", "blind_open", "open-answer")):
+             f"beat the blind row and the lower bound clearly, read here as by at least {_CLEAR_MARGIN:.2f}):", ""]
+    for task, blind_task, name in (("mcqa", "blind_mcqa", "4-option"), ("open", "blind_open", "open-answer"),
+                                   ("mcqa_rank", "blind_mcqa_rank", "4-option, ranked (not the paper's metric)")):
+        if not ppft.values(f"acc_{task}"):
+            continue
         p, u = ppft.mean(f"acc_{task}"), upper.mean(f"acc_{task}")
         b = blind.mean(f"acc_{blind_task}") if blind else math.nan
         lo = low.mean(f"acc_{task}") if low else math.nan
         keep = (p / u) if u else math.nan
-        verdict = "met" if (not math.isnan(keep) and keep >= _TARGET_RETENTION and p > b and p > lo) else "NOT met"
+        clear = all(not math.isnan(ref) and p - ref >= _CLEAR_MARGIN for ref in (b, lo))  # a missing control fails
+        verdict = "met" if (not math.isnan(keep) and keep >= _TARGET_RETENTION and clear) else "NOT met"
         lines.append(f"- {name}: PPFT {p:.4f} = {_ratio(p, u)} of the upper bound {u:.4f}; blind {b:.4f}; lower bound {lo:.4f} -> **{verdict}**")
     return lines
 
@@ -190,7 +198,8 @@ def _targets(stage2, blind, upper, lower, ds) -> list[str]:
 def _table_k(entries: Sequence[Entry], ds: str) -> list[str]:
     stage2 = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds and not _get(e, "blind")
               and _get(e, "family") == "l2_laplace" and _get(e, "epsilon") is not None]
-    out = ["| eps | k | 4-option acc | open-answer acc | open, no name | worst-case loss of a mean prompt |", "|---|---|---|---|---|---|"]
+    out = ["| eps | k | stage-2 epochs | 4-option acc | 4-option, ranked | open-answer acc | open, no name | worst-case loss of a mean prompt |",
+           "|---|---|---|---|---|---|---|---|"]
     found = False
     for eps in (PAPER_EPSILON, WIDTH_MATCHED):
         for k in (4, 8, 16):
@@ -198,15 +207,15 @@ def _table_k(entries: Sequence[Entry], ds: str) -> list[str]:
             if e is None:
                 continue
             found = True
-            out.append(f"| {_eps_label(eps)} | {k} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_open')} | {_fmt(e, 'acc_open_no_leak')} | "
+            out.append(f"| {_eps_label(eps)} | {k} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} | {_fmt(e, 'acc_open')} | {_fmt(e, 'acc_open_no_leak')} | "
                        f"{e.mean('prompt_epsilon'):.0f} |")
     return out if found else []
 
 
 def _table_noise(entries: Sequence[Entry], ds: str) -> list[str]:
     stage2 = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds and not _get(e, "blind")]
-    out = ["| noise | eps | expected noise norm | per-slot guarantee | 4-option acc | open-answer acc | open, no name |",
-           "|---|---|---|---|---|---|---|"]
+    out = ["| noise | eps | expected noise norm | per-slot guarantee | stage-2 epochs | 4-option acc | 4-option, ranked | open-answer acc | open, no name |",
+           "|---|---|---|---|---|---|---|---|---|"]
     found = False
     for eps in (PAPER_EPSILON, WIDTH_MATCHED):
         lap = _latest(stage2, family="l2_laplace", epsilon=eps, k=4)
@@ -220,11 +229,11 @@ def _table_noise(entries: Sequence[Entry], ds: str) -> list[str]:
             found = True
             slot = e.mean("slot_epsilon")
             guarantee = f"{slot:.3g}" + (" (pure)" if label == "L2-Laplace" else ", delta 1e-5")
-            out.append(f"| {label} | {_eps_label(eps)} | {norm} | {guarantee} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_open')} | "
+            out.append(f"| {label} | {_eps_label(eps)} | {norm} | {guarantee} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} | {_fmt(e, 'acc_open')} | "
                        f"{_fmt(e, 'acc_open_no_leak')} |")
     upper = _latest(stage2, epsilon=None, blind=False)
     if upper is not None and found:
-        out.append(f"| no noise (upper bound) | — | 0 | none | {_fmt(upper, 'acc_mcqa')} | {_fmt(upper, 'acc_open')} | "
+        out.append(f"| no noise (upper bound) | — | 0 | none | {_epochs(upper)} | {_fmt(upper, 'acc_mcqa')} | {_fmt(upper, 'acc_mcqa_rank')} | {_fmt(upper, 'acc_open')} | "
                    f"{_fmt(upper, 'acc_open_no_leak')} |")
     return out if found else []
 
@@ -241,11 +250,11 @@ def _table_general(entries: Sequence[Entry]) -> list[str]:
     gen = [e for e in entries if e.kind == "ppft_evaluate" and not e.dataset.lower().startswith("pri-")]
     if not gen:
         return []
-    out = ["| model (Pri-DDX stage 2) | payloads | dataset | n | 4-option acc |", "|---|---|---|---|---|"]
+    out = ["| model (Pri-DDX stage 2) | payloads | dataset | n | 4-option acc | 4-option, ranked |", "|---|---|---|---|---|---|"]
     for e in gen:
         model = str(e.params.get("model", "?"))
         eps = e.params.get("epsilon", "the model's")
-        out.append(f"| `{model}` | eps {eps if eps is not None else 'none (clean)'} | {e.dataset} | {int(e.mean('n_heldout'))} | {_fmt(e, 'acc_mcqa')} |")
+        out.append(f"| `{model}` | eps {eps if eps is not None else 'none (clean)'} | {e.dataset} | {int(e.mean('n_heldout'))} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} |")
     out.append("")
     out.append("Chance is 0.20 on CommonsenseQA (5 options) and about 0.25 on ARC-Challenge (mostly 4 options).")
     return out
@@ -261,12 +270,12 @@ def _table_time(entries: Sequence[Entry]) -> list[str]:
         ("decoder pretraining (small preset)", pre.mean("wall_s") if pre else math.nan, pre),
         ("stage 1 (alignment)", s1.mean("train_wall_s") if s1 else math.nan, s1),
         ("stage 2 (Pri-DDX, eps 28, k 4)", s2.mean("train_wall_s") if s2 else math.nan, s2),
-        ("evaluation (Pri-DDX held-out, 4-option + open, one noise seed)", s2.mean("eval_wall_s") if s2 else math.nan, s2),
+        ("evaluation (Pri-DDX held-out, the cell's tasks, one noise seed; mean over seeds)", s2.mean("eval_wall_s") if s2 else math.nan, None),
     ]
     out = ["| step | wall time (s) | note |", "|---|---|---|"]
     total = 0.0
     for label, secs, e in parts:
-        reused = e is not None and e.mean("reused") == 1.0
+        reused = e is not None and e.mean("reused") == 1.0  # evaluation (e None) is always measured afresh
         out.append(f"| {label} | {'—' if math.isnan(secs) else f'{secs:.0f}'} | {'recorded by the run the cell reused' if reused else ''} |")
         total += 0.0 if math.isnan(secs) else secs
     out.append(f"| **total** | **{total:.0f}** ({total / 60:.1f} min; target < 60 min) | |")
@@ -298,7 +307,9 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) ->
         "Scoring: 4-option = the normalised gold option text is contained in the answer (PPFT Appendix D.1);",
         "open-answer = no options shown, and the first task label (any option of any record) the answer names must be",
         "the gold one. \"No name\" columns are on the held-out records whose private text does not contain the answer",
-        "string.",
+        "string. *Ranked* (not the paper's metric) = the same 4-option prompts, answered by the option the model is most",
+        "likely to generate in full (lm-evaluation-harness style likelihood scoring) instead of free generation: it",
+        "separates \"cannot follow the answer format\" (a free answer naming no option scores 0) from \"does not know\".",
     ]
     for ds, title in (("pri-ddx", "Pri-DDX"), ("pri-slja", "Pri-SLJA")):
         if not any(e.dataset.lower() == ds for e in entries):

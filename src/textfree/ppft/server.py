@@ -322,6 +322,66 @@ class ServerModel(torch.nn.Module):
             loss = F.cross_entropy(chosen.float(), gold, reduction="sum") / max(n_tokens, 1)
         return ServerOutput(loss, logits, label_t, attention, n_tokens, predicts if sparse else None)
 
+    @torch.no_grad()
+    def score_targets(
+        self, vectors: torch.Tensor, mask: torch.Tensor, *, public: Sequence[str] | None, targets: Sequence[str]
+    ) -> torch.Tensor:
+        """Log-probability [B] of generating exactly each row's target (answer tokens + EOS) after its payload and
+        public part: ``sum_t log p(target_t | slots, public, target_<t)``, float64."""
+        was_training = self.training
+        self.eval()
+        try:
+            out = self.forward(vectors, mask, public=public, targets=targets)
+        finally:
+            self.train(was_training)
+        predicts = out.logit_positions
+        if predicts is None:  # the decoder computed logits everywhere
+            predicts = torch.zeros_like(out.labels, dtype=torch.bool)
+            predicts[:, :-1] = out.labels[:, 1:] != IGNORE_INDEX
+            logits = out.logits[predicts]
+        else:
+            logits = out.logits
+        gold = out.labels[:, 1:][predicts[:, :-1]]
+        token_logp = torch.log_softmax(logits.double(), dim=-1).gather(-1, gold.unsqueeze(-1)).squeeze(-1)
+        rows = predicts.nonzero()[:, 0]
+        return torch.zeros(out.labels.shape[0], dtype=torch.float64, device=token_logp.device).index_add_(0, rows, token_logp)
+
+    @torch.no_grad()
+    def rank_options(
+        self,
+        vectors: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        public: Sequence[str] | None,
+        options: Sequence[Sequence[str]],
+        batch_size: int = 64,
+    ) -> list[str]:
+        """Per row, the option the model is most likely to answer in full (:meth:`score_targets`) instead of a free
+        generation: multiple choice scored by likelihood, as lm-evaluation-harness does. ``options[i]`` are row i's
+        option texts (the public options block); at most ``batch_size`` (row, option) pairs go through one pass."""
+        vectors, mask, public, _ = self._check_inputs(vectors, mask, public, None)
+        if not isinstance(options, (list, tuple)) or len(options) != vectors.shape[0]:
+            raise ValueError(f"options must be a list with one entry per payload row ({vectors.shape[0]})")
+        for i, opts in enumerate(options):
+            if not isinstance(opts, (list, tuple)) or not opts or not all(isinstance(o, str) and o.strip() for o in opts):
+                raise ValueError(f"options[{i}] must be a non-empty list of non-empty strings, got {opts!r}")
+        rows = [i for i, opts in enumerate(options) for _ in opts]
+        flat = [o for opts in options for o in opts]
+        scores = []
+        for start in range(0, len(rows), batch_size):
+            index = torch.tensor(rows[start : start + batch_size])
+            n = int(mask[index].sum(dim=1).max()) if mask.shape[1] else 0
+            scores.append(self.score_targets(
+                vectors[index, :n], mask[index, :n], targets=flat[start : start + batch_size],
+                public=None if public is None else [public[i] for i in index.tolist()],
+            ))
+        scores_t = torch.cat(scores)
+        best, start = [], 0
+        for opts in options:
+            best.append(opts[int(scores_t[start : start + len(opts)].argmax())])
+            start += len(opts)
+        return best
+
     def _check_length(self, length: int) -> None:
         limit = getattr(self.decoder.config, "max_position_embeddings", None)
         if limit and length > limit and not getattr(self, "_warned_length", False):
@@ -417,6 +477,15 @@ class ServerModel(torch.nn.Module):
                 public=None if public is None else public[sl], max_new_tokens=max_new_tokens,
             )
         return answers
+
+    def choose(self, payload: Payload, options: Sequence[Sequence[str]], *, public: Sequence[str] | None = None, batch_size: int = 64) -> list[str]:
+        """:meth:`answer` for multiple choice: per payload row, the option (of ``options[i]``) the model is most
+        likely to answer (:meth:`rank_options`). The options are public text the client sent (its options block)."""
+        if not isinstance(payload, Payload):
+            raise TypeError(f"ServerModel.choose takes a textfree Payload (privatized vectors), got {type(payload).__name__}")
+        self.check_payload(payload)
+        public = payload.public if public is None else _require_strings("public", public, payload.batch_size)
+        return self.rank_options(payload.vectors, payload.mask, public=public, options=options, batch_size=batch_size)
 
 
 def load_server_tokenizer(run_dir: str | os.PathLike):

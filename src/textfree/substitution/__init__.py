@@ -6,7 +6,15 @@ the client sends text, not vectors. See docs/substitution.md.
 
 from ..geometry import gamma, max_pairwise_distance
 from .embeddings import COMMON_PUNCTUATION, SubwordEmbedder, WordEmbeddingTable, default_whole_words
-from .nn import AUTO_FAISS_MIN_QUERIES, BACKENDS, NearestNeighbors, faiss_available, resolve_backend
+from .nn import (
+    AUTO_FAISS_MIN_QUERIES,
+    BACKENDS,
+    DEFAULT_SHORTLIST,
+    SEARCH_MODES,
+    NearestNeighbors,
+    faiss_available,
+    resolve_backend,
+)
 from .pos import (
     PTB_TO_UNIVERSAL,
     TAGGERS,
@@ -26,10 +34,12 @@ __all__ = [
     "BACKENDS",
     "COMMON_PUNCTUATION",
     "DEFAULT_POS_CATEGORIES",
+    "DEFAULT_SHORTLIST",
     "NearestNeighbors",
     "NltkPerceptronTagger",
     "OOV_POLICIES",
     "PTB_TO_UNIVERSAL",
+    "SEARCH_MODES",
     "SubwordEmbedder",
     "T2TResult",
     "TAGGERS",

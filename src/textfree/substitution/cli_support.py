@@ -9,6 +9,7 @@ from typing import Sequence
 import torch
 
 from .embeddings import WordEmbeddingTable
+from .nn import DEFAULT_SHORTLIST
 from .pos import get_tagger
 from .t2t import TextToText
 
@@ -46,15 +47,20 @@ def parse_pos(pos: str | None) -> tuple[str, ...] | None:
 
 
 def build_t2t(*, table: str = "default", eta: float, pos: str | None = None, tagger: str = "textblob",
-              nltk_data: str | os.PathLike | None = None) -> TextToText:
-    """``table``: 'default' (all-MiniLM-L6-v2's input embeddings), an HF name/path, or 'glove:PATH'."""
+              nltk_data: str | os.PathLike | None = None, search: str = "exact",
+              shortlist: int = DEFAULT_SHORTLIST) -> TextToText:
+    """``table``: 'default' (all-MiniLM-L6-v2's input embeddings), an HF name/path, or 'glove:PATH'.
+
+    ``search``: 'exact' (default) or 'approximate' (int8 pass + float64 re-rank of ``1 + shortlist`` words;
+    same privacy accounting, see docs/substitution.md).
+    """
     if table.startswith("glove:"):
         words = WordEmbeddingTable.from_glove(table[len("glove:"):])
     else:
         words = WordEmbeddingTable.from_hf_model(None if table == "default" else table)
     categories = parse_pos(pos)
     tag = get_tagger(tagger, nltk_data) if categories else None
-    return TextToText(words, eta, pos_categories=categories, tagger=tag)
+    return TextToText(words, eta, pos_categories=categories, tagger=tag, search=search, shortlist=shortlist)
 
 
 def default_corpus(limit: int = 500) -> list[str]:

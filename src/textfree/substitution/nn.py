@@ -1,6 +1,7 @@
-"""Exact L2 nearest-neighbour search over an embedding table, for a batch of query vectors.
+"""L2 nearest-neighbour search over an embedding table, for a batch of query vectors: exact (the default) or,
+opt-in, approximate (``search="approximate"``, below).
 
-Two backends find a short list of ``k + rerank`` candidates per query in float32:
+Exact search. Two backends find a short list of ``k + rerank`` candidates per query in float32:
 
 * ``"matmul"``: torch, in query chunks: ``argmin_t ||t||^2 - 2 q.t`` with precomputed float32 row norms. The
   ``||q||^2`` term of ``||q - t||^2`` is the same for every row, so it changes no ranking; leaving it out
@@ -22,6 +23,25 @@ Candidate restriction (PCT2T): ``candidate_mask`` [V] (one set for all queries),
 faiss sub-index), built on first use and cached, so it costs only the size of the set. Several sets in one call:
 below :data:`SINGLE_PASS_MAX_QUERIES` queries one masked matmul pass over the whole table (the table is read
 once), from there on one search per set.
+
+Approximate search (``search="approximate"``, opt-in): one pass over an int8 copy of the table instead of the
+float32 one, then the same float64 re-rank, without the certificate. Each dimension i of the table is scaled by
+its own factor D_i (its largest |t_i| maps to 127) and rounded to int8, once per table (candidate sets use the
+same codes); a query is scaled the other way (q_i D_i), then by its own factor s so that its largest entry maps to
+127, and rounded to int8. The integer product q~.t~ approximates q.t / s up to the two roundings (the int32
+accumulation is exact), and ``2 s q~.t~ - ||t||^2`` (float32) approximates ``2 q.t - ||t||^2``, largest for the
+nearest row. The ``k + shortlist`` best rows per query are re-ranked exactly in float64 and the k best returned.
+The answer is the exact nearest neighbour whenever that row makes the int8 short list, and otherwise the best
+row of the list. It is a fixed function of each query and the public table (no randomness, nothing trained): the
+same queries give the same answers, and since every score is computed element by element from exact integer
+products, a query's answer does not depend on the other queries of its batch (up to exact ties of int8 scores).
+Candidate sets work as in the exact search; rows outside a query's set never come back. The int8 matmul is
+torch's ``_int_mm`` (AVX512-VNNI on this project's CPU; where a torch build lacks it, a float64 matmul of the
+same integers gives the same products, slower). Measured with benchmarks/bench_approx_search.py (MiniLM's table,
+3,000 queries, 1 thread): 3.3x faster than the exact search. Agreement with the exact search:
+:data:`DEFAULT_SHORTLIST` and docs/substitution.md, which also explains why an approximate answer does not change
+the privacy of T2T (post-processing). This mode reads the float32 rows it re-ranks from ``table_vectors`` itself
+when that is already a float32 CPU tensor (no copy): do not modify it in place afterwards.
 """
 
 from __future__ import annotations
@@ -37,6 +57,8 @@ from ..geometry import gamma
 __all__ = [
     "NearestNeighbors",
     "BACKENDS",
+    "SEARCH_MODES",
+    "DEFAULT_SHORTLIST",
     "AUTO_FAISS_MIN_QUERIES",
     "SINGLE_PASS_MAX_QUERIES",
     "resolve_backend",
@@ -44,6 +66,16 @@ __all__ = [
 ]
 
 BACKENDS = ("auto", "matmul", "faiss")
+
+#: ``search="exact"`` (the default): certified exact nearest neighbours. ``search="approximate"``: an int8 pass
+#: and a float64 re-rank of its short list (module docstring).
+SEARCH_MODES = ("exact", "approximate")
+
+#: Approximate search keeps ``k + DEFAULT_SHORTLIST`` rows per query from the int8 pass. Measured with k = 1 on
+#: MiniLM's 21,777 x 384 word table, queries = the rows of 9,232 SST-2 words + L2-Laplace noise at each of eta =
+#: 10, 25, 50, 75, 100, 150, 200 (64,624 queries): the exact neighbour missed a list of 1 row (shortlist 0) for
+#: 1,057 queries, of 2 rows for 46, of 4, 5 or 8 rows for none. 7 leaves a margin for other tables.
+DEFAULT_SHORTLIST = 7
 
 
 @functools.lru_cache(maxsize=1)
@@ -68,6 +100,13 @@ AUTO_FAISS_MIN_QUERIES = 400
 #: the table is read once); from it on, one search per set over that set's own sub-table (fewer flops).
 SINGLE_PASS_MAX_QUERIES = AUTO_FAISS_MIN_QUERIES
 
+#: Approximate search: columns per block of the two-step top-r selection (a max per block, then the best blocks'
+#: columns). 128 and 256 were fastest for 256 queries x 21,777 rows (3.5 / 3.4 ms against 8.3 ms for topk; 32: 20 ms).
+_BLOCK = 128
+
+#: The largest |value| of an int8 code (symmetric: -127..127, so negation never overflows).
+_INT8_MAX = 127.0
+
 
 def resolve_backend(backend: str, n_queries: int) -> str:
     """The backend that serves a batch of ``n_queries`` queries: "matmul" or "faiss"."""
@@ -79,17 +118,27 @@ def resolve_backend(backend: str, n_queries: int) -> str:
 class _SubTable:
     """One candidate set: its rows (original ids), float32 vectors, norms and, lazily, a faiss index."""
 
-    def __init__(self, vectors: torch.Tensor, ids: torch.Tensor | None):
+    def __init__(
+        self, vectors: torch.Tensor, ids: torch.Tensor | None, *, exact: bool = True, parent: "_SubTable" = None
+    ):
         self.ids = ids  # None: all rows, in order
-        # Stored as [d, V] contiguous: torch's matmul with few queries runs ~1.5x faster on that layout than on
-        # a transposed [V, d] view (10 queries x 21,777 rows: 3.6 ms vs 5.4 ms); ``vectors`` is a [V, d] view.
-        self.vt = vectors.T.contiguous()
-        self.vectors = self.vt.T
+        self.parent = parent  # the full table, whose int8 codes a candidate set reuses
+        if exact:
+            # Stored as [d, V] contiguous: torch's matmul with few queries runs ~1.5x faster on that layout than on
+            # a transposed [V, d] view (10 queries x 21,777 rows: 3.6 ms vs 5.4 ms); ``vectors`` is a [V, d] view.
+            self.vt = vectors.T.contiguous()
+            self.vectors = self.vt.T
+        else:
+            # Approximate search scans the int8 copy and only gathers short-list rows from here: row-major, so
+            # that each gathered row is one contiguous read.
+            self.vt = None
+            self.vectors = vectors.contiguous()
         norms64 = self.vectors.to(torch.float64).square().sum(dim=1)
         self.sqnorm64 = norms64
         self.sqnorm32 = norms64.to(torch.float32)
         self.max_norm = float(norms64.max().sqrt()) if len(norms64) else 0.0
         self._faiss = None
+        self._int8 = None
 
     def __len__(self) -> int:
         return self.vectors.shape[0]
@@ -105,15 +154,43 @@ class _SubTable:
             self._faiss = index
         return self._faiss
 
+    def int8_index(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Approximate search: (codes [d, V'] int8, dim_scale [d] float64, neg_sqnorm [V'] float32).
+
+        ``codes[i, j] = round(t_ji / dim_scale[i])`` with ``dim_scale[i] = max_j |t_ji| / 127`` (1 for an all-zero
+        dimension); ``neg_sqnorm = -||t||^2``. V' rounds V up to a multiple of :data:`_BLOCK`: padding columns
+        have zero codes and ``neg_sqnorm = -inf``, so they never rank.
+        """
+        if self._int8 is None:
+            v, d = self.vectors.shape
+            padded = -(-v // _BLOCK) * _BLOCK
+            codes = torch.zeros(d, padded, dtype=torch.int8)
+            if self.parent is not None:  # a candidate set: the full table's codes, so that scores match its own
+                parent_codes, dim_scale, _ = self.parent.int8_index()
+                codes[:, :v] = parent_codes[:, self.ids]
+            else:
+                t64 = self.vectors.to(torch.float64)
+                dim_scale = t64.abs().amax(dim=0) / _INT8_MAX
+                dim_scale = torch.where(dim_scale > 0, dim_scale, torch.ones_like(dim_scale))
+                codes[:, :v] = (t64 / dim_scale).round().T.to(torch.int8)
+            neg_sqnorm = torch.full((padded,), float("-inf"), dtype=torch.float32)
+            neg_sqnorm[:v] = -self.sqnorm32
+            self._int8 = (codes, dim_scale, neg_sqnorm)
+        return self._int8
+
     def to_original(self, local: torch.Tensor) -> torch.Tensor:
         return local if self.ids is None else self.ids[local]
 
 
 class NearestNeighbors:
-    """Exact L2 nearest neighbours among the rows of ``table_vectors`` [V, d].
+    """L2 nearest neighbours among the rows of ``table_vectors`` [V, d]: exact by default.
 
     ``search(queries [N, d], k=1, candidate_mask=None)`` returns int64 row indices [N, k], nearest first.
     Queries may be float32 or float64; exactness is with respect to the queries as given.
+
+    ``search="approximate"`` (opt-in) trades exactness for speed: an int8 pass keeps ``k + shortlist`` rows per
+    query and float64 re-ranks them (module docstring). ``backend`` chooses the engine of the exact search; the
+    approximate pass always runs on torch, so it takes "auto" or "matmul" and refuses "faiss".
     """
 
     def __init__(
@@ -121,6 +198,8 @@ class NearestNeighbors:
         table_vectors: torch.Tensor,
         backend: str = "auto",
         *,
+        search: str = "exact",
+        shortlist: int = DEFAULT_SHORTLIST,
         chunk_size: int = 256,
         rerank: int = 4,
         max_cached_subsets: int = 64,
@@ -134,7 +213,19 @@ class NearestNeighbors:
             raise ValueError(f"NearestNeighbors: backend must be one of {BACKENDS}, got {backend!r}")
         if backend == "faiss" and not faiss_available():
             raise ValueError("NearestNeighbors: backend 'faiss' needs the faiss-cpu package")
-        limits = (("chunk_size", chunk_size, 1), ("rerank", rerank, 1), ("max_cached_subsets", max_cached_subsets, 0))
+        if search not in SEARCH_MODES:
+            raise ValueError(f"NearestNeighbors: search must be one of {SEARCH_MODES}, got {search!r}")
+        if search == "approximate" and backend == "faiss":
+            raise ValueError(
+                "NearestNeighbors: search='approximate' runs an int8 torch pass; backend='faiss' has none "
+                "(use backend='auto' or 'matmul')"
+            )
+        limits = (
+            ("chunk_size", chunk_size, 1),
+            ("rerank", rerank, 1),
+            ("shortlist", shortlist, 0),
+            ("max_cached_subsets", max_cached_subsets, 0),
+        )
         for name, value, low in limits:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"NearestNeighbors: {name} must be an int >= {low}, got {value!r}")
@@ -142,12 +233,19 @@ class NearestNeighbors:
         if not torch.isfinite(vectors).all():
             raise ValueError("NearestNeighbors: table_vectors contains NaN or infinite values")
         self.backend = backend
+        self.search_mode = search
+        self.shortlist = shortlist
         self.chunk_size = chunk_size
         self.rerank = rerank
         self.max_cached_subsets = max_cached_subsets
-        self._full = _SubTable(vectors, None)
+        self._full = _SubTable(vectors, None, exact=self.exact)
         self._subsets: OrderedDict[bytes, _SubTable] = OrderedDict()
         self.n_fallback = 0  # queries re-searched in float64 because the float32 pass was not conclusive
+
+    @property
+    def exact(self) -> bool:
+        """True for the exact search, False for ``search="approximate"``."""
+        return self.search_mode == "exact"
 
     @property
     def num_rows(self) -> int:
@@ -247,7 +345,7 @@ class NearestNeighbors:
         sub = self._subsets.get(key)
         if sub is None:
             ids = torch.nonzero(mask).flatten()
-            sub = _SubTable(self._full.vectors[ids], ids)
+            sub = _SubTable(self._full.vectors[ids], ids, exact=self.exact, parent=self._full)
             if self.max_cached_subsets:
                 self._subsets[key] = sub
                 while len(self._subsets) > self.max_cached_subsets:
@@ -270,8 +368,14 @@ class NearestNeighbors:
             raise ValueError(f"NearestNeighbors.search: k={k} exceeds the number of candidates {int(available.min())}")
         if n == 0:
             return torch.empty(0, k, dtype=torch.int64)
-        r = min(k + self.rerank, len(sub))
         q64 = q.to(torch.float64)
+        if not self.exact:
+            r = min(k + self.shortlist, len(sub))
+            cand = self._int8_topr(sub, q64, r, sets)
+            exact = self._rerank64(sub, q64, cand, sets)
+            order = exact.argsort(dim=1, stable=True)[:, :k]
+            return sub.to_original(torch.gather(cand, 1, order))
+        r = min(k + self.rerank, len(sub))
         qnorm = q64.norm(dim=1)
         if sets is None and resolve_backend(self.backend, n) == "faiss":
             approx, cand = self._faiss_topr(sub, q, r)
@@ -282,15 +386,7 @@ class NearestNeighbors:
         # 2 gamma_{d+4} (2 ||q|| T + T^2), T the largest row norm of the table searched.
         t = sub.max_norm
         err = 2.0 * gamma(self.dim + 4) * (2.0 * qnorm * t + t * t)
-        # Exact re-rank of the short list in float64: s(t) = ||t||^2 - 2 q.t = ||q - t||^2 - ||q||^2.
-        exact = torch.empty(n, r, dtype=torch.float64)
-        step = max(1, (1 << 22) // (r * self.dim))  # about 32 MB of float64 rows per step
-        for start in range(0, n, step):
-            sl = slice(start, start + step)
-            rows = sub.vectors[cand[sl]].to(torch.float64)  # [c, r, d]
-            exact[sl] = sub.sqnorm64[cand[sl]] - 2.0 * torch.einsum("crd,cd->cr", rows, q64[sl])
-        if sets is not None:  # rows outside a query's set may fill its list when the set has < r rows
-            exact.masked_fill_(~sets[0][sets[1][:, None], cand], float("inf"))
+        exact = self._rerank64(sub, q64, cand, sets)
         order = exact.argsort(dim=1)[:, :k]
         best_local = torch.gather(cand, 1, order)
         kth_exact = torch.gather(exact, 1, order[:, -1:]).squeeze(1)
@@ -302,6 +398,64 @@ class NearestNeighbors:
             bad_sets = None if sets is None else sets[0][sets[1][bad]]
             best_local[bad] = self._exact_topk(sub, q64[bad], k, bad_sets)
         return sub.to_original(best_local)
+
+    def _rerank64(self, sub: _SubTable, q64: torch.Tensor, cand: torch.Tensor, sets=None) -> torch.Tensor:
+        """Exact float64 scores s(t) = ||t||^2 - 2 q.t = ||q - t||^2 - ||q||^2 of the listed rows [N, r]; +inf for
+        rows outside a query's set (they fill its list when the set has fewer than r rows)."""
+        n, r = cand.shape
+        exact = torch.empty(n, r, dtype=torch.float64)
+        step = max(1, (1 << 22) // (r * self.dim))  # about 32 MB of float64 rows per step
+        for start in range(0, n, step):
+            sl = slice(start, start + step)
+            rows = sub.vectors[cand[sl]].to(torch.float64)  # [c, r, d]
+            exact[sl] = sub.sqnorm64[cand[sl]] - 2.0 * torch.einsum("crd,cd->cr", rows, q64[sl])
+        if sets is not None:
+            exact.masked_fill_(~sets[0][sets[1][:, None], cand], float("inf"))
+        return exact
+
+    def _int8_topr(self, sub: _SubTable, q64: torch.Tensor, r: int, sets=None) -> torch.Tensor:
+        """Approximate search: the r rows with the best int8 score per query (module docstring), unordered."""
+        codes, dim_scale, neg_sqnorm = sub.int8_index()
+        v = len(sub)
+        n_blocks = codes.shape[1] // _BLOCK
+        # q = m u with |u_i| <= 1 first, so that no product below can overflow float64 whatever the query's size.
+        m = q64.abs().amax(dim=1, keepdim=True)
+        m = torch.where(m > 0, m, torch.ones_like(m))  # a zero query: any scale will do
+        scaled = (q64 / m) * dim_scale
+        s = scaled.abs().amax(dim=1, keepdim=True) / _INT8_MAX  # > 0 for a nonzero query
+        s = torch.where(s > 0, s, torch.ones_like(s))
+        q8 = (scaled / s).round().to(torch.int8)  # |scaled / s| <= 127 by construction
+        # q~.t~ ~ q.t / (m s), so score = 2 m s q~.t~ - ||t||^2 ~ 2 q.t - ||t||^2. Capping 2 m s at 1e25 keeps float32
+        # finite (|q~.t~| <= 127^2 d) for huge queries, whose ranking the product decides alone anyway; for tiny ones
+        # it underflows to 0 and the norm decides, as it should. The float64 re-rank has the last word.
+        two_s = (2.0 * m * s).clamp(max=1e25).to(torch.float32)
+        cand = torch.empty(q64.shape[0], r, dtype=torch.int64)
+        offsets = torch.arange(_BLOCK)
+        # Block selection needs r real columns per query: a smaller candidate set would let padding columns in.
+        by_blocks = n_blocks > 2 * r and (sets is None or int(sets[0].sum(dim=1)[sets[1]].min()) >= r)
+        # Two [chunk, V'] buffers reused by every chunk: fresh ones would be new pages (page faults) each time.
+        rows = min(self.chunk_size, q64.shape[0])
+        products = torch.empty(rows, codes.shape[1], dtype=torch.int32)
+        buffer = torch.empty(rows, codes.shape[1], dtype=torch.float32)
+        for start in range(0, q64.shape[0], self.chunk_size):
+            sl = slice(start, start + self.chunk_size)
+            c = q8[sl].shape[0]
+            # int32 -> float32 is exact while 127^2 d < 2^24 (d < 1040), else rounded (relative 6e-8).
+            scores = buffer[:c].copy_(_int8_matmul(q8[sl], codes, out=products[:c]))
+            scores.mul_(two_s[sl]).add_(neg_sqnorm)  # [c, V'] float32
+            if sets is not None:
+                scores[:, :v].masked_fill_(~sets[0][sets[1][sl]], float("-inf"))
+            if not by_blocks:
+                cand[sl] = scores[:, :v].topk(r, dim=1, sorted=False).indices
+                continue
+            # The r best columns lie in the r blocks of _BLOCK columns with the best maxima (a block outside them
+            # has r blocks above it, each holding a column better than all of its own), so select blocks first:
+            # one max pass instead of a top-r pass over every column, about 2.5x cheaper here.
+            best_blocks = scores.view(scores.shape[0], n_blocks, _BLOCK).amax(dim=2).topk(r, dim=1, sorted=False)
+            cols = (best_blocks.indices[:, :, None] * _BLOCK + offsets).flatten(1)  # [c, r * _BLOCK]
+            pick = torch.gather(scores, 1, cols).topk(r, dim=1, sorted=False).indices
+            cand[sl] = torch.gather(cols, 1, pick)
+        return cand
 
     def _matmul_topr(self, sub: _SubTable, q: torch.Tensor, r: int, sets=None) -> tuple[torch.Tensor, torch.Tensor]:
         q32 = q.to(torch.float32)
@@ -340,3 +494,12 @@ class NearestNeighbors:
             top = vals.topk(k, dim=1, largest=False)
             best_val, best_idx = top.values, torch.gather(idx, 1, top.indices)
         return best_idx
+
+
+def _int8_matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+    """a [n, d] int8 @ b [d, m] int8 into ``out`` [n, m] int32, exactly: torch._int_mm, or a float64 matmul of the
+    same integers (exact while d * 127^2 < 2^53) where this torch build has no CPU ``_int_mm``."""
+    try:
+        return torch._int_mm(a, b, out=out)
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return out.copy_(a.to(torch.float64) @ b.to(torch.float64))

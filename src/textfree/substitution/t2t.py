@@ -11,6 +11,12 @@ Privacy (metric / d_chi privacy): releasing one word is eta * d(w, w')-private f
 the table is eta * D_max (:meth:`TextToText.privacy_loss_per_word`); a text of n substituted words composes
 to n * eta * D_max (:meth:`TextToText.privacy_loss`).
 
+``search="approximate"`` (opt-in; default ``"exact"``) finds the released word with an int8 pass over the table
+and a float64 re-rank of its short list (:mod:`.nn`) instead of the certified exact search. The guarantee and its
+accounting do not change: the released word is still a fixed function of the noisy vector x + z and of the public
+table only (never of the input word), and any such function is post-processing. What changes is utility: which
+word comes out when the exact nearest word misses the short list (measured agreement: docs/substitution.md).
+
 What the guarantee does not cover, by construction:
 
 * the number of words, their positions and the whitespace between them (the layout is kept);
@@ -46,7 +52,7 @@ from ..mechanisms import L2Laplace, PrivacyLoss
 from ..mechanisms.base import check_positive
 from ..rng import resolve_generator
 from .embeddings import WordEmbeddingTable
-from .nn import BACKENDS, NearestNeighbors
+from .nn import BACKENDS, DEFAULT_SHORTLIST, SEARCH_MODES, NearestNeighbors
 from .pos import UNIVERSAL_TAGS, Tagger, TextBlobTagger, category_masks
 from .text import rejoin, split_text
 
@@ -79,10 +85,12 @@ class T2TResult:
 class TextToText:
     """T2T (``pos_categories=None``) or PCT2T over ``table`` with L2-Laplace parameter ``eta``.
 
-    ``tagger`` (PCT2T only; default :class:`TextBlobTagger`), ``backend`` of the nearest-neighbour search
+    ``tagger`` (PCT2T only; default :class:`TextBlobTagger`), ``backend`` of the exact nearest-neighbour search
     ("auto", "matmul", "faiss"), ``oov`` policy ("keep", "subtokens", "error") and ``preserve_case`` are
-    explained in the module docstring. Construction builds the search index (and, for PCT2T, tags the table);
-    :meth:`with_eta` makes a copy with another eta that shares them.
+    explained in the module docstring. ``search``: "exact" (default) or "approximate" (an int8 pass keeping
+    ``1 + shortlist`` words per input word, re-ranked in float64; same privacy guarantee, see the module
+    docstring; refuses ``backend="faiss"``). Construction builds the search index (and, for PCT2T, tags the
+    table); :meth:`with_eta` makes a copy with another eta that shares them.
     """
 
     table: WordEmbeddingTable
@@ -92,6 +100,8 @@ class TextToText:
     backend: str = "auto"
     oov: str = "keep"
     preserve_case: bool = False
+    search: str = "exact"
+    shortlist: int = DEFAULT_SHORTLIST
     _state: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -100,6 +110,14 @@ class TextToText:
         check_positive("TextToText", "eta", self.eta)
         if self.backend not in BACKENDS:
             raise ValueError(f"TextToText: backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.search not in SEARCH_MODES:
+            raise ValueError(f"TextToText: search must be one of {SEARCH_MODES}, got {self.search!r}")
+        if self.search == "approximate" and self.backend == "faiss":
+            raise ValueError(
+                "TextToText: search='approximate' runs on torch; backend='faiss' applies to the exact search only"
+            )
+        if isinstance(self.shortlist, bool) or not isinstance(self.shortlist, int) or self.shortlist < 0:
+            raise ValueError(f"TextToText: shortlist must be an int >= 0, got {self.shortlist!r}")
         if self.oov not in OOV_POLICIES:
             raise ValueError(f"TextToText: oov must be one of {OOV_POLICIES}, got {self.oov!r}")
         if self.oov == "subtokens" and self.table.subword is None:
@@ -125,7 +143,9 @@ class TextToText:
                 raise TypeError(f"TextToText: tagger must have tag() and tag_isolated(), got {name}")
         elif self.tagger is not None:
             raise ValueError("TextToText: a tagger was given but pos_categories is None (plain T2T uses no tagger)")
-        self._state["nn"] = NearestNeighbors(self.table.vectors, self.backend)
+        self._state["nn"] = NearestNeighbors(
+            self.table.vectors, self.backend, search=self.search, shortlist=self.shortlist
+        )
         if cats is not None:
             vocab_tags = self.tagger.tag_isolated(self.table.words)
             masks = category_masks(vocab_tags, cats)

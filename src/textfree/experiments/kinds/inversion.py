@@ -134,16 +134,12 @@ def _model(cell: Any, p: dict[str, Any], context: RunContext):
 
 
 def _prior_text(dataset: str, n: int = 100) -> str:
-    """The no-input reference: the attacker's best constant guess, the medoid (highest mean ROUGE-L F1 to the others)
-    of ``n`` (``params.prior_sample``) of its own training texts (a fixed, seeded sample of the PPFT train part)."""
-    import random
-
+    """The no-input reference: the attacker's best constant guess, the medoid of ``n`` (``params.prior_sample``) of its
+    own training texts (:func:`~textfree.attacks.learned.medoid_text` over the PPFT train part)."""
+    from ...attacks.learned import medoid_text
     from ...data import mcqa_prompt, ppft_split
-    from ...metrics.text import rouge_l
 
-    texts = list(dict.fromkeys(mcqa_prompt(r).private for r in ppft_split(dataset)["train"]))
-    sample = random.Random(0).sample(texts, min(n, len(texts)))
-    return max(sample, key=lambda t: sum(rouge_l(t, u).f1 for u in sample))
+    return medoid_text([mcqa_prompt(r).private for r in ppft_split(dataset)["train"]], n)
 
 
 def _heldout(dataset: str, limit: int):

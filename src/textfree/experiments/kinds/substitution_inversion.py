@@ -2,29 +2,49 @@
 
 The client privatizes each evaluated private text with T2T (``params.pos`` null) or PCT2T (``params.pos`` a list of
 categories or "default") over ``params.table`` at ``params.eta`` (grid it), with the cell seed. Attacks
-(:mod:`textfree.attacks.substitution`): ``identity`` (the released text itself) and ``channel`` (a word-level
-inverter fitted on ``params.rounds`` runs of the same mechanism over the attacker's in-domain text, the PPFT *train*
-part; needs ``training_text: in_domain``, ``knows_mechanism``, ``knows_parameters`` in ``attack.threat``).
+(:mod:`textfree.attacks.substitution`, :mod:`textfree.attacks.substitution_learned`):
 
-Metrics: ``word_recovery_{identity,channel,best}`` (share of original words recovered at their position: the token
-recovery of the cross matrix), ``rouge_l_{identity,channel,best}`` (mean ROUGE-L F1 of the guess), ``replacement_rate``
-(substituted words that changed), ``kept_rate`` (words outside the table, released verbatim and not covered by the
-guarantee), ``word_epsilon`` (eta x D_max: one word's worst case), ``prompt_epsilon`` (mean over texts of substituted
-words x word_epsilon), ``n_texts``, ``n_words``.
+* ``identity``: the released text itself (needs nothing);
+* ``channel``: a word-level inverter fitted on ``params.rounds`` runs of the same mechanism over the attacker's
+  in-domain text, the PPFT *train* part;
+* ``learned``: a decoder (``params.decoder``, fully fine-tuned) trained to rewrite the mechanism's outputs on the
+  same in-domain text into that text, a fresh run of the mechanism each of ``params.epochs`` epochs, at the evaluated
+  eta or at each of ``params.train_etas`` (one inverter for a whole eta grid: the texts of an epoch are dealt out to
+  the etas; it is not told which eta released a text). Trained once per training config into ``params.out`` (the
+  cell's seeds are evaluation noise seeds) and reused when a finished run with the same config exists (like
+  ``learned_inversion``).
+
+``channel`` and ``learned`` need ``training_text: in_domain``, ``knows_mechanism``, ``knows_parameters`` in
+``attack.threat``; the kind refuses a cell whose grant does not cover its attacks.
+
+Metrics: ``word_recovery_{identity,channel,learned,best}`` (share of original words recovered at their position: the
+token recovery of the cross matrix; the learned guess may have another word count, so its positions come from a
+minimum-edit alignment, :func:`~textfree.attacks.substitution.aligned_word_recovery`),
+``rouge_l_{identity,channel,learned,best}`` (mean ROUGE-L F1 of the guess), with ``channel`` or ``learned`` the
+no-input reference ``{word_recovery,rouge_l}_prior`` (one constant guess, the medoid of 100 of the attacker's texts,
+:func:`~textfree.attacks.learned.medoid_text`: Pri-* prompts share a template), ``replacement_rate`` (substituted words that changed), ``kept_rate`` (words outside
+the table, released verbatim and not covered by the guarantee), ``word_epsilon`` (eta x D_max: one word's worst
+case), ``prompt_epsilon`` (mean over texts of substituted words x word_epsilon), ``n_texts``, ``n_words``, and with
+``learned`` the training figures (``train_*``, ``reused``).
 """
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
+from ...attacks.learned import medoid_text
 from ...attacks.substitution import (
     SUBSTITUTION_CHANNEL_REQUIRES,
     ChannelInverter,
+    aligned_word_recovery,
     substitution_channel_attack,
     substitution_identity_attack,
     word_recovery,
 )
+from ...attacks.substitution_learned import SUBSTITUTION_LEARNED_REQUIRES, substitution_learned_attack
 from ...attacks.threat import ThreatModel
 from ...metrics.text import rouge_l
 from ...rng import seeded_generator
@@ -32,21 +52,37 @@ from ..cell import CellError
 from ..inputs import record_private_text
 from ..registry import RunContext, register_cell_kind
 from ._grant import granted_threat, require_ppft_dataset
+from ._threads import torch_threads
+from .ppft import _TRAIN
 
 __all__ = ["substitution_inversion", "SUBSTITUTION_METRICS", "SUBSTITUTION_PARAMS"]
 
-ATTACKS = ("identity", "channel")
-SUBSTITUTION_METRICS = tuple(f"{m}_{a}" for m in ("word_recovery", "rouge_l") for a in ATTACKS + ("best",)) + (
-    "replacement_rate", "kept_rate", "word_epsilon", "prompt_epsilon", "n_texts", "n_words")
+ATTACKS = ("identity", "channel", "learned")
+DEFAULT_ATTACKS = ["identity", "channel"]
+_REQUIRES = {"identity": ThreatModel(), "channel": SUBSTITUTION_CHANNEL_REQUIRES, "learned": SUBSTITUTION_LEARNED_REQUIRES}
+SUBSTITUTION_METRICS = tuple(f"{m}_{a}" for m in ("word_recovery", "rouge_l") for a in ATTACKS + ("best", "prior")) + (
+    "replacement_rate", "kept_rate", "word_epsilon", "prompt_epsilon", "n_texts", "n_words") + _TRAIN
 SUBSTITUTION_PARAMS = {
     "eta": "the L2-Laplace parameter of the word embeddings (grid it)",
     "pos": "null: T2T; a list of categories (e.g. [NOUN, VERB, PRON, ADP]) or 'default': PCT2T",
     "table": "'default' (all-MiniLM-L6-v2's input embeddings), a Hugging Face name/path, or 'glove:PATH'",
     "tagger": "PCT2T tagger: textblob (default) or nltk",
-    "attacks": "identity and/or channel (default both)",
+    "attacks": "identity, channel and/or learned (default identity + channel)",
     "rounds": "channel: runs of the mechanism over the attacker's training text (default 3)",
-    "train_limit": "channel: at most this many attacker training texts (default all)",
+    "train_limit": "channel, learned: at most this many attacker training texts (default all)",
+    "out": "learned: run directory template ({mechanism}: t2t or pct2t, {eta}); a finished run with the same training config is reused",
+    "decoder": "learned: the causal LM the attacker fine-tunes (default runs/decoder-small)",
+    "epochs": "learned: passes over the training texts, a fresh run of the mechanism each (default 3)",
+    "train_etas": "learned: the etas it trains at, the texts of each epoch dealt out to them (default: [the evaluated eta])",
+    "batch_size": "learned: texts per optimizer step (default 16)",
+    "lr": "learned: peak learning rate (default 1e-3)",
+    "train_seed": "learned: seed of initialisation order, data order and the mechanism's training runs (default 0)",
+    "max_new_tokens": "learned: generation length in decoder tokens (default 128)",
+    "threads": "torch threads while the cell runs (default: unchanged)",
 }
+#: Learned-attack params and their defaults (``out`` has none).
+_LEARNED = {"out": None, "decoder": "runs/decoder-small", "epochs": 3, "train_etas": None, "batch_size": 16, "lr": 1e-3,
+            "train_seed": 0, "max_new_tokens": 128}
 
 
 def _settings(cell: Any, point: dict) -> tuple[dict, list[str], ThreatModel]:
@@ -55,28 +91,88 @@ def _settings(cell: Any, point: dict) -> tuple[dict, list[str], ThreatModel]:
     eta = p.get("eta")
     if isinstance(eta, bool) or not isinstance(eta, (int, float)) or not (eta > 0 and math.isfinite(eta)):
         raise CellError(f"eta must be a finite number > 0, got {eta!r}", field="params.eta")
-    attacks = p.get("attacks", list(ATTACKS))
+    attacks = p.get("attacks", list(DEFAULT_ATTACKS))
     if not isinstance(attacks, list) or not attacks or any(a not in ATTACKS for a in attacks) or len(set(attacks)) != len(attacks):
         raise CellError(f"attacks must be distinct values from {list(ATTACKS)}, got {attacks!r}", field="params.attacks")
     pos = p.get("pos")
     if pos is not None and pos != "default" and not (isinstance(pos, list) and pos and all(isinstance(c, str) for c in pos)):
         raise CellError(f"pos must be null, 'default' or a list of categories, got {pos!r}", field="params.pos")
-    for name in ("rounds", "train_limit"):
+    for name in ("rounds", "train_limit", "threads"):
         v = p.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise CellError(f"{name} must be an integer >= 1, got {v!r}", field=f"params.{name}")
-    needs = SUBSTITUTION_CHANNEL_REQUIRES if "channel" in attacks else ThreatModel()
-    threat = granted_threat(resolved.attack, "substitution_inversion", "substitution_channel", needs,
-                            "; grant more in `attack.threat` or drop the channel attack")
+    _learned_params(p, "learned" in attacks)
+    threat = ThreatModel()
+    for a in attacks:
+        threat = granted_threat(resolved.attack, "substitution_inversion", f"substitution_{a}", _REQUIRES[a],
+                                f"; grant more in `attack.threat` or drop the {a} attack")
     return p, attacks, threat
+
+
+def _learned_params(p: dict, learned: bool) -> None:
+    """Check the learned attack's params (and fill in their defaults); refuse them when it does not run."""
+    if not learned:
+        extra = sorted(set(p) & set(_LEARNED))
+        if extra:
+            raise CellError(f"params {extra} apply to the learned attack only; add learned to `attacks` or drop them",
+                            field=f"params.{extra[0]}")
+        return
+    for name, default in _LEARNED.items():
+        p.setdefault(name, default)
+    if not isinstance(p["out"], str) or not p["out"]:
+        raise CellError(f"the learned attack needs `out`, a run directory template, got {p['out']!r}", field="params.out")
+    if not isinstance(p["decoder"], str) or not p["decoder"]:
+        raise CellError(f"decoder must be a directory or model name, got {p['decoder']!r}", field="params.decoder")
+    for name in ("epochs", "batch_size", "train_seed", "max_new_tokens"):
+        v = p[name]
+        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "train_seed" else 1):
+            raise CellError(f"{name} must be an integer >= {0 if name == 'train_seed' else 1}, got {v!r}", field=f"params.{name}")
+    etas = p["train_etas"]
+    if etas is not None and not (isinstance(etas, list) and etas and all(_positive(e) for e in etas) and len(set(etas)) == len(etas)):
+        raise CellError(f"train_etas must be a list of distinct finite numbers > 0 or null, got {etas!r}", field="params.train_etas")
+    lr = p["lr"]
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (lr > 0 and math.isfinite(lr)):
+        raise CellError(f"lr must be a finite number > 0, got {lr!r}", field="params.lr")
+
+
+def _positive(x: Any) -> bool:
+    return not isinstance(x, bool) and isinstance(x, (int, float)) and x > 0 and math.isfinite(x)
+
+
+def _train_etas(p: dict) -> list[float]:
+    return [float(e) for e in (p["train_etas"] or [p["eta"]])]
+
+
+def _mechanism_spec(p: dict) -> dict:
+    """The learned attacker's training mechanism as data (what its run records): name, the training etas, table."""
+    pos = p.get("pos")
+    spec = {"name": "t2t" if pos is None else "pct2t", "etas": _train_etas(p), "table": p.get("table", "default")}
+    if pos is not None:
+        spec |= {"pos": pos, "tagger": p.get("tagger", "textblob")}
+    return spec
+
+
+def _learned_spec(cell: Any, p: dict) -> dict:
+    """The learned attacker's training config as plain data (:class:`~textfree.attacks.substitution_training.InverterConfig`)."""
+    mech = _mechanism_spec(p)
+    limit = p.get("train_limit")
+    return {"out": p["out"].format(mechanism=mech["name"], eta=p["eta"]), "decoder": p["decoder"], "mechanism": mech,
+            "data": [f"{cell.dataset}:train" + (f"[:{limit}]" if limit else "")], "epochs": p["epochs"],
+            "batch_size": p["batch_size"], "lr": float(p["lr"]), "seed": p["train_seed"]}
 
 
 def _validate(cell: Any, points: list[dict]) -> None:
     require_ppft_dataset(cell, "substitution_inversion", " (its PPFT train part is the attacker's text)")
     if cell.mechanism is not None:
         raise CellError("substitution_inversion takes the mechanism in params (eta, pos, table), not `mechanism`", field="mechanism")
+    runs: dict[str, dict] = {}
     for point in points:
-        _settings(cell, point)
+        p, attacks, _ = _settings(cell, point)
+        if "learned" in attacks:
+            spec = _learned_spec(cell, p)
+            if runs.setdefault(spec["out"], spec) != spec:
+                raise CellError(f"two grid points would train different inverters into {spec['out']!r}; put {{eta}} "
+                                "(and what else varies) in `out`", field="params.out")
 
 
 def _texts(cell: Any, part: str, limit: int | None) -> list[str]:
@@ -98,36 +194,79 @@ def _mechanism(p: dict, context: RunContext):
     return base.with_eta(float(p["eta"]))
 
 
+def _learned_inverter(cell: Any, p: dict, train: list[str], context: RunContext):
+    """(inverter, training metrics): a finished run with the same config is reused, else trained; once per config."""
+    spec = _learned_spec(cell, p)
+    mechanisms = [_mechanism(p | {"eta": eta}, context) for eta in _train_etas(p)]
+
+    def train_or_reuse():
+        from ...attacks.substitution_learned import SubstitutionInverter
+        from ...attacks.substitution_training import InverterConfig, train_substitution_inverter
+        from ...ppft.checkpoint import read_json
+        from .ppft import _reusable, _train_metrics
+
+        cfg = InverterConfig(**spec, progress=False)
+        run = Path(cfg.out)
+        if _reusable(run, cfg.to_dict(), {"progress", "resume", "cpu", "log_every"}):
+            context.logger.info("%s: reusing the finished inverter %s", cell.name, run)
+            return SubstitutionInverter.load(run), _train_metrics(read_json(run / "summary.json"), True)
+        summary = train_substitution_inverter(cfg, mechanisms, train)
+        return summary.pop("model"), _train_metrics(summary, False)
+
+    return context.cached(("learned", json.dumps(spec, sort_keys=True)), train_or_reuse)
+
+
 @register_cell_kind("substitution_inversion", metrics=SUBSTITUTION_METRICS, params=SUBSTITUTION_PARAMS, validate=_validate,
-                    help="Word recovery and ROUGE-L of a reader of T2T / PCT2T text: identity and a noise-aware channel inverter.")
+                    help="Word recovery and ROUGE-L of a reader of T2T / PCT2T text: identity, a noise-aware channel "
+                         "inverter and a noise-aware learned (decoder) inverter.")
 def substitution_inversion(cell: Any, point: dict, seed: int, context: RunContext) -> dict[str, float]:
+    p, attacks, threat = _settings(cell, point)
+    with torch_threads(p.get("threads")):
+        return _run(cell, p, attacks, threat, seed, context)
+
+
+def _run(cell: Any, p: dict, attacks: list[str], threat: ThreatModel, seed: int, context: RunContext) -> dict[str, float]:
     from ...substitution.text import split_text
 
-    p, attacks, threat = _settings(cell, point)
     mech = _mechanism(p, context)
     texts = context.cached(("eval", cell.split, cell.limit), lambda: _texts(cell, "heldout", cell.limit))
     original = [split_text(t)[1::2] for t in texts]
     released = mech.privatize_detailed(texts, generator=seeded_generator(seed, warn=False))
-    guesses = {}
-    if "identity" in attacks:
-        guesses["identity"] = substitution_identity_attack(released.output_words, threat=threat)
-    if "channel" in attacks:
+    guesses, train, extra = {}, None, {}
+    if "channel" in attacks or "learned" in attacks:
         train = context.cached(("train", p.get("train_limit")), lambda: _texts(cell, "train", p.get("train_limit")))
         overlap = set(train) & set(texts)
         if overlap:
             raise ValueError(f"the attacker's training text holds {len(overlap)} evaluated texts")
+    if "identity" in attacks:
+        guesses["identity"] = substitution_identity_attack(released.output_words, threat=threat)
+    if "channel" in attacks:
         inverter = ChannelInverter.fit(mech, train, rounds=p.get("rounds", 3), generator=seeded_generator(seed + 104_729, warn=False))
         guesses["channel"] = substitution_channel_attack(released.output_words, inverter, threat=threat)
+    if "learned" in attacks:
+        learned, extra = _learned_inverter(cell, p, train, context)
+        recon = substitution_learned_attack(released.texts, learned, threat=threat, max_new_tokens=p["max_new_tokens"])
+        for text, noisy, guess in list(zip(texts, released.texts, recon))[:2]:
+            context.logger.info("%s eta=%s seed %d\n  original: %s\n  released: %s\n  learned:  %s", cell.name, p["eta"], seed,
+                                text, noisy, guess)
+        guesses["learned"] = [split_text(g)[1::2] for g in recon]
     out: dict[str, float] = {}
     refs = [" ".join(w) for w in original]
     for name, guess in guesses.items():
-        out[f"word_recovery_{name}"] = word_recovery(original, guess)
+        # identity and channel swap words in place (positions align); a generated guess is aligned first
+        recovery = aligned_word_recovery if name == "learned" else word_recovery
+        out[f"word_recovery_{name}"] = recovery(original, guess)
         out[f"rouge_l_{name}"] = sum(rouge_l(" ".join(g), r).f1 for g, r in zip(guess, refs)) / len(refs)
     for m in ("word_recovery", "rouge_l"):
         out[f"{m}_best"] = max(out[f"{m}_{a}"] for a in guesses)
+    if train is not None:
+        prior = context.cached(("prior_text", p.get("train_limit")), lambda: medoid_text(train))
+        prior_words = split_text(prior)[1::2]
+        out["word_recovery_prior"] = aligned_word_recovery(original, [prior_words] * len(original))
+        out["rouge_l_prior"] = sum(rouge_l(" ".join(prior_words), r).f1 for r in refs) / len(refs)
     word_eps = mech.privacy_loss_per_word().epsilon
     out |= {"replacement_rate": released.replacement_rate, "kept_rate": released.n_kept / released.n_words,
             "word_epsilon": word_eps,
             "prompt_epsilon": word_eps * sum(released.substituted_per_text) / len(texts),
             "n_texts": float(len(texts)), "n_words": float(released.n_words)}
-    return out
+    return out | extra
