@@ -449,6 +449,17 @@ class ServerModel(torch.nn.Module):
         if payload.privatization.k != self.config.k:
             warnings.warn(f"payload pooled with k={payload.privatization.k}, model trained with k={self.config.k}", stacklevel=3)
 
+    def _accept(self, payload: Payload, public: Sequence[str] | None, entry: str) -> list[str] | None:
+        """The payload entry points' checks: a validated :class:`Payload` this model can read; returns the public
+        strings (``public``, else those the client sent with the vectors)."""
+        if not isinstance(payload, Payload):
+            raise TypeError(
+                f"ServerModel.{entry} takes a textfree Payload (privatized vectors), got {type(payload).__name__}; "
+                "the server never takes prompt text"
+            )
+        self.check_payload(payload)
+        return payload.public if public is None else _require_strings("public", public, payload.batch_size)
+
     def answer(
         self,
         payload: Payload,
@@ -461,13 +472,7 @@ class ServerModel(torch.nn.Module):
 
         ``public`` defaults to ``payload.public`` (the public parts the client sent with the vectors).
         """
-        if not isinstance(payload, Payload):
-            raise TypeError(
-                f"ServerModel.answer takes a textfree Payload (privatized vectors), got {type(payload).__name__}; "
-                "the server never takes prompt text"
-            )
-        self.check_payload(payload)
-        public = payload.public if public is None else _require_strings("public", public, payload.batch_size)
+        public = self._accept(payload, public, "answer")
         answers: list[str] = []
         for start in range(0, payload.batch_size, batch_size):
             sl = slice(start, start + batch_size)
@@ -481,10 +486,7 @@ class ServerModel(torch.nn.Module):
     def choose(self, payload: Payload, options: Sequence[Sequence[str]], *, public: Sequence[str] | None = None, batch_size: int = 64) -> list[str]:
         """:meth:`answer` for multiple choice: per payload row, the option (of ``options[i]``) the model is most
         likely to answer (:meth:`rank_options`). The options are public text the client sent (its options block)."""
-        if not isinstance(payload, Payload):
-            raise TypeError(f"ServerModel.choose takes a textfree Payload (privatized vectors), got {type(payload).__name__}")
-        self.check_payload(payload)
-        public = payload.public if public is None else _require_strings("public", public, payload.batch_size)
+        public = self._accept(payload, public, "choose")
         return self.rank_options(payload.vectors, payload.mask, public=public, options=options, batch_size=batch_size)
 
 

@@ -89,7 +89,7 @@ def _settings(cell: Any, point: dict) -> tuple[dict, list[str], ThreatModel]:
     resolved = cell.resolve(point)
     p = dict(resolved.params)
     eta = p.get("eta")
-    if isinstance(eta, bool) or not isinstance(eta, (int, float)) or not (eta > 0 and math.isfinite(eta)):
+    if not _positive(eta):
         raise CellError(f"eta must be a finite number > 0, got {eta!r}", field="params.eta")
     attacks = p.get("attacks", list(DEFAULT_ATTACKS))
     if not isinstance(attacks, list) or not attacks or any(a not in ATTACKS for a in attacks) or len(set(attacks)) != len(attacks):
@@ -131,7 +131,7 @@ def _learned_params(p: dict, learned: bool) -> None:
     if etas is not None and not (isinstance(etas, list) and etas and all(_positive(e) for e in etas) and len(set(etas)) == len(etas)):
         raise CellError(f"train_etas must be a list of distinct finite numbers > 0 or null, got {etas!r}", field="params.train_etas")
     lr = p["lr"]
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (lr > 0 and math.isfinite(lr)):
+    if not _positive(lr):
         raise CellError(f"lr must be a finite number > 0, got {lr!r}", field="params.lr")
 
 
