@@ -8,6 +8,7 @@ import torch
 from textfree.attacks import ThreatModel, ThreatModelError
 from textfree.attacks.attributes import (
     AttributeAttackConfig,
+    AttributeClassifier,
     AttributeSpec,
     age_bucket,
     attribute_inference_attack,
@@ -151,3 +152,81 @@ def test_config_and_input_validation():
     empty[0] = False
     with pytest.raises(ValueError, match="at least one valid slot"):
         train_attribute_attacker(x, empty, y, specs, AttributeAttackConfig(epochs=1), noise=None, generator=torch.Generator())
+
+
+def test_variants_replace_the_clean_slots_and_epochs_cycle_over_them(monkeypatch):
+    """Every training batch of epoch e comes from variants[e % 2] (one batch per epoch here), never the clean slots."""
+    x, m, y = _planted(8, torch.Generator().manual_seed(0))
+    specs = build_specs(y, KINDS)
+    seen = []
+    forward = AttributeClassifier.forward
+
+    def record(self, slots, mask):
+        seen.append(sorted(set(slots[mask].flatten().tolist())))
+        return forward(self, slots, mask)
+
+    monkeypatch.setattr(AttributeClassifier, "forward", record)
+    first, second = torch.full_like(x, 1.0), torch.full_like(x, 2.0)
+    short = m.clone()
+    short[:, 2] = False  # a variant may have other slot counts than the clean slots
+    train_attribute_attacker(x, m, y, specs, AttributeAttackConfig(epochs=5, hidden=8, batch_size=8), noise=None,
+                             variants=[(first, m), (second, short)], generator=torch.Generator().manual_seed(1))
+    assert seen == [[1.0], [2.0], [1.0], [2.0], [1.0]]
+
+
+def test_aware_training_learns_from_the_variants():
+    """The clean slots carry nothing (random unit vectors); two noisy releases of them carry the planted sex: trained
+    on the variants the attacker reads held-out releases, trained on the clean slots it cannot (fixed seeds)."""
+    gen = torch.Generator().manual_seed(6)
+    x, m, y = _planted(300, gen)
+    xt, mt, yt = _planted(200, gen)
+    clean = l2_normalize(torch.randn(x.shape, generator=gen))
+    variants = [(l2_normalize(x + 0.2 * torch.randn(x.shape, generator=gen)), m) for _ in range(2)]
+    specs = build_specs(y, KINDS)
+    config = AttributeAttackConfig(pooling="slots", epochs=20, hidden=32)
+    grant = ThreatModel(training_text="in_domain", knows_mechanism=True, knows_parameters=True)
+    scores = {}
+    for name, v in (("unaware", None), ("aware", variants)):
+        pred = attribute_inference_attack((clean, m), y, (xt, mt), specs, config, threat=grant, noise=None, variants=v,
+                                          release="text", generator=torch.Generator().manual_seed(7))
+        scores[name] = score_attributes(specs, pred, yt)["sex_accuracy"]
+    assert scores["aware"] > 0.9 and scores["unaware"] < 0.65, scores
+
+
+def test_each_release_needs_its_own_grant():
+    x, m, y = _planted(8, torch.Generator().manual_seed(0))
+    specs = build_specs(y, KINDS)
+    config = AttributeAttackConfig(epochs=1)
+    text_only = ThreatModel(training_text="in_domain")
+
+    def attack(threat, **kwargs):
+        return attribute_inference_attack((x, m), y, (x, m), specs, config, threat=threat, generator=torch.Generator(), **kwargs)
+
+    assert len(attack(text_only, noise=None, release="text")) == 8  # the attacker encodes text itself
+    with pytest.raises(ThreatModelError, match="needs embedding_table"):
+        attack(text_only, noise=None, release="tokens")
+    attack(ThreatModel(embedding_table=True, training_text="in_domain"), noise=None, release="tokens")
+    with pytest.raises(ThreatModelError, match="needs knows_mechanism, knows_parameters"):
+        attack(text_only, noise=None, release="text", variants=[(x, m)])
+    with pytest.raises(ValueError, match="release must be one of"):
+        attack(text_only, noise=None, release="words")
+
+
+def test_variants_are_checked():
+    x, m, y = _planted(8, torch.Generator().manual_seed(0))
+    specs = build_specs(y, KINDS)
+    config = AttributeAttackConfig(epochs=1)
+
+    def train(**kwargs):
+        return train_attribute_attacker(x, m, y, specs, config, generator=torch.Generator(), **kwargs)
+
+    with pytest.raises(ValueError, match="not both"):
+        train(noise=lambda v, g: v, variants=[(x, m)])
+    with pytest.raises(ValueError, match="at least one"):
+        train(noise=None, variants=[])
+    with pytest.raises(ValueError, match="got one pair"):
+        train(noise=None, variants=(x, m))
+    with pytest.raises(ValueError, match="7 payload rows but 8 targets"):
+        train(noise=None, variants=[(x, m), (x[:7], m[:7])])
+    with pytest.raises(ValueError, match="variant 0 has width 4, the training slots 16"):
+        train(noise=None, variants=[(x[..., :4], m)])

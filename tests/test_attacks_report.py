@@ -186,6 +186,53 @@ def test_cross_matrix_rows_columns_and_na(tmp_path):
     assert (out.parent / "attacks" / "cross_matrix.png").is_file() and "![cross matrix](attacks/cross_matrix.png)" in out.read_text()
 
 
+def _attr(best: float, prior: float, unit: str, eps: float) -> dict:
+    """Per-seed metrics of one attribute_inference point: sex accuracy of the four attackers, references, guarantee."""
+    m = {f"sex_accuracy_{v}": [best - d] for v, d in (("mean_unaware", 0.1), ("mean_aware", 0.0), ("slots_unaware", 0.2), ("slots_aware", 0.05))}
+    return m | {"sex_accuracy_best": [best], "sex_accuracy_prior": [prior], "sex_accuracy_label": [prior + 0.02],
+                "sex_accuracy_excess": [best - prior - 0.02], unit: [eps], "prompt_epsilon": [eps * 60]}
+
+
+def test_attributes_of_token_noise_and_t2t_text_in_their_section_and_the_matrix(tmp_path):
+    gauss = {"name": "gaussian", "sigma": 0.3, "delta": 1e-5}
+    # token inversion on Gaussian noise: the row exists already; attribute inference joins it by the mechanism label
+    _result_file(tmp_path, "gauss", gauss, "mechanism.sigma", [_point(38.1, [0.3, 0.3], [0.4, 0.4])])
+    _payload_file(tmp_path, "attr_tok", "attribute_inference", {"release": "tokens", "max_tokens": 128},
+                  [(0.3, _attr(0.9, 0.54, "token_epsilon", 38.1)), (0.8, _attr(0.6, 0.54, "token_epsilon", 14.3))],
+                  mechanism=gauss, seeds=(0,), axis="mechanism.sigma")
+    # clipped token noise with no token_inversion cell: a row of its own, labelled as token_inversion would label it
+    clipped = {"name": "clipped", "max_norm": 1.694, "inner": LAPLACE}
+    _payload_file(tmp_path, "attr_clip", "attribute_inference", {"release": "tokens"}, [(50, _attr(0.7, 0.54, "token_epsilon", 118.0))],
+                  mechanism=clipped, seeds=(0,), axis="mechanism.inner.epsilon")
+    _payload_file(tmp_path, "attr_t2t", "attribute_inference", {"release": "t2t", "eta": 75},
+                  [(25, _attr(0.55, 0.54, "word_epsilon", 58.5)), (150, _attr(0.99, 0.54, "word_epsilon", 351.0))], seeds=(0,), axis="params.eta")
+    _payload_file(tmp_path, "attr_pct2t", "attribute_inference", {"release": "pct2t", "eta": 75, "pos": "default"},
+                  [(75, _attr(0.8, 0.54, "word_epsilon", 175.5))], seeds=(0,), axis="params.eta")
+    _payload_file(tmp_path, "attr_slots", "attribute_inference", {"k": 4}, [(75, _attr(0.97, 0.54, "slot_epsilon", 150.0))],
+                  mechanism=LAPLACE, seeds=(0,))
+    lines = build_report([tmp_path]).splitlines()
+    # the section names each cell's release and puts the release's own unit eps beside the figures
+    assert "### `attr_tok` (pri-ddx, encoder `default`; release: token noise, Gaussian, max 128 tokens)" in lines
+    assert "### `attr_t2t` (pri-ddx, encoder `default`; release: T2T text)" in lines
+    assert "### `attr_pct2t` (pri-ddx, encoder `default`; release: PCT2T text (default))" in lines
+    assert "### `attr_slots` (pri-ddx, encoder `default`; release: PPFT slots)" in lines
+    assert any(line.startswith("| sigma | token eps | prompt eps (mean) | attribute | prior | label |") for line in lines)
+    assert any(line.startswith("| eta | word eps | prompt eps (mean) | attribute | prior | label |") for line in lines)
+    assert "| 0.3 | 38.1 | 2286 | sex (accuracy) | 54.0 | 56.0 | 80.0 | 90.0 | 70.0 | 85.0 | **90.0** | **34.0** |" in lines
+    assert "| 25 | 58.5 | 3510 | sex (accuracy) | 54.0 | 56.0 |" in " ".join(lines)
+    header = next(line for line in lines if line.startswith("| attack \\ mechanism"))
+    assert header == ("| attack \\ mechanism | token noise, Gaussian | clipped token noise (l2_laplace, C = 1.694) | "
+                      "pooled PPFT slots (k = 4) | T2T text | PCT2T text |")
+    sex = next(line for line in lines if line.startswith("| attributes: sex (best)"))
+    # each on its row's unit-eps axis: token eps (Gaussian 14.3-38.1), word eps (T2T 58.5-351), slot eps (150)
+    assert sex == ("| attributes: sex (best) (%) | 60.0%–90.0% (unit eps 14.3–38.1) | 70.0% (unit eps 118) | "
+                   "97.0% (unit eps 150) | 55.0%–99.0% (unit eps 58.5–351) | 80.0% (unit eps 176) |")
+    assert "not run" not in sex
+    nn = next(line for line in lines if line.startswith("| NN (L2) (%)"))
+    # the token_inversion cell's own point (token eps 2.36 x 38.1 = 89.9); the clipped row has attributes only
+    assert nn.startswith("| NN (L2) (%) | 30.0% (unit eps 89.9) | not measured |")
+
+
 def test_overall_verdict_counts_only_the_targets_cells(tmp_path):
     # a met Pri-DDX L2-Laplace cell and a not-met clipped one: the clipped cell is listed but does not decide
     _result_file(tmp_path, "lap", LAPLACE, "mechanism.epsilon", [_point(35, [0.04, 0.06], [0.18, 0.22])])
@@ -194,6 +241,19 @@ def test_overall_verdict_counts_only_the_targets_cells(tmp_path):
     text = build_report([tmp_path])
     assert "clipped to 1.7 (`clip`): **not met**" in text
     assert "BeamClean run): **met**." in text
+
+
+def test_two_surrogate_families_on_one_mechanism_the_matrix_keeps_the_stronger(tmp_path):
+    clipped = {"name": "clipped", "max_norm": 1.7, "inner": LAPLACE}
+    _result_file(tmp_path, "clip", clipped, "mechanism.inner.epsilon", [_point(50, [0.0, 0.0], [0.0, 0.02]), _point(75, [0.2, 0.2], [0.1, 0.1])])
+    vmf_attack = {"threat": {"embedding_table": True}, "beamclean": {"beam_width": 20, "candidates": 1024, "family": "vmf"}}
+    _result_file(tmp_path, "clip_vmf", clipped, "mechanism.inner.epsilon", [_point(50, [0.0, 0.0], [0.3, 0.5])], attack=vmf_attack)
+    text = build_report([tmp_path])
+    assert "### L2-Laplace, clipped to 1.7, BeamClean von Mises-Fisher (direction-only) surrogate (`clip_vmf`)" in text
+    assert "### L2-Laplace, clipped to 1.7 (`clip`)" in text
+    bc = next(line for line in text.splitlines() if line.startswith("| BeamClean (estimated noise) (%)"))
+    # at token eps 2.36 x 50 = 118: 1.0% (L2-Laplace surrogate) and 40.0% (vMF) -> 40.0%; at 177: 10.0% (one cell)
+    assert bc == "| BeamClean (estimated noise) (%) | 10.0%–40.0% (unit eps 118–177) |"
 
 
 def test_substitution_section(tmp_path):

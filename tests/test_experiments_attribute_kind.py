@@ -1,11 +1,18 @@
-"""The attribute_inference cell kind: validation without data; real runs on Pri-DDX / Trustpilot with a tiny encoder."""
+"""The attribute_inference cell kind: validation without data; real runs on Pri-DDX / Trustpilot with a tiny encoder,
+for each release (PPFT slots, noisy token embeddings, T2T text)."""
 
+from pathlib import Path
 
 import pytest
+import torch
 
 from textfree.experiments import Cell, CellError, load_results, run_cell
 
 GRANT = {"encoder_queries": True, "training_text": "in_domain", "knows_mechanism": True, "knows_parameters": True}
+TOKEN_GRANT = {"embedding_table": True, "training_text": "in_domain", "knows_mechanism": True, "knows_parameters": True}
+TEXT_GRANT = {"training_text": "in_domain", "knows_mechanism": True, "knows_parameters": True}
+GLOVE = Path(__file__).resolve().parent / "fixtures" / "substitution" / "tiny_glove.txt"
+GAUSS = {"name": "gaussian", "sigma": 0.1, "delta": 1e-5}
 
 
 def _cell(encoder: str = "default", **over) -> dict:
@@ -35,6 +42,38 @@ def _cell(encoder: str = "default", **over) -> dict:
         ({"attack": {"threat": GRANT, "attacks": ["x"]}}, "attack", "takes only `threat`"),
         ({"attack": {"threat": {**GRANT, "knows_parameters": False}}}, "attack.threat", "knows_parameters"),
         ({"attack": {"threat": {"training_text": "public", "encoder_queries": True}}}, "attack.threat", "in_domain"),
+        # releases
+        ({"params": {"release": "words"}}, "params.release", r"release must be one of \['slots', 'tokens', 't2t', 'pct2t'\], got 'words'"),
+        ({"params": {"release": "tokens"}, "mechanism": GAUSS, "attack": {"threat": {**TOKEN_GRANT, "embedding_table": False}}},
+         "attack.threat", "needs embedding_table"),
+        ({"params": {"release": "tokens"}, "mechanism": GAUSS,
+          "attack": {"threat": {"embedding_table": True, "training_text": "in_domain", "knows_mechanism": True}}},
+         "attack.threat", "needs knows_parameters"),
+        ({"params": {"release": "tokens", "max_tokens": 0}, "mechanism": GAUSS, "attack": {"threat": TOKEN_GRANT}},
+         "params.max_tokens", "max_tokens must be an integer >= 1, got 0"),
+        ({"params": {"release": "tokens", "k": 4}, "mechanism": GAUSS, "attack": {"threat": TOKEN_GRANT}},
+         "params.k", r"params \['k'\] do not apply to release 'tokens'"),
+        ({"params": {"max_tokens": 64}}, "params.max_tokens", r"do not apply to release 'slots'"),
+        ({"params": {"release": "t2t", "eta": 50, "rounds": 0}, "mechanism": None, "attack": {"threat": TEXT_GRANT}},
+         "params.rounds", "rounds must be an integer >= 1, got 0"),
+        ({"params": {"release": "t2t", "eta": 50, "rounds": 2.5}, "mechanism": None, "attack": {"threat": TEXT_GRANT}},
+         "params.rounds", "rounds must be an integer >= 1, got 2.5"),
+        ({"params": {"release": "t2t", "eta": -1}, "mechanism": None, "attack": {"threat": TEXT_GRANT}},
+         "params.eta", "eta must be a finite number > 0, got -1"),
+        ({"params": {"release": "t2t"}, "mechanism": None, "attack": {"threat": TEXT_GRANT}}, "params.eta", "got None"),
+        ({"params": {"release": "t2t", "eta": 50, "pos": "default"}, "mechanism": None, "attack": {"threat": TEXT_GRANT}},
+         "params.pos", "release t2t takes no pos .* got 'default'"),
+        ({"params": {"release": "pct2t", "eta": 50, "pos": None}, "mechanism": None, "attack": {"threat": TEXT_GRANT}},
+         "params.pos", "release pct2t needs pos"),
+        ({"params": {"release": "pct2t", "eta": 50, "pos": ["NOUN", "WORD"]}, "mechanism": None, "attack": {"threat": TEXT_GRANT}},
+         "params.pos", r"unknown categories \['WORD'\]"),
+        ({"params": {"release": "t2t", "eta": 50, "tagger": "spacy"}, "mechanism": None, "attack": {"threat": TEXT_GRANT}},
+         "params.tagger", "got 'spacy'"),
+        ({"params": {"release": "t2t", "eta": 50}, "attack": {"threat": TEXT_GRANT}}, "mechanism", "takes its mechanism in params"),
+        ({"params": {"release": "t2t", "eta": 50}, "mechanism": None, "attack": {"threat": {"training_text": "in_domain"}}},
+         "attack.threat", "needs knows_mechanism, knows_parameters"),
+        ({"params": {"release": "pct2t", "eta": 50, "rounds": 2}, "mechanism": None, "attack": {"threat": {"knows_mechanism": True}}},
+         "attack.threat", "training_text='in_domain'"),
     ],
 )
 def test_cells_are_validated_before_anything_runs(over, field, message):
@@ -45,6 +84,11 @@ def test_cells_are_validated_before_anything_runs(over, field, message):
 
 def test_unaware_only_needs_no_mechanism_knowledge():
     Cell.from_dict(_cell(params={"training": ["unaware"]}, attack={"threat": {"encoder_queries": True, "training_text": "in_domain"}}))
+    # token noise: the table instead of the encoder; text: the attacker picks its own encoder, in-domain text is all
+    Cell.from_dict(_cell(mechanism=GAUSS, params={"release": "tokens", "training": ["unaware"]},
+                         attack={"threat": {"embedding_table": True, "training_text": "in_domain"}}))
+    Cell.from_dict(_cell(mechanism=None, params={"release": "pct2t", "eta": 50, "training": ["unaware"]},
+                         attack={"threat": {"training_text": "in_domain"}}))
 
 
 @pytest.mark.shared_data
@@ -74,3 +118,75 @@ def test_trustpilot_run_has_no_label_reference(shared_data, tiny_encoder_dir, tm
     assert 0.0 <= m["gender_accuracy_best"] <= 1.0 and m["gender_accuracy_label"] is None  # NaN in the result file
     assert m["gender_accuracy_excess"] == pytest.approx(m["gender_accuracy_best"] - m["gender_accuracy_prior"])
     assert "sex_accuracy_best" not in m
+
+
+@pytest.fixture(scope="module")
+def unit_table_dir(tmp_path_factory, tiny_encoder_dir):
+    """A 1-layer BERT with MiniLM's tokenizer and a N(0, 1) input embedding table of width 16 (rows ~4 apart)."""
+    from transformers import BertModel
+
+    from textfree.encoders import make_tiny_encoder_dir
+
+    out = make_tiny_encoder_dir(tmp_path_factory.mktemp("unit-table"), hidden=16, layers=1, heads=2, seed=0)
+    model = BertModel.from_pretrained(out)
+    with torch.no_grad():
+        table = model.embeddings.word_embeddings.weight
+        table.copy_(torch.randn(table.shape, generator=torch.Generator().manual_seed(1)))
+    model.save_pretrained(out)
+    return str(out)
+
+
+def _means(path) -> list[dict[str, float]]:
+    return [{k: v["mean"] for k, v in r["metrics"].items()} for r in load_results(path)["results"]]
+
+
+@pytest.mark.shared_data
+def test_token_release_leaks_under_negligible_noise_and_falls_to_the_prior_under_extreme_noise(shared_data, unit_table_dir, tmp_path):
+    """Gaussian noise of norm ~0.004 against rows ~4 apart: the prompt's "male" / "female" token is read (fixed seeds:
+    99.7% against a 56% prior); noise of norm ~4000: every attacker is within a few points of the prior."""
+    cell = Cell.from_dict(_cell(unit_table_dir, limit=300, mechanism=GAUSS, grid={"mechanism.sigma": [1e-3, 1e3]},
+                                params={"release": "tokens", "max_tokens": 64, "epochs": 60, "hidden": 32, "threads": 1, "train_limit": 500},
+                                attack={"threat": dict(TOKEN_GRANT)}))
+    clean, noisy = _means(run_cell(cell, out_dir=tmp_path, progress=False))
+    for m in (clean, noisy):
+        assert m["n_train"] == 500 and m["n_test"] == 300
+        assert m["sex_accuracy_best"] == max(m[f"sex_accuracy_{a}_{t}"] for a in ("mean", "slots") for t in ("unaware", "aware"))
+        # the formal guarantee: one token at the table's diameter, composed over the prompt's own tokens
+        assert m["prompt_epsilon"] == pytest.approx(m["token_epsilon"] * m["tokens_per_prompt"])
+        assert 0 < m["tokens_per_prompt"] <= 64 and "slot_epsilon" not in m
+    assert clean["token_epsilon"] == pytest.approx(1e6 * noisy["token_epsilon"])  # eps ~ 1 / sigma at the same delta
+    assert clean["cosine"] > 0.999 and abs(noisy["cosine"]) < 0.05
+    assert clean["sex_accuracy_best"] > clean["sex_accuracy_prior"] + 0.3 and clean["sex_accuracy_excess"] > 0.3
+    assert abs(noisy["sex_accuracy_excess"]) < 0.05, noisy
+
+
+@pytest.mark.shared_data
+def test_t2t_release_end_to_end_with_aware_training_on_the_precomputed_runs(shared_data, tiny_encoder_dir, tmp_path, monkeypatch):
+    """T2T over a 46-word GloVe table, the tiny encoder as the attacker's: every attacker runs, the guarantee is eta x
+    the table's diameter per substituted word, and aware training gets `rounds` encoded runs of its training text."""
+    from textfree.attacks import attributes as attack
+    from textfree.substitution.embeddings import WordEmbeddingTable
+
+    seen = []
+    train = attack.train_attribute_attacker
+
+    def spy(*args, variants=None, **kwargs):
+        seen.append(variants)
+        return train(*args, variants=variants, **kwargs)
+
+    monkeypatch.setattr(attack, "train_attribute_attacker", spy)
+    cell = Cell.from_dict(_cell(str(tiny_encoder_dir), limit=40, mechanism=None,
+                                params={"release": "t2t", "eta": 2, "rounds": 2, "table": f"glove:{GLOVE}", "k": 4,
+                                        "epochs": 2, "hidden": 8, "threads": 1, "train_limit": 60},
+                                attack={"threat": dict(TEXT_GRANT)}))
+    (m,) = _means(run_cell(cell, out_dir=tmp_path, progress=False))
+    assert m["n_train"] == 60 and m["n_test"] == 40
+    assert m["word_epsilon"] == pytest.approx(2 * WordEmbeddingTable.from_glove(GLOVE).diameter())
+    assert m["prompt_epsilon_max"] >= m["prompt_epsilon"] > m["word_epsilon"]
+    assert 0 < m["replacement_rate"] <= 1 and 0 < m["kept_rate"] < 1  # most Pri-DDX words are not in the tiny table
+    assert m["sex_accuracy_best"] == max(m[f"sex_accuracy_{a}_{t}"] for a in ("mean", "slots") for t in ("unaware", "aware"))
+    # unaware, aware for each of the two attackers; the aware ones get the same two runs (made once per point)
+    assert [v is None for v in seen] == [True, False, True, False]
+    runs = seen[1]
+    assert seen[3] is runs and len(runs) == 2 and all(x.shape[0] == 60 and x.shape[-1] == 32 for x, _ in runs)
+    assert not torch.equal(runs[0][0], runs[1][0])  # two different runs of the mechanism

@@ -11,7 +11,7 @@ import pytest
 import torch
 from scipy import stats
 
-from textfree.mechanisms import L2Laplace, sample_gamma_integer_shape, sample_unit_directions
+from textfree.mechanisms import L2Laplace, sample_gamma, sample_gamma_integer_shape, sample_unit_directions
 
 ALPHA = 1e-6
 N = 20_000
@@ -45,6 +45,32 @@ def test_mean_radius_is_d_over_eps(d, eps):
 def test_gamma_helper_matches_gamma_distribution():
     r = sample_gamma_integer_shape(7, 0.25, N, generator=gen(2)).numpy()
     assert stats.kstest(r, stats.gamma(a=7, scale=0.25).cdf).pvalue > ALPHA
+
+
+@pytest.mark.parametrize("shape,scale", [(1, 1.0), (2.5, 2.0), (7, 0.25), (384, 1 / 28)])
+def test_marsaglia_tsang_gamma_matches_gamma_distribution(shape, scale):
+    # shape 1 rejects ~5% of proposals, so the redraw loop runs several rounds there.
+    r = sample_gamma(shape, scale, N, generator=gen(11)).numpy()
+    assert np.isfinite(r).all() and (r > 0).all()
+    assert stats.kstest(r, stats.gamma(a=shape, scale=scale).cdf).pvalue > ALPHA
+
+
+def test_marsaglia_tsang_gamma_agrees_with_the_sum_of_exponentials():
+    fast = sample_gamma(384, 0.5, N, generator=gen(12)).numpy()
+    plain = sample_gamma_integer_shape(384, 0.5, N, generator=gen(13)).numpy()
+    assert stats.ks_2samp(fast, plain).pvalue > ALPHA
+
+
+def test_marsaglia_tsang_gamma_is_a_function_of_the_generator_state():
+    assert torch.equal(sample_gamma(3, 1.0, 1000, generator=gen(14)), sample_gamma(3, 1.0, 1000, generator=gen(14)))
+    assert not torch.equal(sample_gamma(3, 1.0, 1000, generator=gen(14)), sample_gamma(3, 1.0, 1000, generator=gen(15)))
+    assert sample_gamma(3, 1.0, 0, generator=gen(14)).shape == (0,)
+
+
+@pytest.mark.parametrize("bad", [0.5, 0, -2, float("nan"), float("inf"), "3", True])
+def test_marsaglia_tsang_gamma_refuses_a_bad_shape_with_its_value(bad):
+    with pytest.raises(ValueError, match=f"got {bad!r}".replace("(", r"\(").replace(")", r"\)")):
+        sample_gamma(bad, 1.0, 10, generator=gen())
 
 
 @pytest.mark.parametrize("d", [2, 3, 50, 384])

@@ -98,6 +98,26 @@ def test_newest_file_wins_and_other_kinds_are_ignored(tmp_path):
     assert "0.500 (3 seeds, all equal)" in row
 
 
+def test_every_stage2_length_stays_listed_while_table1_shows_the_newest(tmp_path):
+    d = _fixture(tmp_path)
+    assert "every stage-2 length" not in build_report([d])  # one length per row: no extra table
+    _result_file(d / "main12.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 12}, _eval([0.9, 0.9, 0.9], [0.3, 0.3, 0.3]))], date="2026-02-01T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+    table1 = next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4 |") and "main12.json" not in l)
+    assert "| 12 |" in table1 and "0.900" in table1  # the newest run is Table 1's (and the verdict's)
+    start = lines.index("### Pri-DDX: every stage-2 length run for these rows")
+    history = [l for l in lines[start:start + 20] if l.startswith("| PPFT, eps 28")]
+    assert len(history) == 2
+    assert "| — | 0.820 ± 0.020 (3) | 0.600 ± 0.100 (3) | `main.json` |" in history[1]  # no epochs recorded sorts last
+    assert "| 12 | 0.900 (3 seeds, all equal) | 0.300 (3 seeds, all equal) | `main12.json` |" in history[0]
+    # the k and noise tables list every length too (fewest epochs first, unknown last)
+    _result_file(d / "k12.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 8, "epochs": 12}, _eval([0.6, 0.6, 0.6], [0.2, 0.2, 0.2]))], date="2026-02-01T00:00:01+00:00")
+    k8 = [l for l in build_report([d]).splitlines() if l.startswith("| 28 (width-matched) | 8 |")]
+    assert len(k8) == 2 and "| 12 | 0.600" in k8[0] and "| — | 0.720" in k8[1]
+
+
 def test_write_report_draws_the_k_figure_and_the_cli_refuses_missing_paths(tmp_path):
     from textfree.cli import app
 

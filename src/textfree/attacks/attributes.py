@@ -11,8 +11,14 @@ Two architectures (:class:`AttributeAttackConfig.pooling`):
   says different things in different slots; the mean blurs them.
 
 Two training regimes: *noise-unaware* (trained on clean slots, tested on noisy ones) and *noise-aware* (trained on
-slots noised by the same mechanism, fresh noise every epoch: it needs the mechanism and its parameters). Reports lead
-with the strongest attacker.
+slots noised by the same mechanism, fresh noise every epoch, or cycling over precomputed releases of its training text
+(``variants``: T2T text re-encoded by the attacker); it needs the mechanism and its parameters). Reports lead with the
+strongest attacker.
+
+What is released (``release``) decides what the attacker needs to make its own training inputs
+(:data:`RELEASE_REQUIRES`): PPFT ``slots`` (query access to the encoder), noisy ``tokens`` (the embedding table's
+rows, which it noises itself) or privatized ``text`` (T2T / PCT2T: it encodes the text with an encoder of its own
+choosing, so it needs no access to the client's). All need in-domain text with attributes.
 
 References (:func:`prior_predictions`, :func:`label_predictions`): what the attacker gets with *no* input (the
 training marginals: majority class, labels present in more than half the training rows) and what the task's correct
@@ -37,6 +43,7 @@ from .threat import NOISE_AWARE_REQUIRES, ThreatModel, check_grant, register_att
 
 __all__ = [
     "ATTRIBUTE_REQUIRES",
+    "RELEASE_REQUIRES",
     "attribute_inference_attack",
     "AttributeSpec",
     "AttributeAttackConfig",
@@ -57,6 +64,15 @@ Kind = Literal["categorical", "multilabel"]
 #: The attacker makes its own training payloads: query access to the encoder and in-domain text with attributes.
 #: Noise-aware training also needs the mechanism and its parameters.
 ATTRIBUTE_REQUIRES = ThreatModel(encoder_queries=True, training_text="in_domain")
+
+#: What the attacker needs to make its own training inputs, per kind of release (noise-aware training adds
+#: :data:`~textfree.attacks.threat.NOISE_AWARE_REQUIRES`): PPFT slots need the encoder; noisy token embeddings the
+#: table's rows; privatized text only text (it encodes it with an encoder it picks itself).
+RELEASE_REQUIRES = {
+    "slots": ATTRIBUTE_REQUIRES,
+    "tokens": ThreatModel(embedding_table=True, training_text="in_domain"),
+    "text": ThreatModel(training_text="in_domain"),
+}
 
 #: Age buckets for Pri-DDX (years): [0,18), [18,30), [30,45), [45,60), [60,75), [75, inf).
 AGE_EDGES = (18, 30, 45, 60, 75)
@@ -201,6 +217,22 @@ def _check_slots(slots: torch.Tensor, mask: torch.Tensor, n: int | None = None) 
 
 
 Noise = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
+Inputs = tuple[torch.Tensor, torch.Tensor]  # vectors [N, S, d] (zero padding) + mask [N, S]
+
+
+def _check_variants(variants: Sequence[Inputs], n: int, dim: int) -> list[Inputs]:
+    if isinstance(variants, tuple) and len(variants) == 2 and isinstance(variants[0], torch.Tensor):
+        raise ValueError("variants must be a sequence of (slots, mask) pairs, got one pair")
+    variants = list(variants)
+    if not variants:
+        raise ValueError("variants must hold at least one (slots, mask) pair")
+    for i, pair in enumerate(variants):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise ValueError(f"variant {i} must be a (slots, mask) pair, got {type(pair).__name__}")
+        _check_slots(*pair, n)
+        if pair[0].shape[-1] != dim:
+            raise ValueError(f"variant {i} has width {pair[0].shape[-1]}, the training slots {dim}")
+    return [(x.to(torch.float32), m) for x, m in variants]
 
 
 def train_attribute_attacker(
@@ -212,11 +244,18 @@ def train_attribute_attacker(
     *,
     noise: Noise | None,
     generator: torch.Generator,
+    variants: Sequence[Inputs] | None = None,
 ) -> AttributeClassifier:
     """Train on the attacker's own payloads: clean ``slots`` (noise-unaware, ``noise=None``) or, noise-aware, the
-    real slots passed through ``noise(rows [n, d], generator)`` afresh every epoch (padding stays zero).
-    ``generator`` seeds the initialisation, the batches and the noise."""
+    real slots passed through ``noise(rows [n, d], generator)`` afresh every epoch (padding stays zero), or
+    ``variants``: precomputed releases of the same training rows (each a ``(slots, mask)`` pair; e.g. the attacker's
+    own T2T runs over its training text, re-encoded), epoch ``e`` training on ``variants[e % len(variants)]``
+    instead of ``slots``. ``noise`` and ``variants`` exclude each other. ``generator`` seeds the initialisation, the
+    batches and the noise."""
     _check_slots(slots, mask, len(targets))
+    if noise is not None and variants is not None:
+        raise ValueError("give noise (fresh noise every epoch) or variants (precomputed releases), not both")
+    cycle = None if variants is None else _check_variants(variants, len(targets), slots.shape[-1])
     y = _encode(specs, targets)
     torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
     model = AttributeClassifier(slots.shape[-1], specs, config)
@@ -224,15 +263,17 @@ def train_attribute_attacker(
     clean = slots.to(torch.float32)
     n = clean.shape[0]
     model.train()
-    for _ in range(config.epochs):
-        x_all = clean
+    for epoch in range(config.epochs):
+        x_all, m_all = clean, mask
         if noise is not None:  # fresh noise on the real slots only (padding stays zero)
             x_all = torch.zeros_like(clean)
             x_all[mask] = noise(clean[mask], generator).to(torch.float32)
+        elif cycle is not None:
+            x_all, m_all = cycle[epoch % len(cycle)]
         order = torch.randperm(n, generator=generator)
         for start in range(0, n, config.batch_size):
             idx = order[start : start + config.batch_size]
-            logits = model(x_all[idx], mask[idx])
+            logits = model(x_all[idx], m_all[idx])
             loss = torch.zeros(())
             for s in specs:
                 if s.kind == "categorical":
@@ -331,22 +372,32 @@ def attribute_metric_names(kinds: Mapping[str, Kind]) -> tuple[str, ...]:
     return tuple(names)
 
 
-@register_attack("attribute_inference", requires=ATTRIBUTE_REQUIRES,
-                 description="MLP / slot-attention classifier of attributes, trained on the attacker's own payloads")
+@register_attack("attribute_inference", requires=RELEASE_REQUIRES["text"],
+                 description="MLP / slot-attention classifier of attributes, trained on the attacker's own releases")
 def attribute_inference_attack(
-    train: tuple[torch.Tensor, torch.Tensor],
+    train: Inputs,
     train_targets: Sequence[Mapping[str, Any]],
-    observed: tuple[torch.Tensor, torch.Tensor],
+    observed: Inputs,
     specs: Sequence[AttributeSpec],
     config: AttributeAttackConfig,
     *,
     threat: ThreatModel,
     noise: Noise | None,
     generator: torch.Generator,
+    variants: Sequence[Inputs] | None = None,
+    release: str = "slots",
 ) -> list[dict[str, Any]]:
-    """Train on ``train`` = (clean slots, mask) made from in-domain text (noise-aware when ``noise`` is given: it
-    must be the mechanism's own, so the grant must include its parameters), then predict ``observed`` payloads."""
-    requires = ATTRIBUTE_REQUIRES if noise is None else ATTRIBUTE_REQUIRES.union(NOISE_AWARE_REQUIRES)
+    """Train on ``train`` = (clean slots, mask) made from in-domain text, then predict ``observed`` releases.
+
+    Noise-aware when ``noise`` (fresh noise every epoch) or ``variants`` (precomputed releases of the training text,
+    cycled over epochs) is given: either must be the mechanism's own, so the grant must include its parameters.
+    ``release`` (``slots``, ``tokens`` or ``text``) names what the client released, hence how the attacker made its
+    training inputs and what it needs (:data:`RELEASE_REQUIRES`)."""
+    if release not in RELEASE_REQUIRES:
+        raise ValueError(f"release must be one of {sorted(RELEASE_REQUIRES)}, got {release!r}")
+    requires = RELEASE_REQUIRES[release]
+    if noise is not None or variants is not None:
+        requires = requires.union(NOISE_AWARE_REQUIRES)
     check_grant("attribute_inference", requires, threat)
-    model = train_attribute_attacker(*train, train_targets, specs, config, noise=noise, generator=generator)
+    model = train_attribute_attacker(*train, train_targets, specs, config, noise=noise, generator=generator, variants=variants)
     return predict_attributes(model, *observed)

@@ -24,6 +24,13 @@ given the residuals r_{b,s} = y_s - x(w_{b,s}) - mu:
 * L1-Laplace: b       = sum_b gamma_b sum_s ||r_{b,s}||_1 / (t d)
 * L2-Laplace: s       = sum_b gamma_b sum_s ||r_{b,s}||_2 / (t d)   (radius ~ Gamma(d, s), so E||r|| = d s)
 
+* von Mises-Fisher (``"vmf"``, direction only): the observation's direction y/||y|| around the candidate's
+  direction x/||x|| with concentration kappa (``scale`` = 1/kappa); the statistic is ||y^ - x^||^2 = 2 - 2 cos, so
+  the weighted mean cosine R is its sufficient statistic and kappa solves A_d(kappa) = R, A_d = I_{d/2} / I_{d/2-1}
+  (Banerjee et al. 2005's closed-form start, then Newton steps). The norm of y is ignored: that is the point
+  against clipping (SnD), which maps every noisy vector onto the sphere of radius C, so an L2 surrogate reads
+  its norm as noise and nearest neighbour by L2 collapses, while the direction still carries the token.
+
 With ``estimate_mean`` the mean mu is first set to the weighted mean residual (the exact MLE for the Gaussian,
 a moment estimate for the Laplace families), then the scale given mu. Every beam's score is recomputed under
 the new theta. Scales are floored at ``min_scale`` (a noiseless payload would otherwise drive them to 0).
@@ -60,6 +67,9 @@ __all__ = [
     "DecodedSequence",
     "BeamCleanResult",
     "oracle_noise",
+    "log_bessel_iv",
+    "vmf_kappa",
+    "vmf_log_normalizer",
     "family_of",
     "beamclean_requirements",
     "candidate_pool",
@@ -67,7 +77,7 @@ __all__ = [
     "beamclean_attack",
 ]
 
-FAMILIES = ("gaussian", "l1_laplace", "l2_laplace")
+FAMILIES = ("gaussian", "l1_laplace", "l2_laplace", "vmf")
 
 #: Base requirement: the payload and the embedding table (more with a trained prior, ``family="auto"`` or oracle noise).
 BEAMCLEAN_REQUIRES = ThreatModel(embedding_table=True)
@@ -83,6 +93,9 @@ class SurrogateNoise:
     * ``"l1_laplace"``: independent Laplace(mu_i, scale) coordinates: log p = -||r||_1 / b - d log(2b).
     * ``"l2_laplace"``: density proportional to exp(-||r||_2 / s) (radius ~ Gamma(d, s), direction uniform):
       log p = -||r|| / s - d log s - log Gamma(d) - log(2 pi^(d/2) / Gamma(d/2)).
+    * ``"vmf"``: von Mises-Fisher on the unit sphere S^(d-1) with kappa = 1/scale, for *unit* vectors (the decoder
+      normalises observations and table rows): r = y^ - x^, ||r||^2 = 2 - 2 cos, log p = kappa cos + log C_d(kappa),
+      C_d(kappa) = kappa^(d/2-1) / ((2 pi)^(d/2) I_{d/2-1}(kappa)). No mean shift.
     """
 
     family: str
@@ -97,6 +110,8 @@ class SurrogateNoise:
             raise ValueError(f"SurrogateNoise: scale must be a finite number > 0, got {s!r}")
         if self.mean is not None and (not isinstance(self.mean, torch.Tensor) or self.mean.dim() != 1):
             raise ValueError(f"SurrogateNoise: mean must be a 1-D tensor or None, got {self.mean!r}")
+        if self.family == "vmf" and self.mean is not None:
+            raise ValueError("SurrogateNoise: the vmf family has no mean shift (it models directions), got a mean")
 
     def statistic(self, residual: torch.Tensor) -> torch.Tensor:
         """The family's sufficient distance of ``residual - mean`` (last dimension): ||.||^2, ||.||_1 or ||.||_2."""
@@ -109,6 +124,9 @@ class SurrogateNoise:
             return -stat / (2.0 * s * s) - d * math.log(s) - 0.5 * d * _LOG_2PI
         if self.family == "l1_laplace":
             return -stat / s - d * math.log(2.0 * s)
+        if self.family == "vmf":
+            kappa = 1.0 / s
+            return kappa * (1.0 - 0.5 * stat) + vmf_log_normalizer(d, kappa)
         log_norm = math.lgamma(d) + math.log(2.0) + 0.5 * d * math.log(math.pi) - math.lgamma(d / 2.0)
         return -stat / s - d * math.log(s) - log_norm
 
@@ -136,6 +154,11 @@ class SurrogateNoise:
         n_paths, t, d = residuals.shape
         r = residuals.to(torch.float64)
         w = torch.full((n_paths,), 1.0 / n_paths, dtype=torch.float64) if weights is None else weights.to(torch.float64)
+        if family == "vmf":
+            if estimate_mean or mean is not None:
+                raise ValueError("SurrogateNoise.fit: the vmf family has no mean to estimate or keep")
+            cosine = 1.0 - 0.5 * float((w * _statistic(family, r).sum(dim=1)).sum()) / t
+            return cls(family, max(1.0 / vmf_kappa(d, cosine), min_scale))
         if estimate_mean:
             mean = (w[:, None] * r.mean(dim=1)).sum(dim=0)
         if mean is not None:
@@ -148,8 +171,60 @@ class SurrogateNoise:
         return {"family": self.family, "scale": self.scale, "mean": None if self.mean is None else self.mean.tolist()}
 
 
+def log_bessel_iv(v: float, z: float) -> float:
+    """log I_v(z) for order v >= 0.5 and z > 0: scipy's exponentially scaled ``ive`` where it is representable,
+    else (large order, small z, where ``ive`` underflows) the uniform asymptotic (Debye) expansion with two
+    correction terms (O(v^-3): its log differs from scipy's by 1e-9 at order 191, i.e. d = 384, and 5e-8 at order 40)."""
+    if not (v >= 0.5 and z > 0 and math.isfinite(v) and math.isfinite(z)):
+        raise ValueError(f"log_bessel_iv: need v >= 0.5 and finite z > 0, got v={v!r}, z={z!r}")
+    from scipy.special import ive
+
+    scaled = float(ive(v, z))
+    if 1e-290 < scaled < math.inf:
+        return math.log(scaled) + z
+    x = z / v
+    root = math.sqrt(1.0 + x * x)
+    p = 1.0 / root
+    eta = root + math.log(x / (1.0 + root))
+    u1 = (3.0 * p - 5.0 * p**3) / 24.0
+    u2 = (81.0 * p**2 - 462.0 * p**4 + 385.0 * p**6) / 1152.0
+    return -0.5 * math.log(2.0 * math.pi * v) + v * eta - 0.5 * math.log(root) + math.log1p(u1 / v + u2 / (v * v))
+
+
+def vmf_log_normalizer(d: int, kappa: float) -> float:
+    """log C_d(kappa) of the von Mises-Fisher density on S^(d-1), d >= 3."""
+    if d < 3:
+        raise ValueError(f"vmf_log_normalizer: d must be >= 3, got {d!r}")
+    v = d / 2.0 - 1.0
+    return v * math.log(kappa) - 0.5 * d * _LOG_2PI - log_bessel_iv(v, kappa)
+
+
+def _bessel_ratio(d: int, kappa: float) -> float:
+    """A_d(kappa) = I_{d/2}(kappa) / I_{d/2-1}(kappa): the mean cosine of a vMF with concentration kappa."""
+    v = d / 2.0 - 1.0
+    return math.exp(log_bessel_iv(v + 1.0, kappa) - log_bessel_iv(v, kappa))
+
+
+def vmf_kappa(d: int, mean_cosine: float, *, newton_steps: int = 4) -> float:
+    """Maximum-likelihood concentration of a vMF on S^(d-1) whose mean cosine to the mean direction is
+    ``mean_cosine``: solves A_d(kappa) = R from Banerjee et al.'s start R (d - R^2) / (1 - R^2) by Newton steps
+    (A_d'(kappa) = 1 - A_d^2 - (d-1)/kappa A_d). R is clamped to [1e-6, 1 - 1e-9]: R <= 0 means "no signal", a
+    nearly flat density."""
+    if d < 3:
+        raise ValueError(f"vmf_kappa: d must be >= 3, got {d!r}")
+    r = min(max(float(mean_cosine), 1e-6), 1.0 - 1e-9)
+    kappa = r * (d - r * r) / (1.0 - r * r)
+    for _ in range(newton_steps):
+        a = _bessel_ratio(d, kappa)
+        slope = 1.0 - a * a - (d - 1.0) / kappa * a
+        if slope <= 0:
+            break
+        kappa = max(kappa - (a - r) / slope, kappa / 10.0)
+    return kappa
+
+
 def _statistic(family: str, r: torch.Tensor) -> torch.Tensor:
-    if family == "gaussian":
+    if family == "gaussian" or family == "vmf":
         return r.square().sum(dim=-1)
     if family == "l1_laplace":
         return r.abs().sum(dim=-1)
@@ -281,6 +356,10 @@ def beamclean_decode(
     m = min(config.candidates, v - (int(excluded.sum()) if excluded is not None else 0))
     y = noisy.detach().cpu().to(torch.float64)
     table64 = table.detach().cpu().to(torch.float64)
+    if family == "vmf":  # directions only: unit observations and rows (a zero row stays zero, far from every y^)
+        if config.estimate_mean:
+            raise ValueError("beamclean_decode: estimate_mean does not apply to the vmf family")
+        y, table64 = _unit_rows(y), _unit_rows(table64)
     table32 = table64.to(torch.float32)
     sqnorm = table32.square().sum(dim=1)
     if t_len == 0:
@@ -335,6 +414,10 @@ def beamclean_decode(
         history.append(noise.scale)
     best = int(torch.argmax(prior_total + noise_total))
     return DecodedSequence(paths[best].clone(), float(prior_total[best] + noise_total[best]), noise, history)
+
+
+def _unit_rows(x: torch.Tensor) -> torch.Tensor:
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
 
 
 def beamclean_requirements(prior: TokenPrior, *, noise: str = "estimated", family: str = "auto") -> ThreatModel:

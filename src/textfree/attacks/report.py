@@ -62,6 +62,7 @@ _NN = "recovery_nn_best"
 _BC = "recovery_beamclean_estimated"
 _BC_ORACLE = "recovery_beamclean_oracle"
 _MECH_TITLES = {"l2_laplace": "L2-Laplace", "gaussian": "Gaussian"}
+_SURROGATE_NAMES = {"vmf": "von Mises-Fisher (direction-only)", "l2_laplace": "L2-Laplace", "l1_laplace": "L1-Laplace", "gaussian": "Gaussian"}
 
 
 @dataclass
@@ -113,6 +114,9 @@ class Curve:
             title = f"{_MECH_TITLES.get(inner, inner)}, clipped to {self.mechanism.get('max_norm'):g}"
         else:
             title = _MECH_TITLES.get(self.family, self.family)
+        family = (self.attack.get("beamclean") or {}).get("family", "auto")
+        if family != "auto" and "beamclean" in self.attack.get("attacks", ["beamclean"]):
+            title += f", BeamClean {_SURROGATE_NAMES.get(family, family)} surrogate"
         provenance = (self.attack.get("prior") or {}).get("training_text", "public")
         return title if provenance == "public" else f"{title}, {provenance.replace('_', '-')} prior"
 

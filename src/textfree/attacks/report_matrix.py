@@ -2,11 +2,13 @@
 
 Mechanisms (rows) and the result files that measure them:
 
-* token noise (L2-Laplace, Gaussian) and clipped token noise: ``token_inversion`` cells (per-token vectors);
+* token noise (L2-Laplace, Gaussian) and clipped token noise: ``token_inversion`` cells (per-token vectors) and
+  ``attribute_inference`` cells with ``release: tokens`` (same mechanism label: same row);
 * pooled PPFT slots: ``learned_inversion`` cells (unaware / aware / stage-1-aligned inverters, restoration) and
-  ``attribute_inference`` cells (k 4);
+  ``attribute_inference`` cells attacking slots (k 4);
 * T2T and PCT2T text: ``substitution_inversion`` cells (``pos`` null / set): read the text, the channel inverter and
-  the noise-aware learned inverter (its ROUGE-L in the "learned inverter, aware" row).
+  the noise-aware learned inverter (its ROUGE-L in the "learned inverter, aware" row), and ``attribute_inference``
+  cells with ``release: t2t`` / ``pct2t``.
 
 Attacks (columns) report what they recover of the private text: tokens or words at their position (%), or ROUGE-L
 (x100) for generated reconstructions; attribute inference reports sex accuracy (best attacker, %). An attack that
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from .report_payloads import PayloadCell, collect_kind
+from .report_payloads import PayloadCell, attribute_release, collect_kind, token_noise_label
 
 __all__ = ["MatrixRow", "collect_matrix", "matrix_section", "matrix_figure", "COLUMNS"]
 
@@ -36,8 +38,7 @@ COLUMNS = (
 _NA = {
     "token": {"read the text": "no text is released", "channel inverter": "no text is released",
               "learned inverter, unaware": "not run on token noise", "learned inverter, aware": "not run on token noise",
-              "learned inverter, stage-1-aligned": "not run on token noise", "restoration instruction": "no PPFT model",
-              "attributes: sex (best)": "not run on token noise"},
+              "learned inverter, stage-1-aligned": "not run on token noise", "restoration instruction": "no PPFT model"},
     "pooled": {"NN (L2)": "slots are pooled, not token rows", "NN (cosine)": "slots are pooled, not token rows",
                "MLP, black box": "slots are pooled, not token rows", "autoencoder + NN, black box": "slots are pooled, not token rows",
                "BeamClean (estimated noise)": "slots are pooled, not token rows", "read the text": "no text is released",
@@ -46,8 +47,7 @@ _NA = {
              "MLP, black box": "the attacker sees words, not vectors", "autoencoder + NN, black box": "the attacker sees words, not vectors",
              "BeamClean (estimated noise)": "the attacker sees words, not vectors",
              "learned inverter, unaware": "trained on clean text it learns the identity: read the text",
-             "learned inverter, stage-1-aligned": "no PPFT model reads text", "restoration instruction": "no PPFT model",
-             "attributes: sex (best)": "not run on T2T text"},
+             "learned inverter, stage-1-aligned": "no PPFT model reads text", "restoration instruction": "no PPFT model"},
 }
 
 
@@ -59,19 +59,32 @@ class MatrixRow:
     points: dict[str, list[tuple[float, float, str]]] = field(default_factory=dict)
 
     def add(self, column: str, loss: float, value: float, source: str) -> None:
-        if not math.isnan(value):
-            self.points.setdefault(column, []).append((loss, value, source))
+        """Record a point; when several cells measure the same attack at the same unit loss (e.g. BeamClean with
+        two surrogate families), keep the strongest."""
+        if math.isnan(value):
+            return
+        points = self.points.setdefault(column, [])
+        same = [i for i, (x, _, _) in enumerate(points) if math.isclose(x, loss, rel_tol=1e-9)]
+        if not same:
+            points.append((loss, value, source))
+        elif value > points[same[0]][1]:
+            points[same[0]] = (loss, value, source)
 
 
-def _token_rows(cells: list[PayloadCell]) -> list[MatrixRow]:
+def _pri_ddx(c: PayloadCell) -> bool:
+    """The matrix is about Pri-DDX prompts (PUPA's PII sweep and Trustpilot's authors have their own tables)."""
+    return str(c.cell.get("dataset", "pri-ddx")).lower() == "pri-ddx"
+
+
+def _add_attributes(row: MatrixRow, c: PayloadCell, unit_eps: str) -> None:
+    for _, p in c.points:
+        row.add("attributes: sex (best)", p.mean(unit_eps), 100 * p.mean("sex_accuracy_best"), c.name)
+
+
+def _token_rows(cells: list[PayloadCell], attributes: list[PayloadCell]) -> list[MatrixRow]:
     rows: dict[str, MatrixRow] = {}
-    for c in cells:
-        if str(c.cell.get("dataset", "pri-ddx")).lower() != "pri-ddx":
-            continue  # the matrix is about Pri-DDX prompts (PUPA's PII sweep has its own table)
-        mech = c.cell.get("mechanism") or {}
-        name = mech.get("name")
-        label = {"l2_laplace": "token noise, L2-Laplace", "gaussian": "token noise, Gaussian"}.get(
-            name, f"clipped token noise ({(mech.get('inner') or {}).get('name')}, C = {mech.get('max_norm')})")
+    for c in filter(_pri_ddx, cells):
+        label = token_noise_label(c.cell.get("mechanism") or {})
         row = rows.setdefault(label, MatrixRow(label, "token"))
         for _, p in c.points:
             loss = p.mean("token_epsilon")
@@ -80,6 +93,10 @@ def _token_rows(cells: list[PayloadCell]) -> list[MatrixRow]:
             row.add("BeamClean (estimated noise)", loss, 100 * p.mean("recovery_beamclean_estimated"), c.name)
             row.add("MLP, black box", loss, 100 * p.mean("recovery_mlp"), c.name)
             row.add("autoencoder + NN, black box", loss, 100 * p.mean("recovery_autoencoder"), c.name)
+    for c in attributes:
+        if _pri_ddx(c) and attribute_release(c) == "tokens":
+            label = token_noise_label(c.cell.get("mechanism") or {})
+            _add_attributes(rows.setdefault(label, MatrixRow(label, "token")), c, "token_epsilon")
     return list(rows.values())
 
 
@@ -99,6 +116,8 @@ def _pooled_row(inversion: list[PayloadCell], attributes: list[PayloadCell]) -> 
                 continue  # clean payloads: no mechanism
             row.add(column, p.mean("slot_epsilon"), 100 * p.mean("rouge_l"), c.name)
     for c in attributes:
+        if attribute_release(c) != "slots":
+            continue
         for point, p in c.points:
             k = point.get("params.k", (c.cell.get("params") or {}).get("k", 4))
             if k == 4:
@@ -106,8 +125,12 @@ def _pooled_row(inversion: list[PayloadCell], attributes: list[PayloadCell]) -> 
     return row if row.points else None
 
 
-def _text_rows(cells: list[PayloadCell]) -> list[MatrixRow]:
+def _text_rows(cells: list[PayloadCell], attributes: list[PayloadCell]) -> list[MatrixRow]:
     rows: dict[str, MatrixRow] = {}
+    for c in attributes:
+        if _pri_ddx(c) and attribute_release(c) in ("t2t", "pct2t"):
+            label = "PCT2T text" if attribute_release(c) == "pct2t" else "T2T text"
+            _add_attributes(rows.setdefault(label, MatrixRow(label, "text")), c, "word_epsilon")
     for c in cells:
         label = "PCT2T text" if (c.cell.get("params") or {}).get("pos") else "T2T text"
         row = rows.setdefault(label, MatrixRow(label, "text"))
@@ -121,10 +144,11 @@ def _text_rows(cells: list[PayloadCell]) -> list[MatrixRow]:
 
 def collect_matrix(paths: Iterable[str | Path]) -> list[MatrixRow]:
     paths = list(paths)
-    rows = _token_rows(collect_kind(paths, "token_inversion"))
-    pooled = _pooled_row(collect_kind(paths, "learned_inversion"), collect_kind(paths, "attribute_inference"))
+    attributes = collect_kind(paths, "attribute_inference")
+    rows = _token_rows(collect_kind(paths, "token_inversion"), attributes)
+    pooled = _pooled_row(collect_kind(paths, "learned_inversion"), attributes)
     rows += [pooled] if pooled else []
-    return rows + _text_rows(collect_kind(paths, "substitution_inversion"))
+    return rows + _text_rows(collect_kind(paths, "substitution_inversion"), attributes)
 
 
 def _cell_text(row: MatrixRow, column: str, unit: str) -> str:
@@ -146,6 +170,7 @@ def matrix_section(rows: list[MatrixRow], figure: str | None = None) -> list[str
              "position in %, ROUGE-L of generated reconstructions, sex accuracy of the best attribute attacker), with",
              "the range of the formal worst-case loss of one released unit (*unit eps*: one token at the table's",
              "diameter, one unit slot, one word at the table's diameter); a prompt composes this over its units.",
+             "Where several cells measure an attack at the same point, the strongest result is kept.",
              "Per-point figures are in the sections above; the plot puts every attack on the unit-eps axis.", ""]
     if not rows:
         return lines + ["No result files for the cross matrix were given."]

@@ -3,8 +3,9 @@ restoration of PPFT payloads, and the readers of T2T / PCT2T text.
 
 Generated from the result files of the ``attribute_inference``, ``learned_inversion`` and ``substitution_inversion``
 cell kinds (newest file per cell name wins), never by hand. Figures are ``mean ± sd`` over seeds (one seed: the mean alone). The formal guarantee
-is printed beside every empirical figure: ``slot eps`` (one slot) and ``prompt eps`` (the mean prompt's composed
-worst case, slots x slot eps).
+is printed beside every empirical figure: the loss of one released unit (``slot eps``; attribute inference on token
+noise ``token eps``, on T2T text ``word eps``) and ``prompt eps`` (the mean prompt's composed worst case, units x
+unit eps).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, Iterable
 
 from .report import Point, result_files
 
-__all__ = ["PayloadCell", "collect_kind", "attribute_section", "inversion_section", "substitution_section",
+__all__ = ["PayloadCell", "collect_kind", "attribute_section", "attribute_release", "token_noise_label", "inversion_section", "substitution_section",
            "PAPER_ATTRIBUTE_RECALL", "PAPER_AWARE_ROUGE_L", "TARGET_UNAWARE_ROUGE_L"]
 
 #: PPFT Table 3 (attribute recall of its attacker at eps 75, k 4): sex, symptoms, antecedents.
@@ -87,33 +88,81 @@ _ATTR_ROWS = (("sex_accuracy", "sex (accuracy)"), ("age_accuracy", "age bucket (
               ("gender_accuracy", "gender (accuracy)"), ("age_cat_accuracy", "age category (accuracy)"))
 _VARIANTS = (("mean_unaware", "MLP, unaware"), ("mean_aware", "MLP, aware"), ("slots_unaware", "slots, unaware"),
              ("slots_aware", "slots, aware"))
+#: The guarantee of one released unit, per release: (column title, metric).
+_UNIT_EPS = {"slots": ("slot eps", "slot_epsilon"), "tokens": ("token eps", "token_epsilon"),
+             "t2t": ("word eps", "word_epsilon"), "pct2t": ("word eps", "word_epsilon")}
+
+
+def attribute_release(c: PayloadCell) -> str:
+    """What an ``attribute_inference`` cell attacks: ``slots`` (PPFT payloads; cells before ``release`` existed),
+    ``tokens``, ``t2t`` or ``pct2t``."""
+    return (c.cell.get("params") or {}).get("release", "slots")
+
+
+def token_noise_label(mech: dict) -> str:
+    """The cross matrix's name of a token-noise mechanism, e.g. ``token noise, L2-Laplace``."""
+    name = mech.get("name")
+    return {"l2_laplace": "token noise, L2-Laplace", "gaussian": "token noise, Gaussian"}.get(
+        name, f"clipped token noise ({(mech.get('inner') or {}).get('name')}, C = {mech.get('max_norm')})")
+
+
+def _release_title(c: PayloadCell) -> str:
+    release = attribute_release(c)
+    if release == "tokens":
+        return f"release: {token_noise_label(c.cell.get('mechanism') or {})}, max {(c.cell.get('params') or {}).get('max_tokens', 128)} tokens"
+    if release == "slots":
+        return "release: PPFT slots"
+    pos = (c.cell.get("params") or {}).get("pos", "default")
+    return "release: T2T text" if release == "t2t" else f"release: PCT2T text ({pos if isinstance(pos, str) else ', '.join(pos)})"
+
+
+def _lead(c: PayloadCell, point: dict) -> tuple[list[str], list[str]]:
+    """The columns that say which mechanism setting a row is: (titles, values)."""
+    release = attribute_release(c)
+    if release == "slots":
+        eps, k = _eps(c, point)
+        return ["eps", "k"], [str(eps), str(k)]
+    if release in ("t2t", "pct2t"):
+        return ["eta"], [str(point.get("params.eta", (c.cell.get("params") or {}).get("eta")))]
+    axes = [key for key in point if key.startswith("mechanism.")]
+    if not axes:
+        mech = c.cell.get("mechanism") or {}
+        return ["mechanism"], [", ".join(f"{k} {v}" for k, v in mech.items() if k != "name")]
+    return [key.removeprefix("mechanism.") for key in axes], [str(point[key]) for key in axes]
 
 
 def attribute_section(cells: list[PayloadCell]) -> list[str]:
-    lines = ["", "## Attribute inference on PPFT payloads (PPFT Table 3 shape)", "",
-             "The attacker trains on payloads of its own in-domain text (the Pri-DDX PPFT train part; query access to the",
-             "encoder) and predicts each held-out prompt's attributes from its payload. Four attackers: a 2-layer MLP on the",
-             "mean slot or attention over the slots, trained on clean slots (*unaware*) or on slots noised by the same",
-             "mechanism (*aware*). **best** is the strongest of them; *prior* is the best guess without any input (training",
-             "marginals); *label* is what the task's correct answer (the diagnosis) alone reveals; **excess** = best minus",
-             "the larger reference: the leak the mechanism is responsible for. Percentages of held-out prompts (accuracy)",
-             "or of gold attributes (recall; F1 guards against predicting every label). PPFT Table 3 reports recall",
+    lines = ["", "## Attribute inference (PPFT Table 3 shape)", "",
+             "The attacker trains on releases it makes itself from in-domain text (the Pri-DDX PPFT train part) and predicts",
+             "each held-out prompt's attributes from its release: PPFT payloads (*slots*; it queries the encoder), noisy",
+             "token embeddings (*token noise*; it holds the table) or T2T / PCT2T text (*text*; it encodes the text with",
+             "an encoder of its own, k-pooled unit slots). Four attackers: a 2-layer MLP on the mean vector or attention",
+             "over the vectors, trained on clean inputs (*unaware*) or on the same mechanism's releases (*aware*: fresh",
+             "noise every epoch; for text, a few T2T runs over its training text, cycled). **best** is the strongest of",
+             "them; *prior* is the best guess without any input (training marginals); *label* is what the task's correct",
+             "answer (the diagnosis) alone reveals; **excess** = best minus the larger reference: the leak the mechanism",
+             "is responsible for. Percentages of held-out prompts (accuracy) or of gold attributes (recall; F1 guards",
+             "against predicting every label). The unit eps column is one released unit's worst case (a slot, a token at",
+             "the table's diameter, a word at the table's diameter); prompt eps composes it over the prompt's units.",
+             "PPFT Table 3 reports recall",
              f"{PAPER_ATTRIBUTE_RECALL['sex']} / {PAPER_ATTRIBUTE_RECALL['symptoms']} / {PAPER_ATTRIBUTE_RECALL['antecedents']}"
              " (sex / symptoms / antecedents) at eps 75, k 4 with a weaker attacker."]
     if not cells:
         return lines + ["", "No attribute_inference result files were given."]
     for c in cells:
         encoder = c.cell.get("encoder", "default")
-        lines += ["", f"### `{c.name}` ({c.cell.get('dataset')}, encoder `{encoder}`)", ""]
+        unit_title, unit_metric = _UNIT_EPS[attribute_release(c)]
+        lines += ["", f"### `{c.name}` ({c.cell.get('dataset')}, encoder `{encoder}`; {_release_title(c)})", ""]
         present = [(m, label) for m, label in _ATTR_ROWS if any(p.spread(f"{m}_best") for _, p in c.points)]
-        lines += ["| eps | k | slot eps | prompt eps (mean) | attribute | prior | label | " +
+        titles = _lead(c, c.points[0][0])[0] if c.points else []
+        lines += ["| " + " | ".join(titles) + f" | {unit_title} | prompt eps (mean) | attribute | prior | label | " +
                   " | ".join(v for _, v in _VARIANTS) + " | **best** | **excess** |",
-                  "|---|---|---|---|---|---|---|" + "---|" * len(_VARIANTS) + "---|---|"]
+                  "|" + "---|" * (len(titles) + 5) + "---|" * len(_VARIANTS) + "---|---|"]
         for point, p in c.points:
-            eps, k = _eps(c, point)
+            values = _lead(c, point)[1]
             for i, (m, label) in enumerate(present):
-                head = (f"| {eps} | {k} | {_num(p, 'slot_epsilon')} | {_num(p, 'prompt_epsilon')} " if i == 0
-                        else "| | | | ")
+                head = ("| " + " | ".join(values) + f" | {_num(p, unit_metric)} | {_num(p, 'prompt_epsilon')} " if i == 0
+                        else "| " * (len(values) + 2))
                 cols = [_fmt(p, f"{m}_prior", True), _fmt(p, f"{m}_label", True)]
                 cols += [_fmt(p, f"{m}_{v}", True) for v, _ in _VARIANTS]
                 cols += [f"**{_fmt(p, f'{m}_best', True)}**", f"**{_fmt(p, f'{m}_excess', True)}**"]

@@ -12,7 +12,7 @@ from .base import (
 )
 from .clipping import Clipped, clip_l2, effective_noise
 from .gaussian import Gaussian, analytic_delta, analytic_epsilon, analytic_sigma, classic_sigma, sigma_for_noise_norm
-from .laplace import L2Laplace, sample_gamma_integer_shape, sample_unit_directions
+from .laplace import L2Laplace, sample_gamma, sample_gamma_integer_shape, sample_unit_directions
 from .slots import UNIT_SLOT_DIAMETER, SlotPrivatization
 from .transforms import k_pool, l2_normalize, n_slots
 
@@ -35,6 +35,7 @@ __all__ = [
     "analytic_epsilon",
     "classic_sigma",
     "L2Laplace",
+    "sample_gamma",
     "sample_gamma_integer_shape",
     "sample_unit_directions",
     "SlotPrivatization",

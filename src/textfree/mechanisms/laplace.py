@@ -17,7 +17,7 @@ import torch
 
 from .base import PrivacyLoss, add_noise, check_positive, register_mechanism
 
-__all__ = ["L2Laplace", "sample_gamma_integer_shape", "sample_unit_directions"]
+__all__ = ["L2Laplace", "sample_gamma", "sample_gamma_integer_shape", "sample_unit_directions"]
 
 
 def sample_unit_directions(n: int, d: int, *, generator: torch.Generator, device=None) -> torch.Tensor:
@@ -43,6 +43,36 @@ def sample_gamma_integer_shape(
     return (-torch.log(1.0 - u)).sum(dim=-1) * scale
 
 
+def sample_gamma(shape: float, scale: float, n: int, *, generator: torch.Generator, device=None) -> torch.Tensor:
+    """``n`` draws of Gamma(shape, scale), shape >= 1, in float64, by Marsaglia and Tsang's rejection method (2000).
+
+    With a = shape - 1/3 and c = 1 / sqrt(9a): propose v = (1 + c x)^3 for x ~ N(0, 1), accept when v > 0 and
+    log u < x^2 / 2 + a - a v + a log v for u ~ U[0, 1); then a v ~ Gamma(shape, 1) exactly (a rejection sampler,
+    not an approximation). Acceptance is above 0.95 for every shape >= 1 and above 0.9999 at shape 384, so a
+    draw costs about two random numbers instead of the ``shape`` uniforms of
+    :func:`sample_gamma_integer_shape` (which stays as the plain reference the tests compare against).
+    Rejected positions are redrawn from the same generator until all are accepted: the output is a
+    deterministic function of the generator state.
+    """
+    if isinstance(shape, bool) or not isinstance(shape, (int, float)) or not shape >= 1 or shape == float("inf"):
+        raise ValueError(f"gamma shape must be a finite number >= 1, got {shape!r}")
+    a = float(shape) - 1.0 / 3.0
+    c = 1.0 / (9.0 * a) ** 0.5
+    out = torch.empty(n, dtype=torch.float64, device=device)
+    todo = torch.arange(n, device=device)
+    while todo.numel():
+        m = todo.numel()
+        x = torch.randn(m, generator=generator, dtype=torch.float64, device=device)
+        u = torch.rand(m, generator=generator, dtype=torch.float64, device=device)
+        v = (1.0 + c * x) ** 3
+        positive = v > 0
+        log_v = torch.log(torch.where(positive, v, torch.ones_like(v)))
+        ok = positive & (torch.log(u) < 0.5 * x * x + a - a * v + a * log_v)
+        out[todo[ok]] = a * v[ok]
+        todo = todo[~ok]
+    return out * scale
+
+
 @register_mechanism("l2_laplace")
 @dataclass(frozen=True)
 class L2Laplace:
@@ -55,7 +85,7 @@ class L2Laplace:
 
     def noise(self, n: int, d: int, *, generator: torch.Generator, device=None) -> torch.Tensor:
         """``n`` noise vectors of dimension ``d`` (float64)."""
-        radius = sample_gamma_integer_shape(d, 1.0 / self.epsilon, n, generator=generator, device=device)
+        radius = sample_gamma(d, 1.0 / self.epsilon, n, generator=generator, device=device)
         return sample_unit_directions(n, d, generator=generator, device=device) * radius[:, None]
 
     def sample(self, x: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:

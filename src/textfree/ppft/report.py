@@ -195,6 +195,24 @@ def _targets(stage2, blind, upper, lower, ds) -> list[str]:
     return lines
 
 
+def _table_epochs(entries: Sequence[Entry], ds: str) -> list[str]:
+    """Every stage-2 length that was run for the Table 1 rows (the newest file per length): Table 1 shows only the
+    newest run of each row, this shows what the others scored, so no run is hidden by a later one."""
+    stage2 = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
+    rows = [("blind", dict(blind=True), ("blind_mcqa", "blind_open"))]
+    rows += [(f"PPFT, eps {_eps_label(eps)}, k=4", dict(family="l2_laplace", blind=False, epsilon=eps, k=4), ("mcqa", "open"))
+             for eps in (PAPER_EPSILON, WIDTH_MATCHED)]
+    rows.append(("upper bound", dict(blind=False, epsilon=None), ("mcqa", "open")))
+    out = ["| row | stage-2 epochs | 4-option acc | open-answer acc | result file |", "|---|---|---|---|---|"]
+    lengths = 0
+    for label, want, (t4, to) in rows:
+        runs = _per_length(stage2, **want)
+        lengths = max(lengths, len(runs))
+        for e in runs:
+            out.append(f"| {label} | {_epochs(e)} | {_fmt(e, f'acc_{t4}')} | {_fmt(e, f'acc_{to}')} | `{e.source}` |")
+    return out if lengths > 1 else []
+
+
 def _table_k(entries: Sequence[Entry], ds: str) -> list[str]:
     stage2 = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds and not _get(e, "blind")
               and _get(e, "family") == "l2_laplace" and _get(e, "epsilon") is not None]
@@ -203,13 +221,18 @@ def _table_k(entries: Sequence[Entry], ds: str) -> list[str]:
     found = False
     for eps in (PAPER_EPSILON, WIDTH_MATCHED):
         for k in (4, 8, 16):
-            e = _latest(stage2, epsilon=eps, k=k)
-            if e is None:
-                continue
-            found = True
-            out.append(f"| {_eps_label(eps)} | {k} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} | {_fmt(e, 'acc_open')} | {_fmt(e, 'acc_open_no_leak')} | "
-                       f"{e.mean('prompt_epsilon'):.0f} |")
+            for e in _per_length(stage2, epsilon=eps, k=k):
+                found = True
+                out.append(f"| {_eps_label(eps)} | {k} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} | {_fmt(e, 'acc_open')} | {_fmt(e, 'acc_open_no_leak')} | "
+                           f"{e.mean('prompt_epsilon'):.0f} |")
     return out if found else []
+
+
+def _per_length(entries: Sequence[Entry], **want: Any) -> list[Entry]:
+    """The newest entry matching ``want`` for each number of stage-2 epochs, fewest epochs first."""
+    matching = [e for e in entries if all(_get(e, k) == v for k, v in want.items())]
+    lengths = sorted({e.params.get("epochs") for e in matching}, key=lambda x: (x is None, x or 0))
+    return [_latest(matching, epochs=n) for n in lengths]
 
 
 def _table_noise(entries: Sequence[Entry], ds: str) -> list[str]:
@@ -218,11 +241,10 @@ def _table_noise(entries: Sequence[Entry], ds: str) -> list[str]:
            "|---|---|---|---|---|---|---|---|---|"]
     found = False
     for eps in (PAPER_EPSILON, WIDTH_MATCHED):
-        lap = _latest(stage2, family="l2_laplace", epsilon=eps, k=4)
-        rows = [("L2-Laplace", lap, f"{384 / eps:.2f}" if lap else "—")]
+        rows = [("L2-Laplace", e, f"{384 / eps:.2f}") for e in _per_length(stage2, family="l2_laplace", epsilon=eps, k=4)]
         for match in ("budget", "norm"):
-            g = _latest(stage2, family="gaussian", epsilon=eps, k=4, noise_match=match)
-            rows.append((f"Gaussian, {match}-matched", g, _gauss_norm(eps, match) if g else "—"))
+            rows += [(f"Gaussian, {match}-matched", g, _gauss_norm(eps, match))
+                     for g in _per_length(stage2, family="gaussian", epsilon=eps, k=4, noise_match=match)]
         for label, e, norm in rows:
             if e is None:
                 continue
@@ -231,8 +253,7 @@ def _table_noise(entries: Sequence[Entry], ds: str) -> list[str]:
             guarantee = f"{slot:.3g}" + (" (pure)" if label == "L2-Laplace" else ", delta 1e-5")
             out.append(f"| {label} | {_eps_label(eps)} | {norm} | {guarantee} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} | {_fmt(e, 'acc_open')} | "
                        f"{_fmt(e, 'acc_open_no_leak')} |")
-    upper = _latest(stage2, epsilon=None, blind=False)
-    if upper is not None and found:
+    for upper in _per_length(stage2, epsilon=None, blind=False) if found else []:
         out.append(f"| no noise (upper bound) | — | 0 | none | {_epochs(upper)} | {_fmt(upper, 'acc_mcqa')} | {_fmt(upper, 'acc_mcqa_rank')} | {_fmt(upper, 'acc_open')} | "
                    f"{_fmt(upper, 'acc_open_no_leak')} |")
     return out if found else []
@@ -315,6 +336,11 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) ->
         if not any(e.dataset.lower() == ds for e in entries):
             continue
         lines += ["", f"## {title}: Table 1 shape (held-out split)", ""] + _table1(entries, ds)
+        epoch_rows = _table_epochs(entries, ds)
+        if epoch_rows:
+            lines += ["", f"### {title}: every stage-2 length run for these rows", "",
+                      "Table 1 shows the newest run of each row; the verdicts use those. Earlier runs with another number",
+                      "of stage-2 epochs stay listed here.", ""] + epoch_rows
         k_rows = _table_k(entries, ds)
         if k_rows:
             lines += ["", f"### {title}: pooling k (Table 5 shape)", ""] + k_rows

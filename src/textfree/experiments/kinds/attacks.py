@@ -24,6 +24,8 @@ Inputs (once per run, cached):
     attacks:  [nn_l2, nn_cosine, beamclean]       # default: these three; also mlp, autoencoder (RAPT IV-A1)
     beamclean: {beam_width: 20, candidates: 1024, family: auto, noise: [estimated, oracle], em_iters: 3,
                 estimate_mean: false, prior_weight: 1.0, chunk_size: 8192}
+                # family: auto (the mechanism's, needs knows_mechanism) or the attacker's own guess:
+                # gaussian, l1_laplace, l2_laplace, vmf (direction only, for clipped noise)
     prior:    {kind: bigram, sources: [{dataset: alpaca}, {dataset: gsm8k, split: train}], k: 0.1,
                training_text: public}             # or inline texts: [...]; {kind: uniform};
                                                   # {kind: causal_lm, path: runs/decoder-small}
@@ -101,9 +103,10 @@ from ...mechanisms import mechanism_from_dict
 from ...metrics import token_recovery_rate
 from ...rng import seeded_generator
 from ..cell import CellError
-from ..inputs import load_records, load_cell_encoder, load_texts, record_private_text
+from ..inputs import load_records, load_texts, record_private_text
 from ..registry import RunContext, register_cell_kind
 from ._threads import torch_threads
+from ._tokens import token_guarantee, token_sequences, token_table
 
 __all__ = [
     "TOKEN_INVERSION_METRICS",
@@ -381,24 +384,12 @@ class _Inputs:
 
 def _inputs(cell: Any, max_tokens: int, context: RunContext) -> _Inputs:
     def build() -> _Inputs:
-        from ...geometry import max_pairwise_distance
-
         texts = _cell_texts(cell)
-        encoder = load_cell_encoder(cell, "embedding_table")
-        tok = encoder.tokenizer
-        special = set(tok.all_special_ids)
-        seqs, scored = [], []
-        enc = tok(texts, add_special_tokens=True, return_special_tokens_mask=True)
-        for ids, added in zip(enc["input_ids"], enc["special_tokens_mask"]):
-            content = torch.tensor(added).eq(0).cumsum(0)  # 1, 2, ... over the text's own tokens
-            keep = torch.tensor(added).eq(1) | (content <= max_tokens)
-            full = torch.tensor(ids)[keep]
-            seqs.append(full)
-            scored.append(torch.tensor([int(i) not in special for i in full], dtype=torch.bool))
-        table = encoder.table.detach().to(torch.float32)
-        context.logger.info("token_inversion: %d texts, %d scored tokens, table %s", len(texts), int(sum(s.sum() for s in scored)), tuple(table.shape))
-        pii = _released_pii(cell, texts, [_decode(tok, q, m) for q, m in zip(seqs, scored)])
-        return _Inputs(table, tok, seqs, scored, max_pairwise_distance(table), texts, pii)
+        tt = token_table(cell, context)
+        seqs, scored = token_sequences(tt.tokenizer, texts, max_tokens)
+        context.logger.info("token_inversion: %d texts, %d scored tokens, table %s", len(texts), int(sum(s.sum() for s in scored)), tuple(tt.table.shape))
+        pii = _released_pii(cell, texts, [_decode(tt.tokenizer, q, m) for q, m in zip(seqs, scored)])
+        return _Inputs(tt.table, tt.tokenizer, seqs, scored, tt.diameter, texts, pii)
 
     return context.cached(("inputs", max_tokens), build)
 
@@ -510,13 +501,9 @@ def _run(cell: Any, resolved: Any, spec: InversionAttackSpec, seed: int, context
     gold, scored = torch.cat(data.sequences), torch.cat(data.scored)
     clean = table[gold].to(torch.float64)
     released = mech.sample(clean, generator=seeded_generator(seed, warn=False)).to(torch.float32)
-    loss_unit, loss_token = mech.privacy_loss(1.0), mech.privacy_loss(data.diameter)
     d = table.shape[1]
     out: dict[str, float] = {
-        "epsilon_unit": loss_unit.epsilon,
-        "token_epsilon": loss_token.epsilon,
-        "token_delta": loss_token.delta,
-        "table_diameter": data.diameter,
+        **token_guarantee(mech, data.diameter),
         "noise_norm": float((released.to(torch.float64) - clean)[scored].norm(dim=1).mean()),
         "expected_noise_norm": mech.expected_noise_norm(d) if hasattr(mech, "expected_noise_norm") else math.nan,
         "n_sequences": float(n),

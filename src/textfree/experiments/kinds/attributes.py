@@ -1,12 +1,29 @@
-"""Cell kind ``attribute_inference``: what PPFT payloads reveal about a prompt's attributes (PPFT Table 3, RAPT IV-A2).
+"""Cell kind ``attribute_inference``: what a release reveals about a prompt's attributes (PPFT Table 3, RAPT IV-A2).
 
-The client releases PPFT slots (encoder -> k-pooling -> unit norm -> the cell's mechanism -> renormalise) of each
-*evaluated* prompt. The attacker holds in-domain text with attributes (the *train* part of the PPFT split; on
-Trustpilot its train file) and query access to the encoder, makes its own payloads from that text and trains an
-attribute classifier (:mod:`textfree.attacks.attributes`): every combination of ``params.attackers`` (``mean``:
-2-layer MLP on the mean slot; ``slots``: attention over slots) and ``params.training`` (``unaware``: trained on clean
-slots; ``aware``: trained on noisy slots of the same mechanism, fresh noise every epoch, which needs
-``knows_parameters`` in ``attack.threat``). Evaluated prompts are never trained on (repeated private texts dropped).
+The client releases each *evaluated* prompt in one of four forms (``params.release``):
+
+* ``slots`` (default): PPFT slots (encoder -> k-pooling -> unit norm -> the cell's ``mechanism`` -> renormalise);
+* ``tokens``: the SnD / RAPT client's input embeddings: every token's row of the ``encoder``'s embedding table
+  (default MiniLM's), its first ``params.max_tokens`` own tokens inside the special tokens, each noised independently
+  by the cell's ``mechanism`` (``l2_laplace``, ``gaussian``, ``clipped``; no renormalisation);
+* ``t2t`` / ``pct2t``: privatized text (RAPT's word substitution; PCT2T keeps the part of speech), with the mechanism
+  in ``params`` as in ``substitution_inversion`` (``eta``, ``pos``, ``table``, ``tagger``; no `mechanism` section).
+
+The attacker holds in-domain text with attributes (the *train* part of the PPFT split; on Trustpilot its train file),
+makes its own training inputs from it and trains an attribute classifier (:mod:`textfree.attacks.attributes`): every
+combination of ``params.attackers`` (``mean``: 2-layer MLP on the mean vector; ``slots``: attention over the vectors)
+and ``params.training``:
+
+* ``unaware``: trained on clean inputs: clean slots (query access to the encoder), clean token embeddings (the
+  table), or the clean slots of its training text encoded with the cell's ``encoder`` (text releases: the attacker
+  encodes the released text itself with an encoder it picks, so it needs no access to the client's);
+* ``aware``: trained on the same mechanism's releases of its training text: noisy slots or noisy token embeddings
+  with fresh noise every epoch, or (text) ``params.rounds`` T2T runs over its training text, each encoded once, the
+  epochs cycling over them. Needs ``knows_mechanism`` and ``knows_parameters`` in ``attack.threat``.
+
+Threat (:data:`~textfree.attacks.attributes.RELEASE_REQUIRES`): in-domain training text, plus ``encoder_queries``
+(slots) or ``embedding_table`` (tokens). Evaluated prompts are never trained on (repeated private texts dropped);
+``limit`` keeps the first that many of them.
 
 Attributes: Pri-DDX sex, age bucket (:data:`~textfree.attacks.attributes.AGE_EDGES`), symptoms and antecedents
 (multi-label); Trustpilot gender and age category.
@@ -20,11 +37,20 @@ Metrics, for each attribute score ``m`` (``sex_accuracy``, ``symptoms_recall``, 
   reveals (Pri-DDX: the diagnosis; NaN where the dataset has no task label);
 * ``{m}_excess``: ``{m}_best`` minus the larger reference: the leak the mechanism is responsible for.
 
-Also the formal guarantee beside the empirical figures: ``slot_epsilon`` (one slot: 2*eps for L2-Laplace on unit
-slots), ``prompt_epsilon`` (mean over prompts of slots x slot_epsilon) and ``prompt_epsilon_max``;
-``slots_per_prompt``, ``cosine`` (mean clean-vs-released slot cosine), ``n_train``, ``n_test``.
+Also the formal guarantee beside the empirical figures, under the name the cross matrix puts on its unit-eps axis,
+and ``prompt_epsilon`` (the mean over prompts of its units x the unit's loss) and ``prompt_epsilon_max``:
 
-Cell::
+* slots: ``slot_epsilon`` (one slot: 2 eps for L2-Laplace on unit slots), ``slots_per_prompt``, ``cosine`` (mean
+  clean-vs-released slot cosine);
+* tokens: ``token_epsilon`` / ``token_delta`` (one token: the loss at the table's diameter), ``epsilon_unit``,
+  ``table_diameter``, ``tokens_per_prompt`` (the prompt's own tokens; the special tokens are the same in every prompt
+  and cost nothing), ``cosine`` (mean clean-vs-released token cosine);
+* t2t / pct2t: ``word_epsilon`` (eta x the table's diameter), per prompt over its substituted words,
+  ``replacement_rate``, ``kept_rate`` (words outside the table, released verbatim, not covered).
+
+And ``n_train``, ``n_test``.
+
+Cells::
 
     kind: attribute_inference
     dataset: pri-ddx                  # or trustpilot
@@ -32,18 +58,27 @@ Cell::
     mechanism: {name: l2_laplace, epsilon: 75}
     params: {k: 4, attackers: [mean, slots], training: [unaware, aware], epochs: 150}
     attack: {threat: {encoder_queries: true, training_text: in_domain, knows_mechanism: true, knows_parameters: true}}
+
+    # token noise: the table's rows, noised per token
+    mechanism: {name: gaussian, sigma: 0.3, delta: 1.0e-5}
+    params: {release: tokens, max_tokens: 128}
+    attack: {threat: {embedding_table: true, training_text: in_domain, knows_mechanism: true, knows_parameters: true}}
+
+    # T2T text (no mechanism section); pct2t takes pos: default or a list of categories
+    params: {release: t2t, eta: 75, rounds: 3, k: 4}
+    attack: {threat: {training_text: in_domain, knows_mechanism: true, knows_parameters: true}}
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
 
 from ...attacks.attributes import (
-    ATTRIBUTE_REQUIRES,
+    RELEASE_REQUIRES,
     AttributeAttackConfig,
     age_bucket,
     attribute_inference_attack,
@@ -61,13 +96,18 @@ from ..cell import CellError
 from ..inputs import load_cell_encoder, record_private_text
 from ..registry import RunContext, register_cell_kind
 from ._grant import granted_threat
+from ._t2t import T2T_PARAMS, check_t2t_params, t2t_guarantee, t2t_mechanism
 from ._threads import torch_threads
+from ._tokens import token_guarantee, token_sequences, token_table
 
-__all__ = ["attribute_inference", "ATTRIBUTE_KINDS", "ATTRIBUTE_INFERENCE_METRICS", "ATTRIBUTE_INFERENCE_PARAMS"]
+__all__ = ["attribute_inference", "ATTRIBUTE_KINDS", "ATTRIBUTE_INFERENCE_METRICS", "ATTRIBUTE_INFERENCE_PARAMS", "RELEASES"]
 
 ENCODE_BATCH = 32
 ATTACKERS = ("mean", "slots")
 TRAINING = ("unaware", "aware")
+#: What the client releases; t2t and pct2t release text.
+RELEASES = ("slots", "tokens", "t2t", "pct2t")
+TEXT_RELEASES = ("t2t", "pct2t")
 
 #: The attributes of each supported dataset and their kinds.
 ATTRIBUTE_KINDS: dict[str, dict[str, str]] = {
@@ -85,17 +125,25 @@ ATTRIBUTE_INFERENCE_METRICS = tuple(
     f"{m}_{suffix}"
     for m in _scores()
     for suffix in [f"{a}_{t}" for a in ATTACKERS for t in TRAINING] + ["best", "prior", "label", "excess"]
-) + ("slot_epsilon", "prompt_epsilon", "prompt_epsilon_max", "slots_per_prompt", "cosine", "n_train", "n_test")
+) + ("slot_epsilon", "token_epsilon", "token_delta", "epsilon_unit", "table_diameter", "word_epsilon",
+     "prompt_epsilon", "prompt_epsilon_max", "slots_per_prompt", "tokens_per_prompt", "replacement_rate", "kept_rate",
+     "cosine", "n_train", "n_test")
 
 ATTRIBUTE_INFERENCE_PARAMS = {
-    "k": "tokens per pooled slot (integer >= 1; default 4)",
-    "attackers": "attacker architectures: mean (MLP on the mean slot) and/or slots (attention over slots); default both",
-    "training": "unaware (trained on clean slots) and/or aware (on noisy slots, needs knows_parameters); default both",
+    "release": "what the client releases: slots (PPFT payloads, default), tokens (noisy input embeddings), t2t or pct2t (privatized text)",
+    "k": "slots, t2t, pct2t: tokens per pooled slot (the client's; for text the attacker's own encoding) (integer >= 1; default 4)",
+    "max_tokens": "tokens: cut each prompt to this many of its own tokens before the special tokens (integer >= 1; default 128)",
+    **{name: f"t2t, pct2t: {text}" for name, text in T2T_PARAMS.items()},
+    "rounds": "t2t, pct2t: aware training's T2T runs over the training text, each encoded once, cycled over epochs (default 3)",
+    "attackers": "attacker architectures: mean (MLP on the mean vector) and/or slots (attention over the vectors); default both",
+    "training": "unaware (trained on clean inputs) and/or aware (on the mechanism's releases, needs knows_parameters); default both",
     "epochs": "training epochs of each attacker (default 150)",
     "hidden": "width of the attacker's 2-layer MLP (default 256)",
     "train_limit": "use at most this many attacker training prompts (default: all)",
     "threads": "torch threads while the cell runs (default: unchanged)",
 }
+_COMMON = {"release", "attackers", "training", "epochs", "hidden", "train_limit", "threads"}
+_RELEASE_PARAMS = {"slots": {"k"}, "tokens": {"max_tokens"}, "t2t": {"k", "rounds", *T2T_PARAMS}, "pct2t": {"k", "rounds", *T2T_PARAMS}}
 
 
 def _dataset(cell: Any) -> str:
@@ -121,7 +169,11 @@ def _int_param(params: dict, name: str, default: int | None) -> int | None:
 
 @dataclass(frozen=True)
 class _Settings:
+    release: str
     k: int
+    max_tokens: int
+    rounds: int
+    text: dict  # t2t / pct2t: eta, pos, table, tagger
     attackers: list[str]
     training: list[str]
     config: dict[str, int]
@@ -129,18 +181,62 @@ class _Settings:
     threads: int | None
     threat: ThreatModel
 
+    @property
+    def family(self) -> str:
+        return _family(self.release)
 
-def _settings(resolved: Any) -> _Settings:
+
+def _family(release: str) -> str:
+    """The release family of :data:`~textfree.attacks.attributes.RELEASE_REQUIRES`: slots, tokens or text."""
+    return "text" if release in TEXT_RELEASES else release
+
+
+def _release(resolved: Any) -> str:
     p = resolved.params
     bad = sorted(set(p) - set(ATTRIBUTE_INFERENCE_PARAMS))
     if bad:
         raise CellError(f"unknown params {bad}; attribute_inference takes {sorted(ATTRIBUTE_INFERENCE_PARAMS)}", field="params")
+    release = p.get("release", "slots")
+    if release not in RELEASES:
+        raise CellError(f"release must be one of {list(RELEASES)}, got {release!r}", field="params.release")
+    extra = sorted(set(p) - _COMMON - _RELEASE_PARAMS[release])
+    if extra:
+        raise CellError(f"params {extra} do not apply to release {release!r} (it takes {sorted(_RELEASE_PARAMS[release])} "
+                        "beside the common ones)", field=f"params.{extra[0]}")
+    if release in TEXT_RELEASES and resolved.mechanism is not None:
+        raise CellError(f"release {release!r} takes its mechanism in params (eta, pos, table, tagger), not `mechanism`",
+                        field="mechanism")
+    if release not in TEXT_RELEASES and resolved.mechanism is None:
+        raise CellError(f"release {release!r} needs a `mechanism` (e.g. {{name: l2_laplace, epsilon: 75}})", field="mechanism")
+    return release
+
+
+def _text_params(p: dict, release: str) -> dict:
+    text = {name: p[name] for name in T2T_PARAMS if name in p}
+    if release == "pct2t":
+        text.setdefault("pos", "default")
+        if text["pos"] is None:
+            raise CellError("release pct2t needs pos: 'default' or a list of categories, got None", field="params.pos")
+    elif text.get("pos") is not None:
+        raise CellError(f"release t2t takes no pos (PCT2T is release pct2t), got {text['pos']!r}", field="params.pos")
+    check_t2t_params(text)
+    return text
+
+
+def _settings(resolved: Any) -> _Settings:
+    p = resolved.params
+    release = _release(resolved)
     training = _list_param(p, "training", TRAINING)
-    needs = ATTRIBUTE_REQUIRES.union(NOISE_AWARE_REQUIRES) if "aware" in training else ATTRIBUTE_REQUIRES
+    base = RELEASE_REQUIRES[_family(release)]
+    needs = base.union(NOISE_AWARE_REQUIRES) if "aware" in training else base
     threat = granted_threat(resolved.attack, "attribute_inference", "attribute_inference", needs,
                             "; grant more in `attack.threat` or drop training 'aware'")
     return _Settings(
+        release=release,
         k=_int_param(p, "k", 4),
+        max_tokens=_int_param(p, "max_tokens", 128),
+        rounds=_int_param(p, "rounds", 3),
+        text=_text_params(p, release) if release in TEXT_RELEASES else {},
         attackers=_list_param(p, "attackers", ATTACKERS),
         training=training,
         config={"epochs": _int_param(p, "epochs", 150), "hidden": _int_param(p, "hidden", 256)},
@@ -152,8 +248,6 @@ def _settings(resolved: Any) -> _Settings:
 
 def _validate(cell: Any, points: list[dict]) -> None:
     _dataset(cell)
-    if cell.mechanism is None:
-        raise CellError("the attribute_inference kind needs a `mechanism` (e.g. {name: l2_laplace, epsilon: 75})", field="mechanism")
     for point in points:
         _settings(cell.resolve(point))
 
@@ -205,6 +299,18 @@ def _parts(dataset: str) -> tuple[_Part, _Part]:
     return train, test
 
 
+def _data(cell: Any, train_limit: int | None, context: RunContext) -> tuple[str, _Part, _Part]:
+    """(dataset, the attacker's training part cut to ``train_limit``, the evaluated part cut to ``cell.limit``)."""
+    dataset = _dataset(cell)
+    train, test = context.cached("parts", lambda: _parts(dataset))
+    if train_limit is not None:
+        train = _Part(train.texts[:train_limit], train.targets[:train_limit],
+                      None if train.labels is None else train.labels[:train_limit])
+    if cell.limit is not None:
+        test = _Part(test.texts[: cell.limit], test.targets[: cell.limit], None if test.labels is None else test.labels[: cell.limit])
+    return dataset, train, test
+
+
 def _encode(encoder: Any, texts: list[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Clean unit slots [N, S, d] (zero padding) + slot mask [N, S]: the client's payload without noise."""
     from ...privatizer import Privatizer
@@ -213,20 +319,116 @@ def _encode(encoder: Any, texts: list[str], k: int) -> tuple[torch.Tensor, torch
     return payload.vectors, payload.mask
 
 
-def _inputs(cell: Any, k: int, train_limit: int | None, context: RunContext):
-    dataset = _dataset(cell)
-    train, test = context.cached("parts", lambda: _parts(dataset))
-    if train_limit is not None:
-        train = _Part(train.texts[:train_limit], train.targets[:train_limit],
-                      None if train.labels is None else train.labels[:train_limit])
+def _clean_slots(cell: Any, part: str, texts: list[str], k: int, train_limit: int | None, context: RunContext):
+    """The clean slots of the training or evaluated texts (cached per run)."""
 
     def encode():
         encoder = context.cached("encoder", lambda: load_cell_encoder(cell, "contextual"))
-        context.logger.info("attribute_inference: encoding %d + %d texts with %s, k=%d", len(train.texts), len(test.texts), encoder.name, k)
-        return _encode(encoder, train.texts, k), _encode(encoder, test.texts, k)
+        context.logger.info("attribute_inference: encoding %d %s texts with %s, k=%d", len(texts), part, encoder.name, k)
+        return _encode(encoder, texts, k)
 
-    (train_x, train_m), (test_x, test_m) = context.cached(("slots", k, train_limit), encode)
-    return dataset, train, test, (train_x, train_m), (test_x, test_m)
+    return context.cached(("slots", part, k, train_limit), encode)
+
+
+def _token_rows(cell: Any, part: str, texts: list[str], max_tokens: int, train_limit: int | None, context: RunContext):
+    """Clean token embeddings [N, S, d] (zero padding), the position mask [N, S] and each text's own-token count."""
+
+    def build():
+        tt = token_table(cell, context)
+        seqs, own = token_sequences(tt.tokenizer, texts, max_tokens)
+        width = max(len(q) for q in seqs)
+        x = torch.zeros(len(seqs), width, tt.table.shape[1])
+        mask = torch.zeros(len(seqs), width, dtype=torch.bool)
+        for i, q in enumerate(seqs):
+            x[i, : len(q)] = tt.table[q]
+            mask[i, : len(q)] = True
+        context.logger.info("attribute_inference: %d %s texts, %d tokens (table %s)", len(texts), part, int(mask.sum()), tuple(tt.table.shape))
+        return x, mask, torch.tensor([int(o.sum()) for o in own], dtype=torch.float64)
+
+    return context.cached(("tokens", part, max_tokens, train_limit), build)
+
+
+@dataclass
+class _Release:
+    """What one (point, seed) gives the attackers: the clean training inputs, the observed releases, how aware training
+    sees the mechanism (``noise`` or ``variants``, made on first use), and the formal guarantee."""
+
+    train: tuple[torch.Tensor, torch.Tensor]
+    observed: tuple[torch.Tensor, torch.Tensor]
+    guarantee: dict[str, float]
+    make_aware: Callable[[], dict]
+    _aware: dict | None = field(default=None, repr=False)
+
+    def aware(self) -> dict:
+        if self._aware is None:
+            self._aware = self.make_aware()
+        return self._aware
+
+
+def _noisy(mech: Any, x: torch.Tensor, mask: torch.Tensor, generator: torch.Generator, normalize: bool) -> torch.Tensor:
+    """``x`` with the mechanism's noise on its real rows (then renormalised for PPFT slots); padding stays zero."""
+    out = torch.zeros_like(x)
+    noisy = mech.sample(x[mask].to(torch.float64), generator=generator)
+    out[mask] = (l2_normalize(noisy) if normalize else noisy).to(torch.float32)
+    return out
+
+
+def _cosine(released: torch.Tensor, clean: torch.Tensor, mask: torch.Tensor) -> float:
+    return float(torch.nn.functional.cosine_similarity(released[mask], clean[mask], dim=-1).mean())
+
+
+def _slots_release(cell, resolved, s, train, test, seed, context) -> _Release:
+    mech = mechanism_from_dict(resolved.mechanism)
+    train_x, train_m = _clean_slots(cell, "train", train.texts, s.k, s.train_limit, context)
+    test_x, test_m = _clean_slots(cell, "test", test.texts, s.k, s.train_limit, context)
+
+    def noise(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return l2_normalize(mech.sample(x.to(torch.float64), generator=generator)).to(torch.float32)
+
+    released = _noisy(mech, test_x, test_m, seeded_generator(seed, warn=False), normalize=True)
+    slots = test_m.sum(1).to(torch.float64)
+    slot_eps = SlotPrivatization(noise=mech, k=s.k).slot_loss().epsilon
+    guarantee = {"slot_epsilon": slot_eps, "prompt_epsilon": float((slots * slot_eps).mean()),
+                 "prompt_epsilon_max": float((slots * slot_eps).max()), "slots_per_prompt": float(slots.mean()),
+                 "cosine": float((released * test_x).sum(-1)[test_m].mean())}
+    return _Release((train_x, train_m), (released, test_m), guarantee, lambda: {"noise": noise})
+
+
+def _tokens_release(cell, resolved, s, train, test, seed, context) -> _Release:
+    mech = mechanism_from_dict(resolved.mechanism)
+    train_x, train_m, _ = _token_rows(cell, "train", train.texts, s.max_tokens, s.train_limit, context)
+    test_x, test_m, own = _token_rows(cell, "test", test.texts, s.max_tokens, s.train_limit, context)
+
+    def noise(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return mech.sample(x.to(torch.float64), generator=generator).to(torch.float32)
+
+    released = _noisy(mech, test_x, test_m, seeded_generator(seed, warn=False), normalize=False)
+    guarantee = token_guarantee(mech, token_table(cell, context).diameter)
+    eps = guarantee["token_epsilon"]
+    guarantee |= {"prompt_epsilon": float((own * eps).mean()), "prompt_epsilon_max": float((own * eps).max()),
+                  "tokens_per_prompt": float(own.mean()), "cosine": _cosine(released, test_x, test_m)}
+    return _Release((train_x, train_m), (released, test_m), guarantee, lambda: {"noise": noise})
+
+
+def _text_release(cell, resolved, s, train, test, seed, context) -> _Release:
+    mech = t2t_mechanism(s.text, context)
+    encoder = context.cached("encoder", lambda: load_cell_encoder(cell, "contextual"))
+    released = mech.privatize_detailed(test.texts, generator=seeded_generator(seed, warn=False))
+
+    def variants() -> dict:
+        generator = seeded_generator(seed + 104_729, warn=False)
+        runs = []
+        for r in range(s.rounds):
+            context.logger.info("attribute_inference: %s eta=%s, the attacker's run %d/%d over %d training texts",
+                                s.release, s.text["eta"], r + 1, s.rounds, len(train.texts))
+            runs.append(_encode(encoder, mech.privatize(train.texts, generator=generator), s.k))
+        return {"variants": runs}
+
+    return _Release(_clean_slots(cell, "train", train.texts, s.k, s.train_limit, context),
+                    _encode(encoder, released.texts, s.k), t2t_guarantee(mech, released), variants)
+
+
+_RELEASE_BUILDERS = {"slots": _slots_release, "tokens": _tokens_release, "t2t": _text_release, "pct2t": _text_release}
 
 
 # ------------------------------------------------------------------------------------------------ the kind
@@ -235,8 +437,8 @@ def _inputs(cell: Any, k: int, train_limit: int | None, context: RunContext):
     metrics=ATTRIBUTE_INFERENCE_METRICS,
     params=ATTRIBUTE_INFERENCE_PARAMS,
     validate=_validate,
-    help="Attribute classifiers (mean MLP, slot attention; noise-unaware and noise-aware) on PPFT payloads, "
-         "beside the prior and the label-only reference.",
+    help="Attribute classifiers (mean MLP, attention; noise-unaware and noise-aware) on PPFT payloads, noisy token "
+         "embeddings or T2T / PCT2T text, beside the prior and the label-only reference.",
 )
 def attribute_inference(cell: Any, point: dict, seed: int, context: RunContext) -> dict[str, float]:
     resolved = cell.resolve(point)
@@ -246,38 +448,22 @@ def attribute_inference(cell: Any, point: dict, seed: int, context: RunContext) 
 
 
 def _run(cell: Any, resolved: Any, s: _Settings, seed: int, context: RunContext) -> dict[str, float]:
-    mech = mechanism_from_dict(resolved.mechanism)
-    slot_privacy = SlotPrivatization(noise=mech, k=s.k)
-    dataset, train, test, (train_x, train_m), (test_x, test_m) = _inputs(cell, s.k, s.train_limit, context)
+    dataset, train, test = _data(cell, s.train_limit, context)
     kinds = ATTRIBUTE_KINDS[dataset]
     specs = build_specs(train.targets, kinds)
-
-    def noise(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        return l2_normalize(mech.sample(x.to(torch.float64), generator=generator)).to(torch.float32)
-
-    released = torch.zeros_like(test_x)
-    released[test_m] = noise(test_x[test_m], seeded_generator(seed, warn=False))
-    slots = test_m.sum(1).to(torch.float64)
-    slot_eps = slot_privacy.slot_loss().epsilon
-    out: dict[str, float] = {
-        "slot_epsilon": slot_eps,
-        "prompt_epsilon": float((slots * slot_eps).mean()),
-        "prompt_epsilon_max": float((slots * slot_eps).max()),
-        "slots_per_prompt": float(slots.mean()),
-        "cosine": float((released * test_x).sum(-1)[test_m].mean()),
-        "n_train": float(len(train.texts)),
-        "n_test": float(len(test.texts)),
-    }
+    release = _RELEASE_BUILDERS[s.release](cell, resolved, s, train, test, seed, context)
+    out: dict[str, float] = dict(release.guarantee) | {"n_train": float(len(train.texts)), "n_test": float(len(test.texts))}
     scores = attribute_metric_names(kinds)
     for attacker in s.attackers:
         for training in s.training:
             config = AttributeAttackConfig(pooling=attacker, **s.config)
+            aware = release.aware() if training == "aware" else {}
             predicted = attribute_inference_attack(
-                (train_x, train_m), train.targets, (released, test_m), specs, config, threat=s.threat,
-                noise=noise if training == "aware" else None, generator=seeded_generator(seed + 7919, warn=False))
+                release.train, train.targets, release.observed, specs, config, threat=s.threat, release=s.family,
+                noise=aware.get("noise"), variants=aware.get("variants"), generator=seeded_generator(seed + 7919, warn=False))
             for m, v in score_attributes(specs, predicted, test.targets).items():
                 out[f"{m}_{attacker}_{training}"] = v
-            context.logger.info("%s/%s: %s", attacker, training, {m: round(out[f"{m}_{attacker}_{training}"], 3) for m in scores})
+            context.logger.info("%s %s/%s: %s", s.release, attacker, training, {m: round(out[f"{m}_{attacker}_{training}"], 3) for m in scores})
     prior = score_attributes(specs, prior_predictions(specs, train.targets, len(test.texts)), test.targets)
     label = (score_attributes(specs, label_predictions(specs, train.targets, train.labels, test.labels), test.targets)
              if train.labels is not None else {m: math.nan for m in scores})

@@ -24,14 +24,13 @@ minimum-edit alignment, :func:`~textfree.attacks.substitution.aligned_word_recov
 no-input reference ``{word_recovery,rouge_l}_prior`` (one constant guess, the medoid of 100 of the attacker's texts,
 :func:`~textfree.attacks.learned.medoid_text`: Pri-* prompts share a template), ``replacement_rate`` (substituted words that changed), ``kept_rate`` (words outside
 the table, released verbatim and not covered by the guarantee), ``word_epsilon`` (eta x D_max: one word's worst
-case), ``prompt_epsilon`` (mean over texts of substituted words x word_epsilon), ``n_texts``, ``n_words``, and with
+case), ``prompt_epsilon`` / ``prompt_epsilon_max`` (mean / largest over texts of substituted words x word_epsilon), ``n_texts``, ``n_words``, and with
 ``learned`` the training figures (``train_*``, ``reused``).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +51,7 @@ from ..cell import CellError
 from ..inputs import record_private_text
 from ..registry import RunContext, register_cell_kind
 from ._grant import granted_threat, require_ppft_dataset
+from ._t2t import T2T_PARAMS, check_t2t_params, positive, t2t_guarantee, t2t_mechanism
 from ._threads import torch_threads
 from .ppft import _TRAIN
 
@@ -61,12 +61,9 @@ ATTACKS = ("identity", "channel", "learned")
 DEFAULT_ATTACKS = ["identity", "channel"]
 _REQUIRES = {"identity": ThreatModel(), "channel": SUBSTITUTION_CHANNEL_REQUIRES, "learned": SUBSTITUTION_LEARNED_REQUIRES}
 SUBSTITUTION_METRICS = tuple(f"{m}_{a}" for m in ("word_recovery", "rouge_l") for a in ATTACKS + ("best", "prior")) + (
-    "replacement_rate", "kept_rate", "word_epsilon", "prompt_epsilon", "n_texts", "n_words") + _TRAIN
+    "replacement_rate", "kept_rate", "word_epsilon", "prompt_epsilon", "prompt_epsilon_max", "n_texts", "n_words") + _TRAIN
 SUBSTITUTION_PARAMS = {
-    "eta": "the L2-Laplace parameter of the word embeddings (grid it)",
-    "pos": "null: T2T; a list of categories (e.g. [NOUN, VERB, PRON, ADP]) or 'default': PCT2T",
-    "table": "'default' (all-MiniLM-L6-v2's input embeddings), a Hugging Face name/path, or 'glove:PATH'",
-    "tagger": "PCT2T tagger: textblob (default) or nltk",
+    **T2T_PARAMS,
     "attacks": "identity, channel and/or learned (default identity + channel)",
     "rounds": "channel: runs of the mechanism over the attacker's training text (default 3)",
     "train_limit": "channel, learned: at most this many attacker training texts (default all)",
@@ -88,15 +85,10 @@ _LEARNED = {"out": None, "decoder": "runs/decoder-small", "epochs": 3, "train_et
 def _settings(cell: Any, point: dict) -> tuple[dict, list[str], ThreatModel]:
     resolved = cell.resolve(point)
     p = dict(resolved.params)
-    eta = p.get("eta")
-    if not _positive(eta):
-        raise CellError(f"eta must be a finite number > 0, got {eta!r}", field="params.eta")
+    check_t2t_params(p)
     attacks = p.get("attacks", list(DEFAULT_ATTACKS))
     if not isinstance(attacks, list) or not attacks or any(a not in ATTACKS for a in attacks) or len(set(attacks)) != len(attacks):
         raise CellError(f"attacks must be distinct values from {list(ATTACKS)}, got {attacks!r}", field="params.attacks")
-    pos = p.get("pos")
-    if pos is not None and pos != "default" and not (isinstance(pos, list) and pos and all(isinstance(c, str) for c in pos)):
-        raise CellError(f"pos must be null, 'default' or a list of categories, got {pos!r}", field="params.pos")
     for name in ("rounds", "train_limit", "threads"):
         v = p.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
@@ -128,15 +120,11 @@ def _learned_params(p: dict, learned: bool) -> None:
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "train_seed" else 1):
             raise CellError(f"{name} must be an integer >= {0 if name == 'train_seed' else 1}, got {v!r}", field=f"params.{name}")
     etas = p["train_etas"]
-    if etas is not None and not (isinstance(etas, list) and etas and all(_positive(e) for e in etas) and len(set(etas)) == len(etas)):
+    if etas is not None and not (isinstance(etas, list) and etas and all(positive(e) for e in etas) and len(set(etas)) == len(etas)):
         raise CellError(f"train_etas must be a list of distinct finite numbers > 0 or null, got {etas!r}", field="params.train_etas")
     lr = p["lr"]
-    if not _positive(lr):
+    if not positive(lr):
         raise CellError(f"lr must be a finite number > 0, got {lr!r}", field="params.lr")
-
-
-def _positive(x: Any) -> bool:
-    return not isinstance(x, bool) and isinstance(x, (int, float)) and x > 0 and math.isfinite(x)
 
 
 def _train_etas(p: dict) -> list[float]:
@@ -182,22 +170,10 @@ def _texts(cell: Any, part: str, limit: int | None) -> list[str]:
     return texts[:limit] if limit else texts
 
 
-def _mechanism(p: dict, context: RunContext):
-    from ...substitution.cli_support import build_t2t
-
-    from ...substitution.t2t import DEFAULT_POS_CATEGORIES
-
-    pos = p.get("pos")
-    pos_arg = None if pos is None else ",".join(DEFAULT_POS_CATEGORIES if pos == "default" else pos)
-    key = ("t2t", p.get("table", "default"), pos_arg, p.get("tagger", "textblob"))
-    base = context.cached(key, lambda: build_t2t(table=p.get("table", "default"), eta=1.0, pos=pos_arg, tagger=p.get("tagger", "textblob")))
-    return base.with_eta(float(p["eta"]))
-
-
 def _learned_inverter(cell: Any, p: dict, train: list[str], context: RunContext):
     """(inverter, training metrics): a finished run with the same config is reused, else trained; once per config."""
     spec = _learned_spec(cell, p)
-    mechanisms = [_mechanism(p | {"eta": eta}, context) for eta in _train_etas(p)]
+    mechanisms = [t2t_mechanism(p | {"eta": eta}, context) for eta in _train_etas(p)]
 
     def train_or_reuse():
         from ...attacks.substitution_learned import SubstitutionInverter
@@ -228,7 +204,7 @@ def substitution_inversion(cell: Any, point: dict, seed: int, context: RunContex
 def _run(cell: Any, p: dict, attacks: list[str], threat: ThreatModel, seed: int, context: RunContext) -> dict[str, float]:
     from ...substitution.text import split_text
 
-    mech = _mechanism(p, context)
+    mech = t2t_mechanism(p, context)
     texts = context.cached(("eval", cell.split, cell.limit), lambda: _texts(cell, "heldout", cell.limit))
     original = [split_text(t)[1::2] for t in texts]
     released = mech.privatize_detailed(texts, generator=seeded_generator(seed, warn=False))
@@ -264,9 +240,5 @@ def _run(cell: Any, p: dict, attacks: list[str], threat: ThreatModel, seed: int,
         prior_words = split_text(prior)[1::2]
         out["word_recovery_prior"] = aligned_word_recovery(original, [prior_words] * len(original))
         out["rouge_l_prior"] = sum(rouge_l(" ".join(prior_words), r).f1 for r in refs) / len(refs)
-    word_eps = mech.privacy_loss_per_word().epsilon
-    out |= {"replacement_rate": released.replacement_rate, "kept_rate": released.n_kept / released.n_words,
-            "word_epsilon": word_eps,
-            "prompt_epsilon": word_eps * sum(released.substituted_per_text) / len(texts),
-            "n_texts": float(len(texts)), "n_words": float(released.n_words)}
+    out |= t2t_guarantee(mech, released) | {"n_texts": float(len(texts)), "n_words": float(released.n_words)}
     return out | extra
