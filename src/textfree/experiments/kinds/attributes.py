@@ -365,11 +365,20 @@ class _Release:
         return self._aware
 
 
-def _noisy(mech: Any, x: torch.Tensor, mask: torch.Tensor, generator: torch.Generator, normalize: bool) -> torch.Tensor:
-    """``x`` with the mechanism's noise on its real rows (then renormalised for PPFT slots); padding stays zero."""
+def _row_noise(mech: Any, *, normalize: bool) -> Callable[[torch.Tensor, torch.Generator], torch.Tensor]:
+    """The client's noise on rows [n, d]: the mechanism's sample (then renormalised for PPFT slots), float32."""
+
+    def noise(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        y = mech.sample(x.to(torch.float64), generator=generator)
+        return (l2_normalize(y) if normalize else y).to(torch.float32)
+
+    return noise
+
+
+def _noisy(noise: Callable, x: torch.Tensor, mask: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """``x`` with ``noise`` on its real rows; padding stays zero."""
     out = torch.zeros_like(x)
-    noisy = mech.sample(x[mask].to(torch.float64), generator=generator)
-    out[mask] = (l2_normalize(noisy) if normalize else noisy).to(torch.float32)
+    out[mask] = noise(x[mask], generator)
     return out
 
 
@@ -382,10 +391,8 @@ def _slots_release(cell, resolved, s, train, test, seed, context) -> _Release:
     train_x, train_m = _clean_slots(cell, "train", train.texts, s.k, s.train_limit, context)
     test_x, test_m = _clean_slots(cell, "test", test.texts, s.k, s.train_limit, context)
 
-    def noise(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        return l2_normalize(mech.sample(x.to(torch.float64), generator=generator)).to(torch.float32)
-
-    released = _noisy(mech, test_x, test_m, seeded_generator(seed, warn=False), normalize=True)
+    noise = _row_noise(mech, normalize=True)
+    released = _noisy(noise, test_x, test_m, seeded_generator(seed, warn=False))
     slots = test_m.sum(1).to(torch.float64)
     slot_eps = SlotPrivatization(noise=mech, k=s.k).slot_loss().epsilon
     guarantee = {"slot_epsilon": slot_eps, "prompt_epsilon": float((slots * slot_eps).mean()),
@@ -399,10 +406,8 @@ def _tokens_release(cell, resolved, s, train, test, seed, context) -> _Release:
     train_x, train_m, _ = _token_rows(cell, "train", train.texts, s.max_tokens, s.train_limit, context)
     test_x, test_m, own = _token_rows(cell, "test", test.texts, s.max_tokens, s.train_limit, context)
 
-    def noise(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        return mech.sample(x.to(torch.float64), generator=generator).to(torch.float32)
-
-    released = _noisy(mech, test_x, test_m, seeded_generator(seed, warn=False), normalize=False)
+    noise = _row_noise(mech, normalize=False)
+    released = _noisy(noise, test_x, test_m, seeded_generator(seed, warn=False))
     guarantee = token_guarantee(mech, token_table(cell, context).diameter)
     eps = guarantee["token_epsilon"]
     guarantee |= {"prompt_epsilon": float((own * eps).mean()), "prompt_epsilon_max": float((own * eps).max()),
