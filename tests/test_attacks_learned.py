@@ -71,6 +71,52 @@ def test_cell_validation(over, field, message):
     assert info.value.field == field
 
 
+def _public_cell(**params) -> dict:
+    return {"name": "inv_pupa", "kind": "learned_inversion", "dataset": "pupa",
+            "params": {"variant": "unaware", "epsilon": 75, "init": "runs/stage1", "out": "runs/x", "train_text": ["alpaca"], **params},
+            "attack": {"threat": {"encoder_queries": True, "training_text": "public"}}, "seeds": [0]}
+
+
+def test_an_inverter_trained_on_public_text_needs_only_public_text():
+    Cell.from_dict(_public_cell())  # public text suffices with train_text
+    in_domain = _cell(variant="unaware")
+    in_domain["attack"] = {"threat": {"encoder_queries": True, "training_text": "public"}}
+    with pytest.raises(CellError, match="needs training_text='in_domain'") as info:
+        Cell.from_dict(in_domain)  # without train_text the inverter trains on the Pri-* train part
+    assert info.value.field == "attack.threat"
+    in_domain["params"]["train_text"] = ["alpaca", "gsm8k:train"]
+    Cell.from_dict(in_domain)
+
+
+@pytest.mark.parametrize(
+    "over, field, message",
+    [
+        ({"train_text": None}, "params.train_text", "only evaluated"),
+        ({"train_text": "alpaca"}, "params.train_text", "non-empty list"),
+        ({"train_text": []}, "params.train_text", "non-empty list"),
+        ({"train_text_limit": 0}, "params.train_text_limit", "integer >= 1"),
+        ({"train_text": None, "train_text_limit": 5}, "params.train_text_limit", "train_text only"),
+    ],
+)
+def test_public_text_cell_validation(over, field, message):
+    cell = _public_cell(**over)
+    if over.get("train_text", "x") is None:
+        del cell["params"]["train_text"]
+    with pytest.raises(CellError, match=message) as info:
+        Cell.from_dict(cell)
+    assert info.value.field == field
+
+
+def test_restoration_takes_no_training_text():
+    cell = _public_cell(variant="restoration", model="runs/m")
+    del cell["params"]["init"], cell["params"]["out"]
+    with pytest.raises(CellError, match="takes no train_text") as info:
+        Cell.from_dict(cell)
+    assert info.value.field == "params.train_text"
+    del cell["params"]["train_text"]
+    Cell.from_dict(cell)  # restoration on PUPA payloads: nothing to train
+
+
 def test_cell_grant_must_cover_the_variant():
     cell = _cell()
     cell["attack"] = {"threat": {"encoder_queries": True, "training_text": "in_domain"}}
@@ -107,6 +153,37 @@ def test_tiny_unaligned_inverter_trains_and_restoration_runs(shared_data, tiny_r
                                   "attack": {"threat": {}}, "seeds": [0]})
     r = load_results(run_cell(restoration, out_dir=tmp_path, progress=False))["results"][0]["metrics"]
     assert r["n_eval"]["mean"] == 2.0 and "train_steps" not in r
+
+
+@pytest.mark.shared_data
+def test_tiny_inverter_trained_on_public_text_inverts_pupa_and_counts_pii(shared_data, tiny_run_dir, tiny_encoder_dir, tmp_path):
+    import json
+
+    from textfree.data import load_dataset
+    from textfree.ppft.model import TextFreeLM
+
+    decoder = json.loads((tiny_run_dir / "decoder_ref.json").read_text())["name_or_path"]
+    cell = Cell.from_dict({
+        "name": "inv_pupa_tiny", "kind": "learned_inversion", "dataset": "pupa",
+        "params": {"variant": "unaware", "init": {"encoder": str(tiny_encoder_dir), "decoder": decoder}, "train_text": ["alpaca"],
+                   "train_text_limit": 12, "out": str(tmp_path / "inv-pupa"), "epochs": 1, "eval_limit": 4,
+                   "max_new_tokens": 6, "max_target_tokens": 24, "prior_sample": 5},
+        "attack": {"threat": {"encoder_queries": True, "training_text": "public"}},
+        "grid": {"params.epsilon": [None, 75]}, "seeds": [0]})
+    results = load_results(run_cell(cell, out_dir=tmp_path, progress=False))["results"]
+    clean, noisy = ({k: v["mean"] for k, v in r["metrics"].items()} for r in results)
+    summary = json.loads((tmp_path / "inv-pupa" / "summary.json").read_text())
+    assert 1 <= summary["examples"] <= 12 and clean["train_steps"] >= 1 and noisy["train_steps"] == clean["train_steps"]
+    # the four evaluated queries: the first PUPA texts that the client does not cut, each with its PII units
+    lm = TextFreeLM.load(tmp_path / "inv-pupa")
+    limit = lm.config.max_private_tokens
+    fitting = [r for r in load_dataset("pupa") if len(lm.encoder.tokenizer(r.text)["input_ids"]) <= limit][:4]
+    assert lm.sends_whole(fitting[0].text) and not lm.sends_whole(load_dataset("pupa")[0].text)  # the first query is long
+    assert clean["n_eval"] == 4 and clean["n_pii_units"] == float(sum(len(set(r.pii)) for r in fitting))
+    for m in (clean, noisy):
+        assert all(0.0 <= m[name] <= 1.0 for name in ("pii_exact", "pii_fuzzy", "pii_exact_prior", "rouge_l", "rouge_l_prior"))
+        assert m["pii_exact"] <= m["pii_fuzzy"]
+    assert clean["slot_epsilon"] is None and noisy["slot_epsilon"] == 150.0  # clean payloads carry no guarantee
 
 
 def test_medoid_text_is_the_text_closest_to_the_others():

@@ -161,8 +161,26 @@ def test_attribute_and_inversion_sections(tmp_path):
     # inversion: mean ± sd over seeds; the unaware target 0.21 < 0.25 is met; clean payloads say so
     assert "| `inv_u` | learned, noise-unaware | 75 | 4 | 150 | 2250 | 0.210 ± 0.014 |" in text
     assert "| `inv_u` | learned, noise-unaware | clean |" in text
-    assert "ROUGE-L < 0.25 at eps 75, k 4: 0.210, **met**" in text
-    assert "learned, noise-aware, stage-1-aligned init at eps 75, k 4: ROUGE-L 0.400 (PPFT reports 0.4397" in text
+    assert "ROUGE-L < 0.25 at eps 75, k 4, on pri-ddx, attacker's text in-domain (Pri-* train part): 0.210, **met**" in text
+    assert "learned, noise-aware, stage-1-aligned init at eps 75, k 4, on pri-ddx, attacker's text in-domain (Pri-* train part): ROUGE-L 0.400 (PPFT reports 0.4397" in text
+    assert "Free text with PII units" not in text
+
+
+def test_inversion_of_free_text_has_its_own_table_with_pii(tmp_path):
+    inv = lambda r: {"rouge_l": r, "rouge_l_prior": [0.05] * 2, "bleu": [0.0, 0.0], "slot_epsilon": [150.0] * 2,  # noqa: E731
+                     "prompt_epsilon": [3000.0] * 2, "n_eval": [100.0] * 2, "pii_exact": [0.1, 0.3], "pii_fuzzy": [0.4, 0.4],
+                     "pii_exact_prior": [0.0, 0.0], "n_pii_units": [120.0] * 2}
+    path = _payload_file(tmp_path, "inv_pupa", "learned_inversion",
+                         {"variant": "unaware", "k": 4, "init": {"encoder": "e", "decoder": "d"}, "train_text": ["alpaca", "gsm8k:train"]},
+                         [(75, inv([0.30, 0.32]))])
+    data = json.loads(path.read_text())
+    data["cell"]["dataset"] = "pupa"
+    path.write_text(json.dumps(data))
+    text = build_report([tmp_path])
+    assert ("| `inv_pupa` | learned, noise-unaware | public: alpaca, gsm8k:train | 75 | 4 | 150 | 3000 | 0.310 ± 0.014 | 0.050 | "
+            "0.000 | 20.0 ± 14.1 | 40.0 | 0.0 | 120 | 100 |") in text
+    assert "ROUGE-L < 0.25 at eps 75, k 4, on pupa, attacker's text public: alpaca, gsm8k:train: 0.310 (no-input reference 0.050), **NOT met**" in text
+    assert "pooled PPFT slots" not in text  # the cross matrix compares mechanisms on Pri-DDX prompts only
 
 
 def test_cross_matrix_rows_columns_and_na(tmp_path):

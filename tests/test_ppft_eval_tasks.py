@@ -333,6 +333,36 @@ def test_restore_examples_target_the_private_text_once_each():
     assert got == [TextExample(private=private_text(r), public=RESTORE_INSTRUCTION, target=private_text(r)) for r in RECORDS]
 
 
+def test_public_restore_examples_refuse_domain_data_and_keep_what_fits(shared_data):
+    from textfree.ppft.batches import RESTORE_INSTRUCTION, general_examples, public_restore_examples
+
+    with pytest.raises(ValueError, match="evaluation or domain data"):
+        public_restore_examples(["pri-ddx"])
+    texts = [ex.private for ex in general_examples(["alpaca"], limit_per_source=20)]
+    every = public_restore_examples(["alpaca"], limit_per_source=20)
+    assert [ex.private for ex in every] == list(dict.fromkeys(texts))
+    assert all(ex.public == RESTORE_INSTRUCTION and ex.target == ex.private for ex in every)
+    short = public_restore_examples(["alpaca"], limit_per_source=20, fits=lambda s: len(s) < 60)
+    assert [ex.private for ex in short] == [s for s in dict.fromkeys(texts) if len(s) < 60] and 0 < len(short) < len(every)
+
+
+@pytest.mark.parametrize(
+    "over, message",
+    [
+        ({"restore_text": ["alpaca"]}, "'restore' task only: tasks must be"),
+        ({"restore_text": [], "tasks": ["restore"]}, "non-empty list"),
+        ({"restore_text": "alpaca", "tasks": ["restore"]}, "non-empty list"),
+        ({"restore_text_limit": 0}, "restore_text_limit must be an integer >= 1"),
+    ],
+)
+def test_stage2_config_checks_public_restore_text(over, message):
+    from textfree.ppft.train import Stage2Config
+
+    with pytest.raises(ValueError, match=message):
+        Stage2Config(init="runs/stage1", out="runs/x", **over)
+    assert Stage2Config(init="runs/stage1", out="runs/x", tasks=["restore"], restore_text=["alpaca", "gsm8k:train"], restore_text_limit=5).restore_text_limit == 5
+
+
 @pytest.mark.parametrize("tasks", [[], ["mcqa", "mcqa"], ["closed"], ["mcqa", "blind_mcqa"], "mcqa"])
 def test_domain_examples_rejects_bad_tasks(tasks):
     with pytest.raises(ValueError, match="stage-2 tasks"):

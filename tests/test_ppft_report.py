@@ -116,6 +116,12 @@ def test_every_stage2_length_stays_listed_while_table1_shows_the_newest(tmp_path
         ({"epsilon": 28, "k": 8, "epochs": 12}, _eval([0.6, 0.6, 0.6], [0.2, 0.2, 0.2]))], date="2026-02-01T00:00:01+00:00")
     k8 = [l for l in build_report([d]).splitlines() if l.startswith("| 28 (width-matched) | 8 |")]
     assert len(k8) == 2 and "| 12 | 0.600" in k8[0] and "| — | 0.720" in k8[1]
+    # a cell that changed the client's private-token limit says so beside its epochs
+    _result_file(d / "main30.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 30, "max_private_tokens": 192}, _eval([0.9, 0.9, 0.9], [0.4, 0.4, 0.4]))],
+        date="2026-03-01T00:00:00+00:00")
+    table1 = next(l for l in build_report([d]).splitlines() if l.startswith("| PPFT, eps 28 (width-matched), k=4 |"))
+    assert table1.startswith("| PPFT, eps 28 (width-matched), k=4 | 30 (192 private tokens) | 0.900")
 
 
 def test_write_report_draws_the_k_figure_and_the_cli_refuses_missing_paths(tmp_path):

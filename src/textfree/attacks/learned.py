@@ -6,8 +6,9 @@ Both make a PPFT-shaped model (projection + decoder) generate text from a payloa
 * ``learned_inversion``: the attacker trained that model itself to regenerate prompts from payloads of its own
   in-domain text (stage 2 with the ``restore`` task: frozen encoder + pooling, learnable projection, LoRA decoder),
   noise-unaware (trained on clean payloads), noise-aware (trained on payloads of the same mechanism) or from the
-  stage-1-aligned decoder. It needs query access to the encoder and in-domain text (and, noise-aware, the
-  mechanism's parameters: the cell kind checks that).
+  stage-1-aligned decoder. It needs query access to the encoder and text to train on: at least public text
+  (:data:`LEARNED_INVERSION_REQUIRES`); an attacker trained on in-domain text needs ``training_text="in_domain"``
+  and a noise-aware one the mechanism's parameters (the cell kind adds both).
 * ``restoration``: the server simply asks its *served* PPFT model to restore the prompt; it needs nothing but the
   payload and the model it already has.
 
@@ -29,7 +30,8 @@ from .threat import ThreatModel, check_grant, register_attack
 __all__ = ["LEARNED_INVERSION_REQUIRES", "RESTORATION_REQUIRES", "learned_inversion_attack", "restoration_attack",
            "reconstruct", "score_reconstructions", "medoid_text"]
 
-LEARNED_INVERSION_REQUIRES = ThreatModel(encoder_queries=True, training_text="in_domain")
+#: The least a learned inverter needs; the cell kind adds in-domain text or mechanism knowledge when it uses them.
+LEARNED_INVERSION_REQUIRES = ThreatModel(encoder_queries=True, training_text="public")
 RESTORATION_REQUIRES = ThreatModel()
 
 

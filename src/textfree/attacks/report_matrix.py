@@ -104,8 +104,8 @@ def _pooled_row(inversion: list[PayloadCell], attributes: list[PayloadCell]) -> 
     row = MatrixRow("pooled PPFT slots (k = 4)", "pooled")
     for c in inversion:
         params = c.cell.get("params") or {}
-        if params.get("k", 4) != 4:
-            continue
+        if params.get("k", 4) != 4 or not _pri_ddx(c):
+            continue  # the matrix compares mechanisms on Pri-DDX prompts
         variant = params.get("variant")
         column = ("restoration instruction" if variant == "restoration"
                   else "learned inverter, stage-1-aligned" if isinstance(params.get("init"), str)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from .report import Point, result_files
 
@@ -180,38 +180,85 @@ def _variant(c: PayloadCell) -> str:
     return f"learned, noise-{v}" + (", stage-1-aligned init" if aligned else "")
 
 
-def inversion_section(cells: list[PayloadCell]) -> list[str]:
-    lines = ["", "## Learned inversion and restoration of PPFT payloads (PPFT Fig. 3 / Tables 8, 11 shape)", "",
-             "An inverter (the client's encoder + pooling, a learnable projection, a LoRA decoder) is trained on payloads of",
-             "the attacker's in-domain text to regenerate the prompt, then inverts held-out payloads (greedy decoding).",
-             "*noise-unaware*: trained on clean payloads; *noise-aware*: on payloads of the evaluated mechanism;",
-             "*stage-1-aligned*: starts from the PPFT stage-1 model; *restoration*: the served PPFT model is asked to",
-             "restore the prompt, no training. ROUGE-L is the mean per-prompt F1; attribute recall is read off the text."]
-    if not cells:
-        return lines + ["", "No learned_inversion result files were given."]
-    lines += ["", "*no-input reference*: one constant guess, the medoid of the attacker's own training prompts (Pri-* prompts",
-              "share a template, so ROUGE-L is far from 0 without any payload); read ROUGE-L against it.",
-              "", "| cell | attack | eps (eval) | k | slot eps | prompt eps (mean) | ROUGE-L | no-input ROUGE-L | BLEU | symptoms recall | no-input symptoms recall | antecedents recall | n |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    verdict = []
+def _attacker_text(c: PayloadCell) -> str:
+    params = c.cell.get("params") or {}
+    if params.get("variant") == "restoration":
+        return "none"
+    text = params.get("train_text")
+    return "in-domain (Pri-* train part)" if not text else "public: " + ", ".join(text)
+
+
+def _is_free_text(c: PayloadCell) -> bool:
+    """A cell on free text with PII units (PUPA, Presidio) rather than a templated Pri-* dataset."""
+    return not str(c.cell.get("dataset", "")).lower().startswith(("pri-", "ddx", "slja"))
+
+
+_Column = tuple[str, Callable[[PayloadCell, Any, Any, Point], str]]
+_LEAD: list[_Column] = [("cell", lambda c, e, k, p: f"`{c.name}`"), ("attack", lambda c, e, k, p: _variant(c))]
+_GUARANTEE: list[_Column] = [
+    ("eps (eval)", lambda c, e, k, p: "clean" if e is None else str(e)), ("k", lambda c, e, k, p: str(k)),
+    ("slot eps", lambda c, e, k, p: _num(p, "slot_epsilon")), ("prompt eps (mean)", lambda c, e, k, p: _num(p, "prompt_epsilon")),
+    ("ROUGE-L", lambda c, e, k, p: _fmt(p, "rouge_l")), ("no-input ROUGE-L", lambda c, e, k, p: _fmt(p, "rouge_l_prior")),
+    ("BLEU", lambda c, e, k, p: _fmt(p, "bleu"))]
+_TEMPLATED_COLUMNS: list[_Column] = _LEAD + _GUARANTEE + [
+    ("symptoms recall", lambda c, e, k, p: _fmt(p, "symptoms_recall_text", True)),
+    ("no-input symptoms recall", lambda c, e, k, p: _fmt(p, "symptoms_recall_text_prior", True)),
+    ("antecedents recall", lambda c, e, k, p: _fmt(p, "antecedents_recall_text", True)), ("n", lambda c, e, k, p: _num(p, "n_eval"))]
+_FREE_TEXT_COLUMNS: list[_Column] = _LEAD + [("attacker's text", lambda c, e, k, p: _attacker_text(c))] + _GUARANTEE + [
+    ("PII exact", lambda c, e, k, p: _fmt(p, "pii_exact", True)), ("PII fuzzy", lambda c, e, k, p: _fmt(p, "pii_fuzzy", True)),
+    ("no-input PII exact", lambda c, e, k, p: _fmt(p, "pii_exact_prior", True)),
+    ("PII units", lambda c, e, k, p: _num(p, "n_pii_units")), ("n", lambda c, e, k, p: _num(p, "n_eval"))]
+
+
+def _inversion_table(cells: list[PayloadCell], columns: list[_Column]) -> tuple[list[str], list[tuple]]:
+    """A markdown table, one row per (cell, point), and the (cell, eps, k, point) of each row."""
+    lines = ["| " + " | ".join(h for h, _ in columns) + " |", "|" + "---|" * len(columns)]
+    seen = []
     for c in cells:
         for point, p in c.points:
             eps, k = _eps(c, point)
-            lines.append(f"| `{c.name}` | {_variant(c)} | {eps if eps is not None else 'clean'} | {k} | {_num(p, 'slot_epsilon')} | "
-                         f"{_num(p, 'prompt_epsilon')} | {_fmt(p, 'rouge_l')} | {_fmt(p, 'rouge_l_prior')} | {_fmt(p, 'bleu')} | "
-                         f"{_fmt(p, 'symptoms_recall_text', True)} | {_fmt(p, 'symptoms_recall_text_prior', True)} | "
-                         f"{_fmt(p, 'antecedents_recall_text', True)} | {_num(p, 'n_eval')} |")
-            variant = (c.cell.get("params") or {}).get("variant")
-            if eps == 75 and k == 4 and variant in ("unaware", "aware") and not math.isnan(p.mean("rouge_l")):
-                verdict.append((variant, _variant(c), p.mean("rouge_l"), p.mean("rouge_l_prior")))
+            lines.append("| " + " | ".join(cell(c, eps, k, p) for _, cell in columns) + " |")
+            seen.append((c, eps, k, p))
+    return lines, seen
+
+
+def inversion_section(cells: list[PayloadCell]) -> list[str]:
+    lines = ["", "## Learned inversion and restoration of PPFT payloads (PPFT Fig. 3 / Tables 8, 11 shape)", "",
+             "An inverter (the client's encoder + pooling, a learnable projection, a LoRA decoder) is trained on payloads of",
+             "the attacker's own text to regenerate the prompt, then inverts held-out payloads (greedy decoding).",
+             "*noise-unaware*: trained on clean payloads; *noise-aware*: on payloads of the evaluated mechanism;",
+             "*stage-1-aligned*: starts from the PPFT stage-1 model; *restoration*: the served PPFT model is asked to",
+             "restore the prompt, no training. ROUGE-L is the mean per-prompt F1; attribute recall is read off the text.",
+             "Only texts the client sends whole (at most the model's private-token limit) are evaluated."]
+    if not cells:
+        return lines + ["", "No learned_inversion result files were given."]
+    templated, free = [c for c in cells if not _is_free_text(c)], [c for c in cells if _is_free_text(c)]
+    verdict = []
+    if templated:
+        rows, seen = _inversion_table(templated, _TEMPLATED_COLUMNS)
+        lines += ["", "*no-input reference*: one constant guess, the medoid of the attacker's own training prompts (Pri-* prompts",
+                  "share a template, so ROUGE-L is far from 0 without any payload); read ROUGE-L against it.", ""] + rows
+        verdict += seen
+    if free:
+        rows, seen = _inversion_table(free, _FREE_TEXT_COLUMNS)
+        lines += ["", "### Free text with PII units (PUPA user queries)", "",
+                  "No template here: the no-input reference (the medoid of the attacker's training texts) scores little, so",
+                  "ROUGE-L measures what the payload gives away. PII columns: the share of the evaluated texts' PII units",
+                  "(PUPA `pii_units`) found in the reconstructions, verbatim (*exact*, normalised tokens) or at similarity >= 0.8",
+                  "(*fuzzy*); *no-input* = found in the constant guess.", ""] + rows
+        verdict += seen
     lines += [""]
-    for variant, title, value, prior in verdict:
+    for c, eps, k, p in verdict:
+        variant, value, prior = (c.cell.get("params") or {}).get("variant"), p.mean("rouge_l"), p.mean("rouge_l_prior")
+        if eps != 75 or k != 4 or variant not in ("unaware", "aware") or math.isnan(value):
+            continue
         ref = "" if math.isnan(prior) else f" (no-input reference {prior:.3f})"
+        where = f"on {c.cell.get('dataset')}, attacker's text {_attacker_text(c)}"
         if variant == "unaware":
             ok = "met" if value < TARGET_UNAWARE_ROUGE_L else "NOT met"
-            lines.append(f"* Target (issue 4): {title} ROUGE-L < {TARGET_UNAWARE_ROUGE_L} at eps 75, k 4: {value:.3f}{ref}, **{ok}**.")
+            lines.append(f"* Target (issue 4): {_variant(c)} ROUGE-L < {TARGET_UNAWARE_ROUGE_L} at eps 75, k 4, {where}: {value:.3f}{ref}, **{ok}**.")
         else:
-            lines.append(f"* {title} at eps 75, k 4: ROUGE-L {value:.3f}{ref} (PPFT reports {PAPER_AWARE_ROUGE_L} for its noise-aware attacker).")
+            lines.append(f"* {_variant(c)} at eps 75, k 4, {where}: ROUGE-L {value:.3f}{ref} (PPFT reports {PAPER_AWARE_ROUGE_L} for its noise-aware attacker).")
     return lines
 
 

@@ -27,6 +27,8 @@ __all__ = [
     "ClientCache",
     "general_examples",
     "add_restore_examples",
+    "restore_examples",
+    "public_restore_examples",
     "mcqa_examples",
     "domain_examples",
     "blind_payload_examples",
@@ -134,13 +136,28 @@ def domain_examples(records: Sequence[MCQARecord], tasks: Sequence[str] = ("mcqa
         if task == "mcqa":
             out += mcqa_examples(records)
         elif task == "restore":
-            private = dict.fromkeys(mcqa_prompt(r).private for r in records)
-            out += [TextExample(private=p, public=RESTORE_INSTRUCTION, target=p) for p in private]
+            out += restore_examples(mcqa_prompt(r).private for r in records)
         else:
             for record in records:
                 parts = open_answer_prompt(record)
                 out.append(TextExample(private=parts.private, public=parts.public, target=answer_target(record)))
     return out
+
+
+def restore_examples(texts: Iterable[str]) -> list[TextExample]:
+    """One "restore the prompt" example per distinct text (public = :data:`RESTORE_INSTRUCTION`, target = the text)."""
+    return [TextExample(private=p, public=RESTORE_INSTRUCTION, target=p) for p in dict.fromkeys(texts)]
+
+
+def public_restore_examples(
+    sources: Iterable[str], *, limit_per_source: int | None = None, fits: Callable[[str], bool] | None = None
+) -> list[TextExample]:
+    """Restore examples of *public* text (``name`` or ``name:split`` instruction sources, as
+    :func:`general_examples`; the private part: instruction + input): what a learned inversion attacker trains on
+    when its own text is public. ``fits`` keeps only the texts it accepts (e.g. those the payload covers whole, so
+    the target never holds text the payload does not carry)."""
+    texts = [ex.private for ex in general_examples(sources, limit_per_source=limit_per_source)]
+    return restore_examples(t for t in texts if fits is None or fits(t))
 
 
 def blind_payload_examples(examples: Sequence[TextExample], dim: int) -> list[PayloadExample]:

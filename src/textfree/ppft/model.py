@@ -127,6 +127,11 @@ class TextFreeLM(torch.nn.Module):
         """Encoder token ids of private texts (client side), cut at ``max_private_tokens``."""
         return self.encoder.tokenize(list(texts))
 
+    def sends_whole(self, text: str) -> bool:
+        """True when the client cuts nothing of ``text`` (it has at most ``max_private_tokens`` encoder tokens)."""
+        limit = self.config.max_private_tokens
+        return len(self.encoder.tokenizer(text, truncation=True, max_length=limit + 1)["input_ids"]) <= limit
+
     def encode_slots(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoder -> k-pool -> L2 normalise, without noise and with gradients: (slots [B, S, d_e], mask [B, S])."""
         hidden = self.encoder(input_ids, attention_mask)

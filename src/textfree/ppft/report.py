@@ -96,8 +96,12 @@ def _fmt(entry: Entry | None, name: str, digits: int = 3) -> str:
 
 
 def _epochs(entry: Entry | None) -> str:
+    """Stage-2 epochs, and the client's private-token limit when the cell changed it from the init run's."""
     epochs = None if entry is None else entry.params.get("epochs")
-    return "—" if epochs is None else str(epochs)
+    if epochs is None:
+        return "—"
+    tokens = entry.params.get("max_private_tokens")
+    return f"{epochs}" + (f" ({tokens} private tokens)" if tokens else "")
 
 
 def _eps_label(eps: float | None) -> str:
@@ -164,7 +168,8 @@ def _table1(entries: Sequence[Entry], ds: str) -> list[str]:
                    f"{_fmt(e, f'acc_{to}')} | {_fmt(e, f'acc_{to}_no_leak')} | {paper_cell or '—'} |")
     ref = next((e for e in stage2 + lower if e.values("majority_baseline")), None)
     out.append("")
-    out.append("Stage-2 epochs are passes over the training rows (both prompt formats); the lower bound has no stage 2.")
+    out.append("Stage-2 epochs are passes over the training rows (both prompt formats); the lower bound has no stage 2. "
+               "\"(N private tokens)\": the client cut private text at N encoder tokens instead of stage 1's limit.")
     if ref is not None:
         out.append("")
         out.append(f"Held-out records: {int(ref.mean('n_heldout'))} ({int(ref.mean('n_no_leak'))} whose private text does not "

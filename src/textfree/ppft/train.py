@@ -41,6 +41,7 @@ from .batches import (
     collate_text,
     domain_examples,
     general_examples,
+    public_restore_examples,
 )
 from .checkpoint import latest_checkpoint, load_training_checkpoint, read_json, save_training_checkpoint, write_json
 from .config import LoraSettings, PromptTemplate
@@ -121,7 +122,7 @@ class Stage2Config(LoopConfig):
     init: str = field(metadata={"help": "The run directory to start from (normally a stage-1 run)."})
     dataset: str = field(default="pri-ddx", metadata={"help": "Pri-* dataset for textfree.data.ppft_split ('pri-ddx', 'pri-slja' or a directory); its 'train' part is used."})
     split_fraction: float = field(default=0.5, metadata={"help": "ppft_split fraction (share of test-only groups that go to train)."})
-    limit: int | None = field(default=None, metadata={"help": "Use only the first N training records."})
+    limit: int | None = field(default=None, metadata={"help": "Use only the first N training records (with restore_text: the first N texts)."})
     epsilon: float | None = field(default=75.0, metadata={"help": "Noise epsilon of the client's privatization; null = no noise (the 'upper bound' run; NOT private)."})
     mechanism: str | None = field(default=None, metadata={"help": "Noise family (default: the model's, l2_laplace); 'gaussian' is matched to L2-Laplace at epsilon (see noise_match)."})
     noise_match: str = field(default="budget", metadata={"help": "Gaussian only: 'budget' (same per-slot guarantee, 2*epsilon at delta 1e-5) or 'norm' (same expected noise norm d/epsilon)."})
@@ -134,9 +135,18 @@ class Stage2Config(LoopConfig):
     secure_noise: bool = field(default=False, metadata={"help": "Draw each epoch's noise from OS entropy instead (a resumed epoch then gets new noise)."})
     decoder: str | None = field(default=None, metadata={"help": "Where the base decoder is, if it moved since the init run (its sha256 must still match)."})
     epochs: int = field(default=3, metadata={"help": "Passes over the training payloads (fresh noise each)."})
+    restore_text: list[str] | None = field(default=None, metadata={"help": "Only with tasks ['restore']: train on these public instruction sources ('alpaca', 'lima', 'gsm8k:train'; Pri-*, CSQA, ARC refused) instead of the dataset's training rows, keeping the texts the client does not cut: a learned inversion attacker whose own text is public."})
+    restore_text_limit: int | None = field(default=None, metadata={"help": "With restore_text: read at most this many records of each source."})
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.restore_text is not None:
+            if not isinstance(self.restore_text, list) or not self.restore_text or not all(isinstance(s, str) and s for s in self.restore_text):
+                raise ValueError(f"restore_text must be a non-empty list of source names, got {self.restore_text!r}")
+            if list(self.tasks) != ["restore"]:
+                raise ValueError(f"restore_text replaces the training rows of the 'restore' task only: tasks must be ['restore'], got {self.tasks!r}")
+        if self.restore_text_limit is not None and (isinstance(self.restore_text_limit, bool) or not isinstance(self.restore_text_limit, int) or self.restore_text_limit < 1):
+            raise ValueError(f"restore_text_limit must be an integer >= 1 or null, got {self.restore_text_limit!r}")
         tasks = list(self.tasks)
         if not tasks or len(set(tasks)) != len(tasks) or any(t not in STAGE2_TASKS for t in tasks):
             raise ValueError(f"tasks must be distinct names from {STAGE2_TASKS}, got {self.tasks!r}")
@@ -406,10 +416,15 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
     lm.encoder.max_length = max_private
 
     # -- client side: encode the training prompts once; privatize afresh every epoch
-    records = ppft_split(cfg.dataset, cfg.split_fraction)["train"]
-    if cfg.limit is not None:
-        records = records[: cfg.limit]
-    examples = domain_examples(records, cfg.tasks)
+    if cfg.restore_text:
+        examples = public_restore_examples(cfg.restore_text, limit_per_source=cfg.restore_text_limit, fits=lm.sends_whole)
+        examples = examples[: cfg.limit] if cfg.limit is not None else examples
+        log.info("stage 2 restore task on public text: %d texts of %s within %d encoder tokens", len(examples), cfg.restore_text, max_private)
+    else:
+        records = ppft_split(cfg.dataset, cfg.split_fraction)["train"]
+        if cfg.limit is not None:
+            records = records[: cfg.limit]
+        examples = domain_examples(records, cfg.tasks)
     noise_seed = cfg.seed if cfg.noise_seed is None else cfg.noise_seed
     if cfg.blind:
         blind = blind_payload_examples(examples, lm.config.encoder_dim)

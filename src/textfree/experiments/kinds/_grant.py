@@ -7,7 +7,7 @@ from typing import Any
 from ...attacks.threat import ThreatModel, ThreatModelError, check_grant
 from ..cell import CellError
 
-__all__ = ["granted_threat", "require_ppft_dataset"]
+__all__ = ["granted_threat", "is_ppft_dataset", "require_ppft_dataset"]
 
 
 def granted_threat(attack: dict | None, kind: str, name: str, needs: ThreatModel, hint: str = "") -> ThreatModel:
@@ -27,7 +27,12 @@ def granted_threat(attack: dict | None, kind: str, name: str, needs: ThreatModel
     return threat
 
 
+def is_ppft_dataset(name: str) -> bool:
+    """A Pri-* dataset name (pri-ddx, pri-slja and their short names): one with a PPFT train / held-out split."""
+    return str(name).lower().startswith(("pri-", "ddx", "slja"))
+
+
 def require_ppft_dataset(cell: Any, kind: str, why: str = "") -> None:
     """A Pri-* dataset (its PPFT split gives the attacker's text and the evaluated prompts), no `mechanism` section."""
-    if cell.dataset is None or not str(cell.dataset).lower().startswith(("pri-", "ddx", "slja")):
+    if cell.dataset is None or not is_ppft_dataset(cell.dataset):
         raise CellError(f"{kind} needs a Pri-* dataset{why}, got {cell.dataset!r}", field="dataset")

@@ -105,6 +105,7 @@ from ...rng import seeded_generator
 from ..cell import CellError
 from ..inputs import load_records, load_texts, record_private_text
 from ..registry import RunContext, register_cell_kind
+from ._grant import is_ppft_dataset
 from ._threads import torch_threads
 from ._tokens import token_guarantee, token_sequences, token_table
 
@@ -268,7 +269,7 @@ def _check_blackbox(spec: Any) -> dict:
     sources = spec["sources"]
     if not isinstance(sources, list) or not sources or not all(isinstance(x, dict) and isinstance(x.get("dataset"), str) and not set(x) - _SOURCE_KEYS for x in sources):
         raise _fail(f"sources must be a non-empty list like [{{dataset: alpaca}}], got {sources!r}", f"{where}.sources")
-    if any(_is_ppft_dataset(x["dataset"]) for x in sources):
+    if any(is_ppft_dataset(x["dataset"]) for x in sources):
         raise _fail("the black-box attacker trains on public text only (no Pri-* dataset)", f"{where}.sources")
     try:
         BlackBoxConfig(**{k: v for k, v in spec.items() if k not in ("sources", "texts")})
@@ -311,15 +312,11 @@ def _check_prior(spec: Any) -> dict:
     return spec
 
 
-def _is_ppft_dataset(name: str) -> bool:
-    return name.lower().startswith(("pri-", "ddx", "slja"))
-
-
 def _check_prior_sources(prior: dict) -> None:
     """Public priors read no Pri-* text; in-domain ones only the PPFT train part of the evaluated dataset."""
     for src in prior.get("sources") or []:
         name, split = src["dataset"], src.get("split")
-        if not _is_ppft_dataset(name):
+        if not is_ppft_dataset(name):
             continue
         if prior.get("training_text", "public") == "public":
             raise _fail(f"{name!r} is in-domain text; a prior fitted on it needs training_text: in_domain", "attack.prior.sources")
@@ -361,7 +358,7 @@ def _validate(cell: Any, points: list[dict]) -> None:
 # ------------------------------------------------------------------------------------------------- inputs
 def _cell_texts(cell: Any) -> list[str]:
     """The evaluated private texts, repeats dropped, then the first ``limit``."""
-    if cell.texts is None and cell.split in PPFT_PARTS and _is_ppft_dataset(cell.dataset):
+    if cell.texts is None and cell.split in PPFT_PARTS and is_ppft_dataset(cell.dataset):
         from ...data import ppft_split
 
         texts = [record_private_text(r) for r in ppft_split(cell.dataset)[cell.split]]
@@ -402,7 +399,7 @@ def _decode(tokenizer: Any, ids: torch.Tensor, scored: torch.Tensor) -> str:
 def _released_pii(cell: Any, texts: list[str], released: list[str]) -> list[list[str]] | None:
     """Per text, the PII units of its record (PUPA ``pii``) that the released (cut) text still contains; None for
     datasets without PII units. A unit cut off by ``max_tokens`` was never released and is not counted."""
-    if cell.dataset is None or cell.texts is not None or _is_ppft_dataset(cell.dataset):
+    if cell.dataset is None or cell.texts is not None or is_ppft_dataset(cell.dataset):
         return None  # Pri-* records carry attributes, not PII units
     from ...metrics.privacy import best_window_similarity
 
@@ -441,7 +438,7 @@ def _prior_texts(spec: dict) -> list[str]:
 
     texts: list[str] = []
     for src in spec["sources"]:
-        if _is_ppft_dataset(src["dataset"]):  # validated: in-domain, train part only
+        if is_ppft_dataset(src["dataset"]):  # validated: in-domain, train part only
             records = ppft_split(src["dataset"])["train"]
         else:
             records = load_dataset(src["dataset"], split=src.get("split"), limit=src.get("limit"))
