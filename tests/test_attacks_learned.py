@@ -50,7 +50,8 @@ def test_grants_and_the_restore_instruction_are_checked():
 
 def _cell(**params) -> dict:
     return {"name": "inv_test", "kind": "learned_inversion", "dataset": "pri-ddx",
-            "params": {"variant": "aware", "epsilon": 75, "init": "runs/stage1", "out": "runs/x", **params},
+            "params": {k: v for k, v in {"variant": "aware", "epsilon": 75, "init": "runs/stage1", "out": "runs/x", **params}.items()
+                       if v is not None},  # None drops a default
             "attack": {"threat": dict(GRANT)}, "seeds": [0]}
 
 
@@ -63,6 +64,9 @@ def _cell(**params) -> dict:
         ({"init": {"encoder": "e"}}, "params.init", "takes `init`"),
         ({"variant": "restoration"}, "params.model", "restoration takes `model`"),
         ({"epochs": 0}, "params.epochs", "integer >= 1"),
+        ({"train_decoder": "yes"}, "params.train_decoder", "true or false"),
+        ({"lr": 0}, "params.lr", "number in \\(0, 1\\)"),
+        ({"variant": "restoration", "model": "runs/m", "init": None, "out": None, "train_decoder": True}, "params.train_decoder", "takes no train_decoder"),
     ],
 )
 def test_cell_validation(over, field, message):
@@ -166,7 +170,7 @@ def test_tiny_inverter_trained_on_public_text_inverts_pupa_and_counts_pii(shared
     cell = Cell.from_dict({
         "name": "inv_pupa_tiny", "kind": "learned_inversion", "dataset": "pupa",
         "params": {"variant": "unaware", "init": {"encoder": str(tiny_encoder_dir), "decoder": decoder}, "train_text": ["alpaca"],
-                   "train_text_limit": 12, "out": str(tmp_path / "inv-pupa"), "epochs": 1, "eval_limit": 4,
+                   "train_text_limit": 12, "train_decoder": True, "lr": 3e-4, "out": str(tmp_path / "inv-pupa"), "epochs": 1, "eval_limit": 4,
                    "max_new_tokens": 6, "max_target_tokens": 24, "prior_sample": 5},
         "attack": {"threat": {"encoder_queries": True, "training_text": "public"}},
         "grid": {"params.epsilon": [None, 75]}, "seeds": [0]})
@@ -174,6 +178,7 @@ def test_tiny_inverter_trained_on_public_text_inverts_pupa_and_counts_pii(shared
     clean, noisy = ({k: v["mean"] for k, v in r["metrics"].items()} for r in results)
     summary = json.loads((tmp_path / "inv-pupa" / "summary.json").read_text())
     assert 1 <= summary["examples"] <= 12 and clean["train_steps"] >= 1 and noisy["train_steps"] == clean["train_steps"]
+    assert (tmp_path / "inv-pupa" / "decoder" / "config.json").is_file()  # full fine-tuning: the run holds its decoder
     # the four evaluated queries: the first PUPA texts that the client does not cut, each with its PII units
     lm = TextFreeLM.load(tmp_path / "inv-pupa")
     limit = lm.config.max_private_tokens

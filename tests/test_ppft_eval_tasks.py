@@ -353,6 +353,8 @@ def test_public_restore_examples_refuse_domain_data_and_keep_what_fits(shared_da
         ({"restore_text": [], "tasks": ["restore"]}, "non-empty list"),
         ({"restore_text": "alpaca", "tasks": ["restore"]}, "non-empty list"),
         ({"restore_text_limit": 0}, "restore_text_limit must be an integer >= 1"),
+        ({"train_decoder": True}, "inversion attacker's option"),
+        ({"train_decoder": "yes", "tasks": ["restore"]}, "true, false or null"),
     ],
 )
 def test_stage2_config_checks_public_restore_text(over, message):

@@ -250,6 +250,39 @@ def test_load_refuses_another_base_decoder(lm, tmp_path):
     TextFreeLM.load(run, decoder=other, check_decoder_sha=False)
 
 
+def test_a_trained_base_decoder_is_saved_with_the_run_and_loads_back_identical(lm, tmp_path):
+    from safetensors.torch import load_file
+
+    from textfree.ppft.checkpoint import read_json
+
+    lora_only = set(lm.server.decoder_parameters())
+    assert lora_only == set(lm.server.lora_parameters()) and not (lm.save(tmp_path / "lora") / "decoder").exists()
+    lm.server.train_base()
+    trained = lm.server.decoder_parameters()
+    assert lora_only < set(trained) and all(p.requires_grad for p in trained.values())
+    with torch.no_grad():  # as after full fine-tuning: the base weights moved as well as LoRA
+        gen = torch.Generator().manual_seed(3)
+        for name, p in trained.items():
+            if "lora_" not in name:
+                p.add_(torch.randn(p.shape, generator=gen) * 0.02)
+    run = lm.save(tmp_path / "full")
+    ref = read_json(run / "decoder_ref.json")
+    assert Path(ref["name_or_path"]) == (run / "decoder").resolve() and (run / "decoder" / "config.json").is_file()
+    adapter = load_file(str(run / "adapter" / "adapter_model.safetensors"))
+    assert any("lora_B" in k for k in adapter) and all(not v.any() for k, v in adapter.items() if "lora_B" in k)
+    loaded = TextFreeLM.load(run)
+    loaded.eval()
+    assert not loaded.server.trains_base  # loaded for use: the base is frozen again
+    vectors, mask = _slots(lm)
+    with torch.no_grad():
+        a = lm.server(vectors, mask, public=PUBLIC, all_logits=True).logits
+        b = loaded.server(vectors, mask, public=PUBLIC, all_logits=True).logits
+        untrained_base = TextFreeLM.load(tmp_path / "lora").server(vectors, mask, public=PUBLIC, all_logits=True).logits
+    assert torch.allclose(a, b, atol=1e-5)
+    assert not torch.allclose(b, untrained_base, atol=1e-3)  # the trained base weights were saved, not only LoRA
+    assert ref["sha256"] != read_json(tmp_path / "lora" / "decoder_ref.json")["sha256"]  # not the untrained base
+
+
 def test_mlp_projection_round_trip(tiny_encoder_dir, tiny_decoder_dir, tmp_path):
     lm = TextFreeLM.build(tiny_decoder_dir, encoder=tiny_encoder_dir, k=4, projection="mlp", projection_hidden=48)
     assert len(lm.server.projection.net) == 3

@@ -177,7 +177,8 @@ def _variant(c: PayloadCell) -> str:
     if v == "restoration":
         return "restoration instruction (served PPFT model)"
     aligned = isinstance(params.get("init"), str)
-    return f"learned, noise-{v}" + (", stage-1-aligned init" if aligned else "")
+    return (f"learned, noise-{v}" + (", stage-1-aligned init" if aligned else "")
+            + (", full fine-tuning" if params.get("train_decoder") else ""))
 
 
 def _attacker_text(c: PayloadCell) -> str:

@@ -38,6 +38,7 @@ __all__ = ["ServerModel", "ServerOutput", "PayloadMismatchError", "IGNORE_INDEX"
 IGNORE_INDEX = -100
 PROJECTION_DIR = "projection"
 ADAPTER_DIR = "adapter"
+DECODER_DIR = "decoder"  # a run's own base decoder: written only when the base was trained (train_base)
 DECODER_REF = "decoder_ref.json"
 CONFIG_NAME = "textfree_config.json"
 
@@ -142,6 +143,7 @@ class ServerModel(torch.nn.Module):
         self.tokenizer = tokenizer
         self.config = config
         self.decoder_ref = decoder_ref
+        self.trains_base = False
 
     # ------------------------------------------------------------------ construction / persistence
     @classmethod
@@ -203,14 +205,40 @@ class ServerModel(torch.nn.Module):
         return cls(proj, model, tokenizer, config, {**ref, "name_or_path": location})
 
     def save(self, run_dir: str | os.PathLike) -> Path:
-        """Write projection/, adapter/, decoder_ref.json and textfree_config.json (the base decoder is not copied)."""
+        """Write projection/, adapter/, decoder_ref.json and textfree_config.json. The base decoder is not copied,
+        unless it was trained (:meth:`train_base`): then it is written to decoder/, LoRA merged in, beside an
+        adapter/ whose LoRA B matrices are zero, and decoder_ref.json points there; loading gives the same model."""
         run = Path(run_dir)
         run.mkdir(parents=True, exist_ok=True)
         self.projection.save(run / PROJECTION_DIR)
-        self.decoder.save_pretrained(str(run / ADAPTER_DIR))
+        if self.trains_base:
+            self._save_trained_base(run)
+        else:
+            self.decoder.save_pretrained(str(run / ADAPTER_DIR))
         write_json(run / DECODER_REF, self.decoder_ref)
         write_json(run / CONFIG_NAME, self.config.to_dict())
         return run
+
+    def train_base(self) -> None:
+        """Full fine-tuning: every weight of the base decoder trains too, not only LoRA and the projection. A learned
+        inversion attacker's option (``Stage2Config.train_decoder``); a PPFT deployment keeps the base frozen."""
+        for p in self.decoder.parameters():
+            p.requires_grad_(True)
+        self.trains_base = True
+
+    def _save_trained_base(self, run: Path) -> None:
+        import copy
+
+        with torch.no_grad():
+            merged = copy.deepcopy(self.decoder).merge_and_unload()
+            merged.save_pretrained(str(run / DECODER_DIR))
+            self.tokenizer.save_pretrained(str(run / DECODER_DIR))
+            identity = copy.deepcopy(self.decoder)
+            for name, p in identity.named_parameters():
+                if "lora_B" in name:
+                    p.zero_()
+            identity.save_pretrained(str(run / ADAPTER_DIR))
+        self.decoder_ref = decoder_ref(run / DECODER_DIR, merged)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -223,6 +251,10 @@ class ServerModel(torch.nn.Module):
 
     def lora_parameters(self) -> dict[str, torch.nn.Parameter]:
         return {n: p for n, p in self.decoder.named_parameters() if "lora_" in n}
+
+    def decoder_parameters(self) -> dict[str, torch.nn.Parameter]:
+        """The decoder weights that train: LoRA's, and every base weight too after :meth:`train_base`."""
+        return {n: p for n, p in self.decoder.named_parameters() if self.trains_base or "lora_" in n}
 
     # ------------------------------------------------------------------ sequence assembly
     def _public_ids(self, public: list[str] | None, b: int) -> list[list[int]]:

@@ -137,6 +137,7 @@ class Stage2Config(LoopConfig):
     epochs: int = field(default=3, metadata={"help": "Passes over the training payloads (fresh noise each)."})
     restore_text: list[str] | None = field(default=None, metadata={"help": "Only with tasks ['restore']: train on these public instruction sources ('alpaca', 'lima', 'gsm8k:train'; Pri-*, CSQA, ARC refused) instead of the dataset's training rows, keeping the texts the client does not cut: a learned inversion attacker whose own text is public."})
     restore_text_limit: int | None = field(default=None, metadata={"help": "With restore_text: read at most this many records of each source."})
+    train_decoder: bool | None = field(default=None, metadata={"help": "Only with tasks ['restore']: also train every base-decoder weight (full fine-tuning), a stronger learned inversion attacker; null/false: LoRA + projection only, as PPFT."})
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -145,6 +146,10 @@ class Stage2Config(LoopConfig):
                 raise ValueError(f"restore_text must be a non-empty list of source names, got {self.restore_text!r}")
             if list(self.tasks) != ["restore"]:
                 raise ValueError(f"restore_text replaces the training rows of the 'restore' task only: tasks must be ['restore'], got {self.tasks!r}")
+        if self.train_decoder is not None and not isinstance(self.train_decoder, bool):
+            raise ValueError(f"train_decoder must be true, false or null, got {self.train_decoder!r}")
+        if self.train_decoder and list(self.tasks) != ["restore"]:
+            raise ValueError(f"train_decoder (full fine-tuning) is an inversion attacker's option: tasks must be ['restore'], got {self.tasks!r}")
         if self.restore_text_limit is not None and (isinstance(self.restore_text_limit, bool) or not isinstance(self.restore_text_limit, int) or self.restore_text_limit < 1):
             raise ValueError(f"restore_text_limit must be an integer >= 1 or null, got {self.restore_text_limit!r}")
         tasks = list(self.tasks)
@@ -314,8 +319,9 @@ def _param_groups(groups: list[tuple[list[torch.nn.Parameter], float]], weight_d
 
 
 def server_optimizer(server: torch.nn.Module, cfg: LoopConfig) -> torch.optim.Optimizer:
-    """AdamW over the server part's projection + LoRA parameters only (stage 2 and fine-tuning jobs)."""
-    params = list(server.projection.parameters()) + list(server.lora_parameters().values())
+    """AdamW over the server part's projection + LoRA parameters (stage 2 and fine-tuning jobs; with a trained base,
+    :meth:`~textfree.ppft.server.ServerModel.train_base`, every decoder weight)."""
+    params = list(server.projection.parameters()) + list(server.decoder_parameters().values())
     return torch.optim.AdamW(_param_groups([(params, cfg.lr)], cfg.weight_decay))
 
 
@@ -414,6 +420,8 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
     lm.server.config = lm.config.replace(k=k, mechanism=family, epsilon=cfg.epsilon, noise_match=cfg.noise_match,
                                          stage="stage2", max_private_tokens=max_private, template=template)
     lm.encoder.max_length = max_private
+    if cfg.train_decoder:
+        lm.server.train_base()
 
     # -- client side: encode the training prompts once; privatize afresh every epoch
     if cfg.restore_text:

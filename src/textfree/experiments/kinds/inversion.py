@@ -63,7 +63,7 @@ INVERSION_PARAMS = {
     "epsilon": "L2-Laplace epsilon of the evaluated payloads (and of aware training); null: clean payloads",
     "k": "pooling k (default: the init's / model's)",
     "init": "trained variants: a run directory (stage-1-aligned) or {encoder: DIR, decoder: DIR} (unaligned)",
-    "model": "restoration: the served PPFT run directory",
+    "model": "restoration: the served PPFT run directory; {epsilon} {k} are filled in",
     "out": "trained variants: run directory template; {variant} {epsilon} {k} are filled in",
     "epochs": "training epochs (default 6)",
     "max_target_tokens": "decoder tokens of the training targets (default 160)",
@@ -71,6 +71,8 @@ INVERSION_PARAMS = {
     "train_limit": "train on the first N training records only (default: all)",
     "train_text": "the attacker's text is public: these instruction sources (alpaca, lima, gsm8k:train; default: the Pri-* train part)",
     "train_text_limit": "with train_text: read at most N records of each source",
+    "train_decoder": "trained variants: also train every base-decoder weight (full fine-tuning; default false: LoRA + projection)",
+    "lr": "trained variants: peak learning rate (default: Stage2Config's)",
     "prior_sample": "training texts the no-input reference (their medoid) is chosen from (default 100)",
     "eval_limit": "evaluate the first N distinct held-out private texts (default 100)",
     "max_new_tokens": "generation length (default 160)",
@@ -100,6 +102,13 @@ def _params(cell: Any, point: dict) -> dict[str, Any]:
         v = p.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise CellError(f"{name} must be an integer >= 1, got {v!r}", field=f"params.{name}")
+    if variant == "restoration" and ("train_decoder" in p or "lr" in p):
+        raise CellError("restoration trains nothing: it takes no train_decoder or lr", field="params.train_decoder" if "train_decoder" in p else "params.lr")
+    if not isinstance(p.setdefault("train_decoder", False), bool):
+        raise CellError(f"train_decoder must be true or false, got {p['train_decoder']!r}", field="params.train_decoder")
+    lr = p.get("lr")
+    if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < 1):
+        raise CellError(f"lr must be a number in (0, 1), got {lr!r}", field="params.lr")
     text = p.get("train_text")
     if text is not None:
         if not isinstance(text, list) or not text or not all(isinstance(s, str) and s for s in text):
@@ -156,14 +165,16 @@ def _model(cell: Any, p: dict[str, Any], context: RunContext):
     from ...ppft.train import Stage2Config
 
     if p["variant"] == "restoration":
-        return context.cached(("model", p["model"]), lambda: (TextFreeLM.load(p["model"]), {}))
+        model = str(p["model"]).format(epsilon=p.get("epsilon"), k=p.get("k"))
+        return context.cached(("model", model), lambda: (TextFreeLM.load(model), {}))
     epsilon = p.get("epsilon") if p["variant"] == "aware" else None
     out = str(p["out"]).format(variant=p["variant"], epsilon=epsilon, k=p.get("k"))
     init = p["init"] if isinstance(p["init"], str) else _unaligned_init(p["init"], out, p.get("k"))
     dataset = cell.dataset if is_ppft_dataset(cell.dataset) else Stage2Config.dataset  # unused with train_text
     cfg = Stage2Config(init=init, out=out, dataset=dataset, epsilon=epsilon, k=p.get("k"), tasks=["restore"],
                        epochs=p["epochs"], max_target_tokens=p["max_target_tokens"], seed=p["train_seed"], limit=p.get("train_limit"),
-                       restore_text=p.get("train_text"), restore_text_limit=p.get("train_text_limit"), progress=False)
+                       restore_text=p.get("train_text"), restore_text_limit=p.get("train_text_limit"),
+                       train_decoder=p["train_decoder"] or None, progress=False, **({"lr": p["lr"]} if p.get("lr") else {}))
 
     return stage2_model(cfg, cell.name, context)
 
