@@ -161,7 +161,8 @@ def test_attribute_and_inversion_sections(tmp_path):
     # inversion: mean ± sd over seeds; the unaware target 0.21 < 0.25 is met; clean payloads say so
     assert "| `inv_u` | learned, noise-unaware | 75 | 4 | 150 | 2250 | 0.210 ± 0.014 |" in text
     assert "| `inv_u` | learned, noise-unaware | clean |" in text
-    assert "ROUGE-L < 0.25 at eps 75, k 4, on pri-ddx, attacker's text in-domain (Pri-* train part): 0.210, **met**" in text
+    assert ("ROUGE-L < 0.25 at eps 75, k 4, on pri-ddx, attacker's text in-domain (Pri-* train part): 0.210 "
+            "(the same inverter on clean payloads: 0.900), **met**") in text
     assert "learned, noise-aware, stage-1-aligned init at eps 75, k 4, on pri-ddx, attacker's text in-domain (Pri-* train part): ROUGE-L 0.400 (PPFT reports 0.4397" in text
     assert "Free text with PII units" not in text
 

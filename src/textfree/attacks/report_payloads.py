@@ -254,6 +254,9 @@ def inversion_section(cells: list[PayloadCell]) -> list[str]:
         if eps != 75 or k != 4 or variant not in ("unaware", "aware") or math.isnan(value):
             continue
         ref = "" if math.isnan(prior) else f" (no-input reference {prior:.3f})"
+        clean = [q.mean("rouge_l") for point, q in c.points if _eps(c, point)[0] is None]
+        if clean and not math.isnan(clean[0]):
+            ref += f" (the same inverter on clean payloads: {clean[0]:.3f})"
         where = f"on {c.cell.get('dataset')}, attacker's text {_attacker_text(c)}"
         if variant == "unaware":
             ok = "met" if value < TARGET_UNAWARE_ROUGE_L else "NOT met"

@@ -4,7 +4,9 @@ File: ``<shared>/pupa/PUPA_New.csv`` (664 rows; split ``"new"``; ``"tnb"`` -> ``
 CSV header ``conversation_hash,predicted_category,user_query,target_response,pii_units,redacted_query``.
 
 * ``text`` = ``user_query``; ``pii`` = ``pii_units`` split on ``||``, stripped, empty parts dropped (order and
-  repeats kept; the units are lower-case in the release).
+  repeats kept; the units are lower-case in the release). Parts with no word once normalised
+  (:func:`~textfree.data.normalize.normalize_answer`: punctuation only, such as the redaction mark ``_____``) name
+  nothing a reconstruction could contain and are dropped too.
 * ``spans`` are DERIVED, not gold: every case-insensitive, non-overlapping occurrence of each PII unit in the
   query, labelled ``"PII"``. Spans of different units may overlap (``"arab open university"`` inside
   ``"arab open university-dammam"``). Units that never occur in the query (about 3% of rows) get no span.
@@ -27,6 +29,7 @@ from typing import Any
 from ._io import iter_dict_rows
 from ._loading import build, iter_rows, load_rows
 from .errors import DataError
+from .normalize import normalize_answer
 from .paths import infer_split
 from .records import PIIRecord
 
@@ -63,7 +66,7 @@ def load_pupa(path_or_name: str | os.PathLike[str] | None = None, split: str = "
         text = str(row["user_query"])
         raw = row["pii_units"]
         units = list(raw) if isinstance(raw, list) else [u.strip() for u in str(raw).split("||")]
-        units = [u for u in units if u]
+        units = [u for u in units if normalize_answer(u).split()]
         attributes = {
             "conversation_hash": row.get("conversation_hash"),
             "category": row.get("predicted_category"),
