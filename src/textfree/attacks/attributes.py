@@ -53,6 +53,7 @@ __all__ = [
     "predict_attributes",
     "prior_predictions",
     "label_predictions",
+    "noisy_rows",
     "score_attributes",
     "attribute_metric_names",
     "AGE_EDGES",
@@ -220,6 +221,13 @@ Noise = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 Inputs = tuple[torch.Tensor, torch.Tensor]  # vectors [N, S, d] (zero padding) + mask [N, S]
 
 
+def noisy_rows(noise: Noise, x: torch.Tensor, mask: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """``x`` [N, S, d] with ``noise`` applied to its real rows (``mask``), float32; padding stays zero."""
+    out = torch.zeros_like(x, dtype=torch.float32)
+    out[mask] = noise(x[mask], generator).to(torch.float32)
+    return out
+
+
 def _check_variants(variants: Sequence[Inputs], n: int, dim: int) -> list[Inputs]:
     if isinstance(variants, tuple) and len(variants) == 2 and isinstance(variants[0], torch.Tensor):
         raise ValueError("variants must be a sequence of (slots, mask) pairs, got one pair")
@@ -266,8 +274,7 @@ def train_attribute_attacker(
     for epoch in range(config.epochs):
         x_all, m_all = clean, mask
         if noise is not None:  # fresh noise on the real slots only (padding stays zero)
-            x_all = torch.zeros_like(clean)
-            x_all[mask] = noise(clean[mask], generator).to(torch.float32)
+            x_all = noisy_rows(noise, clean, mask, generator)
         elif cycle is not None:
             x_all, m_all = cycle[epoch % len(cycle)]
         order = torch.randperm(n, generator=generator)

@@ -191,7 +191,9 @@ def _attacker_text(c: PayloadCell) -> str:
 
 def _is_free_text(c: PayloadCell) -> bool:
     """A cell on free text with PII units (PUPA, Presidio) rather than a templated Pri-* dataset."""
-    return not str(c.cell.get("dataset", "")).lower().startswith(("pri-", "ddx", "slja"))
+    from ..experiments.kinds._grant import is_ppft_dataset
+
+    return not is_ppft_dataset(c.cell.get("dataset", ""))
 
 
 _Column = tuple[str, Callable[[PayloadCell, Any, Any, Point], str]]

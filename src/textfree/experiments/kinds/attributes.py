@@ -85,6 +85,7 @@ from ...attacks.attributes import (
     attribute_metric_names,
     build_specs,
     label_predictions,
+    noisy_rows,
     prior_predictions,
     score_attributes,
 )
@@ -375,13 +376,6 @@ def _row_noise(mech: Any, *, normalize: bool) -> Callable[[torch.Tensor, torch.G
     return noise
 
 
-def _noisy(noise: Callable, x: torch.Tensor, mask: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """``x`` with ``noise`` on its real rows; padding stays zero."""
-    out = torch.zeros_like(x)
-    out[mask] = noise(x[mask], generator)
-    return out
-
-
 def _cosine(released: torch.Tensor, clean: torch.Tensor, mask: torch.Tensor) -> float:
     return float(torch.nn.functional.cosine_similarity(released[mask], clean[mask], dim=-1).mean())
 
@@ -392,7 +386,7 @@ def _slots_release(cell, resolved, s, train, test, seed, context) -> _Release:
     test_x, test_m = _clean_slots(cell, "test", test.texts, s.k, s.train_limit, context)
 
     noise = _row_noise(mech, normalize=True)
-    released = _noisy(noise, test_x, test_m, seeded_generator(seed, warn=False))
+    released = noisy_rows(noise, test_x, test_m, seeded_generator(seed, warn=False))
     slots = test_m.sum(1).to(torch.float64)
     slot_eps = SlotPrivatization(noise=mech, k=s.k).slot_loss().epsilon
     guarantee = {"slot_epsilon": slot_eps, "prompt_epsilon": float((slots * slot_eps).mean()),
@@ -407,7 +401,7 @@ def _tokens_release(cell, resolved, s, train, test, seed, context) -> _Release:
     test_x, test_m, own = _token_rows(cell, "test", test.texts, s.max_tokens, s.train_limit, context)
 
     noise = _row_noise(mech, normalize=False)
-    released = _noisy(noise, test_x, test_m, seeded_generator(seed, warn=False))
+    released = noisy_rows(noise, test_x, test_m, seeded_generator(seed, warn=False))
     guarantee = token_guarantee(mech, token_table(cell, context).diameter)
     eps = guarantee["token_epsilon"]
     guarantee |= {"prompt_epsilon": float((own * eps).mean()), "prompt_epsilon_max": float((own * eps).max()),
