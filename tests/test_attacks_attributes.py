@@ -63,6 +63,18 @@ def test_references_by_hand():
         label_predictions(specs, TRAIN, LABELS[:3], ["flu"])
 
 
+def test_length_reference_is_the_label_rule_over_unit_counts():
+    from textfree.attacks.attributes import length_predictions
+
+    specs = build_specs(TRAIN, KINDS)
+    # the 4 training rows release 2, 2, 2 and 3 units: the count plays the label's part
+    train_mask = torch.tensor([[1, 1, 0], [1, 1, 0], [1, 1, 0], [1, 1, 1]], dtype=torch.bool)
+    test_mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0]], dtype=torch.bool)
+    got = length_predictions(specs, TRAIN, train_mask, test_mask)
+    # count 3: row 3 alone (M; cough, rash); count 2: rows 0-2 (M, M, F -> M; cough in 2 of 3); count 1 unseen -> prior
+    assert got == [{"sex": "M", "symptoms": ["cough", "rash"]}, {"sex": "M", "symptoms": ["cough"]}, {"sex": "M", "symptoms": ["cough"]}]
+
+
 def test_scores_by_hand():
     specs = build_specs(TRAIN, KINDS)
     gold = [{"sex": "M", "symptoms": ["cough", "fever"]}, {"sex": "F", "symptoms": ["rash", "itch"]}]

@@ -148,6 +148,7 @@ def test_attribute_and_inversion_sections(tmp_path):
         attr |= {f"{m}_{v}": [best - d] for v, d in (("mean_unaware", 0.1), ("mean_aware", 0.0), ("slots_unaware", 0.2), ("slots_aware", 0.05))}
         attr |= {f"{m}_best": [best], f"{m}_prior": [0.5], f"{m}_label": [0.9 if m == "symptoms_recall" else 0.55],
                  f"{m}_excess": [best - (0.9 if m == "symptoms_recall" else 0.55)]}
+    attr["sex_accuracy_length"] = [0.6]  # symptoms: a cell from before the length reference (shown as –)
     _payload_file(tmp_path, "attr", "attribute_inference", {"k": 4}, [(75, attr)], mechanism=LAPLACE, seeds=(0,))
     inv = lambda r: {"rouge_l": r, "bleu": [0.0, 0.0], "slot_epsilon": [150.0] * 2, "prompt_epsilon": [2250.0] * 2,  # noqa: E731
                      "n_eval": [100.0] * 2, "symptoms_recall_text": [0.1, 0.2]}
@@ -156,8 +157,8 @@ def test_attribute_and_inversion_sections(tmp_path):
     _payload_file(tmp_path, "inv_a", "learned_inversion", {"variant": "aware", "k": 4, "init": "runs/stage1"}, [(75, inv([0.3, 0.5]))])
     text = build_report([tmp_path])
     # attribute table: the best (97.0) and the excess over the larger reference (97 - 55 = 42.0) of sex; symptoms below label
-    assert "| 75 | 4 | 150 | 2250 | sex (accuracy) | 50.0 | 55.0 | 87.0 | 97.0 | 77.0 | 92.0 | **97.0** | **42.0** |" in text
-    assert "| symptoms recall | 50.0 | 90.0 |" in text and "**-40.0** |" in text
+    assert "| 75 | 4 | 150 | 2250 | sex (accuracy) | 50.0 | 55.0 | 60.0 | 87.0 | 97.0 | 77.0 | 92.0 | **97.0** | **42.0** |" in text
+    assert "| symptoms recall | 50.0 | 90.0 | – |" in text and "**-40.0** |" in text
     # inversion: mean ± sd over seeds; the unaware target 0.21 < 0.25 is met; clean payloads say so
     assert "| `inv_u` | learned, noise-unaware | 75 | 4 | 150 | 2250 | 0.210 ± 0.014 |" in text
     assert "| `inv_u` | learned, noise-unaware | clean |" in text
@@ -237,7 +238,7 @@ def test_attributes_of_token_noise_and_t2t_text_in_their_section_and_the_matrix(
     assert "### `attr_slots` (pri-ddx, encoder `default`; release: PPFT slots)" in lines
     assert any(line.startswith("| sigma | token eps | prompt eps (mean) | attribute | prior | label |") for line in lines)
     assert any(line.startswith("| eta | word eps | prompt eps (mean) | attribute | prior | label |") for line in lines)
-    assert "| 0.3 | 38.1 | 2286 | sex (accuracy) | 54.0 | 56.0 | 80.0 | 90.0 | 70.0 | 85.0 | **90.0** | **34.0** |" in lines
+    assert "| 0.3 | 38.1 | 2286 | sex (accuracy) | 54.0 | 56.0 | – | 80.0 | 90.0 | 70.0 | 85.0 | **90.0** | **34.0** |" in lines
     assert "| 25 | 58.5 | 3510 | sex (accuracy) | 54.0 | 56.0 |" in " ".join(lines)
     header = next(line for line in lines if line.startswith("| attack \\ mechanism"))
     assert header == ("| attack \\ mechanism | token noise, Gaussian | clipped token noise (l2_laplace, C = 1.694) | "

@@ -34,6 +34,10 @@ def _cell(encoder: str = "default", **over) -> dict:
     "over, field, message",
     [
         ({"dataset": "sst2"}, "dataset", "supports datasets"),
+        ({"dataset": "pri-slja"}, "dataset", r"target 'attributes' supports datasets \['pri-ddx', 'trustpilot'\], got 'pri-slja'"),
+        ({"dataset": "trustpilot", "params": {"target": "answer"}}, "dataset",
+         r"target 'answer' supports datasets \['pri-ddx', 'pri-slja'\], got 'trustpilot'"),
+        ({"params": {"target": "diagnosis"}}, "params.target", r"target must be one of \['attributes', 'answer'\], got 'diagnosis'"),
         ({"mechanism": None}, "mechanism", "needs a `mechanism`"),
         ({"params": {"attackers": ["mlp"]}}, "params.attackers", "distinct values from"),
         ({"params": {"training": []}}, "params.training", "non-empty list"),
@@ -118,6 +122,38 @@ def test_trustpilot_run_has_no_label_reference(shared_data, tiny_encoder_dir, tm
     assert 0.0 <= m["gender_accuracy_best"] <= 1.0 and m["gender_accuracy_label"] is None  # NaN in the result file
     assert m["gender_accuracy_excess"] == pytest.approx(m["gender_accuracy_best"] - m["gender_accuracy_prior"])
     assert "sex_accuracy_best" not in m
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("dataset", ["pri-ddx", "pri-slja"])
+def test_answer_target_predicts_the_tasks_answer_with_no_label_reference(shared_data, tiny_encoder_dir, tmp_path, dataset):
+    from textfree.data import ppft_split
+    from textfree.experiments.inputs import record_private_text
+
+    cell = Cell.from_dict(_cell(str(tiny_encoder_dir), dataset=dataset,
+                                params={"target": "answer", "k": 4, "epochs": 3, "hidden": 16, "threads": 1, "attackers": ["mean"]}))
+    result = load_results(run_cell(cell, out_dir=tmp_path, progress=False))
+    m = {k: v["mean"] for k, v in result["results"][0]["metrics"].items()}
+    assert {k for k in m if k.startswith("answer_accuracy_")} == {
+        "answer_accuracy_mean_unaware", "answer_accuracy_mean_aware", "answer_accuracy_best", "answer_accuracy_prior",
+        "answer_accuracy_label", "answer_accuracy_length", "answer_accuracy_excess"}
+    assert "sex_accuracy_best" not in m and m["answer_accuracy_label"] is None  # the label is the target: no reference
+    # the prior is the training part's most frequent answer, scored on the distinct held-out prompts: recompute it
+    def distinct(records):  # the first record of each distinct non-empty private text
+        out = {}
+        for r in records:
+            out.setdefault(record_private_text(r), r.options[r.answer_index])
+        return {t: a for t, a in out.items() if t.strip()}
+
+    split = ppft_split(dataset)
+    test = distinct(split["heldout"])
+    answers = [a for t, a in distinct(split["train"]).items() if t not in test]  # never train on an evaluated text
+    top = max(sorted(set(answers)), key=answers.count)  # ties: the first name, as build_specs orders classes
+    gold = list(test.values())
+    assert (m["n_train"], m["n_test"]) == (len(answers), len(gold))
+    assert m["answer_accuracy_prior"] == pytest.approx(sum(g == top for g in gold) / len(gold))
+    assert m["answer_accuracy_excess"] == pytest.approx(m["answer_accuracy_best"] - m["answer_accuracy_prior"])
+    assert 0.0 <= m["answer_accuracy_length"] <= 1.0
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from textfree.data import MCQARecord, blind_prompt, mcqa_prompt, ppft_split
+from textfree.data import MCQARecord, blind_prompt, mcqa_prompt, normalize_answer, ppft_split
 from textfree.data.prompts import OPEN_INSTRUCTION, private_text
 from textfree.mechanisms import Gaussian, L2Laplace
 from textfree.ppft.batches import (
@@ -21,6 +21,7 @@ from textfree.ppft.batches import (
     collate_payloads,
     domain_examples,
     mcqa_examples,
+    open_answer_prompt,
 )
 from textfree.ppft.config import TextFreeConfig
 from textfree.ppft.decoder import make_tiny_decoder_dir
@@ -208,7 +209,8 @@ def test_unknown_task_raises():
     for bad in ("closed", "MCQA", "blind", ""):
         with pytest.raises(ValueError, match="task must be one of"):
             evaluate_qa(FakeLM(ANSWERS), RECORDS, task=bad, epsilon=None)
-    assert TASKS == ("mcqa", "open", "blind_mcqa", "blind_open", "mcqa_rank", "blind_mcqa_rank")
+    assert TASKS == ("mcqa", "open", "blind_mcqa", "blind_open", "mcqa_rank", "blind_mcqa_rank", "open_rank", "blind_open_rank",
+                     "length_mcqa", "length_open")
 
 
 @pytest.mark.parametrize("task", ["blind_mcqa", "blind_open"])
@@ -293,6 +295,40 @@ def test_ranked_tasks_answer_one_of_the_options_without_generating(tiny_lm, monk
     # the noise seed fixes the answers
     again = evaluate_qa(tiny_lm, RECORDS, task=task, epsilon=28.0, seed=0)
     assert [p["answer"] for p in again["predictions"]] == [p["answer"] for p in r["predictions"]]
+
+
+@pytest.mark.parametrize("task", ["open_rank", "blind_open_rank"])
+def test_label_ranked_open_tasks_pick_one_label_of_the_task_without_generating(tiny_lm, monkeypatch, task):
+    monkeypatch.setattr(tiny_lm.server, "generate", lambda *a, **kw: pytest.fail("a ranked task must not generate"))
+    ranked, scored = [], []
+    original_rank, original_score = tiny_lm.server.rank_options, tiny_lm.server.score_targets
+
+    def spy(vectors, mask, **kwargs):
+        ranked.append((vectors.shape, kwargs["public"], kwargs["options"]))
+        return original_rank(vectors, mask, **kwargs)
+
+    def score_spy(vectors, mask, **kwargs):
+        out = original_score(vectors, mask, **kwargs)
+        scored.append((list(kwargs["targets"]), out))
+        return out
+
+    monkeypatch.setattr(tiny_lm.server, "rank_options", spy)
+    monkeypatch.setattr(tiny_lm.server, "score_targets", score_spy)
+    labels = LABELS[:3] + [x.answer for x in RECORDS if x.answer not in LABELS[:3]]
+    r = evaluate_qa(tiny_lm, RECORDS, task=task, epsilon=28.0, seed=0, labels=labels)
+    blind = task.startswith("blind")
+    (shape, public, options), = ranked
+    assert options == [labels] * 3  # every label of the task, for every record: no options were shown
+    assert public == [OPEN_INSTRUCTION] * 3 and (shape[1] == 0) == blind
+    assert r["n_labels"] == len(labels) and r["epsilon"] == (None if blind else 28.0)
+    # each answer is the label with the highest log-probability for its record, scored like "open"
+    targets = sum((t for t, _ in scored), [])
+    logp = torch.cat([s for _, s in scored])
+    assert targets == labels * 3
+    for i, (p, record) in enumerate(zip(r["predictions"], RECORDS)):
+        row = logp[i * len(labels) : (i + 1) * len(labels)]
+        assert p["answer"] == labels[int(row.argmax())]
+        assert p["correct"] == (normalize_answer(p["answer"]) == normalize_answer(record.answer))
 
 
 def test_tiny_model_privatizer_follows_the_config_noise_match(tiny_lm):
@@ -441,3 +477,44 @@ def test_blind_stage2_trains_on_zero_slot_payloads(fixture_data, init_run, tmp_p
             assert r.context not in public
     config = json.loads((tmp_path / "blind" / "textfree_config.json").read_text())
     assert config["stage"] == "stage2" and config["epsilon"] is None
+
+
+def test_random_unit_slots_fill_the_mask_with_unit_vectors():
+    from textfree.ppft.evaluate import random_unit_slots
+
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    x = random_unit_slots(mask, 5, torch.Generator().manual_seed(0))
+    assert x.shape == (2, 3, 5)
+    torch.testing.assert_close(x.norm(dim=-1), mask.float())
+    again = random_unit_slots(mask, 5, torch.Generator().manual_seed(0))
+    assert torch.equal(x, again) and not torch.equal(x, random_unit_slots(mask, 5, torch.Generator().manual_seed(1)))
+
+
+@pytest.mark.parametrize("task", ["length_mcqa", "length_open"])
+def test_length_tasks_keep_the_slot_count_and_drop_the_content(tiny_lm, monkeypatch, task):
+    seen = []
+    original = tiny_lm.server.generate
+
+    def spy(vectors, mask, **kwargs):
+        seen.append((vectors.clone(), mask.clone(), kwargs["public"]))
+        return original(vectors, mask, **kwargs)
+
+    monkeypatch.setattr(tiny_lm.server, "generate", spy)
+    r = evaluate_qa(tiny_lm, RECORDS, task=task, epsilon=28.0, seed=0, max_new_tokens=2, labels=LABELS)
+    (vectors, mask, public), = seen
+    base = task.removeprefix("length_")
+    parts = [mcqa_prompt(x) if base == "mcqa" else open_answer_prompt(x) for x in RECORDS]
+    real = tiny_lm.privatizer(28.0).privatize([p.private for p in parts], seed=0)
+    assert torch.equal(mask, real.mask) and public == [p.public for p in parts]  # the true slot counts and public text
+    torch.testing.assert_close(vectors.norm(dim=-1), mask.float())
+    # no content: the slots are exactly the random draws that follow the client's noise in the evaluation generator,
+    # a function of the mask alone
+    from textfree.ppft.evaluate import random_unit_slots
+    from textfree.rng import resolve_generator
+
+    gen = resolve_generator(None, 0)
+    again = tiny_lm.privatizer(28.0).privatize([p.private for p in parts], generator=gen, public=[p.public for p in parts])
+    assert torch.equal(again.vectors, real.vectors)
+    assert torch.equal(vectors, random_unit_slots(mask, tiny_lm.config.encoder_dim, gen))
+    assert (vectors * real.vectors.float()).sum(-1)[mask].abs().max() < 0.9
+    assert r["task"] == task and r["n"] == 3 and r["epsilon"] == 28.0

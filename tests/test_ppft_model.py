@@ -361,3 +361,49 @@ def test_rank_options_and_choose_validate_their_inputs(lm):
     payload = lm.privatizer(75.0).privatize(PRIVATE, seed=0, public=PUBLIC)
     picked = lm.server.choose(payload, [["cluster headache", "anemia"], ["fever", "flu"], ["flu"]])
     assert picked[2] == "flu" and picked[0] in {"cluster headache", "anemia"} and picked[1] in {"fever", "flu"}
+
+
+# ---------------------------------------------------------------------------------------------- summary vectors
+def test_summary_vectors_are_unit_group_means():
+    from textfree.ppft.server import summary_vectors
+
+    slots = torch.tensor([[2.0, 0.0], [0.0, 2.0], [1.0, 1.0], [2.0, 0.0], [0.0, 1.0]])
+    one = summary_vectors(slots, 1)  # mean (1, 0.8) -> (5, 4)/sqrt(41)
+    torch.testing.assert_close(one, torch.tensor([[5 / 41 ** 0.5, 4 / 41 ** 0.5]]))
+    two = summary_vectors(slots, 2)  # groups of 3 and 2: means (1, 1) and (1, 0.5)
+    torch.testing.assert_close(two, torch.tensor([[2 ** -0.5, 2 ** -0.5], [2 / 5 ** 0.5, 1 / 5 ** 0.5]]))
+    assert summary_vectors(slots[:2], 4).shape == (2, 2)  # never more groups than slots
+    for bad in (torch.zeros(0, 2), torch.zeros(2)):
+        with pytest.raises(ValueError, match="non-empty"):
+            summary_vectors(bad, 1)
+    with pytest.raises(ValueError, match="groups"):
+        summary_vectors(slots, 0)
+
+
+def test_summary_slots_go_before_the_slots_and_take_no_labels(lm, tmp_path):
+    from textfree.ppft.server import summary_vectors
+
+    vectors, mask = _slots(lm)
+    plain = lm.server(vectors, mask, public=PUBLIC, targets=TARGETS, all_logits=True)
+    lm.server.config = lm.config.replace(summary_slots=2)
+    out = lm.server(vectors, mask, public=PUBLIC, targets=TARGETS, all_logits=True)
+    embed_rows, _ = lm.server._rows(vectors, mask, PUBLIC, TARGETS)
+    for i in range(len(PRIVATE)):
+        n = int(mask[i].sum())
+        extra = min(2, n)
+        assert int(out.attention_mask[i].sum()) == int(plain.attention_mask[i].sum()) + extra
+        # the same target labels, shifted right by the summary vectors
+        assert [x for x in out.labels[i].tolist() if x != IGNORE_INDEX] == [x for x in plain.labels[i].tolist() if x != IGNORE_INDEX]
+        assert out.labels[i, : 1 + extra + n].eq(IGNORE_INDEX).all()
+        with torch.no_grad():
+            want = lm.server.projection(summary_vectors(vectors[i, :n], 2))
+        torch.testing.assert_close(embed_rows[i][1 : 1 + extra], want)  # after BOS, before the slots
+    # a blind row (no slots) gets no summary: the same sequence as without the setting
+    empty, none = torch.zeros(1, 0, vectors.shape[-1]), torch.zeros(1, 0, dtype=torch.bool)
+    with_summary = lm.server(empty, none, public=PUBLIC[:1], targets=TARGETS[:1], all_logits=True)
+    lm.server.config = lm.config.replace(summary_slots=0)
+    torch.testing.assert_close(with_summary.logits, lm.server(empty, none, public=PUBLIC[:1], targets=TARGETS[:1], all_logits=True).logits)
+    lm.server.config = lm.config.replace(summary_slots=2)
+    assert TextFreeLM.load(lm.save(tmp_path / "run")).config.summary_slots == 2
+    with pytest.raises(ValueError, match="summary_slots must be an integer >= 0, got -1"):
+        lm.config.replace(summary_slots=-1)

@@ -174,3 +174,50 @@ def test_target_verdict_needs_the_retention_and_a_clear_margin_over_both_control
     assert "NOT met" in v["4-option:"] and "lower bound nan" in v["4-option:"]
     v = verdicts(0.95, 0.83, 0.90, rank=0.96)  # ranked: 0.96 vs blind ranked 0.93 (+0.03), 99.0% of 0.97
     assert "**met**" in v["4-option, ranked"] and "0.9300" in v["4-option, ranked"]
+
+
+def test_summary_layout_runs_stay_out_of_ppft_tables_and_get_their_own_verdicts(tmp_path):
+    d = _fixture(tmp_path)
+    before = build_report([d])
+    assert "summary vectors" not in before
+    # newer runs with one server-side summary vector: they must not replace PPFT's rows
+    _result_file(d / "summary.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "summary_slots": 1, "epochs": 12},
+         _eval([0.85, 0.85, 0.85], [0.66, 0.70, 0.74], extra={"acc_open_rank": [0.75] * 3})),
+    ], date="2026-01-02T00:00:00+00:00")
+    _result_file(d / "summary_bounds.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": None, "k": 4, "summary_slots": 1, "epochs": 12}, _eval([0.96], [0.80], extra={"acc_open_rank": [0.80]})),
+    ], date="2026-01-02T00:00:01+00:00", seeds=(0,))
+    lines = build_report([d]).splitlines()
+    ppft28 = next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4"))
+    assert "0.820 ± 0.020 (3)" in ppft28  # the slots-only run, not the newer summary run
+    upper = next(l for l in lines if l.startswith("| upper bound (stage 2 without noise)"))
+    assert "0.950" in upper
+    start = lines.index("### Pri-DDX: server-side summary vectors (beyond the paper)")
+    section = lines[start:]
+    assert any(l.startswith("| PPFT (slots only) | eps 28 (width-matched), k=4 | — | 0.820 ± 0.020 (3)") for l in section)
+    assert any(l.startswith("| 1 summary vector + slots | upper bound (no noise) | 12 | 0.960 |") for l in section)
+    # 0.85 / 0.96 = 88.5%, +0.02 over the blind 0.93? no: 0.85 < 0.93 -> NOT met; open 0.70 / 0.80 = 87.5%, blind 0.10, lower 0.0 -> met
+    four = next(l for l in section if l.startswith("- 1 summary vector + slots: eps 28, 4-option:"))
+    assert "88.5%" in four and "**NOT met**" in four
+    open_ = next(l for l in section if l.startswith("- 1 summary vector + slots: eps 28, open-answer:"))
+    assert "87.5% of the upper bound 0.8000" in open_ and "**met**" in open_
+    # label-ranked: 0.75 / 0.80 = 93.8%, but the blind row was never label-ranked: a missing control is not beaten
+    ranked = next(l for l in section if l.startswith("- 1 summary vector + slots: eps 28, label-ranked open-answer"))
+    assert "93.8%" in ranked and "blind nan" in ranked and "**NOT met**" in ranked
+    assert any(l.startswith("| 1 summary vector + slots | eps 28 (width-matched), k=4 | 12 |") and l.endswith("| 0.750 (3 seeds, all equal) |")
+               for l in section)
+
+
+def test_slot_count_only_row_and_line_come_from_the_ppft_run(tmp_path):
+    d = _fixture(tmp_path)
+    assert "slot count only" not in build_report([d])
+    _result_file(d / "main2.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4}, _eval([0.80, 0.82, 0.84], [0.50, 0.60, 0.70], extra={"acc_length_open": [0.40, 0.44, 0.48]})),
+    ], date="2026-01-03T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+    row = next(l for l in lines if l.startswith("| slot count only: the eps 28 PPFT model"))
+    cells = [c.strip() for c in row.split("|")]
+    assert cells[3] == "—" and cells[6] == "0.440 ± 0.040 (3)"  # no 4-option figure; open-answer from acc_length_open
+    line = next(l for l in lines if l.startswith("- the slot count alone"))
+    assert "open-answer 0.4400" in line and "adds +0.1600 to PPFT's 0.6000" in line

@@ -245,8 +245,9 @@ def test_cli_stage1_stage2_ask_evaluate(fixture_data, tmp_path, tiny_encoder_dir
 
     s1, s2 = tmp_path / "s1", tmp_path / "s2"
     run("train-stage1", "--decoder", tiny_decoder_dir, "--encoder", tiny_encoder_dir, "--out", s1, "--max-steps", 2, "--k", 2)
-    run("train-stage2", "--from", s1, "--dataset", "pri-ddx", "--epsilon", 75, "--k", 4, "--out", s2, "--epochs", 1)
-    assert json.loads((s2 / "textfree_config.json").read_text())["k"] == 4
+    run("train-stage2", "--from", s1, "--dataset", "pri-ddx", "--epsilon", 75, "--k", 4, "--out", s2, "--epochs", 1, "--summary-slots", 1)
+    saved = json.loads((s2 / "textfree_config.json").read_text())
+    assert saved["k"] == 4 and saved["summary_slots"] == 1  # ask and evaluate below read payloads with the summary vector
     out = run("ask", "--model", s2, "A 46-year-old man with a history of cluster headaches", "--public", "Options:\nA. Cluster headache",
               "--seed", 1, "--max-new-tokens", 3)
     assert "privacy:" in out
@@ -261,6 +262,8 @@ def test_cli_stage1_stage2_ask_evaluate(fixture_data, tmp_path, tiny_encoder_dir
     assert bad.exit_code == 2 and "blind run" in bad.output  # a blind run with an epsilon is refused before training
     bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "z"), "--task", "essay"])
     assert bad.exit_code == 2 and "tasks" in bad.output
+    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "w"), "--summary-slots", "-1"])
+    assert bad.exit_code == 2 and "summary_slots must be an integer >= 0 or null, got -1" in bad.output
 
 
 # ---------------------------------------------------------------------------------------------- real data

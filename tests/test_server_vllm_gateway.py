@@ -69,6 +69,17 @@ def test_prompt_rows_are_the_in_process_servers_rows(tiny_run_dir, tiny_lm, payl
         assert [tuple(r.shape) for r in ours] == [tuple(r.shape) for r in theirs]
         for a, b in zip(ours, theirs):
             torch.testing.assert_close(a, b.float(), rtol=0, atol=1e-6)
+    # a run with server-side summary vectors: the gateway lays them out as the in-process server does
+    saved, plain = tiny_lm.server.config, embedder.rows(vectors, mask, PUBLIC)
+    try:
+        tiny_lm.server.config = embedder.config = saved.replace(summary_slots=2)
+        ours, (theirs, _) = embedder.rows(vectors, mask, PUBLIC), tiny_lm.server._rows(vectors, mask, PUBLIC, None)
+        assert [r.shape[0] for r in ours] == [r.shape[0] + min(2, n) for r, n in zip(plain, payload.lengths)]
+        assert [tuple(r.shape) for r in ours] == [tuple(r.shape) for r in theirs]
+        for a, b in zip(ours, theirs):
+            torch.testing.assert_close(a, b.float(), rtol=0, atol=1e-6)
+    finally:
+        tiny_lm.server.config = saved
 
 
 def test_only_the_embedding_table_is_read_and_it_is_the_decoders(tiny_run_dir, tiny_lm, tmp_path):

@@ -53,6 +53,7 @@ __all__ = [
     "predict_attributes",
     "prior_predictions",
     "label_predictions",
+    "length_predictions",
     "noisy_rows",
     "score_attributes",
     "attribute_metric_names",
@@ -352,6 +353,16 @@ def label_predictions(
         for label, rows in by_label.items()
     }
     return [dict(guesses.get(label, prior)) for label in test_labels]
+
+
+def length_predictions(
+    specs: Sequence[AttributeSpec], train_targets: Sequence[Mapping[str, Any]], train_mask: torch.Tensor, test_mask: torch.Tensor
+) -> list[dict[str, Any]]:
+    """What the *number* of released units (slots, tokens: each row's count in a [N, S] mask) alone reveals: the
+    constant guess within the training rows of the same count (:func:`label_predictions` with counts as labels). The
+    mechanism hides each unit's content, not how many units there are."""
+    counts = [[str(int(n)) for n in m.sum(dim=1).tolist()] for m in (train_mask, test_mask)]
+    return label_predictions(specs, train_targets, *counts)
 
 
 def score_attributes(specs: Sequence[AttributeSpec], predicted: Sequence[Mapping[str, Any]],

@@ -144,7 +144,7 @@ def _text_rows(cells: list[PayloadCell], attributes: list[PayloadCell]) -> list[
 
 def collect_matrix(paths: Iterable[str | Path]) -> list[MatrixRow]:
     paths = list(paths)
-    attributes = collect_kind(paths, "attribute_inference")
+    attributes = [c for c in collect_kind(paths, "attribute_inference") if (c.cell.get("params") or {}).get("target", "attributes") != "answer"]
     rows = _token_rows(collect_kind(paths, "token_inversion"), attributes)
     pooled = _pooled_row(collect_kind(paths, "learned_inversion"), attributes)
     rows += [pooled] if pooled else []

@@ -85,7 +85,8 @@ def _eps(cell: PayloadCell, point: dict) -> Any:
 _ATTR_ROWS = (("sex_accuracy", "sex (accuracy)"), ("age_accuracy", "age bucket (accuracy)"),
               ("symptoms_recall", "symptoms recall"), ("symptoms_f1", "symptoms F1"),
               ("antecedents_recall", "antecedents recall"), ("antecedents_f1", "antecedents F1"),
-              ("gender_accuracy", "gender (accuracy)"), ("age_cat_accuracy", "age category (accuracy)"))
+              ("gender_accuracy", "gender (accuracy)"), ("age_cat_accuracy", "age category (accuracy)"),
+              ("answer_accuracy", "the task's answer (accuracy)"))
 _VARIANTS = (("mean_unaware", "MLP, unaware"), ("mean_aware", "MLP, aware"), ("slots_unaware", "slots, unaware"),
              ("slots_aware", "slots, aware"))
 #: The guarantee of one released unit, per release: (column title, metric).
@@ -140,10 +141,15 @@ def attribute_section(cells: list[PayloadCell]) -> list[str]:
              "over the vectors, trained on clean inputs (*unaware*) or on the same mechanism's releases (*aware*: fresh",
              "noise every epoch; for text, a few T2T runs over its training text, cycled). **best** is the strongest of",
              "them; *prior* is the best guess without any input (training marginals); *label* is what the task's correct",
-             "answer (the diagnosis) alone reveals; **excess** = best minus the larger reference: the leak the mechanism",
-             "is responsible for. Percentages of held-out prompts (accuracy) or of gold attributes (recall; F1 guards",
+             "answer (the diagnosis) alone reveals; *length* is what the number of released units (slots, tokens) alone",
+             "reveals, by the same rule within training rows of that count (the mechanism hides each unit's content, not",
+             "their number; cells run before it existed show –); **excess** = best minus the larger of prior and label: the",
+             "leak the mechanism is responsible for. Percentages of held-out prompts (accuracy) or of gold attributes (recall; F1 guards",
              "against predicting every label). The unit eps column is one released unit's worst case (a slot, a token at",
              "the table's diameter, a word at the table's diameter); prompt eps composes it over the prompt's units.",
+             "Cells with `target: answer` predict the task's correct answer itself (the diagnosis, the charge) from the",
+             "release: a leak of the most sensitive attribute, and what a PPFT server reading the same payloads could at best",
+             "recover with a classifier of this size (there is no label reference then: the label is the target).",
              "PPFT Table 3 reports recall",
              f"{PAPER_ATTRIBUTE_RECALL['sex']} / {PAPER_ATTRIBUTE_RECALL['symptoms']} / {PAPER_ATTRIBUTE_RECALL['antecedents']}"
              " (sex / symptoms / antecedents) at eps 75, k 4 with a weaker attacker."]
@@ -155,15 +161,15 @@ def attribute_section(cells: list[PayloadCell]) -> list[str]:
         lines += ["", f"### `{c.name}` ({c.cell.get('dataset')}, encoder `{encoder}`; {_release_title(c)})", ""]
         present = [(m, label) for m, label in _ATTR_ROWS if any(p.spread(f"{m}_best") for _, p in c.points)]
         titles = _lead(c, c.points[0][0])[0] if c.points else []
-        lines += ["| " + " | ".join(titles) + f" | {unit_title} | prompt eps (mean) | attribute | prior | label | " +
+        lines += ["| " + " | ".join(titles) + f" | {unit_title} | prompt eps (mean) | attribute | prior | label | length | " +
                   " | ".join(v for _, v in _VARIANTS) + " | **best** | **excess** |",
-                  "|" + "---|" * (len(titles) + 5) + "---|" * len(_VARIANTS) + "---|---|"]
+                  "|" + "---|" * (len(titles) + 6) + "---|" * len(_VARIANTS) + "---|---|"]
         for point, p in c.points:
             values = _lead(c, point)[1]
             for i, (m, label) in enumerate(present):
                 head = ("| " + " | ".join(values) + f" | {_num(p, unit_metric)} | {_num(p, 'prompt_epsilon')} " if i == 0
                         else "| " * (len(values) + 2))
-                cols = [_fmt(p, f"{m}_prior", True), _fmt(p, f"{m}_label", True)]
+                cols = [_fmt(p, f"{m}_prior", True), _fmt(p, f"{m}_label", True), _fmt(p, f"{m}_length", True)]
                 cols += [_fmt(p, f"{m}_{v}", True) for v, _ in _VARIANTS]
                 cols += [f"**{_fmt(p, f'{m}_best', True)}**", f"**{_fmt(p, f'{m}_excess', True)}**"]
                 lines.append(head + f"| {label} | " + " | ".join(cols) + " |")

@@ -104,6 +104,7 @@ def train_stage2_cmd(
     lr: float = typer.Option(1e-3, help="Learning rate of projection + LoRA."),
     limit: _Optional[int] = typer.Option(None, help="Use only the first N training records."),
     max_private_tokens: _Optional[int] = typer.Option(None, help="Client truncation of private text in encoder tokens (default: the init run's)."),
+    summary_slots: _Optional[int] = typer.Option(None, "--summary-slots", help="Server-side summary vectors before the slots: unit-normalised means of the payload's slots in N groups (default: the init run's, 0 = PPFT's layout)."),
     seed: int = typer.Option(0, help="Seed (dropout, data order, noise: experiments only)."),
     save_every: int = typer.Option(200, help="Checkpoint every N steps."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from the newest checkpoint in --out."),
@@ -118,7 +119,7 @@ def train_stage2_cmd(
     cfg = _ppft_run(
         Stage2Config, out=str(out), init=str(init), dataset=dataset, epsilon=eps, k=k, mechanism=mechanism,
         noise_match=noise_match, tasks=list(task or ("mcqa", "open")), blind=blind, epochs=epochs, max_steps=max_steps,
-        batch_size=batch_size, lr=lr, limit=limit, max_private_tokens=max_private_tokens, seed=seed,
+        batch_size=batch_size, lr=lr, limit=limit, max_private_tokens=max_private_tokens, summary_slots=summary_slots, seed=seed,
         save_every=save_every, resume=resume, cpu=cpu,
     )
     summary = _ppft_run(train_stage2, cfg)
@@ -159,7 +160,7 @@ def evaluate_cmd(
     limit: _Optional[int] = typer.Option(None, help="Only the first N held-out records."),
     seed: int = typer.Option(0, help="Noise seed (experiments only)."),
     max_new_tokens: int = typer.Option(32, help="Generation length."),
-    task: str = typer.Option("mcqa", "--task", help="mcqa (4 options), open (no options), blind_mcqa or blind_open (no private prefix); mcqa_rank / blind_mcqa_rank: the 4-option prompts answered by ranking the options by likelihood."),
+    task: str = typer.Option("mcqa", "--task", help="mcqa (4 options), open (no options), blind_mcqa or blind_open (no private prefix); mcqa_rank / blind_mcqa_rank: the 4-option prompts answered by ranking the options by likelihood; open_rank / blind_open_rank: the open prompts answered by ranking every label of the task."),
     out: _Optional[_Path] = typer.Option(None, "--out", help="Write the result (with every prediction) to this JSON file."),
 ) -> None:
     """Held-out accuracy: the client privatizes each prompt, the server answers from the payload."""

@@ -78,12 +78,15 @@ class TextFreeConfig:
     template: PromptTemplate = field(default_factory=PromptTemplate, metadata={"help": "Sequence layout (see PromptTemplate)."})
     lora: LoraSettings = field(default_factory=LoraSettings, metadata={"help": "LoRA settings of the adapter."})
     stage: str = field(default="init", metadata={"help": "'init' (untrained), 'stage1' (aligned) or 'stage2' (domain-adapted)."})
+    summary_slots: int = field(default=0, metadata={"help": "The server puts this many summary vectors before a payload's slots: the unit-normalised means of the row's slots cut into this many contiguous groups, through the same P_psi (0: none, as PPFT). Post-processing of the payload on the server: the client and its guarantee are unchanged."})
 
     def __post_init__(self) -> None:
         if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
             raise ValueError(f"TextFreeConfig.k must be an integer >= 1, got {self.k!r}")
         if self.noise_match not in ("budget", "norm"):
             raise ValueError(f"TextFreeConfig.noise_match must be 'budget' or 'norm', got {self.noise_match!r}")
+        if not isinstance(self.summary_slots, int) or isinstance(self.summary_slots, bool) or self.summary_slots < 0:
+            raise ValueError(f"TextFreeConfig.summary_slots must be an integer >= 0, got {self.summary_slots!r}")
         if self.stage not in ("init", "stage1", "stage2"):
             raise ValueError(f"TextFreeConfig.stage must be init, stage1 or stage2, got {self.stage!r}")
 

@@ -15,6 +15,13 @@ Tasks (``task=``):
   scored as lm-evaluation-harness does) instead of by free generation; scored like ``"mcqa"``. A generation that
   names no option counts as wrong under ``"mcqa"``; ranking always picks one, so the two separate "the model cannot
   follow the format" from "the model does not know".
+* ``"open_rank"`` / ``"blind_open_rank"``: the prompts of ``"open"`` / ``"blind_open"`` (no options shown), answered by
+  ranking **every label of the task** (``labels``) the same way: a decoding constrained to the label set, which the
+  server knows (it is public, like the options). Scored like ``"open"``. Not the paper's metric; reported beside it.
+* ``"length_mcqa"`` / ``"length_open"``: a control for what the payload's **slot count** alone tells the model. The
+  client privatizes as in ``"mcqa"`` / ``"open"``, then every slot is replaced by a random unit vector (drawn from the
+  evaluation generator): the same number of slots, no content. The mechanism does not hide the count (it is
+  ceil(tokens / k)), and on templated prompts the length says much about the answer.
 
 Every result also reports ``accuracy_no_leak``: the accuracy on the records whose private text does not name the
 answer (docs/data.md). ``majority_baseline`` is the accuracy of always answering the most frequent training answer
@@ -34,9 +41,10 @@ from ..data.prompts import OPEN_INSTRUCTION
 from ..metrics import open_answer_correct
 from ..rng import resolve_generator
 
-__all__ = ["TASKS", "evaluate_qa", "evaluate_mcqa", "majority_baseline", "task_labels"]
+__all__ = ["TASKS", "evaluate_qa", "evaluate_mcqa", "majority_baseline", "random_unit_slots", "task_labels"]
 
-TASKS = ("mcqa", "open", "blind_mcqa", "blind_open", "mcqa_rank", "blind_mcqa_rank")
+TASKS = ("mcqa", "open", "blind_mcqa", "blind_open", "mcqa_rank", "blind_mcqa_rank", "open_rank", "blind_open_rank",
+         "length_mcqa", "length_open")
 
 
 def task_labels(*record_lists: Sequence[MCQARecord]) -> list[str]:
@@ -50,7 +58,7 @@ def task_labels(*record_lists: Sequence[MCQARecord]) -> list[str]:
 
 
 def _parts(record: MCQARecord, task: str):
-    task = task.removesuffix("_rank")
+    task = task.removesuffix("_rank").removeprefix("length_")
     if task == "mcqa":
         return mcqa_prompt(record)
     if task == "open":
@@ -80,7 +88,7 @@ def evaluate_qa(
 
     if task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
-    open_task = task.endswith("open")
+    open_task = task.removesuffix("_rank").endswith("open")
     if open_task:
         labels = list(labels) if labels is not None else task_labels(records)
         missing = [r.answer for r in records if normalize_answer(r.answer) not in {normalize_answer(l) for l in labels}]
@@ -88,6 +96,7 @@ def evaluate_qa(
             raise ValueError(f"open-answer labels miss the gold answer {missing[0]!r}")
     blind = task.startswith("blind")
     rank = task.endswith("_rank")
+    length_only = task.startswith("length_")
     privatizer = None if blind else lm.privatizer(epsilon, k=k, mechanism=mechanism, match=match)
     gen = resolve_generator(None, seed) if (epsilon is not None and not blind) else None
     started = time.time()
@@ -96,7 +105,7 @@ def evaluate_qa(
         chunk = records[start : start + batch_size]
         parts = [_parts(r, task) for r in chunk]
         public = [p.public for p in parts]
-        options = [list(r.options) for r in chunk]
+        options = [list(labels) if open_task else list(r.options) for r in chunk]
         if blind:  # nothing private is sent: zero slots
             empty = torch.zeros(len(chunk), 0, lm.config.encoder_dim)
             no_slots = torch.zeros(len(chunk), 0, dtype=torch.bool)
@@ -106,7 +115,10 @@ def evaluate_qa(
                 answers = lm.server.generate(empty, no_slots, public=public, max_new_tokens=max_new_tokens)
         else:
             payload = privatizer.privatize([p.private for p in parts], generator=gen, public=public)
-            if rank:
+            if length_only:  # keep the slot count, drop the content
+                answers = lm.server.generate(random_unit_slots(payload.mask, lm.config.encoder_dim, gen), payload.mask,
+                                             public=public, max_new_tokens=max_new_tokens)
+            elif rank:
                 answers = lm.server.choose(payload, options)
             else:
                 answers = lm.server.answer(payload, max_new_tokens=max_new_tokens, batch_size=batch_size)
@@ -132,6 +144,12 @@ def evaluate_qa(
         "wall_s": round(time.time() - started, 2),
         "predictions": predictions,
     }
+
+
+def random_unit_slots(mask: torch.Tensor, dim: int, generator: torch.Generator | None) -> torch.Tensor:
+    """Random unit vectors [B, S, dim] where ``mask`` marks a slot (zeros elsewhere): a payload's shape, no content."""
+    x = torch.randn(*mask.shape, dim, generator=generator, dtype=torch.float32)
+    return x / x.norm(dim=-1, keepdim=True) * mask.unsqueeze(-1).to(x.dtype)
 
 
 def evaluate_mcqa(lm, records: Sequence[MCQARecord], **kwargs) -> dict[str, Any]:

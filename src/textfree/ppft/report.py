@@ -7,6 +7,8 @@ the same files. Every figure is a mean over evaluation noise seeds with its samp
 
 How a point is classified (from the cell's kind, dataset and resolved params, nothing else):
 
+* ``ppft_stage2`` with ``summary_slots`` > 0 (server-side summary vectors, beyond the paper) -> only the summary
+  table, beside PPFT's layout; every other table shows PPFT's layout (slots only).
 * ``ppft_stage2`` with ``blind: true`` -> the blind row; ``epsilon: null`` -> the upper bound (no noise);
   ``mechanism: gaussian`` -> the noise-type table; otherwise an L2-Laplace PPFT run (Table 1 at k=4, Table 5).
 * ``ppft_evaluate`` on a Pri-* dataset -> the lower bound (a stage-1 model answering from payloads); on another
@@ -115,6 +117,8 @@ def _eps_label(eps: float | None) -> str:
 
 
 def _latest(entries: Sequence[Entry], **want: Any) -> Entry | None:
+    """The newest entry matching ``want``; PPFT's own layout (no server-side summary vectors) unless ``summary`` is given."""
+    want.setdefault("summary", 0)
     hit = None
     for e in entries:
         if all(_get(e, k) == v for k, v in want.items()):
@@ -133,6 +137,8 @@ def _get(e: Entry, key: str) -> Any:
         return bool(e.params.get("blind", False))
     if key == "k":
         return e.params.get("k") or 4
+    if key == "summary":
+        return int(e.params.get("summary_slots") or 0)
     if key == "epsilon":
         eps = e.params.get("epsilon", "missing")
         return None if eps is None else (float(eps) if eps != "missing" else "missing")
@@ -158,14 +164,19 @@ def _table1(entries: Sequence[Entry], ds: str) -> list[str]:
     for eps in (PAPER_EPSILON, WIDTH_MATCHED):
         rows.append((f"PPFT, eps {_eps_label(eps)}, k=4", "{:.4f}".format(paper[1]) if paper[1] and eps == PAPER_EPSILON else "",
                      _latest(stage2, family="l2_laplace", blind=False, epsilon=eps, k=4), ("mcqa", "open")))
+    for eps in (PAPER_EPSILON, WIDTH_MATCHED):
+        e = _latest(stage2, family="l2_laplace", blind=False, epsilon=eps, k=4)
+        if e is not None and e.values("acc_length_open"):
+            rows.append((f"slot count only: the eps {eps:g} PPFT model given random unit slots, the payload's count", "", e,
+                         ("length_mcqa", "length_open")))
     rows.append(("upper bound (stage 2 without noise)", "{:.4f}".format(paper[2]) if paper[2] else "", upper, ("mcqa", "open")))
     out = [
-        "| row | stage-2 epochs | 4-option acc | 4-option, prompt does not name the answer | 4-option, ranked | open-answer acc | open-answer, no name | paper 4-option (Llama-3.2-1B) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| row | stage-2 epochs | 4-option acc | 4-option, prompt does not name the answer | 4-option, ranked | open-answer acc | open-answer, no name | open-answer, label-ranked | paper 4-option (Llama-3.2-1B) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for label, paper_cell, e, (t4, to) in rows:
         out.append(f"| {label} | {_epochs(e)} | {_fmt(e, f'acc_{t4}')} | {_fmt(e, f'acc_{t4}_no_leak')} | {_fmt(e, f'acc_{t4}_rank')} | "
-                   f"{_fmt(e, f'acc_{to}')} | {_fmt(e, f'acc_{to}_no_leak')} | {paper_cell or '—'} |")
+                   f"{_fmt(e, f'acc_{to}')} | {_fmt(e, f'acc_{to}_no_leak')} | {_fmt(e, f'acc_{to}_rank')} | {paper_cell or '—'} |")
     ref = next((e for e in stage2 + lower if e.values("majority_baseline")), None)
     out.append("")
     out.append("Stage-2 epochs are passes over the training rows (both prompt formats); the lower bound has no stage 2. "
@@ -186,8 +197,20 @@ def _targets(stage2, blind, upper, lower, ds) -> list[str]:
         return []
     lines = ["", f"Targets at the width-matched eps {WIDTH_MATCHED:g}, k=4 (issue: keep >= {_TARGET_RETENTION:.0%} of the upper bound, "
              f"beat the blind row and the lower bound clearly, read here as by at least {_CLEAR_MARGIN:.2f}):", ""]
+    lines += _verdicts("", ppft, upper, blind, low)
+    if ppft.values("acc_length_open"):
+        n, p = ppft.mean("acc_length_open"), ppft.mean("acc_open")
+        lines.append(f"- the slot count alone (the same model given random unit slots with each payload's count): open-answer "
+                     f"{n:.4f}, so the slots' content adds {p - n:+.4f} to PPFT's {p:.4f}. The mechanism does not hide the count.")
+    return lines
+
+
+def _verdicts(prefix: str, ppft: Entry, upper: Entry, blind: Entry | None, low: Entry | None) -> list[str]:
+    """One line per task: PPFT's share of the upper bound and its margins over the blind row and the lower bound."""
+    lines = []
     for task, blind_task, name in (("mcqa", "blind_mcqa", "4-option"), ("open", "blind_open", "open-answer"),
-                                   ("mcqa_rank", "blind_mcqa_rank", "4-option, ranked (not the paper's metric)")):
+                                   ("mcqa_rank", "blind_mcqa_rank", "4-option, ranked (not the paper's metric)"),
+                                   ("open_rank", "blind_open_rank", "label-ranked open-answer (not the paper's metric)")):
         if not ppft.values(f"acc_{task}"):
             continue
         p, u = ppft.mean(f"acc_{task}"), upper.mean(f"acc_{task}")
@@ -196,8 +219,36 @@ def _targets(stage2, blind, upper, lower, ds) -> list[str]:
         keep = (p / u) if u else math.nan
         clear = all(not math.isnan(ref) and p - ref >= _CLEAR_MARGIN for ref in (b, lo))  # a missing control fails
         verdict = "met" if (not math.isnan(keep) and keep >= _TARGET_RETENTION and clear) else "NOT met"
-        lines.append(f"- {name}: PPFT {p:.4f} = {_ratio(p, u)} of the upper bound {u:.4f}; blind {b:.4f}; lower bound {lo:.4f} -> **{verdict}**")
+        lines.append(f"- {prefix + ', ' if prefix else ''}{name}: PPFT {p:.4f} = {_ratio(p, u)} of the upper bound {u:.4f}; "
+                     f"blind {b:.4f}; lower bound {lo:.4f} -> **{verdict}**")
     return lines
+
+
+def _table_summary(entries: Sequence[Entry], ds: str) -> list[str]:
+    """Beyond the paper: the server puts ``summary_slots`` unit-normalised slot means before the slots. Each layout is
+    compared with its own no-noise upper bound, beside PPFT's layout, at the width-matched eps and k=4."""
+    every = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
+    stage2 = [e for e in every if not _get(e, "blind")]
+    counts = sorted({_get(e, "summary") for e in stage2} - {0})
+    if not counts:
+        return []
+    blind = _latest(every, blind=True)
+    low = _latest([e for e in entries if e.kind == "ppft_evaluate" and e.dataset.lower() == ds], epsilon=WIDTH_MATCHED, k=4)
+    out = ["| server layout | row | stage-2 epochs | 4-option acc | 4-option, ranked | open-answer acc | open, no name | open, label-ranked |",
+           "|---|---|---|---|---|---|---|---|"]
+    verdicts = []
+    for n in [0] + counts:
+        layout = "PPFT (slots only)" if n == 0 else f"{n} summary vector{'s' if n > 1 else ''} + slots"
+        noisy = _latest(stage2, family="l2_laplace", epsilon=WIDTH_MATCHED, k=4, summary=n)
+        upper = _latest(stage2, epsilon=None, summary=n)
+        for label, e in ((f"eps {_eps_label(WIDTH_MATCHED)}, k=4", noisy), ("upper bound (no noise)", upper)):
+            out.append(f"| {layout} | {label} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} | {_fmt(e, 'acc_open')} | "
+                       f"{_fmt(e, 'acc_open_no_leak')} | {_fmt(e, 'acc_open_rank')} |")
+        if n and noisy is not None and upper is not None:
+            verdicts += _verdicts(f"{layout}: eps {WIDTH_MATCHED:g}", noisy, upper, blind, low)
+    if verdicts:
+        out += ["", "Each layout against its own upper bound (same criteria as the targets above):", ""] + verdicts
+    return out
 
 
 def _table_epochs(entries: Sequence[Entry], ds: str) -> list[str]:
@@ -221,20 +272,22 @@ def _table_epochs(entries: Sequence[Entry], ds: str) -> list[str]:
 def _table_k(entries: Sequence[Entry], ds: str) -> list[str]:
     stage2 = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds and not _get(e, "blind")
               and _get(e, "family") == "l2_laplace" and _get(e, "epsilon") is not None]
-    out = ["| eps | k | stage-2 epochs | 4-option acc | 4-option, ranked | open-answer acc | open, no name | worst-case loss of a mean prompt |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = ["| eps | k | stage-2 epochs | 4-option acc | 4-option, ranked | open-answer acc | open, no name | open, label-ranked | worst-case loss of a mean prompt |",
+           "|---|---|---|---|---|---|---|---|---|"]
     found = False
     for eps in (PAPER_EPSILON, WIDTH_MATCHED):
         for k in (4, 8, 16):
             for e in _per_length(stage2, epsilon=eps, k=k):
                 found = True
                 out.append(f"| {_eps_label(eps)} | {k} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} | {_fmt(e, 'acc_open')} | {_fmt(e, 'acc_open_no_leak')} | "
-                           f"{e.mean('prompt_epsilon'):.0f} |")
+                           f"{_fmt(e, 'acc_open_rank')} | {e.mean('prompt_epsilon'):.0f} |")
     return out if found else []
 
 
 def _per_length(entries: Sequence[Entry], **want: Any) -> list[Entry]:
-    """The newest entry matching ``want`` for each number of stage-2 epochs, fewest epochs first."""
+    """The newest entry matching ``want`` for each number of stage-2 epochs, fewest epochs first (PPFT's layout unless
+    ``summary`` is given)."""
+    want.setdefault("summary", 0)
     matching = [e for e in entries if all(_get(e, k) == v for k, v in want.items())]
     lengths = sorted({e.params.get("epochs") for e in matching}, key=lambda x: (x is None, x or 0))
     return [_latest(matching, epochs=n) for n in lengths]
@@ -336,6 +389,9 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) ->
         "string. *Ranked* (not the paper's metric) = the same 4-option prompts, answered by the option the model is most",
         "likely to generate in full (lm-evaluation-harness style likelihood scoring) instead of free generation: it",
         "separates \"cannot follow the answer format\" (a free answer naming no option scores 0) from \"does not know\".",
+        "*Label-ranked* open-answer (not the paper's metric either) = the open-answer prompts (no options shown), answered by",
+        "the label of the whole task (every option of every record: 49 diagnoses, 42 charges) the model is most likely to",
+        "generate in full: decoding constrained to the task's public label set.",
     ]
     for ds, title in (("pri-ddx", "Pri-DDX"), ("pri-slja", "Pri-SLJA")):
         if not any(e.dataset.lower() == ds for e in entries):
@@ -349,6 +405,13 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) ->
         k_rows = _table_k(entries, ds)
         if k_rows:
             lines += ["", f"### {title}: pooling k (Table 5 shape)", ""] + k_rows
+        s_rows = _table_summary(entries, ds)
+        if s_rows:
+            lines += ["", f"### {title}: server-side summary vectors (beyond the paper)", "",
+                      "The server puts the unit-normalised mean of a payload's slots (cut into N contiguous groups) before the",
+                      "slots, through the same P_psi: averaging n noisy unit slots shrinks the noise's share by about sqrt(n)",
+                      "where the clean slots agree. Post-processing of the payload: the client and its guarantee are unchanged.",
+                      "The tables above use PPFT's layout (slots only).", ""] + s_rows
         n_rows = _table_noise(entries, ds)
         if n_rows:
             lines += ["", f"### {title}: noise type", "",

@@ -33,7 +33,7 @@ from .decoder import load_decoder, load_decoder_tokenizer
 from .generate import greedy_generate
 from .projection import Projection, ProjectionConfig
 
-__all__ = ["ServerModel", "ServerOutput", "PayloadMismatchError", "IGNORE_INDEX", "public_token_ids", "verify_decoder_sha"]
+__all__ = ["ServerModel", "ServerOutput", "PayloadMismatchError", "IGNORE_INDEX", "public_token_ids", "slot_prefix", "summary_vectors", "verify_decoder_sha"]
 
 IGNORE_INDEX = -100
 PROJECTION_DIR = "projection"
@@ -91,6 +91,30 @@ def public_token_ids(tokenizer, template: PromptTemplate, public: list[str] | No
         return [list(suffix) for _ in range(b)]
     bodies = tokenizer(public, add_special_tokens=False)["input_ids"]
     return [list(ids[: template.max_public_tokens]) + list(suffix) for ids in bodies]
+
+
+def summary_vectors(slots: torch.Tensor, groups: int) -> torch.Tensor:
+    """The unit-normalised means of ``slots`` [S, d] cut into ``min(groups, S)`` contiguous groups (sizes differ by at
+    most one, the first ones larger): [min(groups, S), d]. One global mean for ``groups=1``.
+
+    Averaging n noisy unit slots shrinks the noise's share of the mean by about sqrt(n) where the clean slots agree,
+    so a summary vector reads the gist of a prompt better than any one slot at a low epsilon."""
+    if slots.dim() != 2 or slots.shape[0] == 0:
+        raise ValueError(f"summary_vectors needs a non-empty [S, d] tensor, got {tuple(slots.shape)}")
+    if not isinstance(groups, int) or groups < 1:
+        raise ValueError(f"summary_vectors: groups must be an integer >= 1, got {groups!r}")
+    means = torch.stack([g.mean(dim=0) for g in torch.tensor_split(slots, min(groups, slots.shape[0]))])
+    return means / means.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def slot_prefix(projection: torch.nn.Module, slots: torch.Tensor, summary_slots: int) -> torch.Tensor:
+    """One row's private prefix: P_psi of its ``summary_slots`` summary vectors (none for a row without slots) and of
+    its real slots [n, d_e], in that order: [min(summary_slots, n) + n, d_d]. The one place the layout is built, for
+    :class:`ServerModel` and the vLLM gateway's :class:`~textfree.server.prompt_embeds.PromptEmbedder`."""
+    slots = slots.to(torch.float32)
+    if summary_slots and slots.shape[0]:
+        slots = torch.cat([summary_vectors(slots, summary_slots), slots], dim=0)
+    return projection(slots)
 
 
 def verify_decoder_sha(location: str, ref: dict[str, Any], where: str | os.PathLike, model=None) -> None:
@@ -279,7 +303,6 @@ class ServerModel(torch.nn.Module):
         b = vectors.shape[0]
         embed = self.decoder.get_input_embeddings()
         dev, dtype = self.device, self.embed_dtype
-        projected = self.projection(vectors.to(dev, torch.float32)).to(dtype)  # [B, S, d_d]
         lengths = mask.sum(dim=1).tolist()
         bos = self.tokenizer.bos_token_id if self.config.template.add_bos else None
         pub = self._public_ids(public, b)
@@ -290,9 +313,10 @@ class ServerModel(torch.nn.Module):
             token_ids = torch.tensor(head + pub[i] + tgt[i], dtype=torch.long, device=dev)
             tok_emb = embed(token_ids)
             n_head = len(head)
-            parts = [tok_emb[:n_head], projected[i, : int(lengths[i])], tok_emb[n_head:]]
+            slots = slot_prefix(self.projection, vectors[i, : int(lengths[i])].to(dev), self.config.summary_slots).to(dtype)
+            parts = [tok_emb[:n_head], slots, tok_emb[n_head:]]
             rows.append(torch.cat(parts, dim=0))
-            labels.append([IGNORE_INDEX] * (n_head + int(lengths[i]) + len(pub[i])) + tgt[i])
+            labels.append([IGNORE_INDEX] * (n_head + slots.shape[0] + len(pub[i])) + tgt[i])
         return rows, labels
 
     def _check_inputs(self, vectors, mask, public, targets) -> tuple[torch.Tensor, torch.Tensor, list[str] | None, list[str] | None]:

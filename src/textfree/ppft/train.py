@@ -137,6 +137,7 @@ class Stage2Config(LoopConfig):
     epochs: int = field(default=3, metadata={"help": "Passes over the training payloads (fresh noise each)."})
     restore_text: list[str] | None = field(default=None, metadata={"help": "Only with tasks ['restore']: train on these public instruction sources ('alpaca', 'lima', 'gsm8k:train'; Pri-*, CSQA, ARC refused) instead of the dataset's training rows, keeping the texts the client does not cut: a learned inversion attacker whose own text is public."})
     restore_text_limit: int | None = field(default=None, metadata={"help": "With restore_text: read at most this many records of each source."})
+    summary_slots: int | None = field(default=None, metadata={"help": "Server-side summary vectors before the slots (see TextFreeConfig.summary_slots; default: the init run's, 0 for PPFT's layout)."})
     train_decoder: bool | None = field(default=None, metadata={"help": "Only with tasks ['restore']: also train every base-decoder weight (full fine-tuning), a stronger learned inversion attacker; null/false: LoRA + projection only, as PPFT."})
 
     def __post_init__(self) -> None:
@@ -165,6 +166,8 @@ class Stage2Config(LoopConfig):
             raise ValueError(f"epsilon must be a positive number or null, got {self.epsilon!r}")
         if self.blind and self.epsilon is not None:
             raise ValueError("a blind run sends no private prefix: set epsilon to null")
+        if self.summary_slots is not None and (isinstance(self.summary_slots, bool) or not isinstance(self.summary_slots, int) or self.summary_slots < 0):
+            raise ValueError(f"summary_slots must be an integer >= 0 or null, got {self.summary_slots!r}")
         if self.max_target_tokens is not None and (isinstance(self.max_target_tokens, bool) or not isinstance(self.max_target_tokens, int) or self.max_target_tokens < 1):
             raise ValueError(f"max_target_tokens must be an integer >= 1 or null, got {self.max_target_tokens!r}")
 
@@ -418,7 +421,8 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
     if cfg.max_target_tokens is not None:
         template = dataclasses.replace(template, max_target_tokens=cfg.max_target_tokens)
     lm.server.config = lm.config.replace(k=k, mechanism=family, epsilon=cfg.epsilon, noise_match=cfg.noise_match,
-                                         stage="stage2", max_private_tokens=max_private, template=template)
+                                         stage="stage2", max_private_tokens=max_private, template=template,
+                                         summary_slots=lm.config.summary_slots if cfg.summary_slots is None else cfg.summary_slots)
     lm.encoder.max_length = max_private
     if cfg.train_decoder:
         lm.server.train_base()
@@ -462,6 +466,7 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
     lm.save(run)
     extra = {"stage": "stage2", "dataset": None if cfg.restore_text else cfg.dataset, "restore_text": cfg.restore_text, "examples": len(examples), "epsilon": cfg.epsilon, "k": k,
              "mechanism": family, "noise_match": cfg.noise_match, "tasks": list(cfg.tasks), "blind": cfg.blind,
+             "summary_slots": lm.config.summary_slots,
              "total_wall_s": round(time.time() - t0, 2)}
     return _write_summary(run, summary, extra) | {"model": lm}
 

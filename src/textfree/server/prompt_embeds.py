@@ -3,7 +3,10 @@
 One row per prompt, the same layout as :class:`~textfree.ppft.server.ServerModel` (``tests/test_server_vllm_gateway.py``
 checks they are equal)::
 
-    [BOS] [P(slot_1) ... P(slot_n)] [public tokens + public suffix]
+    [BOS] [P(summary_1) ... P(summary_N)] [P(slot_1) ... P(slot_n)] [public tokens + public suffix]
+
+(the summary vectors only when the run's ``summary_slots`` > 0; :func:`~textfree.ppft.server.slot_prefix` builds the
+private prefix for both).
 
 The gateway loads only the run's projection (``projection/``), the decoder's tokenizer and the decoder's
 token-embedding table (read from its safetensors file; no other decoder weight is loaded). The run's ``encoder/``
@@ -31,7 +34,7 @@ from ..ppft.checkpoint import read_json
 from ..ppft.config import TextFreeConfig
 from ..ppft.decoder import EMBEDDING_KEYS, load_decoder_tokenizer, load_input_embeddings
 from ..ppft.projection import Projection
-from ..ppft.server import ADAPTER_DIR, CONFIG_NAME, DECODER_REF, PROJECTION_DIR, public_token_ids, verify_decoder_sha
+from ..ppft.server import ADAPTER_DIR, CONFIG_NAME, DECODER_REF, PROJECTION_DIR, public_token_ids, slot_prefix, verify_decoder_sha
 
 __all__ = ["PromptEmbedder", "encode_embeds", "TORCH_DTYPES"]
 
@@ -93,9 +96,8 @@ class PromptEmbedder:
 
     @torch.no_grad()
     def rows(self, vectors: torch.Tensor, mask: torch.Tensor, public: list[str] | None) -> list[torch.Tensor]:
-        """Per payload row, its prompt embeddings [1 + n_slots + n_public_tokens, d_d] (float32)."""
+        """Per payload row, its prompt embeddings [1 + n_summary + n_slots + n_public_tokens, d_d] (float32)."""
         b = vectors.shape[0]
-        projected = self.projection(vectors.to(torch.float32))
         lengths = mask.to(torch.bool).sum(dim=1).tolist()
         with self._tokenizer_lock:
             pub = public_token_ids(self.tokenizer, self.config.template, public, b)
@@ -104,7 +106,8 @@ class PromptEmbedder:
         out = []
         for i in range(b):
             tokens = self.table[torch.tensor(head + pub[i], dtype=torch.long)]
-            out.append(torch.cat([tokens[: len(head)], projected[i, : int(lengths[i])], tokens[len(head):]]))
+            prefix = slot_prefix(self.projection, vectors[i, : int(lengths[i])], self.config.summary_slots)
+            out.append(torch.cat([tokens[: len(head)], prefix, tokens[len(head):]]))
         return out
 
     def count_tokens(self, texts: list[str]) -> list[int]:

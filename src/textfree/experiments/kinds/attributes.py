@@ -26,7 +26,10 @@ Threat (:data:`~textfree.attacks.attributes.RELEASE_REQUIRES`): in-domain traini
 ``limit`` keeps the first that many of them.
 
 Attributes: Pri-DDX sex, age bucket (:data:`~textfree.attacks.attributes.AGE_EDGES`), symptoms and antecedents
-(multi-label); Trustpilot gender and age category.
+(multi-label); Trustpilot gender and age category. With ``params.target: answer`` (Pri-DDX or Pri-SLJA) the one
+attribute is the task's correct answer (the diagnosis, the charge): what a reader of the release learns of it, which
+is both a leak (the diagnosis is the most sensitive attribute) and a measure of what a PPFT server could use at best
+with a classifier of this size; there is no label-only reference then (``answer_accuracy_label`` is NaN).
 
 Metrics, for each attribute score ``m`` (``sex_accuracy``, ``symptoms_recall``, ``symptoms_f1``, ...):
 
@@ -34,7 +37,9 @@ Metrics, for each attribute score ``m`` (``sex_accuracy``, ``symptoms_recall``, 
 * ``{m}_best``: the largest over the attackers that ran (reports lead with the strongest; chosen on the evaluated
   prompts, so slightly optimistic for the attacker, which is the conservative side for an auditor);
 * ``{m}_prior``: the no-input reference (training marginals); ``{m}_label``: what the task's correct answer alone
-  reveals (Pri-DDX: the diagnosis; NaN where the dataset has no task label);
+  reveals (Pri-DDX: the diagnosis; NaN where the dataset has no task label); ``{m}_length``: what the *number* of
+  released units (slots, tokens) alone reveals, the same rule within the training rows of that count: the mechanism
+  hides the content of each unit, not how many there are (reported beside; the excess does not subtract it);
 * ``{m}_excess``: ``{m}_best`` minus the larger reference: the leak the mechanism is responsible for.
 
 Also the formal guarantee beside the empirical figures, under the name the cross matrix puts on its unit-eps axis,
@@ -85,6 +90,7 @@ from ...attacks.attributes import (
     attribute_metric_names,
     build_specs,
     label_predictions,
+    length_predictions,
     noisy_rows,
     prior_predictions,
     score_attributes,
@@ -115,17 +121,23 @@ ATTRIBUTE_KINDS: dict[str, dict[str, str]] = {
     "pri-ddx": {"sex": "categorical", "age": "categorical", "symptoms": "multilabel", "antecedents": "multilabel"},
     "trustpilot": {"gender": "categorical", "age_cat": "categorical"},
 }
-_ALIASES = {"ddx": "pri-ddx", "pri-ddx": "pri-ddx", "pri-ddxplus": "pri-ddx", "trustpilot": "trustpilot"}
+#: ``params.target: answer``: the task's correct answer is the one attribute (Pri-DDX: the diagnosis; Pri-SLJA: the charge).
+ANSWER_KINDS: dict[str, str] = {"answer": "categorical"}
+ANSWER_DATASETS = ("pri-ddx", "pri-slja")
+TARGETS = ("attributes", "answer")
+_ALIASES = {"ddx": "pri-ddx", "pri-ddx": "pri-ddx", "pri-ddxplus": "pri-ddx", "trustpilot": "trustpilot",
+            "slja": "pri-slja", "pri-slja": "pri-slja"}
 
 
 def _scores() -> tuple[str, ...]:
-    return tuple(dict.fromkeys(m for kinds in ATTRIBUTE_KINDS.values() for m in attribute_metric_names(kinds)))
+    every = [*ATTRIBUTE_KINDS.values(), ANSWER_KINDS]
+    return tuple(dict.fromkeys(m for kinds in every for m in attribute_metric_names(kinds)))
 
 
 ATTRIBUTE_INFERENCE_METRICS = tuple(
     f"{m}_{suffix}"
     for m in _scores()
-    for suffix in [f"{a}_{t}" for a in ATTACKERS for t in TRAINING] + ["best", "prior", "label", "excess"]
+    for suffix in [f"{a}_{t}" for a in ATTACKERS for t in TRAINING] + ["best", "prior", "label", "length", "excess"]
 ) + ("slot_epsilon", "token_epsilon", "token_delta", "epsilon_unit", "table_diameter", "word_epsilon",
      "prompt_epsilon", "prompt_epsilon_max", "slots_per_prompt", "tokens_per_prompt", "replacement_rate", "kept_rate",
      "cosine", "n_train", "n_test")
@@ -140,18 +152,26 @@ ATTRIBUTE_INFERENCE_PARAMS = {
     "training": "unaware (trained on clean inputs) and/or aware (on the mechanism's releases, needs knows_parameters); default both",
     "epochs": "training epochs of each attacker (default 150)",
     "hidden": "width of the attacker's 2-layer MLP (default 256)",
+    "target": "attributes (default: the dataset's attributes) or answer (the task's correct answer as one categorical "
+              "attribute, pri-ddx or pri-slja: how much of the answer a reader of the release gets, what a PPFT server could at best use)",
     "train_limit": "use at most this many attacker training prompts (default: all)",
     "threads": "torch threads while the cell runs (default: unchanged)",
 }
-_COMMON = {"release", "attackers", "training", "epochs", "hidden", "train_limit", "threads"}
+_COMMON = {"release", "target", "attackers", "training", "epochs", "hidden", "train_limit", "threads"}
 _RELEASE_PARAMS = {"slots": {"k"}, "tokens": {"max_tokens"}, "t2t": {"k", "rounds", *T2T_PARAMS}, "pct2t": {"k", "rounds", *T2T_PARAMS}}
 
 
-def _dataset(cell: Any) -> str:
+def _dataset(cell: Any, target: str = "attributes") -> str:
     name = _ALIASES.get(str(cell.dataset).lower())
-    if name is None:
-        raise CellError(f"attribute_inference supports datasets {sorted(ATTRIBUTE_KINDS)}, got {cell.dataset!r}", field="dataset")
+    supported = ANSWER_DATASETS if target == "answer" else tuple(ATTRIBUTE_KINDS)
+    if name not in supported:
+        raise CellError(f"attribute_inference with target {target!r} supports datasets {sorted(supported)}, got {cell.dataset!r}",
+                        field="dataset")
     return name
+
+
+def _kinds(dataset: str, target: str) -> dict[str, str]:
+    return ANSWER_KINDS if target == "answer" else ATTRIBUTE_KINDS[dataset]
 
 
 def _list_param(params: dict, name: str, allowed: tuple[str, ...]) -> list[str]:
@@ -171,6 +191,7 @@ def _int_param(params: dict, name: str, default: int | None) -> int | None:
 @dataclass(frozen=True)
 class _Settings:
     release: str
+    target: str
     k: int
     max_tokens: int
     rounds: int
@@ -232,8 +253,12 @@ def _settings(resolved: Any) -> _Settings:
     needs = base.union(NOISE_AWARE_REQUIRES) if "aware" in training else base
     threat = granted_threat(resolved.attack, "attribute_inference", "attribute_inference", needs,
                             "; grant more in `attack.threat` or drop training 'aware'")
+    target = p.get("target", "attributes")
+    if target not in TARGETS:
+        raise CellError(f"target must be one of {list(TARGETS)}, got {target!r}", field="params.target")
     return _Settings(
         release=release,
+        target=target,
         k=_int_param(p, "k", 4),
         max_tokens=_int_param(p, "max_tokens", 128),
         rounds=_int_param(p, "rounds", 3),
@@ -248,9 +273,8 @@ def _settings(resolved: Any) -> _Settings:
 
 
 def _validate(cell: Any, points: list[dict]) -> None:
-    _dataset(cell)
     for point in points:
-        _settings(cell.resolve(point))
+        _dataset(cell, _settings(cell.resolve(point)).target)
 
 
 # ------------------------------------------------------------------------------------------------- inputs
@@ -273,17 +297,21 @@ def _dedupe(texts: list[str], targets: list[dict], labels: list[str] | None) -> 
     return _Part([texts[i] for i in keep], [targets[i] for i in keep], None if labels is None else [labels[i] for i in keep])
 
 
-def _parts(dataset: str) -> tuple[_Part, _Part]:
-    """(attacker's training part, evaluated part), repeated and empty texts dropped."""
-    if dataset == "pri-ddx":
+def _parts(dataset: str, target: str) -> tuple[_Part, _Part]:
+    """(attacker's training part, evaluated part), repeated and empty texts dropped. With ``target="answer"`` the one
+    attribute is the record's correct answer (and there is no label-only reference: the label is the target)."""
+    if dataset in ANSWER_DATASETS:
         from ...data import ppft_split
 
-        split = ppft_split("ddx")
+        split = ppft_split(dataset)
         parts = []
         for name in ("train", "heldout"):
             records = split[name]
-            parts.append(_dedupe([record_private_text(r) for r in records], [_ddx_target(r) for r in records],
-                                 [r.options[r.answer_index] for r in records]))
+            answers = [r.options[r.answer_index] for r in records]
+            if target == "answer":
+                parts.append(_dedupe([record_private_text(r) for r in records], [{"answer": a} for a in answers], None))
+            else:
+                parts.append(_dedupe([record_private_text(r) for r in records], [_ddx_target(r) for r in records], answers))
         return parts[0], parts[1]
     from ...data import load_dataset
 
@@ -296,14 +324,15 @@ def _parts(dataset: str) -> tuple[_Part, _Part]:
     overlap = set(train.texts) & set(test.texts)
     if overlap:  # never evaluate on a text the attacker trained on
         keep = [i for i, t in enumerate(train.texts) if t not in overlap]
-        train = _Part([train.texts[i] for i in keep], [train.targets[i] for i in keep], None)
+        train = _Part([train.texts[i] for i in keep], [train.targets[i] for i in keep],
+                      None if train.labels is None else [train.labels[i] for i in keep])
     return train, test
 
 
-def _data(cell: Any, train_limit: int | None, context: RunContext) -> tuple[str, _Part, _Part]:
+def _data(cell: Any, target: str, train_limit: int | None, context: RunContext) -> tuple[str, _Part, _Part]:
     """(dataset, the attacker's training part cut to ``train_limit``, the evaluated part cut to ``cell.limit``)."""
-    dataset = _dataset(cell)
-    train, test = context.cached("parts", lambda: _parts(dataset))
+    dataset = _dataset(cell, target)
+    train, test = context.cached(("parts", target), lambda: _parts(dataset, target))
     if train_limit is not None:
         train = _Part(train.texts[:train_limit], train.targets[:train_limit],
                       None if train.labels is None else train.labels[:train_limit])
@@ -447,8 +476,8 @@ def attribute_inference(cell: Any, point: dict, seed: int, context: RunContext) 
 
 
 def _run(cell: Any, resolved: Any, s: _Settings, seed: int, context: RunContext) -> dict[str, float]:
-    dataset, train, test = _data(cell, s.train_limit, context)
-    kinds = ATTRIBUTE_KINDS[dataset]
+    dataset, train, test = _data(cell, s.target, s.train_limit, context)
+    kinds = _kinds(dataset, s.target)
     specs = build_specs(train.targets, kinds)
     release = _RELEASE_BUILDERS[s.release](cell, resolved, s, train, test, seed, context)
     out: dict[str, float] = dict(release.guarantee) | {"n_train": float(len(train.texts)), "n_test": float(len(test.texts))}
@@ -466,9 +495,11 @@ def _run(cell: Any, resolved: Any, s: _Settings, seed: int, context: RunContext)
     prior = score_attributes(specs, prior_predictions(specs, train.targets, len(test.texts)), test.targets)
     label = (score_attributes(specs, label_predictions(specs, train.targets, train.labels, test.labels), test.targets)
              if train.labels is not None else {m: math.nan for m in scores})
+    # what the number of released units (slots, tokens) alone tells: the same rule within training rows of that count
+    length = score_attributes(specs, length_predictions(specs, train.targets, release.train[1], release.observed[1]), test.targets)
     for m in scores:
         out[f"{m}_best"] = max(out[f"{m}_{a}_{t}"] for a in s.attackers for t in s.training)
-        out[f"{m}_prior"], out[f"{m}_label"] = prior[m], label[m]
+        out[f"{m}_prior"], out[f"{m}_label"], out[f"{m}_length"] = prior[m], label[m], length[m]
         reference = max(prior[m], label[m]) if not math.isnan(label[m]) else prior[m]
         out[f"{m}_excess"] = out[f"{m}_best"] - reference
     return out

@@ -18,8 +18,9 @@ Training kinds reuse a finished run: when ``out`` already holds a ``summary.json
 config, the model is loaded instead of retrained and ``reused`` is 1 (the recorded wall time is the original
 run's). Evaluation metrics are always computed afresh.
 
-Metrics of the evaluating kinds, per task ``T`` in ``eval_tasks`` (mcqa, open, blind_mcqa, blind_open, and the
-option-ranked mcqa_rank, blind_mcqa_rank: :mod:`textfree.ppft.evaluate`):
+Metrics of the evaluating kinds, per task ``T`` in ``eval_tasks`` (mcqa, open, blind_mcqa, blind_open, the
+option-ranked mcqa_rank, blind_mcqa_rank, the label-ranked open_rank, blind_open_rank and the slot-count-only controls
+length_mcqa, length_open: :mod:`textfree.ppft.evaluate`):
 ``acc_T``, ``acc_T_no_leak`` (records whose private text does not name the answer) and ``acc_T_exclusive``;
 plus ``n_heldout``, ``n_no_leak``, ``majority_baseline``, ``slot_epsilon`` (worst-case loss of one slot;
 NaN without noise), ``prompt_epsilon`` (mean worst-case loss of a held-out prompt) and ``eval_wall_s``.
@@ -37,7 +38,8 @@ from ..registry import RunContext, register_cell_kind
 
 __all__ = ["EVAL_TASKS", "eval_metric_names", "STAGE2_PARAMS", "STAGE1_PARAMS", "EVALUATE_PARAMS", "PRETRAIN_PARAMS"]
 
-EVAL_TASKS = ("mcqa", "open", "blind_mcqa", "blind_open", "mcqa_rank", "blind_mcqa_rank")
+EVAL_TASKS = ("mcqa", "open", "blind_mcqa", "blind_open", "mcqa_rank", "blind_mcqa_rank", "open_rank", "blind_open_rank",
+              "length_mcqa", "length_open")
 _PER_TASK = ("acc_{}", "acc_{}_no_leak", "acc_{}_exclusive")
 _COMMON = ("n_heldout", "n_no_leak", "majority_baseline", "slot_epsilon", "prompt_epsilon", "eval_wall_s")
 _TRAIN = ("train_first_loss", "train_final_loss", "train_wall_s", "train_steps", "reused")
@@ -65,7 +67,7 @@ STAGE2_PARAMS = _config_params(
     {
         "out": "Run directory template; {dataset} {epsilon} {k} {mechanism} {noise_match} {blind} are filled in.",
         "train_seed": "Training seed (init, dropout, data order, training noise); the cell's seeds are evaluation noise seeds.",
-        "eval_tasks": "Evaluation tasks: mcqa, mcqa_rank, open, blind_mcqa, blind_mcqa_rank, blind_open (default: mcqa + mcqa_rank + open; blind runs: the blind_ three).",
+        "eval_tasks": "Evaluation tasks: mcqa, mcqa_rank, open, open_rank, length_mcqa, length_open, blind_mcqa, blind_mcqa_rank, blind_open, blind_open_rank (default: mcqa + mcqa_rank + open + open_rank + length_open; blind runs: the blind_ four).",
         "eval_limit": "Evaluate on the first N held-out records only.",
     },
     skip=("seed", "progress", "resume"),
@@ -76,7 +78,7 @@ EVALUATE_PARAMS = {
     "k": "Pooling k (default: the model's).",
     "mechanism": "Noise family (default: the model's).",
     "noise_match": "Gaussian matching, budget or norm (default: the model's).",
-    "eval_tasks": "Evaluation tasks (default: mcqa + mcqa_rank + open on Pri-*, mcqa + mcqa_rank elsewhere).",
+    "eval_tasks": "Evaluation tasks (default: mcqa + mcqa_rank + open + open_rank + length_open on Pri-*, mcqa + mcqa_rank elsewhere).",
     "eval_limit": "Evaluate on the first N records only.",
 }
 PRETRAIN_PARAMS = {
@@ -169,8 +171,8 @@ def _privacy(lm, records, *, epsilon, k, mechanism, noise_match, context) -> dic
 
 def _default_tasks(dataset: str, blind: bool) -> list[str]:
     if blind:
-        return ["blind_mcqa", "blind_mcqa_rank", "blind_open"]
-    return ["mcqa", "mcqa_rank", "open"] if dataset.lower().startswith("pri-") else ["mcqa", "mcqa_rank"]
+        return ["blind_mcqa", "blind_mcqa_rank", "blind_open", "blind_open_rank"]
+    return ["mcqa", "mcqa_rank", "open", "open_rank", "length_open"] if dataset.lower().startswith("pri-") else ["mcqa", "mcqa_rank"]
 
 
 def _check_tasks(tasks: Any) -> None:
