@@ -151,8 +151,8 @@ class Stage2Config(LoopConfig):
             raise ValueError(f"train_decoder must be true, false or null, got {self.train_decoder!r}")
         if self.train_decoder and list(self.tasks) != ["restore"]:
             raise ValueError(f"train_decoder (full fine-tuning) is an inversion attacker's option: tasks must be ['restore'], got {self.tasks!r}")
-        if self.restore_text_limit is not None and (isinstance(self.restore_text_limit, bool) or not isinstance(self.restore_text_limit, int) or self.restore_text_limit < 1):
-            raise ValueError(f"restore_text_limit must be an integer >= 1 or null, got {self.restore_text_limit!r}")
+        for name, low in (("restore_text_limit", 1), ("summary_slots", 0), ("max_target_tokens", 1)):
+            _check_optional_int(name, getattr(self, name), low)
         tasks = list(self.tasks)
         if not tasks or len(set(tasks)) != len(tasks) or any(t not in STAGE2_TASKS for t in tasks):
             raise ValueError(f"tasks must be distinct names from {STAGE2_TASKS}, got {self.tasks!r}")
@@ -166,10 +166,11 @@ class Stage2Config(LoopConfig):
             raise ValueError(f"epsilon must be a positive number or null, got {self.epsilon!r}")
         if self.blind and self.epsilon is not None:
             raise ValueError("a blind run sends no private prefix: set epsilon to null")
-        if self.summary_slots is not None and (isinstance(self.summary_slots, bool) or not isinstance(self.summary_slots, int) or self.summary_slots < 0):
-            raise ValueError(f"summary_slots must be an integer >= 0 or null, got {self.summary_slots!r}")
-        if self.max_target_tokens is not None and (isinstance(self.max_target_tokens, bool) or not isinstance(self.max_target_tokens, int) or self.max_target_tokens < 1):
-            raise ValueError(f"max_target_tokens must be an integer >= 1 or null, got {self.max_target_tokens!r}")
+
+
+def _check_optional_int(name: str, value: Any, low: int) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+        raise ValueError(f"{name} must be an integer >= {low} or null, got {value!r}")
 
 
 def lr_multiplier(step: int, total: int, warmup: int, min_ratio: float) -> float:
