@@ -407,3 +407,51 @@ def test_summary_slots_go_before_the_slots_and_take_no_labels(lm, tmp_path):
     assert TextFreeLM.load(lm.save(tmp_path / "run")).config.summary_slots == 2
     with pytest.raises(ValueError, match="summary_slots must be an integer >= 0, got -1"):
         lm.config.replace(summary_slots=-1)
+
+
+# ---------------------------------------------------------------------------------------------- count vectors
+def test_count_vectors_index_by_slot_count_and_copy_the_projection():
+    from textfree.ppft.projection import Projection, ProjectionConfig
+
+    base = Projection(ProjectionConfig(4, 3))
+    assert base.count_vector(5) is None
+    proj = base.with_count_vectors(3)
+    assert proj.config.count_vectors == 3 and torch.equal(proj.net.weight, base.net.weight)
+    assert torch.equal(proj.count, torch.zeros(3, 3))  # new count vectors start at zero
+    with torch.no_grad():
+        proj.count.copy_(torch.arange(9.0).view(3, 3))
+    assert proj.count_vector(1).tolist() == [[0.0, 1.0, 2.0]] and proj.count_vector(3).tolist() == [[6.0, 7.0, 8.0]]
+    assert proj.count_vector(7).tolist() == [[6.0, 7.0, 8.0]]  # larger counts share the last vector
+    assert proj.count_vector(0) is None
+    grown = proj.with_count_vectors(4)
+    assert torch.equal(grown.count[:3], proj.count) and torch.equal(grown.count[3], torch.zeros(3))
+    for bad in (-1, True, 1.5):
+        with pytest.raises(ValueError, match="count_vectors must be an integer >= 0"):
+            ProjectionConfig(4, 3, count_vectors=bad)
+
+
+def test_count_vector_goes_first_trains_and_round_trips(lm, tmp_path):
+    vectors, mask = _slots(lm)
+    plain = lm.server(vectors, mask, public=PUBLIC, targets=TARGETS, all_logits=True)
+    lm.server.projection = lm.server.projection.with_count_vectors(8)
+    with torch.no_grad():
+        lm.server.projection.count.normal_()
+    out = lm.server(vectors, mask, public=PUBLIC, targets=TARGETS, all_logits=True)
+    rows, _ = lm.server._rows(vectors, mask, PUBLIC, TARGETS)
+    for i in range(len(PRIVATE)):
+        n = int(mask[i].sum())
+        assert int(out.attention_mask[i].sum()) == int(plain.attention_mask[i].sum()) + 1
+        assert [x for x in out.labels[i].tolist() if x != IGNORE_INDEX] == [x for x in plain.labels[i].tolist() if x != IGNORE_INDEX]
+        want = lm.server.projection.count[min(n, 8) - 1]  # counts above 8 share the 8th
+        torch.testing.assert_close(rows[i][1], want.detach().to(rows[i].dtype))  # after BOS, before the slots
+    out.loss.backward()
+    assert lm.server.projection.count.grad is not None and lm.server.projection.count.grad.abs().sum() > 0
+    loaded = TextFreeLM.load(lm.save(tmp_path / "run"))
+    assert loaded.server.projection.config.count_vectors == 8
+    torch.testing.assert_close(loaded.server(vectors, mask, public=PUBLIC, all_logits=True).logits,
+                               lm.server(vectors, mask, public=PUBLIC, all_logits=True).logits)
+    # a blind row (no slots) gets no count vector: the same sequence as PPFT's layout
+    empty, none = torch.zeros(1, 0, vectors.shape[-1]), torch.zeros(1, 0, dtype=torch.bool)
+    with_count = lm.server._rows(empty, none, PUBLIC[:1], TARGETS[:1])[0][0]
+    lm.server.projection = lm.server.projection.with_count_vectors(0)
+    torch.testing.assert_close(with_count, lm.server._rows(empty, none, PUBLIC[:1], TARGETS[:1])[0][0])

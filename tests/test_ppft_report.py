@@ -205,7 +205,7 @@ def test_summary_layout_runs_stay_out_of_ppft_tables_and_get_their_own_verdicts(
     # label-ranked: 0.75 / 0.80 = 93.8%, but the blind row was never label-ranked: a missing control is not beaten
     ranked = next(l for l in section if l.startswith("- 1 summary vector + slots: eps 28, label-ranked open-answer"))
     assert "93.8%" in ranked and "blind nan" in ranked and "**NOT met**" in ranked
-    assert any(l.startswith("| 1 summary vector + slots | eps 28 (width-matched), k=4 | 12 |") and l.endswith("| 0.750 (3 seeds, all equal) |")
+    assert any(l.startswith("| 1 summary vector + slots | eps 28 (width-matched), k=4 | 12 |") and l.endswith("| 0.750 (3 seeds, all equal) | — |")
                for l in section)
 
 
@@ -221,3 +221,41 @@ def test_slot_count_only_row_and_line_come_from_the_ppft_run(tmp_path):
     assert cells[3] == "—" and cells[6] == "0.440 ± 0.040 (3)"  # no 4-option figure; open-answer from acc_length_open
     line = next(l for l in lines if l.startswith("- the slot count alone"))
     assert "open-answer 0.4400" in line and "adds +0.1600 to PPFT's 0.6000" in line
+
+
+def test_fixed_slot_runs_stay_out_of_ppft_tables_and_get_their_own_table(tmp_path):
+    d = _fixture(tmp_path)
+    assert "hides the slot count" not in build_report([d])
+    _result_file(d / "fixed.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "fixed_slots": True, "max_private_tokens": 96, "epochs": 12},
+         _eval([0.90, 0.90, 0.90], [0.60, 0.62, 0.64], extra={"acc_length_open": [0.25, 0.25, 0.25]})),
+    ], date="2026-01-02T00:00:00+00:00")
+    _result_file(d / "fixed_bounds.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": None, "k": 4, "fixed_slots": True, "max_private_tokens": 96, "epochs": 12}, _eval([0.96], [0.90])),
+    ], date="2026-01-02T00:00:01+00:00", seeds=(0,))
+    lines = build_report([d]).splitlines()
+    assert "0.820 ± 0.020 (3)" in next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4"))
+    assert "0.950" in next(l for l in lines if l.startswith("| upper bound (stage 2 without noise)"))
+    section = lines[lines.index("### Pri-DDX: the client hides the slot count (beyond the paper)"):]
+    assert any(l.startswith("| PPFT (count released) | eps 28 (width-matched), k=4 | — | 0.820 ± 0.020 (3)") for l in section)
+    row = next(l for l in section if l.startswith("| pads to a fixed slot count | eps 28 (width-matched), k=4 |"))
+    assert row.startswith("| pads to a fixed slot count | eps 28 (width-matched), k=4 | 12 (96 private tokens) | 0.900 (3 seeds, all equal) |")
+    assert row.endswith("| 0.250 (3 seeds, all equal) |")
+    # open 0.62 / 0.90 = 68.9% -> NOT met; 4-option 0.90 / 0.96 = 93.8% but 0.90 < blind 0.93 + 0.02 -> NOT met
+    open_ = next(l for l in section if l.startswith("- pads to a fixed slot count: eps 28, open-answer:"))
+    assert "68.9% of the upper bound 0.9000" in open_ and "**NOT met**" in open_
+    assert "93.8%" in next(l for l in section if l.startswith("- pads to a fixed slot count: eps 28, 4-option:"))
+
+
+def test_count_vector_runs_get_their_own_table(tmp_path):
+    d = _fixture(tmp_path)
+    _result_file(d / "count.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "count_vectors": 64, "epochs": 12}, _eval([0.97, 0.97, 0.97], [0.875, 0.875, 0.875])),
+        ({"epsilon": None, "k": 4, "count_vectors": 64, "epochs": 12}, _eval([0.99, 0.99, 0.99], [1.0, 1.0, 1.0])),
+    ], date="2026-01-02T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+    assert "0.820 ± 0.020 (3)" in next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4"))
+    section = lines[lines.index("### Pri-DDX: a count vector before the slots (beyond the paper)"):]
+    assert any(l.startswith("| count vector (1..64) + slots | upper bound (no noise) | 12 | 0.990 ") for l in section)
+    open_ = next(l for l in section if l.startswith("- count vector (1..64) + slots: eps 28, open-answer:"))
+    assert "87.5% of the upper bound 1.0000" in open_ and "**met**" in open_

@@ -264,6 +264,8 @@ def test_cli_stage1_stage2_ask_evaluate(fixture_data, tmp_path, tiny_encoder_dir
     assert bad.exit_code == 2 and "tasks" in bad.output
     bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "w"), "--summary-slots", "-1"])
     assert bad.exit_code == 2 and "summary_slots must be an integer >= 0 or null, got -1" in bad.output
+    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "v"), "--count-vectors", "-2"])
+    assert bad.exit_code == 2 and "count_vectors must be an integer >= 0 or null, got -2" in bad.output
 
 
 # ---------------------------------------------------------------------------------------------- real data

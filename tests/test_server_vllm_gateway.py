@@ -59,7 +59,7 @@ def gateway_client(tiny_run_dir, transport: httpx.BaseTransport | None = None, u
     return TestClient(create_app(config, registry=registry))
 
 
-def test_prompt_rows_are_the_in_process_servers_rows(tiny_run_dir, tiny_lm, payload):
+def test_prompt_rows_are_the_in_process_servers_rows(tiny_run_dir, tiny_lm, payload, tmp_path):
     embedder = PromptEmbedder.load(tiny_run_dir)
     n = max(payload.lengths)
     vectors, mask = payload.vectors[:, :n].float(), payload.mask[:, :n]
@@ -80,6 +80,16 @@ def test_prompt_rows_are_the_in_process_servers_rows(tiny_run_dir, tiny_lm, payl
             torch.testing.assert_close(a, b.float(), rtol=0, atol=1e-6)
     finally:
         tiny_lm.server.config = saved
+    # a run with count vectors, saved and loaded by the gateway: the same rows again, one vector longer
+    lm = TextFreeLM.load(tiny_run_dir)
+    lm.server.projection = lm.server.projection.with_count_vectors(4)
+    with torch.no_grad():
+        lm.server.projection.count.normal_()
+    embedder = PromptEmbedder.load(lm.save(tmp_path / "count-run"))
+    ours, (theirs, _) = embedder.rows(vectors, mask, PUBLIC), lm.server._rows(vectors, mask, PUBLIC, None)
+    assert [r.shape[0] for r in ours] == [r.shape[0] + 1 for r in plain]
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b.float(), rtol=0, atol=1e-6)
 
 
 def test_only_the_embedding_table_is_read_and_it_is_the_decoders(tiny_run_dir, tiny_lm, tmp_path):

@@ -77,6 +77,7 @@ def privatize(
     text: list[str] = typer.Argument(None, help="Prompt text(s) to privatize. Use --file for one prompt per line."),
     epsilon: Optional[float] = typer.Option(None, "--epsilon", "-e", help="Noise parameter (L2-Laplace eps per unit distance; Gaussian eps at --delta)."),
     k: int = typer.Option(4, "--k", help="Pool blocks of k tokens into one slot."),
+    pad_to: Optional[int] = typer.Option(None, "--pad-to", help="Hide the prompt's length: release exactly this many slots per prompt (public filler slots after its own, noised like them); a longer prompt is an error. Default: ceil(tokens / k) slots, which tells the server the length."),
     mechanism: str = typer.Option("l2_laplace", help="l2_laplace, gaussian or none (none = no privacy; experiments only)."),
     sigma: Optional[float] = typer.Option(None, help="Gaussian: the standard deviation directly (overrides --epsilon)."),
     delta: float = typer.Option(1e-5, help="Gaussian: delta for calibration and accounting."),
@@ -100,6 +101,8 @@ def privatize(
         _fail("give at least one prompt (argument or --file)")
     if k < 1:
         _fail(f"--k must be >= 1, got {k}")
+    if pad_to is not None and pad_to < 1:
+        _fail(f"--pad-to must be >= 1, got {pad_to}")
     _quiet_transformers()
     from textfree.encoders import ContextualEncoder, EncoderLoadError
     from textfree.ledger import BudgetExceeded, PrivacyLedger
@@ -116,11 +119,13 @@ def privatize(
         enc = ContextualEncoder.from_pretrained(None if encoder == "default" else encoder)
     except EncoderLoadError as exc:
         _fail(str(exc))
-    priv = Privatizer(enc, noise, k, ledger=led, ledger_key=ledger_key if led else None)
+    priv = Privatizer(enc, noise, k, pad_to=pad_to, ledger=led, ledger_key=ledger_key if led else None)
     try:
         payload = priv.privatize(texts, seed=seed)
     except BudgetExceeded as exc:
         _fail(str(exc), code=3)
+    except ValueError as exc:  # a prompt longer than --pad-to slots: nothing is written
+        _fail(str(exc))
     payload.save(out)
     worst = payload.worst_case_loss()
     console.print(
@@ -164,6 +169,11 @@ def inspect(
     t.add_row("privacy loss per slot", f"eps = {_fmt_eps(slot.epsilon)} ({slot.notion}" + (f", delta={slot.delta:g})" if slot.delta else ")"))
     worst = p.worst_case_loss()
     t.add_row("worst-case loss per prompt", f"eps = {_fmt_eps(worst.epsilon)} (all slots of the longest prompt differ)")
+    if pr.count_hidden:
+        t.add_row("slot count", f"hidden: every prompt padded to {pr.pad_to} slots; any two prompts: "
+                                f"eps = {_fmt_eps(pr.pair_loss().epsilon)}")
+    else:
+        t.add_row("slot count", "released: ceil(tokens / k) tells the length (--pad-to hides it)")
     t.add_row("public parts", "none" if p.public is None else f"{len(p.public)} string(s) sent in clear by design (not shown)")
     console.print(t)
 

@@ -207,7 +207,7 @@ class Client:
             from .ppft.model import make_noise
 
             noise = make_noise(card["mechanism"], eps, dim=enc.dim, match=card.get("noise_match", "budget"))
-            privatizer = Privatizer(enc, noise, k=card["k"])
+            privatizer = Privatizer(enc, noise, k=card["k"], pad_to=card["max_slots"] if card.get("fixed_slots") else None)
         # the payload names the encoder by the card's id, not by a local path (which could name the user)
         enc.name = card.get("encoder_id") or enc.name
         return privatizer

@@ -134,6 +134,10 @@ class Payload:
         prefix = torch.arange(s).unsqueeze(0) < lengths.unsqueeze(1)
         if not torch.equal(prefix, m):
             raise PayloadError("mask rows must be prefixes (real slots first, then padding)")
+        pad_to = self.privatization.pad_to
+        if pad_to is not None and (s != pad_to or not bool(m.all())):
+            raise PayloadError(f"the header says every row is padded to {pad_to} slots, but the rows have {sorted(set(self.lengths))} "
+                               f"of {s}")
         if self.kind not in KINDS:
             raise PayloadError(f"kind must be one of {KINDS}, got {self.kind!r}")
         if self.public is not None:

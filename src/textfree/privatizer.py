@@ -20,7 +20,8 @@ class Privatizer:
     encoder: a :class:`~textfree.encoders.ContextualEncoder` (PPFT: pooled slots) or an
     :class:`~textfree.encoders.EmbeddingTableEncoder` (token embeddings; use k=1, normalize=False).
     mechanism: the noise (e.g. ``L2Laplace(75)``), or None for a clean (non-private) payload, which is only
-    for experiments' upper bounds. ``ledger`` + ``ledger_key``: charge every release to a local ledger first.
+    for experiments' upper bounds. ``pad_to``: release exactly that many slots per prompt, hiding its length
+    (:class:`~textfree.mechanisms.SlotPrivatization`). ``ledger`` + ``ledger_key``: charge every release to a local ledger first.
     """
 
     def __init__(
@@ -32,6 +33,7 @@ class Privatizer:
         normalize: bool = True,
         renormalize: bool = True,
         sensitivity: float | None = None,
+        pad_to: int | None = None,
         batch_size: int = 32,
         ledger=None,
         ledger_key: str | None = None,
@@ -42,7 +44,7 @@ class Privatizer:
             raise ValueError("a ledger needs a ledger_key (the user or key releases are charged to)")
         self.encoder = encoder
         self.privatization = SlotPrivatization(
-            noise=mechanism, k=k, normalize=normalize, renormalize=renormalize, sensitivity=sensitivity
+            noise=mechanism, k=k, normalize=normalize, renormalize=renormalize, sensitivity=sensitivity, pad_to=pad_to
         )
         self.batch_size = batch_size
         self.ledger = ledger

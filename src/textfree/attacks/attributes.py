@@ -142,6 +142,7 @@ class AttributeAttackConfig:
     """An attribute attacker: architecture and training."""
 
     pooling: Literal["mean", "slots"] = "mean"  # mean of the vectors (RAPT) or attention over slots
+    count: bool = False  # also read the number of real vectors (one-hot, up to the training maximum) beside the pooled one
     hidden: int = 256  # width of the 2-layer MLP
     epochs: int = 150  # passes over the attacker's training payloads (40 underfits Pri-DDX's multi-label heads)
     batch_size: int = 64
@@ -152,6 +153,8 @@ class AttributeAttackConfig:
     def __post_init__(self) -> None:
         if self.pooling not in ("mean", "slots"):
             raise ValueError(f"AttributeAttackConfig.pooling must be 'mean' or 'slots', got {self.pooling!r}")
+        if not isinstance(self.count, bool):
+            raise ValueError(f"AttributeAttackConfig.count must be true or false, got {self.count!r}")
         for name in ("hidden", "epochs", "batch_size"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -165,16 +168,20 @@ class AttributeAttackConfig:
 
 
 class AttributeClassifier(torch.nn.Module):
-    """Slots [B, S, d] + mask [B, S] -> one logit vector per attribute."""
+    """Slots [B, S, d] + mask [B, S] -> one logit vector per attribute. With ``config.count`` the trunk also reads
+    the row's number of real slots, one-hot over 1..``max_count`` (larger counts share the last position)."""
 
-    def __init__(self, dim: int, specs: Sequence[AttributeSpec], config: AttributeAttackConfig):
+    def __init__(self, dim: int, specs: Sequence[AttributeSpec], config: AttributeAttackConfig, *, max_count: int = 1):
         super().__init__()
+        if isinstance(max_count, bool) or not isinstance(max_count, int) or max_count < 1:
+            raise ValueError(f"max_count must be an integer >= 1, got {max_count!r}")
         self.specs = list(specs)
         self.pooling = config.pooling
+        self.max_count = max_count if config.count else 0
         if self.pooling == "slots":
             self.score = torch.nn.Linear(dim, 1)
         self.trunk = torch.nn.Sequential(
-            torch.nn.Linear(dim, config.hidden), torch.nn.GELU(), torch.nn.Dropout(config.dropout),
+            torch.nn.Linear(dim + self.max_count, config.hidden), torch.nn.GELU(), torch.nn.Dropout(config.dropout),
             torch.nn.Linear(config.hidden, config.hidden), torch.nn.GELU(), torch.nn.Dropout(config.dropout),
         )
         self.heads = torch.nn.ModuleDict({s.name: torch.nn.Linear(config.hidden, len(s.classes)) for s in self.specs})
@@ -186,8 +193,15 @@ class AttributeClassifier(torch.nn.Module):
         scores = self.score(x).squeeze(-1).masked_fill(~mask, float("-inf"))
         return (torch.softmax(scores, dim=1).unsqueeze(-1) * x).sum(1)
 
+    def features(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        pooled = self.pool(x, mask)
+        if not self.max_count:
+            return pooled
+        n = mask.sum(1).clamp(1, self.max_count) - 1
+        return torch.cat([pooled, torch.nn.functional.one_hot(n, self.max_count).to(pooled.dtype)], dim=-1)
+
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        h = self.trunk(self.pool(x, mask))
+        h = self.trunk(self.features(x, mask))
         return {name: head(h) for name, head in self.heads.items()}
 
 
@@ -267,7 +281,7 @@ def train_attribute_attacker(
     cycle = None if variants is None else _check_variants(variants, len(targets), slots.shape[-1])
     y = _encode(specs, targets)
     torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
-    model = AttributeClassifier(slots.shape[-1], specs, config)
+    model = AttributeClassifier(slots.shape[-1], specs, config, max_count=max(1, int(mask.sum(1).max())))
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     clean = slots.to(torch.float32)
     n = clean.shape[0]

@@ -116,8 +116,8 @@ def _pooled_row(inversion: list[PayloadCell], attributes: list[PayloadCell]) -> 
                 continue  # clean payloads: no mechanism
             row.add(column, p.mean("slot_epsilon"), 100 * p.mean("rouge_l"), c.name)
     for c in attributes:
-        if attribute_release(c) != "slots":
-            continue
+        if attribute_release(c) != "slots" or (c.cell.get("params") or {}).get("pad_to"):
+            continue  # PPFT releases the slot count; a client padding to a fixed count is another mechanism
         for point, p in c.points:
             k = point.get("params.k", (c.cell.get("params") or {}).get("k", 4))
             if k == 4:

@@ -88,7 +88,9 @@ _ATTR_ROWS = (("sex_accuracy", "sex (accuracy)"), ("age_accuracy", "age bucket (
               ("gender_accuracy", "gender (accuracy)"), ("age_cat_accuracy", "age category (accuracy)"),
               ("answer_accuracy", "the task's answer (accuracy)"))
 _VARIANTS = (("mean_unaware", "MLP, unaware"), ("mean_aware", "MLP, aware"), ("slots_unaware", "slots, unaware"),
-             ("slots_aware", "slots, aware"))
+             ("slots_aware", "slots, aware"), ("mean_count_unaware", "MLP + count, unaware"),
+             ("mean_count_aware", "MLP + count, aware"), ("slots_count_unaware", "slots + count, unaware"),
+             ("slots_count_aware", "slots + count, aware"))
 #: The guarantee of one released unit, per release: (column title, metric).
 _UNIT_EPS = {"slots": ("slot eps", "slot_epsilon"), "tokens": ("token eps", "token_epsilon"),
              "t2t": ("word eps", "word_epsilon"), "pct2t": ("word eps", "word_epsilon")}
@@ -112,7 +114,8 @@ def _release_title(c: PayloadCell) -> str:
     if release == "tokens":
         return f"release: {token_noise_label(c.cell.get('mechanism') or {})}, max {(c.cell.get('params') or {}).get('max_tokens', 128)} tokens"
     if release == "slots":
-        return "release: PPFT slots"
+        pad_to = (c.cell.get("params") or {}).get("pad_to")
+        return "release: PPFT slots" + (f", padded to {pad_to} slots (count hidden)" if pad_to else "")
     pos = (c.cell.get("params") or {}).get("pos", "default")
     return "release: T2T text" if release == "t2t" else f"release: PCT2T text ({pos if isinstance(pos, str) else ', '.join(pos)})"
 
@@ -137,9 +140,10 @@ def attribute_section(cells: list[PayloadCell]) -> list[str]:
              "The attacker trains on releases it makes itself from in-domain text (the Pri-DDX PPFT train part) and predicts",
              "each held-out prompt's attributes from its release: PPFT payloads (*slots*; it queries the encoder), noisy",
              "token embeddings (*token noise*; it holds the table) or T2T / PCT2T text (*text*; it encodes the text with",
-             "an encoder of its own, k-pooled unit slots). Four attackers: a 2-layer MLP on the mean vector or attention",
-             "over the vectors, trained on clean inputs (*unaware*) or on the same mechanism's releases (*aware*: fresh",
-             "noise every epoch; for text, a few T2T runs over its training text, cycled). **best** is the strongest of",
+             "an encoder of its own, k-pooled unit slots). The attackers: a 2-layer MLP on the mean vector or attention",
+             "over the vectors (*+ count*: also reading the number of vectors), trained on clean inputs (*unaware*) or on",
+             "the same mechanism's releases (*aware*: fresh noise every epoch; for text, a few T2T runs over its training",
+             "text, cycled); a cell shows the ones it ran. **best** is the strongest of",
              "them; *prior* is the best guess without any input (training marginals); *label* is what the task's correct",
              "answer (the diagnosis) alone reveals; *length* is what the number of released units (slots, tokens) alone",
              "reveals, by the same rule within training rows of that count (the mechanism hides each unit's content, not",
@@ -160,17 +164,18 @@ def attribute_section(cells: list[PayloadCell]) -> list[str]:
         unit_title, unit_metric = _UNIT_EPS[attribute_release(c)]
         lines += ["", f"### `{c.name}` ({c.cell.get('dataset')}, encoder `{encoder}`; {_release_title(c)})", ""]
         present = [(m, label) for m, label in _ATTR_ROWS if any(p.spread(f"{m}_best") for _, p in c.points)]
+        variants = [(v, label) for v, label in _VARIANTS if any(p.spread(f"{m}_{v}") for m, _ in present for _, p in c.points)]
         titles = _lead(c, c.points[0][0])[0] if c.points else []
         lines += ["| " + " | ".join(titles) + f" | {unit_title} | prompt eps (mean) | attribute | prior | label | length | " +
-                  " | ".join(v for _, v in _VARIANTS) + " | **best** | **excess** |",
-                  "|" + "---|" * (len(titles) + 6) + "---|" * len(_VARIANTS) + "---|---|"]
+                  " | ".join(v for _, v in variants) + " | **best** | **excess** |",
+                  "|" + "---|" * (len(titles) + 6) + "---|" * len(variants) + "---|---|"]
         for point, p in c.points:
             values = _lead(c, point)[1]
             for i, (m, label) in enumerate(present):
                 head = ("| " + " | ".join(values) + f" | {_num(p, unit_metric)} | {_num(p, 'prompt_epsilon')} " if i == 0
                         else "| " * (len(values) + 2))
                 cols = [_fmt(p, f"{m}_prior", True), _fmt(p, f"{m}_label", True), _fmt(p, f"{m}_length", True)]
-                cols += [_fmt(p, f"{m}_{v}", True) for v, _ in _VARIANTS]
+                cols += [_fmt(p, f"{m}_{v}", True) for v, _ in variants]
                 cols += [f"**{_fmt(p, f'{m}_best', True)}**", f"**{_fmt(p, f'{m}_excess', True)}**"]
                 lines.append(head + f"| {label} | " + " | ".join(cols) + " |")
     return lines

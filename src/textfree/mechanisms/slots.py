@@ -4,6 +4,12 @@ Each pooled slot is normalised to unit L2 norm, so any two slots lie at most 2 a
 parameter epsilon therefore gives every slot a worst-case loss of ``noise.privacy_loss(2)`` (2*epsilon for
 L2-Laplace), and a prompt whose s slots may all differ composes to s times that. Renormalising the noisy slot
 is post-processing and costs nothing.
+
+The *number* of slots, ceil(tokens / k), is released as it is unless ``pad_to`` is set: then every prompt is released
+as exactly ``pad_to`` slots, its own followed by filler slots (the public unit vector :func:`filler_slot`) that go
+through the same noise. Without padding, two prompts of different slot counts are told apart with certainty (the loss
+between them is unbounded; :meth:`SlotPrivatization.count_hidden`); with it, any two prompts the client accepts differ
+in at most ``pad_to`` slots, so ``pad_to`` x the slot loss bounds every pair.
 """
 
 from __future__ import annotations
@@ -16,9 +22,35 @@ import torch
 from .base import PrivacyLoss, check_positive, mechanism_from_dict, mechanism_to_dict
 from .transforms import k_pool, l2_normalize
 
-__all__ = ["SlotPrivatization", "UNIT_SLOT_DIAMETER"]
+__all__ = ["SlotPrivatization", "UNIT_SLOT_DIAMETER", "filler_slot", "pad_slots"]
 
 UNIT_SLOT_DIAMETER = 2.0  # the largest L2 distance between two unit vectors
+
+
+def filler_slot(dim: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The public filler slot of padded payloads: the unit vector with equal coordinates, ones(d) / sqrt(d)."""
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+        raise ValueError(f"dim must be an integer >= 1, got {dim!r}")
+    return torch.full((dim,), 1.0 / dim**0.5, dtype=dtype)
+
+
+def pad_slots(slots: torch.Tensor, mask: torch.Tensor, pad_to: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unit slots [B, S, d] + mask [B, S] (real slots first) -> [B, pad_to, d], every row's own slots followed by
+    :func:`filler_slot` up to ``pad_to``, and an all-true mask. A row with more than ``pad_to`` slots is an error
+    (cutting it would silently drop private text the caller meant to send)."""
+    if slots.dim() != 3 or mask.shape != slots.shape[:2]:
+        raise ValueError(f"expected slots [B, S, d] and mask [B, S], got {tuple(slots.shape)} and {tuple(mask.shape)}")
+    lengths = mask.sum(dim=1)
+    if lengths.numel() and int(lengths.max()) > pad_to:
+        row = int(lengths.argmax())
+        raise ValueError(f"prompt {row} has {int(lengths[row])} slots, more than pad_to={pad_to}: raise pad_to or cut the "
+                         f"prompt to at most pad_to x k tokens")
+    b, s, d = slots.shape
+    out = filler_slot(d, slots.dtype).expand(b, pad_to, d).clone()
+    keep = min(s, pad_to)
+    real = mask[:, :keep].unsqueeze(-1)
+    out[:, :keep] = torch.where(real, slots[:, :keep], out[:, :keep])
+    return out, torch.ones(b, pad_to, dtype=torch.bool, device=mask.device)
 
 
 @dataclass(frozen=True)
@@ -30,6 +62,7 @@ class SlotPrivatization:
     normalize: bool = True
     renormalize: bool = True
     sensitivity: float | None = None
+    pad_to: int | None = None  # release exactly this many slots per prompt (filler after its own); None: ceil(tokens / k)
 
     def __post_init__(self) -> None:
         if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
@@ -38,6 +71,16 @@ class SlotPrivatization:
             raise ValueError(f"SlotPrivatization: noise must be a mechanism or None, got {self.noise!r}")
         if self.sensitivity is not None:
             check_positive("SlotPrivatization", "sensitivity", self.sensitivity)
+        if self.pad_to is not None:
+            if isinstance(self.pad_to, bool) or not isinstance(self.pad_to, int) or self.pad_to < 1:
+                raise ValueError(f"SlotPrivatization: pad_to must be an integer >= 1 or None, got {self.pad_to!r}")
+            if not self.normalize:
+                raise ValueError("SlotPrivatization: pad_to needs normalize=True (filler slots are unit vectors like the real ones)")
+
+    @property
+    def count_hidden(self) -> bool:
+        """Whether every payload has the same number of slots (``pad_to``), so the slot count tells nothing."""
+        return self.pad_to is not None
 
     @property
     def input_diameter(self) -> float:
@@ -52,6 +95,8 @@ class SlotPrivatization:
         """Token states [B, T, d] + mask [B, T] -> released slots [B, S, d] (float32) + slot mask [B, S]."""
         pooled, slot_mask = k_pool(hidden.to(torch.float32), mask, self.k)
         x = l2_normalize(pooled) if self.normalize else pooled
+        if self.pad_to is not None:
+            x, slot_mask = pad_slots(x * slot_mask.unsqueeze(-1), slot_mask, self.pad_to)
         if self.noise is not None:
             if generator is None:
                 raise ValueError("a generator is required to add noise (use textfree.rng.secure_generator())")
@@ -74,6 +119,13 @@ class SlotPrivatization:
             raise ValueError(f"differing must lie in [0, {n_slots}], got {differing!r}")
         return self.slot_loss().scaled(s) if s else PrivacyLoss(0.0, 0.0, self.slot_loss().notion)
 
+    def pair_loss(self) -> PrivacyLoss:
+        """The loss between *any* two prompts the client accepts: ``pad_to`` x the slot loss with padding; unbounded
+        without (prompts of different slot counts are told apart by the count alone)."""
+        if self.pad_to is None:
+            return PrivacyLoss(float("inf"), 0.0, self.slot_loss().notion)
+        return self.prompt_loss(self.pad_to)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "k": self.k,
@@ -81,13 +133,13 @@ class SlotPrivatization:
             "renormalize": self.renormalize,
             "sensitivity": self.sensitivity,
             "noise": None if self.noise is None else mechanism_to_dict(self.noise),
-        }
+        } | ({"pad_to": self.pad_to} if self.pad_to is not None else {})  # unpadded headers stay as before padding existed
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "SlotPrivatization":
         if not isinstance(data, dict):
             raise ValueError(f"a privatization spec must be a mapping, got {type(data).__name__}")
-        known = {"k", "normalize", "renormalize", "sensitivity", "noise"}
+        known = {"k", "normalize", "renormalize", "sensitivity", "noise", "pad_to"}
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown privatization field(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -101,4 +153,5 @@ class SlotPrivatization:
             normalize=data.get("normalize", True),
             renormalize=data.get("renormalize", True),
             sensitivity=data.get("sensitivity"),
+            pad_to=data.get("pad_to"),
         )

@@ -80,9 +80,18 @@ class TextFreeConfig:
     stage: str = field(default="init", metadata={"help": "'init' (untrained), 'stage1' (aligned) or 'stage2' (domain-adapted)."})
     summary_slots: int = field(default=0, metadata={"help": "The server puts this many summary vectors before a payload's slots: the unit-normalised means of the row's slots cut into this many contiguous groups, through the same P_psi (0: none, as PPFT). Post-processing of the payload on the server: the client and its guarantee are unchanged."})
 
+    fixed_slots: bool = field(default=False, metadata={"help": "The client pads every payload to ceil(max_private_tokens / k) slots (public filler slots after the prompt's own, noised like them), so the server does not learn the prompt's length; false: ceil(tokens / k) slots, as PPFT."})
+
+    @property
+    def pad_to(self) -> int | None:
+        """The slots every payload has with ``fixed_slots`` (None: ceil(tokens / k) per prompt)."""
+        return -(-self.max_private_tokens // self.k) if self.fixed_slots else None
+
     def __post_init__(self) -> None:
         if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
             raise ValueError(f"TextFreeConfig.k must be an integer >= 1, got {self.k!r}")
+        if not isinstance(self.fixed_slots, bool):
+            raise ValueError(f"TextFreeConfig.fixed_slots must be true or false, got {self.fixed_slots!r}")
         if self.noise_match not in ("budget", "norm"):
             raise ValueError(f"TextFreeConfig.noise_match must be 'budget' or 'norm', got {self.noise_match!r}")
         if not isinstance(self.summary_slots, int) or isinstance(self.summary_slots, bool) or self.summary_slots < 0:

@@ -2,13 +2,18 @@
 
 A plain ``Linear(d_e, d_d)`` by default (PPFT's choice); ``kind="mlp"`` is a 2-layer MLP
 ``Linear(d_e, h) -> GELU -> Linear(h, d_d)``. Saved as ``config.json`` + ``model.safetensors`` (no pickle).
+
+Beyond the paper, ``count_vectors=N`` adds a learned decoder-space vector per slot count (1..N; larger counts share
+the N-th) that the server puts before a row's slots (:func:`~textfree.ppft.server.slot_prefix`). The count is in the
+payload anyway (unless the client pads to a fixed count); this states it to the decoder outright, where rotary
+positions leave it implicit. Post-processing of the payload: the client and its guarantee do not change.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +35,7 @@ class ProjectionConfig:
     out_dim: int = field(metadata={"help": "Width d_d of the decoder's input embeddings."})
     kind: str = field(default="linear", metadata={"help": "'linear' (one Linear layer, PPFT) or 'mlp' (Linear -> GELU -> Linear)."})
     hidden_dim: int | None = field(default=None, metadata={"help": "MLP only: the hidden width (default: max(in_dim, out_dim))."})
+    count_vectors: int = field(default=0, metadata={"help": "Beyond the paper: a learned vector per slot count 1..N (larger counts share the N-th) put before a row's slots; 0: none (PPFT)."})
 
     def __post_init__(self) -> None:
         for name in ("in_dim", "out_dim"):
@@ -40,6 +46,8 @@ class ProjectionConfig:
             raise ValueError(f"ProjectionConfig.kind must be one of {PROJECTION_KINDS}, got {self.kind!r}")
         if self.hidden_dim is not None and (not isinstance(self.hidden_dim, int) or self.hidden_dim < 1):
             raise ValueError(f"ProjectionConfig.hidden_dim must be null or an integer >= 1, got {self.hidden_dim!r}")
+        if not isinstance(self.count_vectors, int) or isinstance(self.count_vectors, bool) or self.count_vectors < 0:
+            raise ValueError(f"ProjectionConfig.count_vectors must be an integer >= 0, got {self.count_vectors!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,8 +74,28 @@ class Projection(torch.nn.Module):
                 torch.nn.Linear(config.in_dim, h), torch.nn.GELU(), torch.nn.Linear(h, config.out_dim)
             )
 
+        if config.count_vectors:  # zero at first: a new count vector starts as an empty position
+            self.count = torch.nn.Parameter(torch.zeros(config.count_vectors, config.out_dim))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
+
+    def count_vector(self, n: int) -> torch.Tensor | None:
+        """[1, d_d]: the learned vector of a row of ``n`` >= 1 slots (None without ``count_vectors`` or for n = 0)."""
+        if not self.config.count_vectors or n < 1:
+            return None
+        return self.count[min(n, self.config.count_vectors) - 1].unsqueeze(0)
+
+    def with_count_vectors(self, n: int) -> "Projection":
+        """A copy of this projection with ``n`` count vectors (the existing weights kept; new count vectors zero)."""
+        out = Projection(replace(self.config, count_vectors=n)).to(next(self.parameters()).device)
+        state = {k: v for k, v in self.state_dict().items() if k != "count"}
+        out.load_state_dict(state, strict=False)
+        if n and self.config.count_vectors:
+            keep = min(n, self.config.count_vectors)
+            with torch.no_grad():
+                out.count[:keep] = self.count[:keep]
+        return out
 
     def save(self, directory: str | os.PathLike) -> Path:
         out = Path(directory)

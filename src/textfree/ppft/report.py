@@ -8,7 +8,9 @@ the same files. Every figure is a mean over evaluation noise seeds with its samp
 How a point is classified (from the cell's kind, dataset and resolved params, nothing else):
 
 * ``ppft_stage2`` with ``summary_slots`` > 0 (server-side summary vectors, beyond the paper) -> only the summary
-  table, beside PPFT's layout; every other table shows PPFT's layout (slots only).
+  table, with ``count_vectors`` > 0 only the count-vector table, and with ``fixed_slots`` (the client pads to a
+  fixed slot count) only the slot-count table, each beside
+  PPFT's layout; every other table shows PPFT's layout (slots only, the count released).
 * ``ppft_stage2`` with ``blind: true`` -> the blind row; ``epsilon: null`` -> the upper bound (no noise);
   ``mechanism: gaussian`` -> the noise-type table; otherwise an L2-Laplace PPFT run (Table 1 at k=4, Table 5).
 * ``ppft_evaluate`` on a Pri-* dataset -> the lower bound (a stage-1 model answering from payloads); on another
@@ -23,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from ..metrics import seed_spread
 
@@ -116,9 +118,14 @@ def _eps_label(eps: float | None) -> str:
     return f"{eps:g}"
 
 
+#: PPFT's own layout: no server-side summary vectors, the slot count released as it is (no padding).
+_PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": 0}
+_LAYOUT_HEADER = {"summary": "server layout", "fixed": "client", "count": "server layout"}
+
+
 def _latest(entries: Sequence[Entry], **want: Any) -> Entry | None:
-    """The newest entry matching ``want``; PPFT's own layout (no server-side summary vectors) unless ``summary`` is given."""
-    want.setdefault("summary", 0)
+    """The newest entry matching ``want``; PPFT's own layout (:data:`_PPFT_LAYOUT`) unless ``want`` names another."""
+    want = _PPFT_LAYOUT | want
     hit = None
     for e in entries:
         if all(_get(e, k) == v for k, v in want.items()):
@@ -139,6 +146,10 @@ def _get(e: Entry, key: str) -> Any:
         return e.params.get("k") or 4
     if key == "summary":
         return int(e.params.get("summary_slots") or 0)
+    if key == "fixed":
+        return bool(e.params.get("fixed_slots") or False)
+    if key == "count":
+        return int(e.params.get("count_vectors") or 0)
     if key == "epsilon":
         eps = e.params.get("epsilon", "missing")
         return None if eps is None else (float(eps) if eps != "missing" else "missing")
@@ -224,27 +235,29 @@ def _verdicts(prefix: str, ppft: Entry, upper: Entry, blind: Entry | None, low: 
     return lines
 
 
-def _table_summary(entries: Sequence[Entry], ds: str) -> list[str]:
-    """Beyond the paper: the server puts ``summary_slots`` unit-normalised slot means before the slots. Each layout is
-    compared with its own no-noise upper bound, beside PPFT's layout, at the width-matched eps and k=4."""
+def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[Any], str]) -> list[str]:
+    """Beyond the paper: runs whose ``key`` layout (``summary``: server-side summary vectors; ``fixed``: the client pads
+    every payload to a fixed slot count) differs from PPFT's, each compared with its own no-noise upper bound, beside
+    PPFT's layout, at the width-matched eps and k=4. ``name(value)`` names a layout."""
     every = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
     stage2 = [e for e in every if not _get(e, "blind")]
-    counts = sorted({_get(e, "summary") for e in stage2} - {0})
-    if not counts:
+    values = sorted({_get(e, key) for e in stage2} - {_PPFT_LAYOUT[key]})
+    if not values:
         return []
     blind = _latest(every, blind=True)
     low = _latest([e for e in entries if e.kind == "ppft_evaluate" and e.dataset.lower() == ds], epsilon=WIDTH_MATCHED, k=4)
-    out = ["| server layout | row | stage-2 epochs | 4-option acc | 4-option, ranked | open-answer acc | open, no name | open, label-ranked |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = [f"| {_LAYOUT_HEADER[key]} | row | stage-2 epochs | 4-option acc | 4-option, ranked | open-answer acc | open, no name | "
+           "open, label-ranked | open, random slots (count only) |",
+           "|---|---|---|---|---|---|---|---|---|"]
     verdicts = []
-    for n in [0] + counts:
-        layout = "PPFT (slots only)" if n == 0 else f"{n} summary vector{'s' if n > 1 else ''} + slots"
-        noisy = _latest(stage2, family="l2_laplace", epsilon=WIDTH_MATCHED, k=4, summary=n)
-        upper = _latest(stage2, epsilon=None, summary=n)
+    for v in [_PPFT_LAYOUT[key]] + values:
+        layout = name(v)
+        noisy = _latest(stage2, family="l2_laplace", epsilon=WIDTH_MATCHED, k=4, **{key: v})
+        upper = _latest(stage2, epsilon=None, **{key: v})
         for label, e in ((f"eps {_eps_label(WIDTH_MATCHED)}, k=4", noisy), ("upper bound (no noise)", upper)):
             out.append(f"| {layout} | {label} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} | {_fmt(e, 'acc_open')} | "
-                       f"{_fmt(e, 'acc_open_no_leak')} | {_fmt(e, 'acc_open_rank')} |")
-        if n and noisy is not None and upper is not None:
+                       f"{_fmt(e, 'acc_open_no_leak')} | {_fmt(e, 'acc_open_rank')} | {_fmt(e, 'acc_length_open')} |")
+        if v != _PPFT_LAYOUT[key] and noisy is not None and upper is not None:
             verdicts += _verdicts(f"{layout}: eps {WIDTH_MATCHED:g}", noisy, upper, blind, low)
     if verdicts:
         out += ["", "Each layout against its own upper bound (same criteria as the targets above):", ""] + verdicts
@@ -286,8 +299,8 @@ def _table_k(entries: Sequence[Entry], ds: str) -> list[str]:
 
 def _per_length(entries: Sequence[Entry], **want: Any) -> list[Entry]:
     """The newest entry matching ``want`` for each number of stage-2 epochs, fewest epochs first (PPFT's layout unless
-    ``summary`` is given)."""
-    want.setdefault("summary", 0)
+    ``want`` names another)."""
+    want = _PPFT_LAYOUT | want
     matching = [e for e in entries if all(_get(e, k) == v for k, v in want.items())]
     lengths = sorted({e.params.get("epochs") for e in matching}, key=lambda x: (x is None, x or 0))
     return [_latest(matching, epochs=n) for n in lengths]
@@ -405,13 +418,27 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) ->
         k_rows = _table_k(entries, ds)
         if k_rows:
             lines += ["", f"### {title}: pooling k (Table 5 shape)", ""] + k_rows
-        s_rows = _table_summary(entries, ds)
+        s_rows = _table_layouts(entries, ds, "summary", lambda n: "PPFT (slots only)" if n == 0 else f"{n} summary vector{'s' if n > 1 else ''} + slots")
         if s_rows:
             lines += ["", f"### {title}: server-side summary vectors (beyond the paper)", "",
                       "The server puts the unit-normalised mean of a payload's slots (cut into N contiguous groups) before the",
                       "slots, through the same P_psi: averaging n noisy unit slots shrinks the noise's share by about sqrt(n)",
                       "where the clean slots agree. Post-processing of the payload: the client and its guarantee are unchanged.",
                       "The tables above use PPFT's layout (slots only).", ""] + s_rows
+        c_rows = _table_layouts(entries, ds, "count", lambda n: "PPFT (slots only)" if n == 0 else f"count vector (1..{n}) + slots")
+        if c_rows:
+            lines += ["", f"### {title}: a count vector before the slots (beyond the paper)", "",
+                      "The server puts a learned vector for the payload's slot count before the slots (`count_vectors`): the",
+                      "count is in the payload anyway, and rotary positions leave it implicit to the decoder. Post-processing",
+                      "of the payload: the client and its guarantee are unchanged. The tables above use PPFT's layout.", ""] + c_rows
+        f_rows = _table_layouts(entries, ds, "fixed", lambda fixed: "pads to a fixed slot count" if fixed else "PPFT (count released)")
+        if f_rows:
+            lines += ["", f"### {title}: the client hides the slot count (beyond the paper)", "",
+                      "PPFT releases ceil(tokens / k) slots, and the count is not noised: prompts of different lengths are told",
+                      "apart with certainty. With `fixed_slots` the client pads every payload to ceil(max_private_tokens / k)",
+                      "slots, public filler slots after the prompt's own, noised like them, so any two prompts differ in at most",
+                      "that many slots. \"Random slots\": the same model given random unit slots at each payload's count (with",
+                      "padding: at the fixed count), what the count alone gives it. The tables above release the count.", ""] + f_rows
         n_rows = _table_noise(entries, ds)
         if n_rows:
             lines += ["", f"### {title}: noise type", "",

@@ -108,13 +108,17 @@ def summary_vectors(slots: torch.Tensor, groups: int) -> torch.Tensor:
 
 
 def slot_prefix(projection: torch.nn.Module, slots: torch.Tensor, summary_slots: int) -> torch.Tensor:
-    """One row's private prefix: P_psi of its ``summary_slots`` summary vectors (none for a row without slots) and of
-    its real slots [n, d_e], in that order: [min(summary_slots, n) + n, d_d]. The one place the layout is built, for
+    """One row's private prefix: the projection's count vector of n (with ``count_vectors``; none for a row without
+    slots), then P_psi of its ``summary_slots`` summary vectors and of its real slots [n, d_e], in that order:
+    [c + min(summary_slots, n) + n, d_d], c = 1 with a count vector. The one place the layout is built, for
     :class:`ServerModel` and the vLLM gateway's :class:`~textfree.server.prompt_embeds.PromptEmbedder`."""
     slots = slots.to(torch.float32)
-    if summary_slots and slots.shape[0]:
+    n = slots.shape[0]
+    if summary_slots and n:
         slots = torch.cat([summary_vectors(slots, summary_slots), slots], dim=0)
-    return projection(slots)
+    prefix = projection(slots)
+    count = projection.count_vector(n) if hasattr(projection, "count_vector") else None
+    return prefix if count is None else torch.cat([count.to(prefix.dtype), prefix], dim=0)
 
 
 def verify_decoder_sha(location: str, ref: dict[str, Any], where: str | os.PathLike, model=None) -> None:

@@ -138,6 +138,8 @@ class Stage2Config(LoopConfig):
     restore_text: list[str] | None = field(default=None, metadata={"help": "Only with tasks ['restore']: train on these public instruction sources ('alpaca', 'lima', 'gsm8k:train'; Pri-*, CSQA, ARC refused) instead of the dataset's training rows, keeping the texts the client does not cut: a learned inversion attacker whose own text is public."})
     restore_text_limit: int | None = field(default=None, metadata={"help": "With restore_text: read at most this many records of each source."})
     summary_slots: int | None = field(default=None, metadata={"help": "Server-side summary vectors before the slots (see TextFreeConfig.summary_slots; default: the init run's, 0 for PPFT's layout)."})
+    count_vectors: int | None = field(default=None, metadata={"help": "Beyond the paper: a learned vector per slot count 1..N put before a row's slots (ProjectionConfig.count_vectors; default: the init run's projection's, 0 as PPFT). Post-processing of the payload: the guarantee is unchanged."})
+    fixed_slots: bool | None = field(default=None, metadata={"help": "The client pads every payload to ceil(max_private_tokens / k) slots, hiding the prompt's length (see TextFreeConfig.fixed_slots; default: the init run's, false as PPFT)."})
     train_decoder: bool | None = field(default=None, metadata={"help": "Only with tasks ['restore']: also train every base-decoder weight (full fine-tuning), a stronger learned inversion attacker; null/false: LoRA + projection only, as PPFT."})
 
     def __post_init__(self) -> None:
@@ -147,11 +149,12 @@ class Stage2Config(LoopConfig):
                 raise ValueError(f"restore_text must be a non-empty list of source names, got {self.restore_text!r}")
             if list(self.tasks) != ["restore"]:
                 raise ValueError(f"restore_text replaces the training rows of the 'restore' task only: tasks must be ['restore'], got {self.tasks!r}")
-        if self.train_decoder is not None and not isinstance(self.train_decoder, bool):
-            raise ValueError(f"train_decoder must be true, false or null, got {self.train_decoder!r}")
+        for name in ("train_decoder", "fixed_slots"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true, false or null, got {getattr(self, name)!r}")
         if self.train_decoder and list(self.tasks) != ["restore"]:
             raise ValueError(f"train_decoder (full fine-tuning) is an inversion attacker's option: tasks must be ['restore'], got {self.tasks!r}")
-        for name, low in (("restore_text_limit", 1), ("summary_slots", 0), ("max_target_tokens", 1)):
+        for name, low in (("restore_text_limit", 1), ("summary_slots", 0), ("max_target_tokens", 1), ("count_vectors", 0)):
             _check_optional_int(name, getattr(self, name), low)
         tasks = list(self.tasks)
         if not tasks or len(set(tasks)) != len(tasks) or any(t not in STAGE2_TASKS for t in tasks):
@@ -423,8 +426,11 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
         template = dataclasses.replace(template, max_target_tokens=cfg.max_target_tokens)
     lm.server.config = lm.config.replace(k=k, mechanism=family, epsilon=cfg.epsilon, noise_match=cfg.noise_match,
                                          stage="stage2", max_private_tokens=max_private, template=template,
-                                         summary_slots=lm.config.summary_slots if cfg.summary_slots is None else cfg.summary_slots)
+                                         summary_slots=lm.config.summary_slots if cfg.summary_slots is None else cfg.summary_slots,
+                                         fixed_slots=lm.config.fixed_slots if cfg.fixed_slots is None else cfg.fixed_slots)
     lm.encoder.max_length = max_private
+    if cfg.count_vectors is not None and cfg.count_vectors != lm.server.projection.config.count_vectors:
+        lm.server.projection = lm.server.projection.with_count_vectors(cfg.count_vectors)
     if cfg.train_decoder:
         lm.server.train_base()
 
@@ -467,7 +473,8 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
     lm.save(run)
     extra = {"stage": "stage2", "dataset": None if cfg.restore_text else cfg.dataset, "restore_text": cfg.restore_text, "examples": len(examples), "epsilon": cfg.epsilon, "k": k,
              "mechanism": family, "noise_match": cfg.noise_match, "tasks": list(cfg.tasks), "blind": cfg.blind,
-             "summary_slots": lm.config.summary_slots,
+             "summary_slots": lm.config.summary_slots, "fixed_slots": lm.config.fixed_slots,
+             "count_vectors": lm.server.projection.config.count_vectors,
              "total_wall_s": round(time.time() - t0, 2)}
     return _write_summary(run, summary, extra) | {"model": lm}
 

@@ -102,6 +102,9 @@ def _check_common(payload: Payload, card: dict[str, Any], config: ServerConfig) 
         inner = getattr(getattr(priv.noise, "inner", None), "name", None)
         if card["mechanism"] not in (family, inner):
             raise _mismatch(f"payload noise {family!r} is not model {card['id']!r}'s mechanism family {card['mechanism']!r}")
+    if card.get("fixed_slots") and priv.pad_to != card["max_slots"]:
+        raise _mismatch(f"model {card['id']!r} takes payloads padded to {card['max_slots']} slots (fixed_slots: the client "
+                        f"hides the prompt's length), got pad_to={priv.pad_to}")
     if payload.vectors.shape[1] and max(payload.lengths) > card["max_slots"]:
         raise _mismatch(f"a row has {max(payload.lengths)} vectors; model {card['id']!r} takes at most {card['max_slots']}")
 
@@ -180,6 +183,7 @@ class GenerateModel:
             "stage": c.stage,
             "max_private_tokens": c.max_private_tokens,
             "max_slots": math.ceil(c.max_private_tokens / c.k),
+            "fixed_slots": c.fixed_slots,
             "decoder": {
                 "name": public_name(ref.get("name_or_path")),
                 "sha256": ref.get("sha256"),

@@ -3,6 +3,8 @@
 The client releases each *evaluated* prompt in one of four forms (``params.release``):
 
 * ``slots`` (default): PPFT slots (encoder -> k-pooling -> unit norm -> the cell's ``mechanism`` -> renormalise);
+  with ``params.pad_to`` the client pads every prompt to that many slots (filler slots noised like its own), so the
+  count tells nothing and the ``length`` reference falls to the prior;
 * ``tokens``: the SnD / RAPT client's input embeddings: every token's row of the ``encoder``'s embedding table
   (default MiniLM's), its first ``params.max_tokens`` own tokens inside the special tokens, each noised independently
   by the cell's ``mechanism`` (``l2_laplace``, ``gaussian``, ``clipped``; no renormalisation);
@@ -11,8 +13,8 @@ The client releases each *evaluated* prompt in one of four forms (``params.relea
 
 The attacker holds in-domain text with attributes (the *train* part of the PPFT split; on Trustpilot its train file),
 makes its own training inputs from it and trains an attribute classifier (:mod:`textfree.attacks.attributes`): every
-combination of ``params.attackers`` (``mean``: 2-layer MLP on the mean vector; ``slots``: attention over the vectors)
-and ``params.training``:
+combination of ``params.attackers`` (``mean``: 2-layer MLP on the mean vector; ``slots``: attention over the vectors;
+``mean_count``, ``slots_count``: the same, also reading the number of vectors) and ``params.training``:
 
 * ``unaware``: trained on clean inputs: clean slots (query access to the encoder), clean token embeddings (the
   table), or the clean slots of its training text encoded with the cell's ``encoder`` (text releases: the attacker
@@ -97,6 +99,7 @@ from ...attacks.attributes import (
 )
 from ...attacks.threat import NOISE_AWARE_REQUIRES, ThreatModel
 from ...mechanisms import SlotPrivatization, mechanism_from_dict
+from ...mechanisms.slots import pad_slots
 from ...mechanisms.transforms import l2_normalize
 from ...rng import seeded_generator
 from ..cell import CellError
@@ -110,7 +113,9 @@ from ._tokens import token_guarantee, token_sequences, token_table
 __all__ = ["attribute_inference", "ATTRIBUTE_KINDS", "ATTRIBUTE_INFERENCE_METRICS", "ATTRIBUTE_INFERENCE_PARAMS", "RELEASES"]
 
 ENCODE_BATCH = 32
-ATTACKERS = ("mean", "slots")
+#: Attacker architectures: the pooling, and with ``_count`` also the number of real vectors (slots, tokens) one-hot.
+ATTACKERS = ("mean", "slots", "mean_count", "slots_count")
+DEFAULT_ATTACKERS = ("mean", "slots")
 TRAINING = ("unaware", "aware")
 #: What the client releases; t2t and pct2t release text.
 RELEASES = ("slots", "tokens", "t2t", "pct2t")
@@ -148,7 +153,10 @@ ATTRIBUTE_INFERENCE_PARAMS = {
     "max_tokens": "tokens: cut each prompt to this many of its own tokens before the special tokens (integer >= 1; default 128)",
     **{name: f"t2t, pct2t: {text}" for name, text in T2T_PARAMS.items()},
     "rounds": "t2t, pct2t: aware training's T2T runs over the training text, each encoded once, cycled over epochs (default 3)",
-    "attackers": "attacker architectures: mean (MLP on the mean vector) and/or slots (attention over the vectors); default both",
+    "attackers": "attacker architectures: mean (MLP on the mean vector), slots (attention over the vectors), and "
+                 "mean_count / slots_count (the same, also reading the number of vectors, one-hot); default [mean, slots]",
+    "pad_to": "slots: the client pads every prompt to this many slots (public filler slots, noised like its own), hiding "
+              "its length (default: none, ceil(tokens / k) slots); a longer prompt is an error",
     "training": "unaware (trained on clean inputs) and/or aware (on the mechanism's releases, needs knows_parameters); default both",
     "epochs": "training epochs of each attacker (default 150)",
     "hidden": "width of the attacker's 2-layer MLP (default 256)",
@@ -158,7 +166,7 @@ ATTRIBUTE_INFERENCE_PARAMS = {
     "threads": "torch threads while the cell runs (default: unchanged)",
 }
 _COMMON = {"release", "target", "attackers", "training", "epochs", "hidden", "train_limit", "threads"}
-_RELEASE_PARAMS = {"slots": {"k"}, "tokens": {"max_tokens"}, "t2t": {"k", "rounds", *T2T_PARAMS}, "pct2t": {"k", "rounds", *T2T_PARAMS}}
+_RELEASE_PARAMS = {"slots": {"k", "pad_to"}, "tokens": {"max_tokens"}, "t2t": {"k", "rounds", *T2T_PARAMS}, "pct2t": {"k", "rounds", *T2T_PARAMS}}
 
 
 def _dataset(cell: Any, target: str = "attributes") -> str:
@@ -174,8 +182,8 @@ def _kinds(dataset: str, target: str) -> dict[str, str]:
     return ANSWER_KINDS if target == "answer" else ATTRIBUTE_KINDS[dataset]
 
 
-def _list_param(params: dict, name: str, allowed: tuple[str, ...]) -> list[str]:
-    value = params.get(name, list(allowed))
+def _list_param(params: dict, name: str, allowed: tuple[str, ...], default: tuple[str, ...] | None = None) -> list[str]:
+    value = params.get(name, list(allowed if default is None else default))
     if not isinstance(value, list) or not value or any(v not in allowed for v in value) or len(set(value)) != len(value):
         raise CellError(f"{name} must be a non-empty list of distinct values from {list(allowed)}, got {value!r}", field=f"params.{name}")
     return value
@@ -193,6 +201,7 @@ class _Settings:
     release: str
     target: str
     k: int
+    pad_to: int | None
     max_tokens: int
     rounds: int
     text: dict  # t2t / pct2t: eta, pos, table, tagger
@@ -260,10 +269,11 @@ def _settings(resolved: Any) -> _Settings:
         release=release,
         target=target,
         k=_int_param(p, "k", 4),
+        pad_to=_int_param(p, "pad_to", None),
         max_tokens=_int_param(p, "max_tokens", 128),
         rounds=_int_param(p, "rounds", 3),
         text=_text_params(p, release) if release in TEXT_RELEASES else {},
-        attackers=_list_param(p, "attackers", ATTACKERS),
+        attackers=_list_param(p, "attackers", ATTACKERS, DEFAULT_ATTACKERS),
         training=training,
         config={"epochs": _int_param(p, "epochs", 150), "hidden": _int_param(p, "hidden", 256)},
         train_limit=_int_param(p, "train_limit", None),
@@ -413,11 +423,16 @@ def _slots_release(cell, resolved, s, train, test, seed, context) -> _Release:
     mech = mechanism_from_dict(resolved.mechanism)
     train_x, train_m = _clean_slots(cell, "train", train.texts, s.k, s.train_limit, context)
     test_x, test_m = _clean_slots(cell, "test", test.texts, s.k, s.train_limit, context)
+    if s.pad_to is not None:  # the client hides the count: filler slots up to pad_to, noised like the prompt's own
+        try:
+            (train_x, train_m), (test_x, test_m) = pad_slots(train_x, train_m, s.pad_to), pad_slots(test_x, test_m, s.pad_to)
+        except ValueError as exc:
+            raise CellError(str(exc), field="params.pad_to") from None
 
     noise = _row_noise(mech, normalize=True)
     released = noisy_rows(noise, test_x, test_m, seeded_generator(seed, warn=False))
     slots = test_m.sum(1).to(torch.float64)
-    slot_eps = SlotPrivatization(noise=mech, k=s.k).slot_loss().epsilon
+    slot_eps = SlotPrivatization(noise=mech, k=s.k, pad_to=s.pad_to).slot_loss().epsilon
     guarantee = {"slot_epsilon": slot_eps, "prompt_epsilon": float((slots * slot_eps).mean()),
                  "prompt_epsilon_max": float((slots * slot_eps).max()), "slots_per_prompt": float(slots.mean()),
                  "cosine": float((released * test_x).sum(-1)[test_m].mean())}
@@ -484,7 +499,7 @@ def _run(cell: Any, resolved: Any, s: _Settings, seed: int, context: RunContext)
     scores = attribute_metric_names(kinds)
     for attacker in s.attackers:
         for training in s.training:
-            config = AttributeAttackConfig(pooling=attacker, **s.config)
+            config = AttributeAttackConfig(pooling=attacker.removesuffix("_count"), count=attacker.endswith("_count"), **s.config)
             aware = release.aware() if training == "aware" else {}
             predicted = attribute_inference_attack(
                 release.train, train.targets, release.observed, specs, config, threat=s.threat, release=s.family,

@@ -152,7 +152,8 @@ def _evaluate(lm, cell, seed: int, context: RunContext, *, tasks, epsilon, k, me
 
 
 def _privacy(lm, records, *, epsilon, k, mechanism, noise_match, context) -> dict[str, float]:
-    """Worst-case loss of one slot and the mean worst-case loss of a held-out prompt (by its slot count)."""
+    """Worst-case loss of one slot and the mean worst-case loss of a held-out prompt (by its slot count, or the
+    padded count with the model's ``fixed_slots``)."""
     if epsilon is None:
         return {"slot_epsilon": float("nan"), "prompt_epsilon": float("nan")}
     from ...data import mcqa_prompt
@@ -165,7 +166,8 @@ def _privacy(lm, records, *, epsilon, k, mechanism, noise_match, context) -> dic
         lengths = [len(lm.encoder.tokenize([mcqa_prompt(r).private])["input_ids"][0]) for r in records]
         return sum(math.ceil(n / kk) for n in lengths) / len(lengths)
 
-    slots = context.cached(("slots", id(lm), privatizer.privatization.k), mean_slots)
+    pad_to = privatizer.privatization.pad_to  # fixed_slots: every payload has this many slots
+    slots = pad_to if pad_to is not None else context.cached(("slots", id(lm), privatizer.privatization.k), mean_slots)
     return {"slot_epsilon": slot, "prompt_epsilon": slot * slots}
 
 
