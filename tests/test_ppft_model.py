@@ -455,3 +455,21 @@ def test_count_vector_goes_first_trains_and_round_trips(lm, tmp_path):
     with_count = lm.server._rows(empty, none, PUBLIC[:1], TARGETS[:1])[0][0]
     lm.server.projection = lm.server.projection.with_count_vectors(0)
     torch.testing.assert_close(with_count, lm.server._rows(empty, none, PUBLIC[:1], TARGETS[:1])[0][0])
+
+
+def test_count_dropout_zeroes_count_vectors_in_training_only():
+    from textfree.ppft.projection import Projection, ProjectionConfig
+
+    proj = Projection(ProjectionConfig(4, 3)).with_count_vectors(2, 0.5)
+    with torch.no_grad():
+        proj.count.fill_(1.0)
+    torch.manual_seed(0)
+    proj.train()
+    dropped = [float(proj.count_vector(2).detach().abs().sum()) == 0.0 for _ in range(2000)]
+    assert 0.45 < sum(dropped) / len(dropped) < 0.55  # binomial(2000, 0.5): sd 0.011
+    proj.eval()
+    assert all(float(proj.count_vector(2).detach().sum()) == 3.0 for _ in range(50))  # never at inference
+    assert proj.with_count_vectors(4).config.count_dropout == 0.5
+    for bad in (1.0, -0.1, True):
+        with pytest.raises(ValueError, match="count_dropout must be a number in \\[0, 1\\)"):
+            ProjectionConfig(4, 3, count_dropout=bad)

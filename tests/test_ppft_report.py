@@ -259,3 +259,14 @@ def test_count_vector_runs_get_their_own_table(tmp_path):
     assert any(l.startswith("| count vector (1..64) + slots | upper bound (no noise) | 12 | 0.990 ") for l in section)
     open_ = next(l for l in section if l.startswith("- count vector (1..64) + slots: eps 28, open-answer:"))
     assert "87.5% of the upper bound 1.0000" in open_ and "**met**" in open_
+
+
+def test_count_dropout_runs_are_a_layout_of_their_own(tmp_path):
+    d = _fixture(tmp_path)
+    _result_file(d / "count.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "count_vectors": 64, "epochs": 12}, _eval([0.96875] * 3, [0.75] * 3)),
+        ({"epsilon": 28, "k": 4, "count_vectors": 64, "count_dropout": 0.5, "epochs": 12}, _eval([0.96875] * 3, [0.875] * 3)),
+    ], date="2026-01-02T00:00:00+00:00")
+    section = build_report([d]).split("### Pri-DDX: a count vector before the slots (beyond the paper)")[1]
+    assert "| count vector (1..64) + slots | eps 28 (width-matched), k=4 | 12 | 0.969 (3 seeds, all equal) | — | 0.750 (3 seeds, all equal)" in section
+    assert "| count vector (1..64), training dropout 0.5 + slots | eps 28 (width-matched), k=4 | 12 | 0.969 (3 seeds, all equal) | — | 0.875 (3 seeds, all equal)" in section

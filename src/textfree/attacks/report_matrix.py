@@ -115,14 +115,26 @@ def _pooled_row(inversion: list[PayloadCell], attributes: list[PayloadCell]) -> 
             if eps is None:
                 continue  # clean payloads: no mechanism
             row.add(column, p.mean("slot_epsilon"), 100 * p.mean("rouge_l"), c.name)
+    _add_slot_attributes(row, attributes, padded=False)  # PPFT releases the slot count as it is
+    return row if row.points else None
+
+
+def _padded_row(attributes: list[PayloadCell]) -> MatrixRow | None:
+    """Pooled slots from a client that pads every payload to a fixed slot count (``pad_to``): another mechanism."""
+    row = MatrixRow("pooled slots padded to a fixed count (k = 4)", "pooled")
+    _add_slot_attributes(row, attributes, padded=True)
+    return row if row.points else None
+
+
+def _add_slot_attributes(row: MatrixRow, attributes: list[PayloadCell], *, padded: bool) -> None:
     for c in attributes:
-        if attribute_release(c) != "slots" or (c.cell.get("params") or {}).get("pad_to"):
-            continue  # PPFT releases the slot count; a client padding to a fixed count is another mechanism
+        params = c.cell.get("params") or {}
+        if attribute_release(c) != "slots" or bool(params.get("pad_to")) != padded:
+            continue
         for point, p in c.points:
-            k = point.get("params.k", (c.cell.get("params") or {}).get("k", 4))
+            k = point.get("params.k", params.get("k", 4))
             if k == 4:
                 row.add("attributes: sex (best)", p.mean("slot_epsilon"), 100 * p.mean("sex_accuracy_best"), c.name)
-    return row if row.points else None
 
 
 def _text_rows(cells: list[PayloadCell], attributes: list[PayloadCell]) -> list[MatrixRow]:
@@ -148,6 +160,8 @@ def collect_matrix(paths: Iterable[str | Path]) -> list[MatrixRow]:
     rows = _token_rows(collect_kind(paths, "token_inversion"), attributes)
     pooled = _pooled_row(collect_kind(paths, "learned_inversion"), attributes)
     rows += [pooled] if pooled else []
+    padded = _padded_row(attributes)
+    rows += [padded] if padded else []
     return rows + _text_rows(collect_kind(paths, "substitution_inversion"), attributes)
 
 

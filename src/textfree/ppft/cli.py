@@ -106,6 +106,7 @@ def train_stage2_cmd(
     max_private_tokens: _Optional[int] = typer.Option(None, help="Client truncation of private text in encoder tokens (default: the init run's)."),
     summary_slots: _Optional[int] = typer.Option(None, "--summary-slots", help="Server-side summary vectors before the slots: unit-normalised means of the payload's slots in N groups (default: the init run's, 0 = PPFT's layout)."),
     count_vectors: _Optional[int] = typer.Option(None, "--count-vectors", help="Server side, beyond the paper: a learned vector per slot count 1..N before a row's slots (default: the init run's, 0 = PPFT's layout)."),
+    count_dropout: _Optional[float] = typer.Option(None, "--count-dropout", help="With --count-vectors: the training-only probability that a row's count vector is zeroed (default: the init run's, 0)."),
     fixed_slots: _Optional[bool] = typer.Option(None, "--fixed-slots/--no-fixed-slots", help="The client pads every payload to ceil(max_private_tokens / k) slots, hiding the prompt's length (default: the init run's; off as PPFT)."),
     seed: int = typer.Option(0, help="Seed (dropout, data order, noise: experiments only)."),
     save_every: int = typer.Option(200, help="Checkpoint every N steps."),
@@ -122,7 +123,7 @@ def train_stage2_cmd(
         Stage2Config, out=str(out), init=str(init), dataset=dataset, epsilon=eps, k=k, mechanism=mechanism,
         noise_match=noise_match, tasks=list(task or ("mcqa", "open")), blind=blind, epochs=epochs, max_steps=max_steps,
         batch_size=batch_size, lr=lr, limit=limit, max_private_tokens=max_private_tokens, summary_slots=summary_slots,
-        count_vectors=count_vectors, fixed_slots=fixed_slots, seed=seed, save_every=save_every, resume=resume, cpu=cpu,
+        count_vectors=count_vectors, count_dropout=count_dropout, fixed_slots=fixed_slots, seed=seed, save_every=save_every, resume=resume, cpu=cpu,
     )
     summary = _ppft_run(train_stage2, cfg)
     typer.echo(f"stage 2 done: {summary['steps']} steps, loss {summary['first_loss']:.4f} -> {summary['final_loss']:.4f}, "

@@ -20,11 +20,17 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-__all__ = ["ProjectionConfig", "Projection", "PROJECTION_KINDS"]
+__all__ = ["ProjectionConfig", "Projection", "PROJECTION_KINDS", "check_dropout"]
 
 PROJECTION_KINDS = ("linear", "mlp")
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
+
+
+def check_dropout(name: str, value: Any) -> None:
+    """A dropout probability must be a number in [0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,7 @@ class ProjectionConfig:
     kind: str = field(default="linear", metadata={"help": "'linear' (one Linear layer, PPFT) or 'mlp' (Linear -> GELU -> Linear)."})
     hidden_dim: int | None = field(default=None, metadata={"help": "MLP only: the hidden width (default: max(in_dim, out_dim))."})
     count_vectors: int = field(default=0, metadata={"help": "Beyond the paper: a learned vector per slot count 1..N (larger counts share the N-th) put before a row's slots; 0: none (PPFT)."})
+    count_dropout: float = field(default=0.0, metadata={"help": "Training only: the probability that a row's count vector is replaced by zeros, so the decoder must also read the slots (never at inference)."})
 
     def __post_init__(self) -> None:
         for name in ("in_dim", "out_dim"):
@@ -48,6 +55,7 @@ class ProjectionConfig:
             raise ValueError(f"ProjectionConfig.hidden_dim must be null or an integer >= 1, got {self.hidden_dim!r}")
         if not isinstance(self.count_vectors, int) or isinstance(self.count_vectors, bool) or self.count_vectors < 0:
             raise ValueError(f"ProjectionConfig.count_vectors must be an integer >= 0, got {self.count_vectors!r}")
+        check_dropout("ProjectionConfig.count_dropout", self.count_dropout)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,14 +89,20 @@ class Projection(torch.nn.Module):
         return self.net(x)
 
     def count_vector(self, n: int) -> torch.Tensor | None:
-        """[1, d_d]: the learned vector of a row of ``n`` >= 1 slots (None without ``count_vectors`` or for n = 0)."""
+        """[1, d_d]: the learned vector of a row of ``n`` >= 1 slots (None without ``count_vectors`` or for n = 0); in
+        training mode zeros with probability ``count_dropout``."""
         if not self.config.count_vectors or n < 1:
             return None
-        return self.count[min(n, self.config.count_vectors) - 1].unsqueeze(0)
+        vector = self.count[min(n, self.config.count_vectors) - 1].unsqueeze(0)
+        if self.training and self.config.count_dropout and float(torch.rand(())) < self.config.count_dropout:
+            return torch.zeros_like(vector)  # dropped (torch's seeded RNG, like nn.Dropout): the slots must carry the answer
+        return vector
 
-    def with_count_vectors(self, n: int) -> "Projection":
-        """A copy of this projection with ``n`` count vectors (the existing weights kept; new count vectors zero)."""
-        out = Projection(replace(self.config, count_vectors=n)).to(next(self.parameters()).device)
+    def with_count_vectors(self, n: int, dropout: float | None = None) -> "Projection":
+        """A copy of this projection with ``n`` count vectors (the existing weights kept; new count vectors zero) and
+        ``dropout`` (default: unchanged)."""
+        config = replace(self.config, count_vectors=n, count_dropout=self.config.count_dropout if dropout is None else dropout)
+        out = Projection(config).to(next(self.parameters()).device)
         state = {k: v for k, v in self.state_dict().items() if k != "count"}
         out.load_state_dict(state, strict=False)
         if n and self.config.count_vectors:

@@ -119,7 +119,7 @@ def _eps_label(eps: float | None) -> str:
 
 
 #: PPFT's own layout: no server-side summary vectors, the slot count released as it is (no padding).
-_PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": 0}
+_PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": (0, 0.0)}
 _LAYOUT_HEADER = {"summary": "server layout", "fixed": "client", "count": "server layout"}
 
 
@@ -148,8 +148,8 @@ def _get(e: Entry, key: str) -> Any:
         return int(e.params.get("summary_slots") or 0)
     if key == "fixed":
         return bool(e.params.get("fixed_slots") or False)
-    if key == "count":
-        return int(e.params.get("count_vectors") or 0)
+    if key == "count":  # (count vectors, their training dropout)
+        return int(e.params.get("count_vectors") or 0), float(e.params.get("count_dropout") or 0.0)
     if key == "epsilon":
         eps = e.params.get("epsilon", "missing")
         return None if eps is None else (float(eps) if eps != "missing" else "missing")
@@ -262,6 +262,13 @@ def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[
     if verdicts:
         out += ["", "Each layout against its own upper bound (same criteria as the targets above):", ""] + verdicts
     return out
+
+
+def _count_layout(value: tuple[int, float]) -> str:
+    n, dropout = value
+    if not n:
+        return "PPFT (slots only)"
+    return f"count vector (1..{n})" + (f", training dropout {dropout:g}" if dropout else "") + " + slots"
 
 
 def _table_epochs(entries: Sequence[Entry], ds: str) -> list[str]:
@@ -425,12 +432,14 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) ->
                       "slots, through the same P_psi: averaging n noisy unit slots shrinks the noise's share by about sqrt(n)",
                       "where the clean slots agree. Post-processing of the payload: the client and its guarantee are unchanged.",
                       "The tables above use PPFT's layout (slots only).", ""] + s_rows
-        c_rows = _table_layouts(entries, ds, "count", lambda n: "PPFT (slots only)" if n == 0 else f"count vector (1..{n}) + slots")
+        c_rows = _table_layouts(entries, ds, "count", _count_layout)
         if c_rows:
             lines += ["", f"### {title}: a count vector before the slots (beyond the paper)", "",
                       "The server puts a learned vector for the payload's slot count before the slots (`count_vectors`): the",
-                      "count is in the payload anyway, and rotary positions leave it implicit to the decoder. Post-processing",
-                      "of the payload: the client and its guarantee are unchanged. The tables above use PPFT's layout.", ""] + c_rows
+                      "count is in the payload anyway, and rotary positions leave it implicit to the decoder. With training",
+                      "dropout, a row's count vector is zeroed with that probability in training (never at inference).",
+                      "Post-processing of the payload: the client and its guarantee are unchanged. The tables above use",
+                      "PPFT's layout.", ""] + c_rows
         f_rows = _table_layouts(entries, ds, "fixed", lambda fixed: "pads to a fixed slot count" if fixed else "PPFT (count released)")
         if f_rows:
             lines += ["", f"### {title}: the client hides the slot count (beyond the paper)", "",

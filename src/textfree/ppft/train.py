@@ -46,6 +46,7 @@ from .batches import (
 from .checkpoint import latest_checkpoint, load_training_checkpoint, read_json, save_training_checkpoint, write_json
 from .config import LoraSettings, PromptTemplate
 from .model import TextFreeLM
+from .projection import check_dropout
 
 __all__ = ["LoopConfig", "Stage1Config", "Stage2Config", "train_stage1", "train_stage2", "fit", "lr_multiplier"]
 
@@ -139,6 +140,7 @@ class Stage2Config(LoopConfig):
     restore_text_limit: int | None = field(default=None, metadata={"help": "With restore_text: read at most this many records of each source."})
     summary_slots: int | None = field(default=None, metadata={"help": "Server-side summary vectors before the slots (see TextFreeConfig.summary_slots; default: the init run's, 0 for PPFT's layout)."})
     count_vectors: int | None = field(default=None, metadata={"help": "Beyond the paper: a learned vector per slot count 1..N put before a row's slots (ProjectionConfig.count_vectors; default: the init run's projection's, 0 as PPFT). Post-processing of the payload: the guarantee is unchanged."})
+    count_dropout: float | None = field(default=None, metadata={"help": "With count_vectors: the training-only probability that a row's count vector is zeroed (ProjectionConfig.count_dropout; default: the init run's projection's, 0)."})
     fixed_slots: bool | None = field(default=None, metadata={"help": "The client pads every payload to ceil(max_private_tokens / k) slots, hiding the prompt's length (see TextFreeConfig.fixed_slots; default: the init run's, false as PPFT)."})
     train_decoder: bool | None = field(default=None, metadata={"help": "Only with tasks ['restore']: also train every base-decoder weight (full fine-tuning), a stronger learned inversion attacker; null/false: LoRA + projection only, as PPFT."})
 
@@ -149,6 +151,8 @@ class Stage2Config(LoopConfig):
                 raise ValueError(f"restore_text must be a non-empty list of source names, got {self.restore_text!r}")
             if list(self.tasks) != ["restore"]:
                 raise ValueError(f"restore_text replaces the training rows of the 'restore' task only: tasks must be ['restore'], got {self.tasks!r}")
+        if self.count_dropout is not None:
+            check_dropout("count_dropout", self.count_dropout)
         for name in ("train_decoder", "fixed_slots"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true, false or null, got {getattr(self, name)!r}")
@@ -429,8 +433,10 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
                                          summary_slots=lm.config.summary_slots if cfg.summary_slots is None else cfg.summary_slots,
                                          fixed_slots=lm.config.fixed_slots if cfg.fixed_slots is None else cfg.fixed_slots)
     lm.encoder.max_length = max_private
-    if cfg.count_vectors is not None and cfg.count_vectors != lm.server.projection.config.count_vectors:
-        lm.server.projection = lm.server.projection.with_count_vectors(cfg.count_vectors)
+    proj = lm.server.projection.config
+    if (cfg.count_vectors, cfg.count_dropout) != (None, None) and (cfg.count_vectors, cfg.count_dropout) != (proj.count_vectors, proj.count_dropout):
+        n = proj.count_vectors if cfg.count_vectors is None else cfg.count_vectors
+        lm.server.projection = lm.server.projection.with_count_vectors(n, cfg.count_dropout)
     if cfg.train_decoder:
         lm.server.train_base()
 
@@ -474,7 +480,7 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
     extra = {"stage": "stage2", "dataset": None if cfg.restore_text else cfg.dataset, "restore_text": cfg.restore_text, "examples": len(examples), "epsilon": cfg.epsilon, "k": k,
              "mechanism": family, "noise_match": cfg.noise_match, "tasks": list(cfg.tasks), "blind": cfg.blind,
              "summary_slots": lm.config.summary_slots, "fixed_slots": lm.config.fixed_slots,
-             "count_vectors": lm.server.projection.config.count_vectors,
+             "count_vectors": lm.server.projection.config.count_vectors, "count_dropout": lm.server.projection.config.count_dropout,
              "total_wall_s": round(time.time() - t0, 2)}
     return _write_summary(run, summary, extra) | {"model": lm}
 
