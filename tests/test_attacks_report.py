@@ -301,3 +301,22 @@ def test_learned_reader_of_t2t_text_in_its_section_and_the_matrix(tmp_path):
     assert aware == "| learned inverter, aware (ROUGE-L) | 0.600 (unit eps 117) |"
     unaware = next(line for line in lines if line.startswith("| learned inverter, unaware"))
     assert "n/a (trained on clean text it learns the identity: read the text)" in unaware
+
+
+def test_padded_slots_are_their_own_cross_matrix_row(tmp_path):
+    _payload_file(tmp_path, "rest", "learned_inversion", {"variant": "restoration", "k": 4},
+                  [(75, {"rouge_l": [0.01, 0.03], "slot_epsilon": [150.0] * 2})])
+    _payload_file(tmp_path, "rest_fixed", "learned_inversion", {"variant": "restoration", "k": 4},
+                  [(28, {"rouge_l": [0.05, 0.07], "slot_epsilon": [56.0] * 2, "padded_slots": [24.0] * 2})])
+    _payload_file(tmp_path, "attr", "attribute_inference", {"k": 4}, [(75, _attr(0.97, 0.5, "slot_epsilon", 150.0))],
+                  mechanism=LAPLACE, seeds=(0,))
+    _payload_file(tmp_path, "attr_fixed", "attribute_inference", {"k": 4, "pad_to": 24},
+                  [(28, _attr(0.67, 0.5, "slot_epsilon", 56.0))], mechanism=LAPLACE, seeds=(0,))
+    text = build_report([tmp_path])
+    header = next(line for line in text.splitlines() if line.startswith("| attack \\ mechanism"))
+    assert header == "| attack \\ mechanism | pooled PPFT slots (k = 4) | pooled slots padded to a fixed count (k = 4) |"
+    restoration = next(line for line in text.splitlines() if line.startswith("| restoration instruction"))
+    assert restoration == "| restoration instruction (ROUGE-L) | 0.020 (unit eps 150) | 0.060 (unit eps 56) |"
+    sex = next(line for line in text.splitlines() if line.startswith("| attributes: sex (best)"))
+    assert sex == "| attributes: sex (best) (%) | 97.0% (unit eps 150) | 67.0% (unit eps 56) |"
+    assert "release: PPFT slots, padded to 24 slots (count hidden)" in text

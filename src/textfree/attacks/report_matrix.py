@@ -100,8 +100,10 @@ def _token_rows(cells: list[PayloadCell], attributes: list[PayloadCell]) -> list
     return list(rows.values())
 
 
-def _pooled_row(inversion: list[PayloadCell], attributes: list[PayloadCell]) -> MatrixRow | None:
-    row = MatrixRow("pooled PPFT slots (k = 4)", "pooled")
+def _pooled_row(inversion: list[PayloadCell], attributes: list[PayloadCell], *, padded: bool = False) -> MatrixRow | None:
+    """PPFT's pooled slots (the count released), or with ``padded`` slots from a client that pads every payload to a
+    fixed count (attribute cells with ``pad_to``; inversion results with ``padded_slots``): another mechanism."""
+    row = MatrixRow("pooled slots padded to a fixed count (k = 4)" if padded else "pooled PPFT slots (k = 4)", "pooled")
     for c in inversion:
         params = c.cell.get("params") or {}
         if params.get("k", 4) != 4 or not _pri_ddx(c):
@@ -112,18 +114,16 @@ def _pooled_row(inversion: list[PayloadCell], attributes: list[PayloadCell]) -> 
                   else f"learned inverter, {variant}")
         for point, p in c.points:
             eps = point.get("params.epsilon", params.get("epsilon"))
-            if eps is None:
-                continue  # clean payloads: no mechanism
+            if eps is None or _padded(p) != padded:
+                continue  # clean payloads: no mechanism; or the other row's
             row.add(column, p.mean("slot_epsilon"), 100 * p.mean("rouge_l"), c.name)
-    _add_slot_attributes(row, attributes, padded=False)  # PPFT releases the slot count as it is
+    _add_slot_attributes(row, attributes, padded=padded)
     return row if row.points else None
 
 
-def _padded_row(attributes: list[PayloadCell]) -> MatrixRow | None:
-    """Pooled slots from a client that pads every payload to a fixed slot count (``pad_to``): another mechanism."""
-    row = MatrixRow("pooled slots padded to a fixed count (k = 4)", "pooled")
-    _add_slot_attributes(row, attributes, padded=True)
-    return row if row.points else None
+def _padded(p) -> bool:
+    """An inversion result on payloads padded to a fixed slot count (results before ``padded_slots`` existed: no)."""
+    return p.spread("padded_slots") is not None
 
 
 def _add_slot_attributes(row: MatrixRow, attributes: list[PayloadCell], *, padded: bool) -> None:
@@ -160,7 +160,7 @@ def collect_matrix(paths: Iterable[str | Path]) -> list[MatrixRow]:
     rows = _token_rows(collect_kind(paths, "token_inversion"), attributes)
     pooled = _pooled_row(collect_kind(paths, "learned_inversion"), attributes)
     rows += [pooled] if pooled else []
-    padded = _padded_row(attributes)
+    padded = _pooled_row(collect_kind(paths, "learned_inversion"), attributes, padded=True)
     rows += [padded] if padded else []
     return rows + _text_rows(collect_kind(paths, "substitution_inversion"), attributes)
 

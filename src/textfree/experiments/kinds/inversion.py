@@ -57,7 +57,7 @@ VARIANTS = ("unaware", "aware", "restoration")
 INVERSION_METRICS = ("rouge_l", "rouge_l_recall", "bleu", "symptoms_recall_text", "antecedents_recall_text",
                      "rouge_l_prior", "symptoms_recall_text_prior", "antecedents_recall_text_prior",
                      "pii_exact", "pii_fuzzy", "pii_exact_prior", "pii_fuzzy_prior", "n_pii_units",
-                     "slot_epsilon", "prompt_epsilon", "n_eval", "eval_wall_s") + _TRAIN
+                     "slot_epsilon", "prompt_epsilon", "padded_slots", "n_eval", "eval_wall_s") + _TRAIN
 INVERSION_PARAMS = {
     "variant": "unaware (trained on clean payloads), aware (on noisy payloads at epsilon) or restoration (no training)",
     "epsilon": "L2-Laplace epsilon of the evaluated payloads (and of aware training); null: clean payloads",
@@ -252,6 +252,7 @@ def learned_inversion(cell: Any, point: dict, seed: int, context: RunContext) ->
     nan = math.nan
     slot = privatizer.privatization.slot_loss().epsilon if epsilon is not None else nan
     slots = payload.lengths if epsilon is not None else []
+    pad_to = privatizer.privatization.pad_to  # a fixed_slots model's client hides the count: another mechanism
     out |= {"slot_epsilon": slot, "prompt_epsilon": slot * sum(slots) / len(slots) if slots else nan,
-            "n_eval": float(len(texts)), "eval_wall_s": wall}
+            "padded_slots": float(pad_to) if pad_to is not None else nan, "n_eval": float(len(texts)), "eval_wall_s": wall}
     return out | train_metrics
