@@ -20,8 +20,9 @@ Tasks (``task=``):
   server knows (it is public, like the options). Scored like ``"open"``. Not the paper's metric; reported beside it.
 * ``"length_mcqa"`` / ``"length_open"``: a control for what the payload's **slot count** alone tells the model. The
   client privatizes as in ``"mcqa"`` / ``"open"``, then every slot is replaced by a random unit vector (drawn from the
-  evaluation generator): the same number of slots, no content. The mechanism does not hide the count (it is
-  ceil(tokens / k)), and on templated prompts the length says much about the answer.
+  evaluation generator): the same number of slots, no content. PPFT's mechanism does not hide the count (it is
+  ceil(tokens / k)), and on templated prompts the length says much about the answer; with a ``fixed_slots`` model
+  every payload has the same count, and the control is a random prefix of that length.
 
 Every result also reports ``accuracy_no_leak``: the accuracy on the records whose private text does not name the
 answer (docs/data.md). ``majority_baseline`` is the accuracy of always answering the most frequent training answer

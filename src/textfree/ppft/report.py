@@ -212,7 +212,8 @@ def _targets(stage2, blind, upper, lower, ds) -> list[str]:
     if ppft.values("acc_length_open"):
         n, p = ppft.mean("acc_length_open"), ppft.mean("acc_open")
         lines.append(f"- the slot count alone (the same model given random unit slots with each payload's count): open-answer "
-                     f"{n:.4f}, so the slots' content adds {p - n:+.4f} to PPFT's {p:.4f}. The mechanism does not hide the count.")
+                     f"{n:.4f}, so the slots' content adds {p - n:+.4f} to PPFT's {p:.4f}. The mechanism does not hide the count "
+                     "(a client with `fixed_slots` does: the slot-count table below, when it was run).")
     return lines
 
 
