@@ -158,10 +158,8 @@ def collect_matrix(paths: Iterable[str | Path]) -> list[MatrixRow]:
     paths = list(paths)
     attributes = [c for c in collect_kind(paths, "attribute_inference") if (c.cell.get("params") or {}).get("target", "attributes") != "answer"]
     rows = _token_rows(collect_kind(paths, "token_inversion"), attributes)
-    pooled = _pooled_row(collect_kind(paths, "learned_inversion"), attributes)
-    rows += [pooled] if pooled else []
-    padded = _pooled_row(collect_kind(paths, "learned_inversion"), attributes, padded=True)
-    rows += [padded] if padded else []
+    inversion = collect_kind(paths, "learned_inversion")
+    rows += [r for r in (_pooled_row(inversion, attributes), _pooled_row(inversion, attributes, padded=True)) if r]
     return rows + _text_rows(collect_kind(paths, "substitution_inversion"), attributes)
 
 

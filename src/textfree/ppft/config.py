@@ -79,7 +79,6 @@ class TextFreeConfig:
     lora: LoraSettings = field(default_factory=LoraSettings, metadata={"help": "LoRA settings of the adapter."})
     stage: str = field(default="init", metadata={"help": "'init' (untrained), 'stage1' (aligned) or 'stage2' (domain-adapted)."})
     summary_slots: int = field(default=0, metadata={"help": "The server puts this many summary vectors before a payload's slots: the unit-normalised means of the row's slots cut into this many contiguous groups, through the same P_psi (0: none, as PPFT). Post-processing of the payload on the server: the client and its guarantee are unchanged."})
-
     fixed_slots: bool = field(default=False, metadata={"help": "The client pads every payload to ceil(max_private_tokens / k) slots (public filler slots after the prompt's own, noised like them), so the server does not learn the prompt's length; false: ceil(tokens / k) slots, as PPFT."})
 
     @property

@@ -237,8 +237,8 @@ def _verdicts(prefix: str, ppft: Entry, upper: Entry, blind: Entry | None, low: 
 
 
 def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[Any], str]) -> list[str]:
-    """Beyond the paper: runs whose ``key`` layout (``summary``: server-side summary vectors; ``fixed``: the client pads
-    every payload to a fixed slot count) differs from PPFT's, each compared with its own no-noise upper bound, beside
+    """Beyond the paper: runs whose ``key`` layout (``summary``: server-side summary vectors; ``count``: count vectors
+    and their dropout; ``fixed``: the client pads every payload to a fixed slot count) differs from PPFT's, each compared with its own no-noise upper bound, beside
     PPFT's layout, at the width-matched eps and k=4. ``name(value)`` names a layout."""
     every = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
     stage2 = [e for e in every if not _get(e, "blind")]

@@ -107,7 +107,7 @@ def summary_vectors(slots: torch.Tensor, groups: int) -> torch.Tensor:
     return means / means.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
-def slot_prefix(projection: torch.nn.Module, slots: torch.Tensor, summary_slots: int) -> torch.Tensor:
+def slot_prefix(projection: Projection, slots: torch.Tensor, summary_slots: int) -> torch.Tensor:
     """One row's private prefix: the projection's count vector of n (with ``count_vectors``; none for a row without
     slots), then P_psi of its ``summary_slots`` summary vectors and of its real slots [n, d_e], in that order:
     [c + min(summary_slots, n) + n, d_d], c = 1 with a count vector. The one place the layout is built, for
@@ -117,7 +117,7 @@ def slot_prefix(projection: torch.nn.Module, slots: torch.Tensor, summary_slots:
     if summary_slots and n:
         slots = torch.cat([summary_vectors(slots, summary_slots), slots], dim=0)
     prefix = projection(slots)
-    count = projection.count_vector(n) if hasattr(projection, "count_vector") else None
+    count = projection.count_vector(n)
     return prefix if count is None else torch.cat([count.to(prefix.dtype), prefix], dim=0)
 
 

@@ -434,9 +434,10 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
                                          fixed_slots=lm.config.fixed_slots if cfg.fixed_slots is None else cfg.fixed_slots)
     lm.encoder.max_length = max_private
     proj = lm.server.projection.config
-    if (cfg.count_vectors, cfg.count_dropout) != (None, None) and (cfg.count_vectors, cfg.count_dropout) != (proj.count_vectors, proj.count_dropout):
-        n = proj.count_vectors if cfg.count_vectors is None else cfg.count_vectors
-        lm.server.projection = lm.server.projection.with_count_vectors(n, cfg.count_dropout)
+    n = proj.count_vectors if cfg.count_vectors is None else cfg.count_vectors
+    dropout = proj.count_dropout if cfg.count_dropout is None else cfg.count_dropout
+    if (n, dropout) != (proj.count_vectors, proj.count_dropout):
+        lm.server.projection = lm.server.projection.with_count_vectors(n, dropout)
     if cfg.train_decoder:
         lm.server.train_base()
 

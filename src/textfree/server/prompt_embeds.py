@@ -3,10 +3,10 @@
 One row per prompt, the same layout as :class:`~textfree.ppft.server.ServerModel` (``tests/test_server_vllm_gateway.py``
 checks they are equal)::
 
-    [BOS] [P(summary_1) ... P(summary_N)] [P(slot_1) ... P(slot_n)] [public tokens + public suffix]
+    [BOS] [count vector] [P(summary_1) ... P(summary_N)] [P(slot_1) ... P(slot_n)] [public tokens + public suffix]
 
-(the summary vectors only when the run's ``summary_slots`` > 0; :func:`~textfree.ppft.server.slot_prefix` builds the
-private prefix for both).
+(the count vector only when the run's projection has ``count_vectors``, the summary vectors only when its
+``summary_slots`` > 0; :func:`~textfree.ppft.server.slot_prefix` builds the private prefix for both).
 
 The gateway loads only the run's projection (``projection/``), the decoder's tokenizer and the decoder's
 token-embedding table (read from its safetensors file; no other decoder weight is loaded). The run's ``encoder/``
@@ -96,7 +96,7 @@ class PromptEmbedder:
 
     @torch.no_grad()
     def rows(self, vectors: torch.Tensor, mask: torch.Tensor, public: list[str] | None) -> list[torch.Tensor]:
-        """Per payload row, its prompt embeddings [1 + n_summary + n_slots + n_public_tokens, d_d] (float32)."""
+        """Per payload row, its prompt embeddings [1 + n_count + n_summary + n_slots + n_public_tokens, d_d] (float32)."""
         b = vectors.shape[0]
         lengths = mask.to(torch.bool).sum(dim=1).tolist()
         with self._tokenizer_lock:
