@@ -186,6 +186,24 @@ def test_variants_replace_the_clean_slots_and_epochs_cycle_over_them(monkeypatch
     assert seen == [[1.0], [2.0], [1.0], [2.0], [1.0]]
 
 
+def test_callable_variants_make_each_epochs_release_when_needed():
+    """A callable gives epoch e's release on demand (e = 0, 1, ...), checked like a listed one."""
+    x, m, y = _planted(8, torch.Generator().manual_seed(0))
+    specs = build_specs(y, KINDS)
+    asked = []
+
+    def release(epoch):
+        asked.append(epoch)
+        return torch.full_like(x, float(epoch)), m
+
+    train_attribute_attacker(x, m, y, specs, AttributeAttackConfig(epochs=4, hidden=8), noise=None, variants=release,
+                             generator=torch.Generator().manual_seed(1))
+    assert asked == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="width 5, the training slots 16"):
+        train_attribute_attacker(x, m, y, specs, AttributeAttackConfig(epochs=1), noise=None, generator=torch.Generator(),
+                                 variants=lambda e: (torch.zeros(8, 3, 5), m))
+
+
 def test_aware_training_learns_from_the_variants():
     """The clean slots carry nothing (random unit vectors); two noisy releases of them carry the planted sex: trained
     on the variants the attacker reads held-out releases, trained on the clean slots it cannot (fixed seeds)."""

@@ -210,7 +210,7 @@ def test_unknown_task_raises():
         with pytest.raises(ValueError, match="task must be one of"):
             evaluate_qa(FakeLM(ANSWERS), RECORDS, task=bad, epsilon=None)
     assert TASKS == ("mcqa", "open", "blind_mcqa", "blind_open", "mcqa_rank", "blind_mcqa_rank", "open_rank", "blind_open_rank",
-                     "length_mcqa", "length_open")
+                     "length_mcqa", "length_open", "open_head")
 
 
 @pytest.mark.parametrize("task", ["blind_mcqa", "blind_open"])
@@ -255,7 +255,7 @@ def test_evaluate_qa_every_task_on_a_tiny_model(tiny_lm, monkeypatch):
 
     monkeypatch.setattr(tiny_lm.server, "generate", spy)
     for task in TASKS:
-        if task.endswith("_rank"):
+        if task.endswith("_rank") or task == "open_head":
             continue  # below
         generated.clear()
         r = evaluate_qa(tiny_lm, RECORDS, task=task, epsilon=28.0, seed=0, max_new_tokens=2)
@@ -518,3 +518,24 @@ def test_length_tasks_keep_the_slot_count_and_drop_the_content(tiny_lm, monkeypa
     assert torch.equal(vectors, random_unit_slots(mask, tiny_lm.config.encoder_dim, gen))
     assert (vectors * real.vectors.float()).sum(-1)[mask].abs().max() < 0.9
     assert r["task"] == task and r["n"] == 3 and r["epsilon"] == 28.0
+
+
+def test_open_head_answers_with_the_heads_most_probable_class_on_the_open_payloads(tiny_lm, monkeypatch):
+    """The open task's prompts and payloads (same seed: the same noise), answered by the answer head's argmax."""
+    from textfree.attacks.attributes import AttributeAttackConfig, AttributeClassifier, AttributeSpec
+    from textfree.ppft.evaluate import head_answers
+
+    with pytest.raises(ValueError, match="'open_head' needs a model with an answer head"):
+        evaluate_qa(tiny_lm, RECORDS, task="open_head", epsilon=28.0, seed=0, labels=LABELS)
+    torch.manual_seed(0)
+    spec = AttributeSpec("answer", "categorical", ("Influenza", "PSVT", "Anemia"))
+    head = AttributeClassifier(tiny_lm.config.encoder_dim, [spec], AttributeAttackConfig(count=True, hidden=8), max_count=8)
+    saved = tiny_lm.server.projection
+    monkeypatch.setattr(tiny_lm.server, "projection", saved.with_answer_head(head, torch.zeros(3, saved.config.out_dim)))
+    monkeypatch.setattr(tiny_lm.server, "generate", lambda *a, **k: pytest.fail("open_head must not run the decoder"))
+    r = evaluate_qa(tiny_lm, RECORDS, task="open_head", epsilon=28.0, seed=0, labels=LABELS)
+    parts = [open_answer_prompt(x) for x in RECORDS]
+    payload = tiny_lm.privatizer(28.0).privatize([p.private for p in parts], seed=0)
+    want = head_answers(tiny_lm.server.projection, payload)
+    assert [p["answer"] for p in r["predictions"]] == want and set(want) <= set(spec.classes)
+    assert r["accuracy"] == sum(w == x.answer for w, x in zip(want, RECORDS)) / 3 and r["n_labels"] == len(LABELS)

@@ -473,3 +473,79 @@ def test_count_dropout_zeroes_count_vectors_in_training_only():
     for bad in (1.0, -0.1, True):
         with pytest.raises(ValueError, match="count_dropout must be a number in \\[0, 1\\)"):
             ProjectionConfig(4, 3, count_dropout=bad)
+
+
+# ---------------------------------------------------------------------------------------------- answer head
+def _answer_head(dim: int, classes=("flu", "cold", "otitis"), max_count: int = 4):
+    from textfree.attacks.attributes import AttributeAttackConfig, AttributeClassifier, AttributeSpec
+
+    torch.manual_seed(0)
+    spec = AttributeSpec("answer", "categorical", tuple(classes))
+    return AttributeClassifier(dim, [spec], AttributeAttackConfig(count=True, hidden=8), max_count=max_count)
+
+
+def test_answer_vector_is_the_heads_probabilities_times_the_class_vectors():
+    from textfree.ppft.projection import Projection, ProjectionConfig
+
+    head = _answer_head(4)
+    embed = torch.arange(9.0).view(3, 3)
+    proj = Projection(ProjectionConfig(4, 3)).with_count_vectors(2).with_answer_head(head, embed)
+    assert proj.config.answer_classes == ("flu", "cold", "otitis") and proj.config.answer_max_count == 4
+    assert proj.config.count_vectors == 2  # the other settings are kept
+    slots = torch.randn(5, 4, generator=torch.Generator().manual_seed(1))
+    head.eval()
+    features = torch.cat([slots.mean(0), torch.eye(4)[3]])  # 5 slots: counts above 4 share the 4th one-hot
+    logits = head.heads["answer"](head.trunk(features.unsqueeze(0)))[0]
+    want = torch.softmax(logits, -1) @ embed
+    torch.testing.assert_close(proj.answer_vector(slots), want.unsqueeze(0))
+    assert proj.answer_vector(torch.zeros(0, 4)) is None
+    # frozen and never in dropout mode, even while P_psi trains
+    proj.train()
+    assert not proj.answer.training and not any(p.requires_grad for p in proj.answer.parameters())
+    assert proj.answer_embed.requires_grad and torch.equal(proj.answer_vector(slots), proj.answer_vector(slots))
+    # with_count_vectors keeps the head
+    torch.testing.assert_close(proj.with_count_vectors(3).answer_vector(slots), proj.answer_vector(slots))
+    with pytest.raises(ValueError, match="class_vectors must be \\[3, 3\\], got \\(2, 3\\)"):
+        Projection(ProjectionConfig(4, 3)).with_answer_head(head, torch.zeros(2, 3))
+
+
+def test_answer_head_config_is_checked_and_round_trips(tmp_path):
+    from textfree.ppft.projection import Projection, ProjectionConfig
+
+    proj = Projection(ProjectionConfig(4, 3)).with_answer_head(_answer_head(4), torch.randn(3, 3))
+    loaded = Projection.load(proj.save(tmp_path / "projection"))
+    assert loaded.config == proj.config and isinstance(loaded.config.answer_classes, tuple)
+    slots = torch.randn(2, 4)
+    torch.testing.assert_close(loaded.answer_vector(slots), proj.answer_vector(slots))
+    assert not loaded.answer.training
+    for bad, words in ((("a", "a"), "distinct non-empty strings"), (("a", ""), "distinct non-empty strings"),
+                       (("a",), "at least 2 classes, got 1"), ("ab", "distinct non-empty strings")):
+        with pytest.raises(ValueError, match=words):
+            ProjectionConfig(4, 3, answer_classes=bad)
+    with pytest.raises(ValueError, match="answer_max_count must be an integer >= 1, got 0"):
+        ProjectionConfig(4, 3, answer_classes=("a", "b"), answer_max_count=0)
+
+
+def test_answer_vector_goes_after_the_count_vector_and_before_the_slots(lm):
+    from textfree.ppft.server import slot_prefix
+
+    vectors, mask = _slots(lm)
+    saved = lm.server.projection
+    try:
+        proj = saved.with_count_vectors(8).with_answer_head(_answer_head(vectors.shape[-1], max_count=8),
+                                                           torch.randn(3, saved.config.out_dim))
+        lm.server.projection = proj
+        n = int(mask[0].sum())
+        row = slot_prefix(proj, vectors[0, :n], 0)
+        assert row.shape[0] == n + 2
+        torch.testing.assert_close(row[0], proj.count[min(n, 8) - 1].detach())
+        torch.testing.assert_close(row[1], proj.answer_vector(vectors[0, :n])[0])
+        torch.testing.assert_close(row[2:], proj(vectors[0, :n].float()))
+        out = lm.server(vectors, mask, public=PUBLIC, targets=TARGETS)
+        out.loss.backward()
+        assert proj.answer_embed.grad is not None and proj.answer_embed.grad.abs().sum() > 0
+        assert all(p.grad is None for p in proj.answer.parameters())
+        # a blind row (no slots): neither vector
+        assert slot_prefix(proj, torch.zeros(0, vectors.shape[-1]), 0).shape[0] == 0
+    finally:
+        lm.server.projection = saved

@@ -261,6 +261,28 @@ def test_count_vector_runs_get_their_own_table(tmp_path):
     assert "87.5% of the upper bound 1.0000" in open_ and "**met**" in open_
 
 
+def test_answer_head_runs_get_their_own_table_with_the_head_alone_column(tmp_path):
+    d = _fixture(tmp_path)
+    _result_file(d / "answer.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "answer_head": True, "epochs": 12},
+         _eval([0.97] * 3, [0.85, 0.86, 0.87], extra={"acc_open_head": [0.88, 0.88, 0.88]})),
+        ({"epsilon": None, "k": 4, "answer_head": True, "epochs": 12}, _eval([0.99] * 3, [1.0] * 3)),
+    ], date="2026-01-02T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+    assert "0.820 ± 0.020 (3)" in next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4"))  # not the head's run
+    section = lines[lines.index("### Pri-DDX: an answer head before the slots (beyond the paper)"):]
+    header = next(l for l in section if l.startswith("| server layout | row |"))
+    assert header.endswith("| open, random slots (count only) | open, answer head alone |")
+    row = next(l for l in section if l.startswith("| answer vector + slots | eps 28 (width-matched), k=4 | 12 |"))
+    assert "| 0.860 ± 0.010 (3) |" in row and row.endswith("| 0.880 (3 seeds, all equal) |")
+    assert next(l for l in section if l.startswith("| PPFT (slots only) | eps 28")).endswith("| — |")
+    open_ = next(l for l in section if l.startswith("- answer vector + slots: eps 28, open-answer:"))
+    assert "86.0% of the upper bound 1.0000" in open_ and "**met**" in open_
+    # without an answer-head run there is no such table or column
+    (tmp_path / "other").mkdir()
+    assert "answer head" not in build_report([_fixture(tmp_path / "other")])
+
+
 def test_count_dropout_runs_are_a_layout_of_their_own(tmp_path):
     d = _fixture(tmp_path)
     _result_file(d / "count.json", "ppft_stage2", "pri-ddx", [

@@ -222,6 +222,58 @@ def test_stage2_resumes_exactly_after_an_interruption(stage1_run, fixture_data, 
     _assert_same_run(tmp_path / "full", tmp_path / "cut")
 
 
+def test_stage2_answer_head_trains_first_stays_frozen_and_is_reused_on_resume(stage1_run, fixture_data, tmp_path, monkeypatch):
+    """The answer head is trained before the loop on fresh payloads (classes: the distinct targets), saved in the run,
+    left unchanged by the loop (its class vectors train); an interrupted run resumes with the saved head, not a new one."""
+    run1, _ = stage1_run
+    cfg = dict(tasks=["mcqa", "open"], answer_head=True, answer_head_epochs=5)
+    full = train_stage2(_stage2_cfg(tmp_path / "full", run1, **cfg))
+    info = full["answer_head"]
+    assert info["classes"] == 3 and info["epochs"] == 5 and 0.0 <= info["train_accuracy_fresh_draw"] <= 1.0
+    proj = full["model"].server.projection
+    assert set(proj.config.answer_classes) == {"Acute otitis media", "Cluster headache", "Sarcoidosis"}
+    before = _tensors(tmp_path / "full" / "answer_head" / "model.safetensors")
+    after = _tensors(tmp_path / "full" / "projection" / "model.safetensors")
+    heads = [k for k in before if k.startswith("answer.")]
+    assert heads and all(torch.equal(before[k], after[k]) for k in heads), "the stage-2 loop must not train the head"
+    assert not torch.equal(before["answer_embed"], after["answer_embed"]), "the class vectors train with P_psi"
+    saved = json.loads((tmp_path / "full" / "projection" / "config.json").read_text())
+    assert saved["answer_classes"] == list(proj.config.answer_classes) and saved["answer_max_count"] >= 1
+    # resume: the saved head is reused (training another one would fail here)
+    with pytest.raises(Interrupt):
+        train_stage2(_stage2_cfg(tmp_path / "cut", run1, **cfg), on_step=_interrupt_at(5))
+    import textfree.ppft.answer_head as answer_head
+
+    monkeypatch.setattr(answer_head, "train_answer_head", lambda *a, **k: pytest.fail("the saved head must be reused"))
+    resumed = train_stage2(_stage2_cfg(tmp_path / "cut", run1, **cfg))
+    assert resumed["resumed_from_step"] == 4 and resumed["answer_head"] == info
+    _assert_same_run(tmp_path / "full", tmp_path / "cut")
+
+
+def test_stage2_answer_head_settings_are_checked(stage1_run, fixture_data, tmp_path):
+    run1, _ = stage1_run
+    with pytest.raises(ValueError, match="not for blind or restore runs"):
+        _stage2_cfg(tmp_path / "b", run1, epsilon=None, blind=True, answer_head=True)
+    with pytest.raises(ValueError, match="not for blind or restore runs"):
+        _stage2_cfg(tmp_path / "r", run1, tasks=["restore"], answer_head=True)
+    for bad in (0, None, 2.5):
+        with pytest.raises(ValueError, match=f"answer_head_epochs must be an integer >= 1, got {bad}"):
+            _stage2_cfg(tmp_path / "e", run1, answer_head=True, answer_head_epochs=bad)
+    with pytest.raises(ValueError, match="answer_head must be true or false, got 'yes'"):
+        _stage2_cfg(tmp_path / "y", run1, answer_head="yes")
+
+
+def test_answer_classes_are_the_repeated_targets_most_frequent_first():
+    from textfree.ppft.answer_head import answer_classes
+
+    assert answer_classes(["flu", "cold", "flu", "otitis", "cold", "flu"]) == ["flu", "cold", "otitis"]
+    assert answer_classes(["b", "a", "a", "b"]) == ["a", "b"]  # ties: alphabetical
+    with pytest.raises(ValueError, match="at least 2 distinct training targets, got 1"):
+        answer_classes(["flu", "flu"])
+    with pytest.raises(ValueError, match="3 of 5 training targets occur once: the answers are free text"):
+        answer_classes(["a", "b", "c", "d", "a"])
+
+
 def test_stage1_resumes_exactly_after_an_interruption(fixture_data, tmp_path, tiny_encoder_dir, tiny_decoder_dir):
     full = train_stage1(_stage1_cfg(tmp_path / "full", tiny_decoder_dir, tiny_encoder_dir))
     with pytest.raises(Interrupt):
@@ -245,9 +297,13 @@ def test_cli_stage1_stage2_ask_evaluate(fixture_data, tmp_path, tiny_encoder_dir
 
     s1, s2 = tmp_path / "s1", tmp_path / "s2"
     run("train-stage1", "--decoder", tiny_decoder_dir, "--encoder", tiny_encoder_dir, "--out", s1, "--max-steps", 2, "--k", 2)
-    run("train-stage2", "--from", s1, "--dataset", "pri-ddx", "--epsilon", 75, "--k", 4, "--out", s2, "--epochs", 1, "--summary-slots", 1)
+    run("train-stage2", "--from", s1, "--dataset", "pri-ddx", "--epsilon", 75, "--k", 4, "--out", s2, "--epochs", 1, "--summary-slots", 1,
+        "--answer-head", "--answer-head-epochs", 2)
     saved = json.loads((s2 / "textfree_config.json").read_text())
     assert saved["k"] == 4 and saved["summary_slots"] == 1  # ask and evaluate below read payloads with the summary vector
+    assert len(json.loads((s2 / "projection" / "config.json").read_text())["answer_classes"]) == 3  # ... and the answer vector
+    out = run("evaluate", "--model", s2, "--dataset", "pri-ddx", "--task", "open_head", "--out", tmp_path / "head.json")
+    assert "open_head" in out and json.loads((tmp_path / "head.json").read_text())["task"] == "open_head"
     out = run("ask", "--model", s2, "A 46-year-old man with a history of cluster headaches", "--public", "Options:\nA. Cluster headache",
               "--seed", 1, "--max-new-tokens", 3)
     assert "privacy:" in out
@@ -266,6 +322,8 @@ def test_cli_stage1_stage2_ask_evaluate(fixture_data, tmp_path, tiny_encoder_dir
     assert bad.exit_code == 2 and "summary_slots must be an integer >= 0 or null, got -1" in bad.output
     bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "v"), "--count-vectors", "-2"])
     assert bad.exit_code == 2 and "count_vectors must be an integer >= 0 or null, got -2" in bad.output
+    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "u"), "--answer-head", "--answer-head-epochs", "0"])
+    assert bad.exit_code == 2 and "answer_head_epochs must be an integer >= 1, got 0" in bad.output
 
 
 # ---------------------------------------------------------------------------------------------- real data

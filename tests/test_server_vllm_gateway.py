@@ -12,6 +12,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from textfree.attacks.attributes import AttributeAttackConfig, AttributeClassifier, AttributeSpec
 from textfree.ppft.decoder import DecoderLoadError, load_input_embeddings
 from textfree.ppft.model import TextFreeLM
 from textfree.server import ServerConfig, create_app
@@ -88,6 +89,15 @@ def test_prompt_rows_are_the_in_process_servers_rows(tiny_run_dir, tiny_lm, payl
     embedder = PromptEmbedder.load(lm.save(tmp_path / "count-run"))
     ours, (theirs, _) = embedder.rows(vectors, mask, PUBLIC), lm.server._rows(vectors, mask, PUBLIC, None)
     assert [r.shape[0] for r in ours] == [r.shape[0] + 1 for r in plain]
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b.float(), rtol=0, atol=1e-6)
+    # ... and an answer head too: one more vector, which the gateway computes from the slots as the server does
+    spec = AttributeSpec("answer", "categorical", ("flu", "cold", "otitis"))
+    head = AttributeClassifier(vectors.shape[-1], [spec], AttributeAttackConfig(count=True, hidden=8), max_count=4)
+    lm.server.projection = lm.server.projection.with_answer_head(head, torch.randn(3, lm.server.projection.config.out_dim))
+    embedder = PromptEmbedder.load(lm.save(tmp_path / "answer-run"))
+    ours, (theirs, _) = embedder.rows(vectors, mask, PUBLIC), lm.server._rows(vectors, mask, PUBLIC, None)
+    assert [r.shape[0] for r in ours] == [r.shape[0] + 2 for r in plain]
     for a, b in zip(ours, theirs):
         torch.testing.assert_close(a, b.float(), rtol=0, atol=1e-6)
 

@@ -267,18 +267,27 @@ def train_attribute_attacker(
     *,
     noise: Noise | None,
     generator: torch.Generator,
-    variants: Sequence[Inputs] | None = None,
+    variants: Sequence[Inputs] | Callable[[int], Inputs] | None = None,
 ) -> AttributeClassifier:
     """Train on the attacker's own payloads: clean ``slots`` (noise-unaware, ``noise=None``) or, noise-aware, the
     real slots passed through ``noise(rows [n, d], generator)`` afresh every epoch (padding stays zero), or
-    ``variants``: precomputed releases of the same training rows (each a ``(slots, mask)`` pair; e.g. the attacker's
-    own T2T runs over its training text, re-encoded), epoch ``e`` training on ``variants[e % len(variants)]``
-    instead of ``slots``. ``noise`` and ``variants`` exclude each other. ``generator`` seeds the initialisation, the
-    batches and the noise."""
+    ``variants``: releases of the same training rows (each a ``(slots, mask)`` pair; e.g. the attacker's own T2T
+    runs over its training text, re-encoded), epoch ``e`` training on ``variants[e % len(variants)]`` instead of
+    ``slots``; a callable ``variants(e)`` makes epoch e's release when it is needed (fresh payloads every epoch
+    without holding them all). ``noise`` and ``variants`` exclude each other. ``generator`` seeds the
+    initialisation, the batches and the noise."""
     _check_slots(slots, mask, len(targets))
     if noise is not None and variants is not None:
-        raise ValueError("give noise (fresh noise every epoch) or variants (precomputed releases), not both")
-    cycle = None if variants is None else _check_variants(variants, len(targets), slots.shape[-1])
+        raise ValueError("give noise (fresh noise every epoch) or variants (releases of the rows), not both")
+    release = None
+    if callable(variants):
+        def release(epoch: int) -> Inputs:
+            return _check_variants([variants(epoch)], len(targets), slots.shape[-1])[0]
+    elif variants is not None:
+        cycle = _check_variants(variants, len(targets), slots.shape[-1])
+
+        def release(epoch: int) -> Inputs:
+            return cycle[epoch % len(cycle)]
     y = _encode(specs, targets)
     torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
     model = AttributeClassifier(slots.shape[-1], specs, config, max_count=max(1, int(mask.sum(1).max())))
@@ -290,8 +299,8 @@ def train_attribute_attacker(
         x_all, m_all = clean, mask
         if noise is not None:  # fresh noise on the real slots only (padding stays zero)
             x_all = noisy_rows(noise, clean, mask, generator)
-        elif cycle is not None:
-            x_all, m_all = cycle[epoch % len(cycle)]
+        elif release is not None:
+            x_all, m_all = release(epoch)
         order = torch.randperm(n, generator=generator)
         for start in range(0, n, config.batch_size):
             idx = order[start : start + config.batch_size]

@@ -107,6 +107,8 @@ def train_stage2_cmd(
     summary_slots: _Optional[int] = typer.Option(None, "--summary-slots", help="Server-side summary vectors before the slots: unit-normalised means of the payload's slots in N groups (default: the init run's, 0 = PPFT's layout)."),
     count_vectors: _Optional[int] = typer.Option(None, "--count-vectors", help="Server side, beyond the paper: a learned vector per slot count 1..N before a row's slots (default: the init run's, 0 = PPFT's layout)."),
     count_dropout: _Optional[float] = typer.Option(None, "--count-dropout", help="With --count-vectors: the training-only probability that a row's count vector is zeroed (default: the init run's, 0)."),
+    answer_head: bool = typer.Option(False, "--answer-head", help="Server side, beyond the paper: first train an answer head on fresh payloads of the training rows (classes: the distinct training targets) and put its answer vector before a row's slots."),
+    answer_head_epochs: int = typer.Option(100, "--answer-head-epochs", help="With --answer-head: passes over the training rows, fresh noise each."),
     fixed_slots: _Optional[bool] = typer.Option(None, "--fixed-slots/--no-fixed-slots", help="The client pads every payload to ceil(max_private_tokens / k) slots, hiding the prompt's length (default: the init run's; off as PPFT)."),
     seed: int = typer.Option(0, help="Seed (dropout, data order, noise: experiments only)."),
     save_every: int = typer.Option(200, help="Checkpoint every N steps."),
@@ -123,7 +125,8 @@ def train_stage2_cmd(
         Stage2Config, out=str(out), init=str(init), dataset=dataset, epsilon=eps, k=k, mechanism=mechanism,
         noise_match=noise_match, tasks=list(task or ("mcqa", "open")), blind=blind, epochs=epochs, max_steps=max_steps,
         batch_size=batch_size, lr=lr, limit=limit, max_private_tokens=max_private_tokens, summary_slots=summary_slots,
-        count_vectors=count_vectors, count_dropout=count_dropout, fixed_slots=fixed_slots, seed=seed, save_every=save_every, resume=resume, cpu=cpu,
+        count_vectors=count_vectors, count_dropout=count_dropout, answer_head=answer_head, answer_head_epochs=answer_head_epochs,
+        fixed_slots=fixed_slots, seed=seed, save_every=save_every, resume=resume, cpu=cpu,
     )
     summary = _ppft_run(train_stage2, cfg)
     typer.echo(f"stage 2 done: {summary['steps']} steps, loss {summary['first_loss']:.4f} -> {summary['final_loss']:.4f}, "
@@ -163,7 +166,7 @@ def evaluate_cmd(
     limit: _Optional[int] = typer.Option(None, help="Only the first N held-out records."),
     seed: int = typer.Option(0, help="Noise seed (experiments only)."),
     max_new_tokens: int = typer.Option(32, help="Generation length."),
-    task: str = typer.Option("mcqa", "--task", help="mcqa (4 options), open (no options), blind_mcqa or blind_open (no private prefix); mcqa_rank / blind_mcqa_rank: the 4-option prompts answered by ranking the options by likelihood; open_rank / blind_open_rank: the open prompts answered by ranking every label of the task."),
+    task: str = typer.Option("mcqa", "--task", help="mcqa (4 options), open (no options), blind_mcqa or blind_open (no private prefix); mcqa_rank / blind_mcqa_rank: the 4-option prompts answered by ranking the options by likelihood; open_rank / blind_open_rank: the open prompts answered by ranking every label of the task; length_mcqa / length_open: random slots at the payload's count; open_head: the open payloads answered by the model's answer head alone."),
     out: _Optional[_Path] = typer.Option(None, "--out", help="Write the result (with every prediction) to this JSON file."),
 ) -> None:
     """Held-out accuracy: the client privatizes each prompt, the server answers from the payload."""

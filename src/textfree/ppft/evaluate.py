@@ -23,6 +23,9 @@ Tasks (``task=``):
   evaluation generator): the same number of slots, no content. PPFT's mechanism does not hide the count (it is
   ceil(tokens / k)), and on templated prompts the length says much about the answer; with a ``fixed_slots`` model
   every payload has the same count, and the control is a random prefix of that length.
+* ``"open_head"``: the prompts and payloads of ``"open"``, answered by the model's **answer head** alone (beyond the
+  paper; :mod:`textfree.ppft.answer_head`): its most probable class, no decoder. Scored like ``"open"``. Beside the
+  ``"open"`` row it says how much of what the head reads the decoder passes on. Needs a model with an answer head.
 
 Every result also reports ``accuracy_no_leak``: the accuracy on the records whose private text does not name the
 answer (docs/data.md). ``majority_baseline`` is the accuracy of always answering the most frequent training answer
@@ -42,10 +45,10 @@ from ..data.prompts import OPEN_INSTRUCTION
 from ..metrics import open_answer_correct
 from ..rng import resolve_generator
 
-__all__ = ["TASKS", "evaluate_qa", "evaluate_mcqa", "majority_baseline", "random_unit_slots", "task_labels"]
+__all__ = ["TASKS", "evaluate_qa", "evaluate_mcqa", "head_answers", "majority_baseline", "random_unit_slots", "task_labels"]
 
 TASKS = ("mcqa", "open", "blind_mcqa", "blind_open", "mcqa_rank", "blind_mcqa_rank", "open_rank", "blind_open_rank",
-         "length_mcqa", "length_open")
+         "length_mcqa", "length_open", "open_head")
 
 
 def task_labels(*record_lists: Sequence[MCQARecord]) -> list[str]:
@@ -59,7 +62,7 @@ def task_labels(*record_lists: Sequence[MCQARecord]) -> list[str]:
 
 
 def _parts(record: MCQARecord, task: str):
-    task = task.removesuffix("_rank").removeprefix("length_")
+    task = task.removesuffix("_rank").removesuffix("_head").removeprefix("length_")
     if task == "mcqa":
         return mcqa_prompt(record)
     if task == "open":
@@ -89,7 +92,10 @@ def evaluate_qa(
 
     if task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
-    open_task = task.removesuffix("_rank").endswith("open")
+    open_task = task.removesuffix("_rank").removesuffix("_head").endswith("open")
+    head = task == "open_head"
+    if head and not lm.server.projection.config.answer_classes:
+        raise ValueError("task 'open_head' needs a model with an answer head (Stage2Config.answer_head)")
     if open_task:
         labels = list(labels) if labels is not None else task_labels(records)
         missing = [r.answer for r in records if normalize_answer(r.answer) not in {normalize_answer(l) for l in labels}]
@@ -119,6 +125,8 @@ def evaluate_qa(
             if length_only:  # keep the slot count, drop the content
                 answers = lm.server.generate(random_unit_slots(payload.mask, lm.config.encoder_dim, gen), payload.mask,
                                              public=public, max_new_tokens=max_new_tokens)
+            elif head:
+                answers = head_answers(lm.server.projection, payload)
             elif rank:
                 answers = lm.server.choose(payload, options)
             else:
@@ -145,6 +153,15 @@ def evaluate_qa(
         "wall_s": round(time.time() - started, 2),
         "predictions": predictions,
     }
+
+
+@torch.no_grad()
+def head_answers(projection, payload) -> list[str]:
+    """Per payload row, the answer head's most probable class."""
+    classes = projection.config.answer_classes
+    device = projection.answer_embed.device
+    return [classes[int(projection.answer_probabilities(payload.vectors[i, :n].float().to(device)).argmax())]
+            for i, n in enumerate(payload.lengths)]
 
 
 def random_unit_slots(mask: torch.Tensor, dim: int, generator: torch.Generator | None) -> torch.Tensor:

@@ -7,6 +7,14 @@ Beyond the paper, ``count_vectors=N`` adds a learned decoder-space vector per sl
 the N-th) that the server puts before a row's slots (:func:`~textfree.ppft.server.slot_prefix`). The count is in the
 payload anyway (unless the client pads to a fixed count); this states it to the decoder outright, where rotary
 positions leave it implicit. Post-processing of the payload: the client and its guarantee do not change.
+
+Also beyond the paper, ``answer_classes`` adds an *answer head*: the attribute attacker's classifier
+(:class:`~textfree.attacks.attributes.AttributeClassifier`, mean of the noisy slots + one-hot slot count -> MLP ->
+one logit per class), trained on the server's own stage-2 payloads with fresh noise every pass, its classes the
+distinct training targets. Its softmax weighs one learned decoder-space vector per class; that *answer vector*
+goes before a row's slots. The head is frozen once trained (and kept in eval mode: no dropout); the class vectors
+train with the rest of P_psi. A server that wants the answer reads the payload the way an attacker that wants it
+does; post-processing again, the guarantee is unchanged.
 """
 
 from __future__ import annotations
@@ -19,6 +27,8 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
+
+from ..attacks.attributes import AttributeAttackConfig, AttributeClassifier, AttributeSpec
 
 __all__ = ["ProjectionConfig", "Projection", "PROJECTION_KINDS", "check_dropout"]
 
@@ -43,6 +53,9 @@ class ProjectionConfig:
     hidden_dim: int | None = field(default=None, metadata={"help": "MLP only: the hidden width (default: max(in_dim, out_dim))."})
     count_vectors: int = field(default=0, metadata={"help": "Beyond the paper: a learned vector per slot count 1..N (larger counts share the N-th) put before a row's slots; 0: none (PPFT)."})
     count_dropout: float = field(default=0.0, metadata={"help": "Training only: the probability that a row's count vector is replaced by zeros, so the decoder must also read the slots (never at inference)."})
+    answer_classes: tuple[str, ...] = field(default=(), metadata={"help": "Beyond the paper: the answer head's classes (the distinct stage-2 training targets); its class-weighted answer vector goes before a row's slots. Empty: no head (PPFT)."})
+    answer_hidden: int = field(default=256, metadata={"help": "Answer head: width of its 2-layer MLP."})
+    answer_max_count: int = field(default=1, metadata={"help": "Answer head: slot counts 1..N are one-hot (larger counts share the N-th); set from its training payloads."})
 
     def __post_init__(self) -> None:
         for name in ("in_dim", "out_dim"):
@@ -56,9 +69,24 @@ class ProjectionConfig:
         if not isinstance(self.count_vectors, int) or isinstance(self.count_vectors, bool) or self.count_vectors < 0:
             raise ValueError(f"ProjectionConfig.count_vectors must be an integer >= 0, got {self.count_vectors!r}")
         check_dropout("ProjectionConfig.count_dropout", self.count_dropout)
+        classes = self.answer_classes
+        if isinstance(classes, list):
+            object.__setattr__(self, "answer_classes", classes := tuple(classes))  # read back from JSON
+        if not isinstance(classes, tuple) or not all(isinstance(c, str) and c for c in classes) or len(set(classes)) != len(classes):
+            raise ValueError(f"ProjectionConfig.answer_classes must be distinct non-empty strings, got {classes!r}"[:300])
+        if len(classes) == 1:
+            raise ValueError("ProjectionConfig.answer_classes: an answer head needs at least 2 classes, got 1")
+        for name in ("answer_hidden", "answer_max_count"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"ProjectionConfig.{name} must be an integer >= 1, got {v!r}")
+
+    def answer_head_config(self) -> AttributeAttackConfig:
+        """The answer head's architecture as an attacker config (mean pooling, count one-hot)."""
+        return AttributeAttackConfig(pooling="mean", count=True, hidden=self.answer_hidden)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return asdict(self) | {"answer_classes": list(self.answer_classes)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ProjectionConfig":
@@ -84,6 +112,18 @@ class Projection(torch.nn.Module):
 
         if config.count_vectors:  # zero at first: a new count vector starts as an empty position
             self.count = torch.nn.Parameter(torch.zeros(config.count_vectors, config.out_dim))
+        if config.answer_classes:
+            spec = AttributeSpec("answer", "categorical", config.answer_classes)
+            self.answer = AttributeClassifier(config.in_dim, [spec], config.answer_head_config(), max_count=config.answer_max_count)
+            self.answer.requires_grad_(False)
+            self.answer.eval()
+            self.answer_embed = torch.nn.Parameter(torch.zeros(len(config.answer_classes), config.out_dim))
+
+    def train(self, mode: bool = True) -> "Projection":
+        super().train(mode)
+        if self.config.answer_classes:
+            self.answer.eval()  # frozen once trained: no dropout in its answer, in training or not
+        return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -97,6 +137,39 @@ class Projection(torch.nn.Module):
         if self.training and self.config.count_dropout and float(torch.rand(())) < self.config.count_dropout:
             return torch.zeros_like(vector)  # dropped (torch's seeded RNG, like nn.Dropout): the slots must carry the answer
         return vector
+
+    def answer_probabilities(self, slots: torch.Tensor) -> torch.Tensor | None:
+        """[C]: the answer head's class probabilities for one row's real slots [n, d_e] (None without a head or for
+        n = 0)."""
+        if not self.config.answer_classes or slots.shape[0] == 0:
+            return None
+        mask = torch.ones(1, slots.shape[0], dtype=torch.bool, device=slots.device)
+        logits = self.answer(slots.to(self.answer_embed.dtype).unsqueeze(0), mask)["answer"][0]
+        return torch.softmax(logits, dim=-1)
+
+    def answer_vector(self, slots: torch.Tensor) -> torch.Tensor | None:
+        """[1, d_d]: the class vectors weighted by the answer head's probabilities (None without a head or for
+        n = 0)."""
+        p = self.answer_probabilities(slots)
+        return None if p is None else (p @ self.answer_embed).unsqueeze(0)
+
+    def with_answer_head(self, head: AttributeClassifier, class_vectors: torch.Tensor) -> "Projection":
+        """A copy of this projection with a trained answer ``head`` (one categorical attribute; its classes become
+        ``answer_classes``) and initial class vectors [C, d_d]; the other weights kept."""
+        if len(head.specs) != 1 or head.specs[0].kind != "categorical" or not head.max_count:
+            raise ValueError("an answer head is a classifier of one categorical attribute that reads the slot count")
+        classes = head.specs[0].classes
+        if tuple(class_vectors.shape) != (len(classes), self.config.out_dim):
+            raise ValueError(f"class_vectors must be [{len(classes)}, {self.config.out_dim}], got {tuple(class_vectors.shape)}")
+        hidden = head.trunk[0].out_features
+        config = replace(self.config, answer_classes=tuple(classes), answer_hidden=hidden, answer_max_count=head.max_count)
+        out = Projection(config).to(next(self.parameters()).device)
+        state = {k: v for k, v in self.state_dict().items() if not k.startswith("answer")}
+        out.load_state_dict(state, strict=False)
+        out.answer.load_state_dict(head.state_dict())
+        with torch.no_grad():
+            out.answer_embed.copy_(class_vectors)
+        return out.train(self.training)
 
     def with_count_vectors(self, n: int, dropout: float | None = None) -> "Projection":
         """A copy of this projection with ``n`` count vectors (the existing weights kept; new count vectors zero) and

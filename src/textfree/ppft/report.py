@@ -8,8 +8,8 @@ the same files. Every figure is a mean over evaluation noise seeds with its samp
 How a point is classified (from the cell's kind, dataset and resolved params, nothing else):
 
 * ``ppft_stage2`` with ``summary_slots`` > 0 (server-side summary vectors, beyond the paper) -> only the summary
-  table, with ``count_vectors`` > 0 only the count-vector table, and with ``fixed_slots`` (the client pads to a
-  fixed slot count) only the slot-count table, each beside
+  table, with ``count_vectors`` > 0 only the count-vector table, with ``answer_head`` only the answer-head table, and
+  with ``fixed_slots`` (the client pads to a fixed slot count) only the slot-count table, each beside
   PPFT's layout; every other table shows PPFT's layout (slots only, the count released).
 * ``ppft_stage2`` with ``blind: true`` -> the blind row; ``epsilon: null`` -> the upper bound (no noise);
   ``mechanism: gaussian`` -> the noise-type table; otherwise an L2-Laplace PPFT run (Table 1 at k=4, Table 5).
@@ -119,8 +119,8 @@ def _eps_label(eps: float | None) -> str:
 
 
 #: PPFT's own layout: no server-side summary vectors, the slot count released as it is (no padding).
-_PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": (0, 0.0)}
-_LAYOUT_HEADER = {"summary": "server layout", "fixed": "client", "count": "server layout"}
+_PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": (0, 0.0), "answer": False}
+_LAYOUT_HEADER = {"summary": "server layout", "fixed": "client", "count": "server layout", "answer": "server layout"}
 
 
 def _latest(entries: Sequence[Entry], **want: Any) -> Entry | None:
@@ -148,6 +148,8 @@ def _get(e: Entry, key: str) -> Any:
         return int(e.params.get("summary_slots") or 0)
     if key == "fixed":
         return bool(e.params.get("fixed_slots") or False)
+    if key == "answer":
+        return bool(e.params.get("answer_head") or False)
     if key == "count":  # (count vectors, their training dropout)
         return int(e.params.get("count_vectors") or 0), float(e.params.get("count_dropout") or 0.0)
     if key == "epsilon":
@@ -238,8 +240,9 @@ def _verdicts(prefix: str, ppft: Entry, upper: Entry, blind: Entry | None, low: 
 
 def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[Any], str]) -> list[str]:
     """Beyond the paper: runs whose ``key`` layout (``summary``: server-side summary vectors; ``count``: count vectors
-    and their dropout; ``fixed``: the client pads every payload to a fixed slot count) differs from PPFT's, each compared with its own no-noise upper bound, beside
-    PPFT's layout, at the width-matched eps and k=4. ``name(value)`` names a layout."""
+    and their dropout; ``answer``: an answer head; ``fixed``: the client pads every payload to a fixed slot count)
+    differs from PPFT's, each compared with its own no-noise upper bound, beside PPFT's layout, at the width-matched
+    eps and k=4. ``name(value)`` names a layout. An "answer head alone" column appears when a row measured it."""
     every = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
     stage2 = [e for e in every if not _get(e, "blind")]
     values = sorted({_get(e, key) for e in stage2} - {_PPFT_LAYOUT[key]})
@@ -247,17 +250,22 @@ def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[
         return []
     blind = _latest(every, blind=True)
     low = _latest([e for e in entries if e.kind == "ppft_evaluate" and e.dataset.lower() == ds], epsilon=WIDTH_MATCHED, k=4)
-    out = [f"| {_LAYOUT_HEADER[key]} | row | stage-2 epochs | 4-option acc | 4-option, ranked | open-answer acc | open, no name | "
-           "open, label-ranked | open, random slots (count only) |",
-           "|---|---|---|---|---|---|---|---|---|"]
-    verdicts = []
+    rows = []
     for v in [_PPFT_LAYOUT[key]] + values:
-        layout = name(v)
         noisy = _latest(stage2, family="l2_laplace", epsilon=WIDTH_MATCHED, k=4, **{key: v})
         upper = _latest(stage2, epsilon=None, **{key: v})
+        rows.append((v, noisy, upper))
+    head = any(e is not None and e.values("acc_open_head") for _, *pair in rows for e in pair)
+    out = [f"| {_LAYOUT_HEADER[key]} | row | stage-2 epochs | 4-option acc | 4-option, ranked | open-answer acc | open, no name | "
+           "open, label-ranked | open, random slots (count only) |" + (" open, answer head alone |" if head else ""),
+           "|---|---|---|---|---|---|---|---|---|" + ("---|" if head else "")]
+    verdicts = []
+    for v, noisy, upper in rows:
+        layout = name(v)
         for label, e in ((f"eps {_eps_label(WIDTH_MATCHED)}, k=4", noisy), ("upper bound (no noise)", upper)):
             out.append(f"| {layout} | {label} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} | {_fmt(e, 'acc_open')} | "
-                       f"{_fmt(e, 'acc_open_no_leak')} | {_fmt(e, 'acc_open_rank')} | {_fmt(e, 'acc_length_open')} |")
+                       f"{_fmt(e, 'acc_open_no_leak')} | {_fmt(e, 'acc_open_rank')} | {_fmt(e, 'acc_length_open')} |"
+                       + (f" {_fmt(e, 'acc_open_head')} |" if head else ""))
         if v != _PPFT_LAYOUT[key] and noisy is not None and upper is not None:
             verdicts += _verdicts(f"{layout}: eps {WIDTH_MATCHED:g}", noisy, upper, blind, low)
     if verdicts:
@@ -270,6 +278,36 @@ def _count_layout(value: tuple[int, float]) -> str:
     if not n:
         return "PPFT (slots only)"
     return f"count vector (1..{n})" + (f", training dropout {dropout:g}" if dropout else "") + " + slots"
+
+
+#: The beyond-the-paper layout sections: (layout key, name of a layout value, heading, introduction lines).
+_LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
+    ("summary", lambda n: "PPFT (slots only)" if n == 0 else f"{n} summary vector{'s' if n > 1 else ''} + slots",
+     "server-side summary vectors",
+     ["The server puts the unit-normalised mean of a payload's slots (cut into N contiguous groups) before the",
+      "slots, through the same P_psi: averaging n noisy unit slots shrinks the noise's share by about sqrt(n)",
+      "where the clean slots agree. Post-processing of the payload: the client and its guarantee are unchanged.",
+      "The tables above use PPFT's layout (slots only)."]),
+    ("count", _count_layout, "a count vector before the slots",
+     ["The server puts a learned vector for the payload's slot count before the slots (`count_vectors`): the",
+      "count is in the payload anyway, and rotary positions leave it implicit to the decoder. With training",
+      "dropout, a row's count vector is zeroed with that probability in training (never at inference).",
+      "Post-processing of the payload: the client and its guarantee are unchanged. The tables above use",
+      "PPFT's layout."]),
+    ("fixed", lambda fixed: "pads to a fixed slot count" if fixed else "PPFT (count released)", "the client hides the slot count",
+     ["PPFT releases ceil(tokens / k) slots, and the count is not noised: prompts of different lengths are told",
+      "apart with certainty. With `fixed_slots` the client pads every payload to ceil(max_private_tokens / k)",
+      "slots, public filler slots after the prompt's own, noised like them, so any two prompts differ in at most",
+      "that many slots. \"Random slots\": the same model given random unit slots at each payload's count (with",
+      "padding: at the fixed count), what the count alone gives it. The tables above release the count."]),
+    ("answer", lambda on: "answer vector + slots" if on else "PPFT (slots only)", "an answer head before the slots",
+     ["Stage 2 first trains an answer head on fresh payloads of the training rows (the attribute attacker's",
+      "classifier: the mean of the noisy slots and the one-hot slot count, a 2-layer MLP; classes: the distinct",
+      "training targets), then puts its class vectors, weighted by its probabilities, before the slots and",
+      "trains P_psi + LoRA as PPFT does (`answer_head`). \"Answer head alone\": its most probable class on the",
+      "open-answer payloads, no decoder. Post-processing of the payload: the client and its guarantee are",
+      "unchanged. The tables above use PPFT's layout."]),
+]
 
 
 def _table_epochs(entries: Sequence[Entry], ds: str) -> list[str]:
@@ -426,29 +464,10 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) ->
         k_rows = _table_k(entries, ds)
         if k_rows:
             lines += ["", f"### {title}: pooling k (Table 5 shape)", ""] + k_rows
-        s_rows = _table_layouts(entries, ds, "summary", lambda n: "PPFT (slots only)" if n == 0 else f"{n} summary vector{'s' if n > 1 else ''} + slots")
-        if s_rows:
-            lines += ["", f"### {title}: server-side summary vectors (beyond the paper)", "",
-                      "The server puts the unit-normalised mean of a payload's slots (cut into N contiguous groups) before the",
-                      "slots, through the same P_psi: averaging n noisy unit slots shrinks the noise's share by about sqrt(n)",
-                      "where the clean slots agree. Post-processing of the payload: the client and its guarantee are unchanged.",
-                      "The tables above use PPFT's layout (slots only).", ""] + s_rows
-        c_rows = _table_layouts(entries, ds, "count", _count_layout)
-        if c_rows:
-            lines += ["", f"### {title}: a count vector before the slots (beyond the paper)", "",
-                      "The server puts a learned vector for the payload's slot count before the slots (`count_vectors`): the",
-                      "count is in the payload anyway, and rotary positions leave it implicit to the decoder. With training",
-                      "dropout, a row's count vector is zeroed with that probability in training (never at inference).",
-                      "Post-processing of the payload: the client and its guarantee are unchanged. The tables above use",
-                      "PPFT's layout.", ""] + c_rows
-        f_rows = _table_layouts(entries, ds, "fixed", lambda fixed: "pads to a fixed slot count" if fixed else "PPFT (count released)")
-        if f_rows:
-            lines += ["", f"### {title}: the client hides the slot count (beyond the paper)", "",
-                      "PPFT releases ceil(tokens / k) slots, and the count is not noised: prompts of different lengths are told",
-                      "apart with certainty. With `fixed_slots` the client pads every payload to ceil(max_private_tokens / k)",
-                      "slots, public filler slots after the prompt's own, noised like them, so any two prompts differ in at most",
-                      "that many slots. \"Random slots\": the same model given random unit slots at each payload's count (with",
-                      "padding: at the fixed count), what the count alone gives it. The tables above release the count.", ""] + f_rows
+        for key, name, heading, intro in _LAYOUT_SECTIONS:
+            rows = _table_layouts(entries, ds, key, name)
+            if rows:
+                lines += ["", f"### {title}: {heading} (beyond the paper)", ""] + intro + [""] + rows
         n_rows = _table_noise(entries, ds)
         if n_rows:
             lines += ["", f"### {title}: noise type", "",

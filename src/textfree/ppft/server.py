@@ -108,17 +108,18 @@ def summary_vectors(slots: torch.Tensor, groups: int) -> torch.Tensor:
 
 
 def slot_prefix(projection: Projection, slots: torch.Tensor, summary_slots: int) -> torch.Tensor:
-    """One row's private prefix: the projection's count vector of n (with ``count_vectors``; none for a row without
-    slots), then P_psi of its ``summary_slots`` summary vectors and of its real slots [n, d_e], in that order:
-    [c + min(summary_slots, n) + n, d_d], c = 1 with a count vector. The one place the layout is built, for
-    :class:`ServerModel` and the vLLM gateway's :class:`~textfree.server.prompt_embeds.PromptEmbedder`."""
+    """One row's private prefix: the projection's count vector of n (with ``count_vectors``), its answer vector (with
+    an answer head; both none for a row without slots), then P_psi of its ``summary_slots`` summary vectors and of
+    its real slots [n, d_e], in that order: [c + a + min(summary_slots, n) + n, d_d], c = 1 with a count vector,
+    a = 1 with an answer head. The one place the layout is built, for :class:`ServerModel` and the vLLM gateway's
+    :class:`~textfree.server.prompt_embeds.PromptEmbedder`."""
     slots = slots.to(torch.float32)
     n = slots.shape[0]
+    answer = projection.answer_vector(slots)
     if summary_slots and n:
         slots = torch.cat([summary_vectors(slots, summary_slots), slots], dim=0)
-    prefix = projection(slots)
-    count = projection.count_vector(n)
-    return prefix if count is None else torch.cat([count.to(prefix.dtype), prefix], dim=0)
+    parts = [projection.count_vector(n), answer, projection(slots)]
+    return torch.cat([p.to(parts[-1].dtype) for p in parts if p is not None], dim=0)
 
 
 def verify_decoder_sha(location: str, ref: dict[str, Any], where: str | os.PathLike, model=None) -> None:

@@ -55,6 +55,7 @@ log = logging.getLogger("textfree.ppft")
 TRAIN_CONFIG = "train_config.json"
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
+ANSWER_HEAD = "answer_head"  # the projection with its trained answer head, before the stage-2 loop
 # Fields that may change between an interrupted run and its resumption.
 _RESUME_FREE = {"resume", "progress", "cpu", "log_every"}
 
@@ -142,6 +143,8 @@ class Stage2Config(LoopConfig):
     count_vectors: int | None = field(default=None, metadata={"help": "Beyond the paper: a learned vector per slot count 1..N put before a row's slots (ProjectionConfig.count_vectors; default: the init run's projection's, 0 as PPFT). Post-processing of the payload: the guarantee is unchanged."})
     count_dropout: float | None = field(default=None, metadata={"help": "With count_vectors: the training-only probability that a row's count vector is zeroed (ProjectionConfig.count_dropout; default: the init run's projection's, 0)."})
     fixed_slots: bool | None = field(default=None, metadata={"help": "The client pads every payload to ceil(max_private_tokens / k) slots, hiding the prompt's length (see TextFreeConfig.fixed_slots; default: the init run's, false as PPFT)."})
+    answer_head: bool = field(default=False, metadata={"help": "Beyond the paper: first train an answer head (the attribute attacker's classifier: mean slot + slot count -> MLP) on fresh payloads of the training rows, its classes the distinct training targets, and put its class-weighted answer vector before each row's slots (see textfree.ppft.answer_head). Needs targets from a closed set. False: keep the init run's projection as it is."})
+    answer_head_epochs: int = field(default=100, metadata={"help": "With answer_head: passes over the training rows, each with fresh noise."})
     train_decoder: bool | None = field(default=None, metadata={"help": "Only with tasks ['restore']: also train every base-decoder weight (full fine-tuning), a stronger learned inversion attacker; null/false: LoRA + projection only, as PPFT."})
 
     def __post_init__(self) -> None:
@@ -153,6 +156,12 @@ class Stage2Config(LoopConfig):
                 raise ValueError(f"restore_text replaces the training rows of the 'restore' task only: tasks must be ['restore'], got {self.tasks!r}")
         if self.count_dropout is not None:
             check_dropout("count_dropout", self.count_dropout)
+        if not isinstance(self.answer_head, bool):
+            raise ValueError(f"answer_head must be true or false, got {self.answer_head!r}")
+        if self.answer_head and (self.blind or list(self.tasks) == ["restore"]):
+            raise ValueError("answer_head reads the payload's slots to predict an answer: not for blind or restore runs")
+        if isinstance(self.answer_head_epochs, bool) or not isinstance(self.answer_head_epochs, int) or self.answer_head_epochs < 1:
+            raise ValueError(f"answer_head_epochs must be an integer >= 1, got {self.answer_head_epochs!r}")
         for name in ("train_decoder", "fixed_slots"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true, false or null, got {getattr(self, name)!r}")
@@ -472,6 +481,9 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
 
     # -- server side: only projection + LoRA train; it sees payload rows, public text and targets
     server = lm.server
+    head_info = None
+    if cfg.answer_head:
+        head_info = _fit_answer_head(cfg, run, server, cache, privatizer, noise_seed)
     summary = fit(
         cfg=cfg, model=server, optimizer=server_optimizer(server, cfg), n_examples=len(examples), epoch_examples=epoch_payloads,
         collate=collate_payloads, loss_fn=payload_loss, on_step=on_step,
@@ -482,8 +494,38 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
              "mechanism": family, "noise_match": cfg.noise_match, "tasks": list(cfg.tasks), "blind": cfg.blind,
              "summary_slots": lm.config.summary_slots, "fixed_slots": lm.config.fixed_slots,
              "count_vectors": lm.server.projection.config.count_vectors, "count_dropout": lm.server.projection.config.count_dropout,
+             "answer_head": head_info,
              "total_wall_s": round(time.time() - t0, 2)}
     return _write_summary(run, summary, extra) | {"model": lm}
+
+
+def _fit_answer_head(cfg: Stage2Config, run: Path, server, cache: ClientCache, privatizer, noise_seed: int) -> dict[str, Any]:
+    """Train the answer head on fresh payloads and give ``server`` a projection with it (kept in ``run``/answer_head,
+    so a resumed run reuses the same head); its classes and its accuracy on one more fresh draw for the summary."""
+    from .answer_head import class_vectors, head_accuracy, train_answer_head
+    from .projection import Projection
+
+    saved = run / ANSWER_HEAD
+    if cfg.resume and (saved / "config.json").is_file():
+        server.projection = Projection.load(saved, device=server.device)
+        log.info("answer head: reused %s", saved)
+    else:
+        def noise_generator(epoch: int) -> torch.Generator | None:
+            if cfg.epsilon is None:
+                return None
+            return secure_generator() if cfg.secure_noise else seeded_generator(noise_seed * 100_003 + 50_000 + epoch, warn=False)
+
+        t0 = time.time()
+        head = train_answer_head(cache, privatizer, epochs=cfg.answer_head_epochs, noise_generator=noise_generator,
+                                 generator=seeded_generator(cfg.seed + 7919, warn=False))
+        server.projection = server.projection.with_answer_head(head, class_vectors(server, head.specs[0].classes))
+        server.projection.save(saved)
+        log.info("answer head trained in %.1f s", time.time() - t0)
+    check = None if cfg.epsilon is None else seeded_generator(noise_seed * 100_003 + 99_999, warn=False)
+    accuracy = head_accuracy(server.projection, cache.privatize(privatizer, generator=check))
+    log.info("answer head: %.3f of the training rows on a fresh draw", accuracy)
+    return {"classes": len(server.projection.config.answer_classes), "epochs": cfg.answer_head_epochs,
+            "train_accuracy_fresh_draw": accuracy}
 
 
 def config_help(cls) -> dict[str, str]:
