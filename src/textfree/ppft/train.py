@@ -505,24 +505,23 @@ def _fit_answer_head(cfg: Stage2Config, run: Path, server, cache: ClientCache, p
     from .answer_head import class_vectors, head_accuracy, train_answer_head
     from .projection import Projection
 
+    def noise_generator(epoch: int) -> torch.Generator | None:  # epochs 0.. train the head, -1 checks it
+        if cfg.epsilon is None:
+            return None
+        return secure_generator() if cfg.secure_noise else seeded_generator(noise_seed * 100_003 + 50_000 + epoch, warn=False)
+
     saved = run / ANSWER_HEAD
     if cfg.resume and (saved / "config.json").is_file():
         server.projection = Projection.load(saved, device=server.device)
         log.info("answer head: reused %s", saved)
     else:
-        def noise_generator(epoch: int) -> torch.Generator | None:
-            if cfg.epsilon is None:
-                return None
-            return secure_generator() if cfg.secure_noise else seeded_generator(noise_seed * 100_003 + 50_000 + epoch, warn=False)
-
         t0 = time.time()
         head = train_answer_head(cache, privatizer, epochs=cfg.answer_head_epochs, noise_generator=noise_generator,
                                  generator=seeded_generator(cfg.seed + 7919, warn=False))
         server.projection = server.projection.with_answer_head(head, class_vectors(server, head.specs[0].classes))
         server.projection.save(saved)
         log.info("answer head trained in %.1f s", time.time() - t0)
-    check = None if cfg.epsilon is None else seeded_generator(noise_seed * 100_003 + 99_999, warn=False)
-    accuracy = head_accuracy(server.projection, cache.privatize(privatizer, generator=check))
+    accuracy = head_accuracy(server.projection, cache.privatize(privatizer, generator=noise_generator(-1)))
     log.info("answer head: %.3f of the training rows on a fresh draw", accuracy)
     return {"classes": len(server.projection.config.answer_classes), "epochs": cfg.answer_head_epochs,
             "train_accuracy_fresh_draw": accuracy}
