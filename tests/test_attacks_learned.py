@@ -67,6 +67,9 @@ def _cell(**params) -> dict:
         ({"train_decoder": "yes"}, "params.train_decoder", "true or false"),
         ({"lr": 0}, "params.lr", "number in \\(0, 1\\)"),
         ({"variant": "restoration", "model": "runs/m", "init": None, "out": None, "train_decoder": True}, "params.train_decoder", "takes no train_decoder"),
+        ({"fixed_slots": "yes"}, "params.fixed_slots", "fixed_slots must be true or false, got 'yes'"),
+        ({"max_private_tokens": 0}, "params.max_private_tokens", "max_private_tokens must be an integer >= 1, got 0"),
+        ({"variant": "restoration", "model": "runs/m", "init": None, "out": None, "fixed_slots": True}, "params.fixed_slots", "no fixed_slots or max_private_tokens"),
     ],
 )
 def test_cell_validation(over, field, message):
@@ -151,6 +154,12 @@ def test_tiny_unaligned_inverter_trains_and_restoration_runs(shared_data, tiny_r
     # a second run reuses the finished inverter
     again = load_results(run_cell(cell, out_dir=tmp_path, progress=False))["results"][0]["metrics"]
     assert again["reused"]["mean"] == 1.0
+    # an inverter of padded payloads: every payload has ceil(96 / 4) = 24 slots, and the result says so
+    padded = Cell.from_dict({**cell.to_dict(), "name": "inv_tiny_padded",
+                             "params": {**cell.params, "out": str(tmp_path / "inv-padded-{epsilon}"), "fixed_slots": True, "max_private_tokens": 96}})
+    m = {k: v["mean"] for k, v in load_results(run_cell(padded, out_dir=tmp_path, progress=False))["results"][0]["metrics"].items()}
+    assert m["padded_slots"] == 24.0 and m["prompt_epsilon"] == 150.0 * 24 and m["n_eval"] == 3
+    assert json.loads((tmp_path / "inv-padded-75" / "textfree_config.json").read_text())["fixed_slots"] is True
     restoration = Cell.from_dict({"name": "rest_tiny", "kind": "learned_inversion", "dataset": "pri-ddx",
                                   "params": {"variant": "restoration", "model": str(tiny_run_dir), "epsilon": 75,
                                              "eval_limit": 2, "max_new_tokens": 4, "prior_sample": 5},

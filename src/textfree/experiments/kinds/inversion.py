@@ -72,6 +72,8 @@ INVERSION_PARAMS = {
     "train_text": "the attacker's text is public: these instruction sources (alpaca, lima, gsm8k:train; default: the Pri-* train part)",
     "train_text_limit": "with train_text: read at most N records of each source",
     "train_decoder": "trained variants: also train every base-decoder weight (full fine-tuning; default false: LoRA + projection)",
+    "fixed_slots": "trained variants: the client pads every payload to ceil(max_private_tokens / k) slots, hiding the length (default false)",
+    "max_private_tokens": "trained variants: the client cuts private text at this many encoder tokens (default: the init's)",
     "lr": "trained variants: peak learning rate (default: Stage2Config's)",
     "prior_sample": "training texts the no-input reference (their medoid) is chosen from (default 100)",
     "eval_limit": "evaluate the first N distinct held-out private texts (default 100)",
@@ -106,6 +108,14 @@ def _params(cell: Any, point: dict) -> dict[str, Any]:
         raise CellError("restoration trains nothing: it takes no train_decoder or lr", field="params.train_decoder" if "train_decoder" in p else "params.lr")
     if not isinstance(p.setdefault("train_decoder", False), bool):
         raise CellError(f"train_decoder must be true or false, got {p['train_decoder']!r}", field="params.train_decoder")
+    if not isinstance(p.setdefault("fixed_slots", False), bool):
+        raise CellError(f"fixed_slots must be true or false, got {p['fixed_slots']!r}", field="params.fixed_slots")
+    if variant == "restoration" and (p["fixed_slots"] or "max_private_tokens" in p):
+        raise CellError("restoration uses the served model's client as it is: no fixed_slots or max_private_tokens",
+                        field="params.fixed_slots" if p["fixed_slots"] else "params.max_private_tokens")
+    tokens = p.get("max_private_tokens")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+        raise CellError(f"max_private_tokens must be an integer >= 1, got {tokens!r}", field="params.max_private_tokens")
     lr = p.get("lr")
     if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < 1):
         raise CellError(f"lr must be a number in (0, 1), got {lr!r}", field="params.lr")
@@ -174,7 +184,8 @@ def _model(cell: Any, p: dict[str, Any], context: RunContext):
     cfg = Stage2Config(init=init, out=out, dataset=dataset, epsilon=epsilon, k=p.get("k"), tasks=["restore"],
                        epochs=p["epochs"], max_target_tokens=p["max_target_tokens"], seed=p["train_seed"], limit=p.get("train_limit"),
                        restore_text=p.get("train_text"), restore_text_limit=p.get("train_text_limit"),
-                       train_decoder=p["train_decoder"] or None, progress=False, **({"lr": p["lr"]} if p.get("lr") else {}))
+                       train_decoder=p["train_decoder"] or None, fixed_slots=p["fixed_slots"] or None,
+                       max_private_tokens=p.get("max_private_tokens"), progress=False, **({"lr": p["lr"]} if p.get("lr") else {}))
 
     return stage2_model(cfg, cell.name, context)
 
