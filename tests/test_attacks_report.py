@@ -320,3 +320,6 @@ def test_padded_slots_are_their_own_cross_matrix_row(tmp_path):
     sex = next(line for line in text.splitlines() if line.startswith("| attributes: sex (best)"))
     assert sex == "| attributes: sex (best) (%) | 97.0% (unit eps 150) | 67.0% (unit eps 56) |"
     assert "release: PPFT slots, padded to 24 slots (count hidden)" in text
+    # the inversion table names the padding too; the unpadded restoration row does not
+    assert "| `rest_fixed` | restoration instruction (served PPFT model), payloads padded to 24 slots | 28 |" in text
+    assert "| `rest` | restoration instruction (served PPFT model) | 75 |" in text

@@ -192,6 +192,12 @@ def _variant(c: PayloadCell) -> str:
             + (", full fine-tuning" if params.get("train_decoder") else ""))
 
 
+def _attack_label(c: PayloadCell, p: Point) -> str:
+    """The variant, and the fixed slot count when the payloads were padded (the count hidden: another mechanism)."""
+    n = p.mean("padded_slots")  # NaN: unpadded, or a result from before padded_slots existed
+    return _variant(c) + ("" if math.isnan(n) else f", payloads padded to {n:g} slots")
+
+
 def _attacker_text(c: PayloadCell) -> str:
     params = c.cell.get("params") or {}
     if params.get("variant") == "restoration":
@@ -208,7 +214,7 @@ def _is_free_text(c: PayloadCell) -> bool:
 
 
 _Column = tuple[str, Callable[[PayloadCell, Any, Any, Point], str]]
-_LEAD: list[_Column] = [("cell", lambda c, e, k, p: f"`{c.name}`"), ("attack", lambda c, e, k, p: _variant(c))]
+_LEAD: list[_Column] = [("cell", lambda c, e, k, p: f"`{c.name}`"), ("attack", lambda c, e, k, p: _attack_label(c, p))]
 _GUARANTEE: list[_Column] = [
     ("eps (eval)", lambda c, e, k, p: "clean" if e is None else str(e)), ("k", lambda c, e, k, p: str(k)),
     ("slot eps", lambda c, e, k, p: _num(p, "slot_epsilon")), ("prompt eps (mean)", lambda c, e, k, p: _num(p, "prompt_epsilon")),
@@ -275,7 +281,7 @@ def inversion_section(cells: list[PayloadCell]) -> list[str]:
             ok = "met" if value < TARGET_UNAWARE_ROUGE_L else "NOT met"
             lines.append(f"* Target (issue 4): {_variant(c)} ROUGE-L < {TARGET_UNAWARE_ROUGE_L} at eps 75, k 4, {where}: {value:.3f}{ref}, **{ok}**.")
         else:
-            lines.append(f"* {_variant(c)} at eps 75, k 4, {where}: ROUGE-L {value:.3f}{ref} (PPFT reports {PAPER_AWARE_ROUGE_L} for its noise-aware attacker).")
+            lines.append(f"* {_attack_label(c, p)} at eps 75, k 4, {where}: ROUGE-L {value:.3f}{ref} (PPFT reports {PAPER_AWARE_ROUGE_L} for its noise-aware attacker).")
     return lines
 
 
