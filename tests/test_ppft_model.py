@@ -507,6 +507,12 @@ def test_answer_vector_is_the_heads_probabilities_times_the_class_vectors():
     torch.testing.assert_close(proj.with_count_vectors(3).answer_vector(slots), proj.answer_vector(slots))
     with pytest.raises(ValueError, match="class_vectors must be \\[3, 3\\], got \\(2, 3\\)"):
         Projection(ProjectionConfig(4, 3)).with_answer_head(head, torch.zeros(2, 3))
+    from textfree.attacks.attributes import AttributeAttackConfig, AttributeClassifier
+
+    for config, count in ((AttributeAttackConfig(pooling="slots", count=True), 4), (AttributeAttackConfig(), 1)):
+        other = AttributeClassifier(4, head.specs, config, max_count=count)
+        with pytest.raises(ValueError, match="reads the mean slot and the slot count"):
+            Projection(ProjectionConfig(4, 3)).with_answer_head(other, embed)
 
 
 def test_answer_head_config_is_checked_and_round_trips(tmp_path):

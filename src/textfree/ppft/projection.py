@@ -156,8 +156,8 @@ class Projection(torch.nn.Module):
     def with_answer_head(self, head: AttributeClassifier, class_vectors: torch.Tensor) -> "Projection":
         """A copy of this projection with a trained answer ``head`` (one categorical attribute; its classes become
         ``answer_classes``) and initial class vectors [C, d_d]; the other weights kept."""
-        if len(head.specs) != 1 or head.specs[0].kind != "categorical" or not head.max_count:
-            raise ValueError("an answer head is a classifier of one categorical attribute that reads the slot count")
+        if len(head.specs) != 1 or head.specs[0].kind != "categorical" or not head.max_count or head.pooling != "mean":
+            raise ValueError("an answer head is a classifier of one categorical attribute that reads the mean slot and the slot count")
         classes = head.specs[0].classes
         if tuple(class_vectors.shape) != (len(classes), self.config.out_dim):
             raise ValueError(f"class_vectors must be [{len(classes)}, {self.config.out_dim}], got {tuple(class_vectors.shape)}")
