@@ -3,10 +3,11 @@
 One row per prompt, the same layout as :class:`~textfree.ppft.server.ServerModel` (``tests/test_server_vllm_gateway.py``
 checks they are equal)::
 
-    [BOS] [count vector] [P(summary_1) ... P(summary_N)] [P(slot_1) ... P(slot_n)] [public tokens + public suffix]
+    [BOS] [count vector] [answer vector] [P(summary_1) ... P(summary_N)] [P(slot_1) ... P(slot_n)] [public tokens + public suffix]
 
-(the count vector only when the run's projection has ``count_vectors``, the summary vectors only when its
-``summary_slots`` > 0; :func:`~textfree.ppft.server.slot_prefix` builds the private prefix for both).
+(the count vector only when the run's projection has ``count_vectors``, the answer vector only when it has an
+answer head, the summary vectors only when ``summary_slots`` > 0; :func:`~textfree.ppft.server.slot_prefix` builds
+the private prefix for both).
 
 The gateway loads only the run's projection (``projection/``), the decoder's tokenizer and the decoder's
 token-embedding table (read from its safetensors file; no other decoder weight is loaded). The run's ``encoder/``
