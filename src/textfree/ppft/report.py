@@ -216,7 +216,36 @@ def _targets(stage2, blind, upper, lower, ds) -> list[str]:
         lines.append(f"- the slot count alone (the same model given random unit slots with each payload's count): open-answer "
                      f"{n:.4f}, so the slots' content adds {p - n:+.4f} to PPFT's {p:.4f}. The mechanism does not hide the count "
                      "(a client with `fixed_slots` does: the slot-count table below, when it was run).")
+    met = _layouts_meeting_targets(stage2, blind, low)
+    if met:
+        lines.append("- beyond the paper, layouts that meet both the 4-option and the open-answer target against their own upper "
+                     "bound (4-option / open-answer; their sections below): " + "; ".join(met) + ".")
     return lines
+
+
+def _meets(p: float, u: float, b: float, lo: float) -> bool:
+    """The issue's target: keep >= 85% of the upper bound ``u`` and beat the blind row ``b`` and the lower bound
+    ``lo`` by the clear margin (a missing control fails)."""
+    keep = (p / u) if u else math.nan
+    clear = all(not math.isnan(ref) and p - ref >= _CLEAR_MARGIN for ref in (b, lo))
+    return not math.isnan(keep) and keep >= _TARGET_RETENTION and clear
+
+
+def _layouts_meeting_targets(stage2: Sequence[Entry], blind: Entry | None, low: Entry | None) -> list[str]:
+    """The beyond-the-paper layouts whose width-matched run meets the 4-option and the open-answer target against
+    its own upper bound."""
+    names = []
+    for key, name, _, _ in _LAYOUT_SECTIONS:
+        for v in sorted({_get(e, key) for e in stage2 if not _get(e, "blind")} - {_PPFT_LAYOUT[key]}):
+            noisy = _latest(stage2, family="l2_laplace", epsilon=WIDTH_MATCHED, k=4, **{key: v})
+            upper = _latest(stage2, epsilon=None, **{key: v})
+            if noisy is None or upper is None or blind is None or low is None:
+                continue
+            if all(noisy.values(f"acc_{t}") and _meets(noisy.mean(f"acc_{t}"), upper.mean(f"acc_{t}"), blind.mean(f"acc_blind_{t}"),
+                                                        low.mean(f"acc_{t}")) for t in ("mcqa", "open")):
+                names.append(f"{name(v)} ({noisy.mean('acc_mcqa'):.4f} / {noisy.mean('acc_open'):.4f} of "
+                             f"{upper.mean('acc_mcqa'):.4f} / {upper.mean('acc_open'):.4f})")
+    return names
 
 
 def _verdicts(prefix: str, ppft: Entry, upper: Entry, blind: Entry | None, low: Entry | None) -> list[str]:
@@ -230,9 +259,7 @@ def _verdicts(prefix: str, ppft: Entry, upper: Entry, blind: Entry | None, low: 
         p, u = ppft.mean(f"acc_{task}"), upper.mean(f"acc_{task}")
         b = blind.mean(f"acc_{blind_task}") if blind else math.nan
         lo = low.mean(f"acc_{task}") if low else math.nan
-        keep = (p / u) if u else math.nan
-        clear = all(not math.isnan(ref) and p - ref >= _CLEAR_MARGIN for ref in (b, lo))  # a missing control fails
-        verdict = "met" if (not math.isnan(keep) and keep >= _TARGET_RETENTION and clear) else "NOT met"
+        verdict = "met" if _meets(p, u, b, lo) else "NOT met"
         lines.append(f"- {prefix + ', ' if prefix else ''}{name}: PPFT {p:.4f} = {_ratio(p, u)} of the upper bound {u:.4f}; "
                      f"blind {b:.4f}; lower bound {lo:.4f} -> **{verdict}**")
     return lines
