@@ -536,6 +536,8 @@ def test_open_head_answers_with_the_heads_most_probable_class_on_the_open_payloa
     r = evaluate_qa(tiny_lm, RECORDS, task="open_head", epsilon=28.0, seed=0, labels=LABELS)
     parts = [open_answer_prompt(x) for x in RECORDS]
     payload = tiny_lm.privatizer(28.0).privatize([p.private for p in parts], seed=0)
-    want = head_answers(tiny_lm.server.projection, payload)
+    proj = tiny_lm.server.projection
+    want = [spec.classes[int(proj.answer_probabilities(payload.vectors[i, :n].float()).argmax())] for i, n in enumerate(payload.lengths)]
+    assert head_answers(proj, payload) == want
     assert [p["answer"] for p in r["predictions"]] == want and set(want) <= set(spec.classes)
     assert r["accuracy"] == sum(w == x.answer for w, x in zip(want, RECORDS)) / 3 and r["n_labels"] == len(LABELS)

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..attacks.attributes import AttributeAttackConfig, AttributeClassifier, build_specs, train_attribute_attacker
+from ..attacks.attributes import AttributeAttackConfig, AttributeClassifier, AttributeSpec, train_attribute_attacker
 from .batches import ClientCache, PayloadExample, collate_payloads
 
 __all__ = ["answer_classes", "class_vectors", "train_answer_head", "head_accuracy"]
@@ -76,7 +76,7 @@ def train_answer_head(
         raise ValueError(f"answer head epochs must be an integer >= 1, got {epochs!r}")
     classes = answer_classes(cache.targets)  # refuses free-text targets
     targets = [{"answer": t} for t in cache.targets]
-    specs = build_specs(targets, {"answer": "categorical"})  # the same classes, in the same order
+    specs = [AttributeSpec("answer", "categorical", tuple(classes))]
     first = _release(cache.privatize(privatizer, generator=noise_generator(0)))
 
     def release(epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -87,14 +87,8 @@ def train_answer_head(
     return train_attribute_attacker(*first, targets, specs, config, noise=None, generator=generator, variants=release)
 
 
-@torch.no_grad()
 def head_accuracy(projection, payloads: Sequence[PayloadExample]) -> float:
     """Share of ``payloads`` whose target is the answer head's most probable class."""
     if not payloads:
         raise ValueError("head_accuracy needs at least one payload")
-    classes = projection.config.answer_classes
-    hits = 0
-    for ex in payloads:
-        p = projection.answer_probabilities(ex.vectors)
-        hits += p is not None and classes[int(p.argmax())] == ex.target
-    return hits / len(payloads)
+    return sum(projection.answer_class(ex.vectors) == ex.target for ex in payloads) / len(payloads)

@@ -155,13 +155,9 @@ def evaluate_qa(
     }
 
 
-@torch.no_grad()
 def head_answers(projection, payload) -> list[str]:
     """Per payload row, the answer head's most probable class."""
-    classes = projection.config.answer_classes
-    device = projection.answer_embed.device
-    return [classes[int(projection.answer_probabilities(payload.vectors[i, :n].float().to(device)).argmax())]
-            for i, n in enumerate(payload.lengths)]
+    return [projection.answer_class(payload.vectors[i, :n].float()) for i, n in enumerate(payload.lengths)]
 
 
 def random_unit_slots(mask: torch.Tensor, dim: int, generator: torch.Generator | None) -> torch.Tensor:

@@ -147,6 +147,15 @@ class Projection(torch.nn.Module):
         logits = self.answer(slots.to(self.answer_embed.dtype).unsqueeze(0), mask)["answer"][0]
         return torch.softmax(logits, dim=-1)
 
+    @torch.no_grad()
+    def answer_class(self, slots: torch.Tensor) -> str | None:
+        """The answer head's most probable class for one row's real slots [n, d_e] (None without a head or for
+        n = 0)."""
+        if not self.config.answer_classes:
+            return None
+        p = self.answer_probabilities(slots.to(self.answer_embed.device))
+        return None if p is None else self.config.answer_classes[int(p.argmax())]
+
     def answer_vector(self, slots: torch.Tensor) -> torch.Tensor | None:
         """[1, d_d]: the class vectors weighted by the answer head's probabilities (None without a head or for
         n = 0)."""

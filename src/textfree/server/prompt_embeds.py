@@ -97,7 +97,7 @@ class PromptEmbedder:
 
     @torch.no_grad()
     def rows(self, vectors: torch.Tensor, mask: torch.Tensor, public: list[str] | None) -> list[torch.Tensor]:
-        """Per payload row, its prompt embeddings [1 + n_count + n_summary + n_slots + n_public_tokens, d_d] (float32)."""
+        """Per payload row, its prompt embeddings [1 + n_count + n_answer + n_summary + n_slots + n_public_tokens, d_d] (float32)."""
         b = vectors.shape[0]
         lengths = mask.to(torch.bool).sum(dim=1).tolist()
         with self._tokenizer_lock:
