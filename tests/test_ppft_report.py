@@ -295,3 +295,34 @@ def test_count_dropout_runs_are_a_layout_of_their_own(tmp_path):
     section = build_report([d]).split("### Pri-DDX: a count vector before the slots (beyond the paper)")[1]
     assert "| count vector (1..64) + slots | eps 28 (width-matched), k=4 | 12 | 0.969 (3 seeds, all equal) | — | 0.750 (3 seeds, all equal)" in section
     assert "| count vector (1..64), training dropout 0.5 + slots | eps 28 (width-matched), k=4 | 12 | 0.969 (3 seeds, all equal) | — | 0.875 (3 seeds, all equal)" in section
+
+
+def _pipeline_point(walls, *, one_go=1.0, acc=(0.95, 0.80)):
+    steps = dict(zip(("pretrain", "stage1", "stage2", "evaluate"), walls))
+    m = {f"{s}_wall_s": [w] for s, w in steps.items()}
+    return m | {"total_wall_s": [sum(walls)], "measured_in_one_go": [one_go], "n_heldout": [582],
+                "acc_mcqa": [acc[0]], "acc_open": [acc[1]]}
+
+
+def test_a_pipeline_run_makes_the_time_table_with_its_verdict(tmp_path):
+    d = _fixture(tmp_path)
+    text = build_report([d])
+    assert "| **total** |" in text and "ppft pipeline" not in text  # no pipeline run: composed from the stage cells
+    params = {"out": "runs/pipeline", "epsilon": 28, "k": 4, "stage2_epochs": 12, "eval_tasks": ["mcqa", "open"]}
+    _result_file(d / "pipe.json", "ppft_pipeline", "pri-ddx", [(params, _pipeline_point([700.0, 250.0, 900.0, 90.0]))],
+                 date="2026-01-02T00:00:00+00:00", seeds=(0,))
+    lines = build_report([d]).splitlines()
+    assert "| stage 2 (pri-ddx, eps 28, k 4, 12 epochs) | 900 |" in lines
+    assert "| evaluation (held-out split, mcqa, open, one noise seed) | 90 |" in lines
+    total = next(l for l in lines if l.startswith("| **total**"))
+    assert "**1940** (32.3 min; target < 60 min: **met**)" in total  # 700 + 250 + 900 + 90, by hand
+    note = next(l for l in lines if "`textfree ppft pipeline`" in l)
+    assert "every step run in the same call" in note and "mcqa 0.9500; open 0.8000" in note and "n = 582" in note
+    # over an hour, or with reused steps, the target is not met
+    _result_file(d / "pipe2.json", "ppft_pipeline", "pri-ddx", [(params, _pipeline_point([700.0, 250.0, 900.0, 90.0], one_go=0.0))],
+                 date="2026-01-03T00:00:00+00:00", seeds=(0,))
+    text = build_report([d])
+    assert "target < 60 min: **NOT met**" in text and "some steps were reused" in text
+    _result_file(d / "pipe3.json", "ppft_pipeline", "pri-ddx", [(params, _pipeline_point([1800.0, 300.0, 1400.0, 200.0]))],
+                 date="2026-01-04T00:00:00+00:00", seeds=(0,))
+    assert "**3700** (61.7 min; target < 60 min: **NOT met**)" in build_report([d])

@@ -38,6 +38,7 @@ from ..encoders.loading import state_dict_sha256
 __all__ = [
     "write_json",
     "read_json",
+    "finished_run",
     "decoder_sha256",
     "decoder_ref",
     "save_optimizer_state",
@@ -71,6 +72,24 @@ def read_json(path: str | os.PathLike) -> Any:
         raise FileNotFoundError(f"cannot read {str(path)!r}: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{str(path)!r} is not valid JSON: {exc}") from None
+
+
+def differing_settings(run: str | os.PathLike, config: dict[str, Any], volatile: set[str]) -> list[str]:
+    """The settings in which the training config saved in ``run`` (``train_config.json``) differs from ``config``,
+    ignoring ``volatile`` keys and fields added to the config later and left at None; empty when none is saved."""
+    saved = Path(run) / "train_config.json"
+    if not saved.is_file():
+        return []
+    old = {k: v for k, v in read_json(saved).get("config", {}).items() if k not in volatile}
+    new = {k: v for k, v in config.items() if k not in volatile and (k in old or v is not None)}
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+
+
+def finished_run(run: str | os.PathLike, config: dict[str, Any], volatile: set[str]) -> bool:
+    """True when ``run`` finished (summary.json) under the same training config (see :func:`differing_settings`)."""
+    run = Path(run)
+    return (run / "summary.json").is_file() and (run / "train_config.json").is_file() \
+        and not differing_settings(run, config, volatile)
 
 
 def _json_default(obj: Any) -> Any:

@@ -13,6 +13,10 @@
 * ``ppft_evaluate``: evaluate an existing run (``model``) on the cell's ``dataset``: a Pri-* held-out split, or a
   general MCQA set (``csqa``, ``arc``: the cell's ``split``) for PPFT's Table 4. The lower bound of Table 1 is
   this kind on a stage-1 run.
+* ``ppft_pipeline``: the whole default pipeline in one go (:func:`~textfree.ppft.pipeline.run_pipeline`: decoder
+  pretraining, stage 1, stage 2 on the cell's ``dataset``, evaluation), each step timed; params are
+  :class:`~textfree.ppft.pipeline.PipelineConfig` fields, the seed is the training seed. Metrics: ``<step>_wall_s``
+  per step, ``total_wall_s``, ``measured_in_one_go`` (1 when no step was reused), ``acc_<task>`` and ``n_heldout``.
 
 Training kinds reuse a finished run: when ``out`` already holds a ``summary.json`` written under the same training
 config, the model is loaded instead of retrained and ``reused`` is 1 (the recorded wall time is the original
@@ -90,16 +94,9 @@ PRETRAIN_PARAMS = {
 
 # ------------------------------------------------------------------------------------------------ helpers
 def _reusable(run: Path, config: dict[str, Any], volatile: set[str]) -> bool:
-    """True when ``run`` finished (summary.json) under the same training config (ignoring ``volatile`` keys)."""
-    import json
+    from ...ppft.checkpoint import finished_run
 
-    summary, saved = run / "summary.json", run / "train_config.json"
-    if not (summary.is_file() and saved.is_file()):
-        return False
-    old = json.loads(saved.read_text()).get("config", {})
-    config = {k: v for k, v in config.items() if k in old or v is not None}  # a field added later, left at None
-    strip = lambda d: {k: v for k, v in d.items() if k not in volatile}  # noqa: E731
-    return strip(old) == strip(config)
+    return finished_run(run, config, volatile)
 
 
 def _train_metrics(summary: dict[str, Any], reused: bool) -> dict[str, float]:
@@ -331,19 +328,13 @@ def ppft_pretrain(cell, point, seed: int, context: RunContext) -> dict[str, floa
     """Pretrain the local decoder (the seed is the training seed); metrics from its metrics.json."""
     import json
 
-    from ...ppft.lm import pretrain_decoder
+    from ...ppft.lm import finished_pretraining, pretrain_decoder
 
     p = cell.resolve(point).params
     cfg = _pretrain_config(p, seed)
     out = Path(cfg.output_dir)
-    reused = (out / "metrics.json").is_file() and (out / "model.safetensors").is_file() and (out / "pretrain_config.json").is_file()
-    if reused:
-        from ...ppft.lm import DecoderPretrainConfig
-
-        differ = DecoderPretrainConfig.load(out / "pretrain_config.json").mismatches(cfg)
-        if differ:
-            raise ValueError(f"{str(out)!r} holds a decoder pretrained with other settings ({sorted(differ)}); use another out")
-    else:
+    reused = finished_pretraining(cfg)
+    if not reused:
         pretrain_decoder(cfg, progress=False)
     m = json.loads((out / "metrics.json").read_text())
     return {
@@ -351,3 +342,44 @@ def ppft_pretrain(cell, point, seed: int, context: RunContext) -> dict[str, floa
         "parameters": m["parameters"], "wall_s": m.get("session_wall_seconds", float("nan")),
         "tokens_per_s": m["tokens_per_s"], "reused": 1.0 if reused else 0.0,
     }
+
+
+# ------------------------------------------------------------------------------------------------ the whole pipeline
+def _pipeline_config(cell, p: dict[str, Any], seed: int):
+    from ...ppft.pipeline import PipelineConfig
+
+    return PipelineConfig(**p | {"dataset": cell.dataset or "pri-ddx", "seed": seed, "progress": False})
+
+
+def _pipeline_validate(cell, points) -> None:
+    if cell.mechanism is not None:
+        raise CellError("ppft_pipeline takes the noise in params (epsilon, k), not `mechanism`", field="mechanism")
+    for point in points:
+        try:
+            _pipeline_config(cell, cell.resolve(point).params, cell.seeds[0])
+        except (TypeError, ValueError) as exc:
+            raise CellError(f"invalid pipeline settings at {point or 'the cell'}: {exc}", field="params") from None
+
+
+def _pipeline_params() -> dict[str, str]:
+    from ...ppft.pipeline import PipelineConfig
+
+    return _config_params(PipelineConfig, {}, skip=("seed", "progress", "dataset"))
+
+
+def _pipeline_metrics() -> tuple[str, ...]:
+    from ...ppft.pipeline import STEPS
+
+    return tuple(f"{s}_wall_s" for s in STEPS) + ("total_wall_s", "measured_in_one_go", "n_heldout") + tuple(f"acc_{t}" for t in EVAL_TASKS)
+
+
+@register_cell_kind("ppft_pipeline", metrics=_pipeline_metrics(), params=_pipeline_params(), validate=_pipeline_validate)
+def ppft_pipeline(cell, point, seed: int, context: RunContext) -> dict[str, float]:
+    """The default PPFT pipeline (pretraining, stage 1, stage 2, evaluation) in one go, each step timed."""
+    from ...ppft.pipeline import run_pipeline
+
+    result = run_pipeline(_pipeline_config(cell, cell.resolve(point).params, seed))
+    out = {f"{name}_wall_s": step["wall_s"] for name, step in result["steps"].items()}
+    out |= {f"acc_{task}": acc for task, acc in result["accuracy"].items()}
+    return out | {"total_wall_s": result["total_wall_s"], "measured_in_one_go": float(result["measured_in_one_go"]),
+                  "n_heldout": float(result["n_heldout"])}

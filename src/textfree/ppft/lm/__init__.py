@@ -13,7 +13,7 @@ CLI: ``textfree ppft pretrain-decoder --preset small --out runs/decoder-small``.
 
 from .config import PRESETS, DecoderPretrainConfig
 from .corpus import EXCLUDED, GENERAL_SOURCES, Corpus, CorpusError, build_corpus, corpus_from_texts
-from .pretrain import greedy_generate, pretrain_decoder
+from .pretrain import finished_pretraining, greedy_generate, pretrain_decoder
 from .tokenizer import EOS_TOKEN, PAD_TOKEN, load_tokenizer, train_tokenizer
 
 __all__ = [
@@ -30,5 +30,6 @@ __all__ = [
     "EOS_TOKEN",
     "PAD_TOKEN",
     "pretrain_decoder",
+    "finished_pretraining",
     "greedy_generate",
 ]

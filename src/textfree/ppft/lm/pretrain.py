@@ -46,7 +46,7 @@ from .config import CONFIG_NAME, DecoderPretrainConfig, resolve_mixed_precision
 from .corpus import Corpus, build_corpus, corpus_from_texts
 from .tokenizer import load_tokenizer, train_tokenizer
 
-__all__ = ["pretrain_decoder", "build_llama_config", "lr_at", "greedy_generate", "count_parameters",
+__all__ = ["pretrain_decoder", "finished_pretraining", "build_llama_config", "lr_at", "greedy_generate", "count_parameters",
            "TOKENS_NAME", "METRICS_NAME", "MANIFEST_NAME", "LOG_NAME"]
 
 logger = get_logger(__name__)
@@ -206,6 +206,18 @@ def _check_resumable(out: Path, config: DecoderPretrainConfig) -> None:
         detail = ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
         raise ValueError(f"{out} holds a checkpoint of a different run ({detail}); use another output directory "
                          f"or delete {out / CHECKPOINT_DIR}")
+
+
+def finished_pretraining(config: DecoderPretrainConfig) -> bool:
+    """True when ``config.output_dir`` holds a finished decoder pretrained under ``config`` (its metrics, weights and
+    config); a finished decoder of other settings is an error naming them, so it is never silently reused."""
+    out = Path(config.output_dir)
+    if not all((out / name).is_file() for name in (METRICS_NAME, "model.safetensors", CONFIG_NAME)):
+        return False
+    differ = DecoderPretrainConfig.load(out / CONFIG_NAME).mismatches(config)
+    if differ:
+        raise ValueError(f"{str(out)!r} holds a decoder pretrained with other settings ({sorted(differ)}); use another out")
+    return True
 
 
 # ------------------------------------------------------------------------------------------------- train
