@@ -100,7 +100,7 @@ def test_stage2_freezes_encoder_and_base_decoder(stage1_run, fixture_data, tmp_p
     assert all(p.grad is None and not p.requires_grad for p in lm.encoder.parameters())
     enc1 = TextFreeLM.load(run1).encoder.state_dict()
     for name, tensor in lm.encoder.state_dict().items():
-        assert torch.equal(tensor, enc1[name]), name
+        assert torch.equal(tensor.cpu(), enc1[name]), name
     saved = _tensors(tmp_path / "stage2" / "encoder" / "model.safetensors")
     assert all(torch.equal(saved[k], v) for k, v in _tensors(run1 / "encoder" / "model.safetensors").items())
     # base decoder weights unchanged; only projection + LoRA changed
@@ -110,11 +110,11 @@ def test_stage2_freezes_encoder_and_base_decoder(stage1_run, fixture_data, tmp_p
     stage1 = TextFreeLM.load(run1)
     before = dict(stage1.server.named_parameters())
     for name, p in lm.server.named_parameters():
-        if not torch.equal(p.detach(), before[name].detach()):
+        if not torch.equal(p.detach().cpu(), before[name].detach().cpu()):
             changed.add(name)
         if "lora_" not in name and name.startswith("decoder."):
             key = name.removeprefix("decoder.base_model.model.").replace(".base_layer", "")
-            assert torch.equal(p.detach(), base_sd[key]), name
+            assert torch.equal(p.detach().cpu(), base_sd[key].cpu()), name
     assert changed and all(n.startswith("projection.") or "lora_" in n for n in changed)
     assert any(n.startswith("projection.") for n in changed) and any("lora_" in n for n in changed)
     config = json.loads((tmp_path / "stage2" / "textfree_config.json").read_text())

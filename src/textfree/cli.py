@@ -46,7 +46,10 @@ def _quiet_transformers() -> None:
 
 
 def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {message}")
+    """Print ``error: message`` to stderr, unwrapped (a long path stays whole) and never read as markup; exit."""
+    from rich.markup import escape
+
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -131,7 +131,7 @@ class Payload:
         if not isinstance(m, torch.Tensor) or m.dtype != torch.bool or tuple(m.shape) != (b, s):
             raise PayloadError(f"mask must be a bool tensor of shape {(b, s)}, got {getattr(m, 'dtype', type(m))} {tuple(getattr(m, 'shape', ()))}")
         lengths = m.sum(dim=1)
-        prefix = torch.arange(s).unsqueeze(0) < lengths.unsqueeze(1)
+        prefix = torch.arange(s, device=m.device).unsqueeze(0) < lengths.unsqueeze(1)
         if not torch.equal(prefix, m):
             raise PayloadError("mask rows must be prefixes (real slots first, then padding)")
         pad_to = self.privatization.pad_to

@@ -77,8 +77,8 @@ class Privatizer:
         for start in range(0, len(texts), self.batch_size):
             batch = self.encoder.encode(texts[start : start + self.batch_size])
             v, m = self.privatization.apply(batch.hidden, batch.mask, generator=gen)
-            chunks.append(v)
-            masks.append(m)
+            chunks.append(v.cpu())  # a payload is what leaves the client: host memory, whatever device encoded it
+            masks.append(m.cpu())
         vectors, mask = _pad_cat(chunks, masks)
         kind = "pooled" if self.encoder.kind == "contextual" else "token"
         payload = Payload(vectors, mask, self.encoder_info, self.privatization, kind=kind, public=None if public is None else list(public))

@@ -4,6 +4,7 @@
 * ``attribute_inference``: attribute classifiers on released slots, with prior and label references
   (:mod:`.attributes`).
 * ``learned_inversion`` / ``restoration``: a decoder that regenerates prompts from PPFT payloads (:mod:`.learned`).
+* ``slot_tokens``: a classifier of the tokens pooled into each PPFT slot, no decoder (:mod:`.slot_tokens`).
 * ``substitution_identity`` / ``substitution_channel``: readers of T2T / PCT2T text (:mod:`.substitution`);
   ``substitution_learned``: a decoder trained to rewrite it (:mod:`.substitution_learned`, trained by
   :mod:`.substitution_training`, which is loaded only where it is imported: it needs transformers).
@@ -19,6 +20,7 @@ See docs/attacks.md.
 _SOURCES = {
     **dict.fromkeys(['ChannelInverter', 'SUBSTITUTION_CHANNEL_REQUIRES', 'substitution_channel_attack', 'substitution_identity_attack', 'word_recovery', 'aligned_word_recovery'], "substitution"),
     **dict.fromkeys(['SUBSTITUTION_LEARNED_REQUIRES', 'SubstitutionInverter', 'substitution_learned_attack'], "substitution_learned"),
+    **dict.fromkeys(['SLOT_TOKENS_REQUIRES', 'SlotTokenConfig', 'SlotTokenInverter', 'slot_targets', 'train_slot_inverter', 'slot_tokens_attack'], "slot_tokens"),
     **dict.fromkeys(['LEARNED_INVERSION_REQUIRES', 'RESTORATION_REQUIRES', 'learned_inversion_attack', 'reconstruct', 'restoration_attack', 'score_reconstructions', 'medoid_text'], "learned"),
     **dict.fromkeys(['AGE_EDGES', 'ATTRIBUTE_REQUIRES', 'AttributeAttackConfig', 'AttributeClassifier', 'AttributeSpec', 'age_bucket', 'attribute_inference_attack', 'attribute_metric_names', 'build_specs', 'label_predictions', 'length_predictions', 'noisy_rows', 'predict_attributes', 'prior_predictions', 'RELEASE_REQUIRES', 'score_attributes', 'train_attribute_attacker'], "attributes"),
     **dict.fromkeys(['BEAMCLEAN_REQUIRES', 'BeamCleanConfig', 'BeamCleanResult', 'DecodedSequence', 'FAMILIES', 'SurrogateNoise', 'beamclean_attack', 'beamclean_decode', 'beamclean_requirements', 'candidate_pool', 'family_of', 'log_bessel_iv', 'oracle_noise', 'vmf_kappa', 'vmf_log_normalizer'], "beamclean"),
@@ -44,6 +46,12 @@ __all__ = [
     "restoration_attack",
     "score_reconstructions",
     "medoid_text",
+    "SLOT_TOKENS_REQUIRES",
+    "SlotTokenConfig",
+    "SlotTokenInverter",
+    "slot_targets",
+    "train_slot_inverter",
+    "slot_tokens_attack",
     "AGE_EDGES",
     "ATTRIBUTE_REQUIRES",
     "AttributeAttackConfig",

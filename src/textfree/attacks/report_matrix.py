@@ -4,7 +4,8 @@ Mechanisms (rows) and the result files that measure them:
 
 * token noise (L2-Laplace, Gaussian) and clipped token noise: ``token_inversion`` cells (per-token vectors) and
   ``attribute_inference`` cells with ``release: tokens`` (same mechanism label: same row);
-* pooled PPFT slots: ``learned_inversion`` cells (unaware / aware / stage-1-aligned inverters, restoration) and
+* pooled PPFT slots: ``learned_inversion`` cells (unaware / aware / stage-1-aligned inverters, the slot-token
+  classifier, restoration) and
   ``attribute_inference`` cells attacking slots (k 4);
 * T2T and PCT2T text: ``substitution_inversion`` cells (``pos`` null / set): read the text, the channel inverter and
   the noise-aware learned inverter (its ROUGE-L in the "learned inverter, aware" row), and ``attribute_inference``
@@ -33,12 +34,14 @@ COLUMNS = (
     ("NN (L2)", "%"), ("NN (cosine)", "%"), ("BeamClean (estimated noise)", "%"), ("MLP, black box", "%"),
     ("autoencoder + NN, black box", "%"), ("read the text", "%"),
     ("channel inverter", "%"), ("learned inverter, unaware", "ROUGE-L"), ("learned inverter, aware", "ROUGE-L"),
-    ("learned inverter, stage-1-aligned", "ROUGE-L"), ("restoration instruction", "ROUGE-L"), ("attributes: sex (best)", "%"),
+    ("learned inverter, stage-1-aligned", "ROUGE-L"), ("slot-token classifier", "ROUGE-L"), ("restoration instruction", "ROUGE-L"),
+    ("attributes: sex (best)", "%"),
 )
 _NA = {
     "token": {"read the text": "no text is released", "channel inverter": "no text is released",
               "learned inverter, unaware": "not run on token noise", "learned inverter, aware": "not run on token noise",
-              "learned inverter, stage-1-aligned": "not run on token noise", "restoration instruction": "no PPFT model"},
+              "learned inverter, stage-1-aligned": "not run on token noise", "restoration instruction": "no PPFT model",
+              "slot-token classifier": "no slots: per-token rows (see MLP, black box)"},
     "pooled": {"NN (L2)": "slots are pooled, not token rows", "NN (cosine)": "slots are pooled, not token rows",
                "MLP, black box": "slots are pooled, not token rows", "autoencoder + NN, black box": "slots are pooled, not token rows",
                "BeamClean (estimated noise)": "slots are pooled, not token rows", "read the text": "no text is released",
@@ -47,7 +50,8 @@ _NA = {
              "MLP, black box": "the attacker sees words, not vectors", "autoencoder + NN, black box": "the attacker sees words, not vectors",
              "BeamClean (estimated noise)": "the attacker sees words, not vectors",
              "learned inverter, unaware": "trained on clean text it learns the identity: read the text",
-             "learned inverter, stage-1-aligned": "no PPFT model reads text", "restoration instruction": "no PPFT model"},
+             "learned inverter, stage-1-aligned": "no PPFT model reads text", "restoration instruction": "no PPFT model",
+             "slot-token classifier": "no slots: words are released"},
 }
 
 
@@ -110,6 +114,7 @@ def _pooled_row(inversion: list[PayloadCell], attributes: list[PayloadCell], *, 
             continue  # the matrix compares mechanisms on Pri-DDX prompts
         variant = params.get("variant")
         column = ("restoration instruction" if variant == "restoration"
+                  else "slot-token classifier" if params.get("inverter") == "slot_tokens"
                   else "learned inverter, stage-1-aligned" if isinstance(params.get("init"), str)
                   else f"learned inverter, {variant}")
         for point, p in c.points:

@@ -187,6 +187,8 @@ def _variant(c: PayloadCell) -> str:
     v = params.get("variant")
     if v == "restoration":
         return "restoration instruction (served PPFT model)"
+    if params.get("inverter") == "slot_tokens":
+        return f"slot-token classifier (no decoder), noise-{v}"
     aligned = isinstance(params.get("init"), str)
     return (f"learned, noise-{v}" + (", stage-1-aligned init" if aligned else "")
             + (", full fine-tuning" if params.get("train_decoder") else ""))

@@ -138,10 +138,14 @@ def mechanism_from_dict(data: dict[str, Any]) -> Any:
 
 
 def add_noise(mech: Any, x: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
-    """x + one independent ``mech.noise`` vector per vector of x (last dimension), in float64; x's dtype out."""
+    """x + one independent ``mech.noise`` vector per vector of x (last dimension), in float64; x's dtype out.
+
+    The noise is drawn on the generator's device (a CPU generator for x on a GPU: the draw is the same wherever x
+    lives, so a seed reproduces across devices) and moved to x's."""
     d = x.shape[-1]
     x64 = x.to(torch.float64)
-    z = mech.noise(x64.numel() // d if d else 0, d, generator=generator, device=x.device)
+    device = generator.device if generator is not None else x.device
+    z = mech.noise(x64.numel() // d if d else 0, d, generator=generator, device=device).to(x.device)
     return (x64 + z.view(x64.shape)).to(x.dtype)
 
 

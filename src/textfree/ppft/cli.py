@@ -16,10 +16,9 @@ from typing import Optional as _Optional  # noqa: E402
 
 
 def _ppft_fail(message: str, code: int = 2) -> None:
-    from rich.console import Console
+    from textfree.cli import _fail  # loaded first: it mounts this app
 
-    Console(stderr=True).print(f"[bold red]error:[/] {message}")
-    raise typer.Exit(code)
+    _fail(message, code)
 
 
 def _ppft_setup(verbose: bool = True) -> None:

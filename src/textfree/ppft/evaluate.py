@@ -162,7 +162,7 @@ def head_answers(projection, payload) -> list[str]:
 
 def random_unit_slots(mask: torch.Tensor, dim: int, generator: torch.Generator | None) -> torch.Tensor:
     """Random unit vectors [B, S, dim] where ``mask`` marks a slot (zeros elsewhere): a payload's shape, no content."""
-    x = torch.randn(*mask.shape, dim, generator=generator, dtype=torch.float32)
+    x = torch.randn(*mask.shape, dim, generator=generator, dtype=torch.float32).to(mask.device)
     return x / x.norm(dim=-1, keepdim=True) * mask.unsqueeze(-1).to(x.dtype)
 
 

@@ -27,7 +27,8 @@ def next_tokens(logits: torch.Tensor, *, temperature: float = 0.0, top_p: float 
     sorted_p, order = probs.sort(dim=-1, descending=True)
     drop = sorted_p.cumsum(dim=-1) - sorted_p >= top_p  # tokens after the nucleus (the first one always stays)
     sorted_p = sorted_p.masked_fill(drop, 0.0)
-    picks = [order[i, torch.multinomial(sorted_p[i], 1, generator=generators[i])] for i in range(logits.shape[0])]
+    # each row is drawn on its generator's device (a CPU generator for a model on a GPU)
+    picks = [order[i, torch.multinomial(sorted_p[i].to(g.device), 1, generator=g).to(order.device)] for i, g in enumerate(generators)]
     return torch.cat(picks)
 
 

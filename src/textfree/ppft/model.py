@@ -138,13 +138,14 @@ class TextFreeLM(torch.nn.Module):
         pooled, slot_mask = k_pool(hidden.float(), attention_mask, self.config.k)
         return l2_normalize(pooled) * slot_mask.unsqueeze(-1), slot_mask
 
-    def privatizer(self, epsilon: float | None, *, k: int | None = None, mechanism: str | None = None, match: str | None = None, **params) -> Privatizer:
-        """The client as users run it: ``epsilon=None`` gives clean (non-private) payloads; with the model's
-        ``fixed_slots`` every payload has ``ceil(max_private_tokens / k)`` slots.
+    def privatizer(self, epsilon: float | None, *, k: int | None = None, mechanism: str | None = None, match: str | None = None,
+                   fixed_slots: bool | None = None, **params) -> Privatizer:
+        """The client as users run it: ``epsilon=None`` gives clean (non-private) payloads; with ``fixed_slots``
+        (default: the model's) every payload has ``ceil(max_private_tokens / k)`` slots.
 
         ``mechanism`` / ``match`` default to the model's (see :func:`make_noise`)."""
         noise = make_noise(mechanism or self.config.mechanism, epsilon, dim=self.encoder.dim, match=match or self.config.noise_match, **params)
-        config = self.config.replace(k=k or self.config.k)
+        config = self.config.replace(k=k or self.config.k, fixed_slots=self.config.fixed_slots if fixed_slots is None else fixed_slots)
         return Privatizer(self.encoder, noise, config.k, pad_to=config.pad_to)
 
     # ------------------------------------------------------------------ whole pipeline

@@ -235,11 +235,12 @@ def fit(
 ) -> dict[str, Any]:
     """The training loop. ``epoch_examples(epoch)`` gives that epoch's examples (stage 2: fresh payloads);
     ``loss_fn(model, batch)`` the loss of a batch; ``on_step(step, loss)`` is called after every step."""
-    from accelerate import Accelerator
     from tqdm.auto import tqdm
 
+    from ..accel import make_accelerator
+
     run = Path(cfg.out)
-    accelerator = Accelerator(cpu=cfg.cpu)
+    accelerator = make_accelerator(cpu=cfg.cpu)
     world = accelerator.num_processes
     steps_per_epoch = math.ceil(n_examples / (cfg.batch_size * world))
     total_steps = cfg.epochs * steps_per_epoch

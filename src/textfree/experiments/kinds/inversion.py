@@ -7,6 +7,12 @@ Variants (``params.variant``):
 * ``aware``: the same, trained on payloads noised by the evaluated mechanism (``epsilon``), fresh noise each epoch;
 * ``restoration``: no training; the served PPFT model ``params.model`` is asked to restore the prompt.
 
+``params.inverter`` picks the trained model: ``decoder`` (default; the PPFT-shaped inverter above) or
+``slot_tokens`` (:mod:`textfree.attacks.slot_tokens`: a classifier of the tokens pooled into each slot, no decoder,
+trained on the attacker's own clean or noisy slots; ``init`` is then the run whose client made the payloads, and the
+classifier is saved as ``<out>/slot_tokens.safetensors`` + ``slot_tokens.json``, reused when the settings match;
+with ``fixed_slots`` the init run's client pads, and the classifier learns filler slots as the pad token).
+
 ``params.init`` is a run directory (a stage-1 run: the *stage-1-aligned* inverter) or a mapping ``{encoder: DIR,
 decoder: DIR}``: an unaligned init (that encoder, a fresh projection, the pretrained decoder + fresh LoRA) built
 once into ``<out>-init``. The encoder must be the one that made the attacked payloads (query access to it).
@@ -42,6 +48,7 @@ from ...attacks.learned import (
     restoration_attack,
     score_reconstructions,
 )
+from ...attacks.slot_tokens import SLOT_TOKENS_REQUIRES, slot_tokens_attack
 from ...attacks.threat import NOISE_AWARE_REQUIRES, ThreatModel
 from ...metrics.privacy import pii_recovery
 from ...rng import seeded_generator
@@ -54,25 +61,29 @@ from .ppft import _TRAIN, stage2_model
 __all__ = ["learned_inversion", "INVERSION_METRICS", "INVERSION_PARAMS"]
 
 VARIANTS = ("unaware", "aware", "restoration")
+INVERTERS = ("decoder", "slot_tokens")
+SLOT_TOKENS_FILE, SLOT_TOKENS_JSON = "slot_tokens.safetensors", "slot_tokens.json"
 INVERSION_METRICS = ("rouge_l", "rouge_l_recall", "bleu", "symptoms_recall_text", "antecedents_recall_text",
                      "rouge_l_prior", "symptoms_recall_text_prior", "antecedents_recall_text_prior",
                      "pii_exact", "pii_fuzzy", "pii_exact_prior", "pii_fuzzy_prior", "n_pii_units",
                      "slot_epsilon", "prompt_epsilon", "padded_slots", "n_eval", "eval_wall_s") + _TRAIN
 INVERSION_PARAMS = {
     "variant": "unaware (trained on clean payloads), aware (on noisy payloads at epsilon) or restoration (no training)",
+    "inverter": "trained variants: decoder (default; projection + LoRA decoder regenerating the prompt) or slot_tokens (a classifier of each slot's tokens, no decoder)",
+    "hidden": "slot_tokens: width of the classifier's MLP (default 768)",
     "epsilon": "L2-Laplace epsilon of the evaluated payloads (and of aware training); null: clean payloads",
     "k": "pooling k (default: the init's / model's)",
     "init": "trained variants: a run directory (stage-1-aligned) or {encoder: DIR, decoder: DIR} (unaligned)",
     "model": "restoration: the served PPFT run directory; {epsilon} {k} are filled in",
     "out": "trained variants: run directory template; {variant} {epsilon} {k} are filled in",
-    "epochs": "training epochs (default 6)",
+    "epochs": "training epochs (default 6; slot_tokens 12)",
     "max_target_tokens": "decoder tokens of the training targets (default 160)",
     "train_seed": "training seed (default 0)",
     "train_limit": "train on the first N training records only (default: all)",
     "train_text": "the attacker's text is public: these instruction sources (alpaca, lima, gsm8k:train; default: the Pri-* train part)",
     "train_text_limit": "with train_text: read at most N records of each source",
     "train_decoder": "trained variants: also train every base-decoder weight (full fine-tuning; default false: LoRA + projection)",
-    "fixed_slots": "trained variants: the client pads every payload to ceil(max_private_tokens / k) slots, hiding the length (default false)",
+    "fixed_slots": "trained variants: the client pads every payload to ceil(max_private_tokens / k) slots, hiding the length (default false; slot_tokens: the init run's client padded, and the classifier trained on padded payloads)",
     "max_private_tokens": "trained variants: the client cuts private text at this many encoder tokens (default: the init's)",
     "lr": "trained variants: peak learning rate (default: Stage2Config's)",
     "prior_sample": "training texts the no-input reference (their medoid) is chosen from (default 100)",
@@ -95,6 +106,23 @@ def _params(cell: Any, point: dict) -> dict[str, Any]:
                                        and all(isinstance(v, str) and v for v in init.values()))
         if not ok or not isinstance(p.get("out"), str) or "model" in p:
             raise CellError("a trained variant takes `init` (a run directory or {encoder, decoder}) and `out`, not `model`", field="params.init")
+    inverter = p.setdefault("inverter", "decoder")
+    if inverter not in INVERTERS:
+        raise CellError(f"inverter must be one of {list(INVERTERS)}, got {inverter!r}", field="params.inverter")
+    if inverter == "slot_tokens":
+        if variant == "restoration":
+            raise CellError("restoration trains nothing: it takes no inverter", field="params.inverter")
+        if not isinstance(p.get("init"), str):
+            raise CellError("the slot_tokens inverter takes `init` as a run directory (the client that made the payloads)", field="params.init")
+        wrong = [n for n in ("train_decoder", "max_target_tokens", "max_new_tokens", "max_private_tokens") if n in p]
+        if wrong:
+            raise CellError(f"the slot_tokens inverter has no decoder and takes the init run's client as it is: drop {wrong}", field=f"params.{wrong[0]}")
+        p.setdefault("epochs", 12)
+        hidden = p.setdefault("hidden", 768)
+        if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
+            raise CellError(f"hidden must be an integer >= 1, got {hidden!r}", field="params.hidden")
+    elif "hidden" in p:
+        raise CellError("hidden applies to the slot_tokens inverter only", field="params.hidden")
     eps = p.get("epsilon")
     if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0):
         raise CellError(f"epsilon must be a number > 0 or null, got {eps!r}", field="params.epsilon")
@@ -138,12 +166,13 @@ def _params(cell: Any, point: dict) -> dict[str, Any]:
 
 def _threat(cell: Any, point: dict, p: dict[str, Any]) -> ThreatModel:
     variant = p["variant"]
-    needs = RESTORATION_REQUIRES if variant == "restoration" else LEARNED_INVERSION_REQUIRES
+    needs = RESTORATION_REQUIRES if variant == "restoration" else (SLOT_TOKENS_REQUIRES if p["inverter"] == "slot_tokens" else LEARNED_INVERSION_REQUIRES)
     if variant != "restoration" and p.get("train_text") is None:
         needs = needs.union(ThreatModel(training_text="in_domain"))  # it trains on the Pri-* train part
     if variant == "aware":
         needs = needs.union(NOISE_AWARE_REQUIRES)
-    return granted_threat(cell.resolve(point).attack, "learned_inversion", f"learned_inversion ({variant})", needs)
+    name = "slot_tokens" if p["inverter"] == "slot_tokens" else "learned_inversion"
+    return granted_threat(cell.resolve(point).attack, "learned_inversion", f"{name} ({variant})", needs)
 
 
 def _validate(cell: Any, points: list[dict]) -> None:
@@ -190,18 +219,83 @@ def _model(cell: Any, p: dict[str, Any], context: RunContext):
     return stage2_model(cfg, cell.name, context)
 
 
-def _prior_text(dataset: str, p: dict[str, Any]) -> str:
-    """The no-input reference: the attacker's best constant guess, the medoid of ``params.prior_sample`` of its own
-    training texts (:func:`~textfree.attacks.learned.medoid_text` over ``train_text`` or the PPFT train part)."""
-    from ...attacks.learned import medoid_text
+def _attacker_texts(dataset: str, p: dict[str, Any], *, distinct: bool = False) -> list[str]:
+    """The attacker's own text: ``train_text`` (public instruction sources) or the Pri-* train part's prompts (each
+    once with ``distinct``; the no-input reference keeps the rows as they are)."""
     from ...data import mcqa_prompt, ppft_split
     from ...ppft.batches import general_examples
 
     if p.get("train_text") is not None:
-        texts = [ex.private for ex in general_examples(p["train_text"], limit_per_source=p.get("train_text_limit"))]
-    else:
-        texts = [mcqa_prompt(r).private for r in ppft_split(dataset)["train"]]
-    return medoid_text(texts, p["prior_sample"])
+        return [ex.private for ex in general_examples(p["train_text"], limit_per_source=p.get("train_text_limit"))]
+    prompts = [mcqa_prompt(r).private for r in ppft_split(dataset)["train"]]
+    return list(dict.fromkeys(prompts)) if distinct else prompts
+
+
+def _slot_model(cell: Any, p: dict[str, Any], context: RunContext):
+    """(the init run, the slot-token classifier, training metrics): loaded from ``out`` when it holds one trained with
+    the same settings, else trained on the attacker's own payloads (clean, or fresh noise at ``epsilon`` each epoch)."""
+    import json
+    import time
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from ...attacks.slot_tokens import SlotTokenConfig, SlotTokenInverter, slot_targets, train_slot_inverter
+    from ...ppft.batches import ClientCache, TextExample
+    from ...ppft.model import TextFreeLM
+
+    lm = context.cached(("slot_init", p["init"]), lambda: TextFreeLM.load(p["init"]))
+    epsilon = p.get("epsilon") if p["variant"] == "aware" else None
+    out = Path(str(p["out"]).format(variant=p["variant"], epsilon=epsilon, k=p.get("k")))
+    settings = {"init": p["init"], "variant": p["variant"], "epsilon": epsilon, "k": p.get("k"), "dataset": cell.dataset,
+                "train_text": p.get("train_text"), "train_text_limit": p.get("train_text_limit"), "train_limit": p.get("train_limit"),
+                "epochs": p["epochs"], "lr": p.get("lr"), "hidden": p["hidden"], "train_seed": p["train_seed"],
+                "fixed_slots": p["fixed_slots"]}
+    privatizer = lm.privatizer(epsilon, k=p.get("k"), fixed_slots=p["fixed_slots"] or None)
+    k, pad_to = privatizer.privatization.k, privatizer.privatization.pad_to
+    table = lm.encoder.model.get_input_embeddings().weight
+
+    def fit():
+        saved = out / SLOT_TOKENS_JSON
+        if saved.is_file() and json.loads(saved.read_text()).get("settings") == settings:
+            record = json.loads(saved.read_text())
+            model = SlotTokenInverter(lm.config.encoder_dim, k, p["hidden"], table)
+            model.load_state_dict(load_file(out / SLOT_TOKENS_FILE) | {"table": model.table})
+            context.logger.info("%s: reusing the slot-token classifier in %s", cell.name, out)
+            return model.eval(), record["metrics"] | {"reused": 1.0}
+        t0 = time.time()
+        texts = _attacker_texts(cell.dataset, p, distinct=True)[: p.get("train_limit")]
+        cache = ClientCache(lm.encoder, [TextExample(t, "", "") for t in texts])
+
+        def releases(epoch: int) -> torch.Tensor:
+            gen = None if epsilon is None else seeded_generator(p["train_seed"] * 100_003 + epoch, warn=False)
+            return torch.cat([ex.vectors for ex in cache.privatize(privatizer, generator=gen)])
+
+        lengths = [pad_to or math.ceil(h.shape[0] / k) for h in cache.hidden]  # the client's slot counts (filler: pad targets)
+        ids = []
+        for start in range(0, len(texts), 64):
+            enc = lm.encoder.tokenize(texts[start : start + 64])
+            ids += [row[mask.bool()].cpu() for row, mask in zip(enc["input_ids"], enc["attention_mask"])]
+        targets = slot_targets(ids, lengths, k, lm.encoder.tokenizer.pad_token_id)
+        config = SlotTokenConfig(hidden=p["hidden"], epochs=p["epochs"], **({"lr": p["lr"]} if p.get("lr") else {}))
+        model, stats = train_slot_inverter(releases, targets, table, k, config, generator=seeded_generator(p["train_seed"] + 7919, warn=False))
+        metrics = {"train_first_loss": stats["first_loss"], "train_final_loss": stats["final_loss"], "train_steps": stats["steps"],
+                   "train_wall_s": round(time.time() - t0, 2)}
+        out.mkdir(parents=True, exist_ok=True)
+        save_file({n: t.contiguous() for n, t in model.state_dict().items() if n != "table"}, str(out / SLOT_TOKENS_FILE))
+        saved.write_text(json.dumps({"settings": settings, "metrics": metrics, "texts": len(texts), "slots": len(targets)}, indent=1))
+        return model, metrics | {"reused": 0.0}
+
+    model, metrics = context.cached(("slot_tokens", str(out)), fit)
+    return lm, model, metrics
+
+
+def _prior_text(dataset: str, p: dict[str, Any]) -> str:
+    """The no-input reference: the attacker's best constant guess, the medoid of ``params.prior_sample`` of its own
+    training texts (:func:`~textfree.attacks.learned.medoid_text` over ``train_text`` or the PPFT train part)."""
+    from ...attacks.learned import medoid_text
+
+    return medoid_text(_attacker_texts(dataset, p), p["prior_sample"])
 
 
 def _evaluated(cell: Any, limit: int, fits) -> list[tuple[str, Any]]:
@@ -231,17 +325,23 @@ def learned_inversion(cell: Any, point: dict, seed: int, context: RunContext) ->
 
     p = _params(cell, point)
     threat = _threat(cell, point, p)
-    lm, train_metrics = _model(cell, p, context)
+    if p["inverter"] == "slot_tokens":
+        lm, inverter, train_metrics = _slot_model(cell, p, context)
+    else:
+        (lm, train_metrics), inverter = _model(cell, p, context), None
     rows = context.cached(("evaluated", cell.dataset, cell.split, p["eval_limit"], lm.config.max_private_tokens),
                           lambda: _evaluated(cell, p["eval_limit"], lm.sends_whole))
     texts = [t for t, _ in rows]
     epsilon = p.get("epsilon")
-    privatizer = lm.privatizer(epsilon, k=p.get("k"))
+    privatizer = lm.privatizer(epsilon, k=p.get("k"), fixed_slots=(p["fixed_slots"] or None) if inverter is not None else None)
     t0 = time.perf_counter()
     payload = privatizer.privatize(texts, generator=seeded_generator(seed, warn=False) if epsilon is not None else None,
                                    public=[RESTORE_INSTRUCTION] * len(texts))
-    attack = restoration_attack if p["variant"] == "restoration" else learned_inversion_attack
-    recon = attack(lm.server, payload, threat=threat, max_new_tokens=p["max_new_tokens"])
+    if inverter is not None:
+        recon = slot_tokens_attack(inverter, payload, lm.encoder.tokenizer, threat=threat)
+    else:
+        attack = restoration_attack if p["variant"] == "restoration" else learned_inversion_attack
+        recon = attack(lm.server, payload, threat=threat, max_new_tokens=p["max_new_tokens"])
     wall = time.perf_counter() - t0
     for text, guess in list(zip(texts, recon))[:3]:
         context.logger.info("%s %s eps=%s seed %d\n  prompt: %s\n  recon:  %s", cell.name, p["variant"], epsilon, seed, text, guess)

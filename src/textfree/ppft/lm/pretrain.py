@@ -41,6 +41,7 @@ from safetensors.numpy import load_file as load_numpy, save_file as save_numpy
 from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from ...accel import make_accelerator
 from .checkpoint import CHECKPOINT_DIR, load_checkpoint, read_trainer_state, save_checkpoint
 from .config import CONFIG_NAME, DecoderPretrainConfig, resolve_mixed_precision
 from .corpus import Corpus, build_corpus, corpus_from_texts
@@ -247,7 +248,7 @@ def _pretrain(cfg: DecoderPretrainConfig, texts: Sequence[str] | None, stop_afte
               progress: bool) -> Path:
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    accelerator = Accelerator(mixed_precision=resolve_mixed_precision(cfg.mixed_precision))
+    accelerator = make_accelerator(mixed_precision=resolve_mixed_precision(cfg.mixed_precision))
     main = accelerator.is_main_process
     t_session = _now()
 
