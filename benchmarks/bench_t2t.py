@@ -116,7 +116,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--small-repeats", type=int, default=70,
                         help="repeats for sizes of at most 100 words (cheap, and noisier on a shared machine)")
-    parser.add_argument("--backend", default="auto", choices=["auto", "matmul", "faiss"],
+    parser.add_argument("--backend", default="auto", choices=["auto", "matmul", "faiss", "bf16"],
                         help="engine of the exact search (the approximate one always runs on torch)")
     parser.add_argument("--search", default="both", choices=["exact", "approximate", "both"])
     parser.add_argument("--shortlist", type=int, default=None,

@@ -5,9 +5,15 @@ import torch
 
 from textfree.substitution import nn as nn_module
 from textfree.geometry import gamma, max_pairwise_distance
-from textfree.substitution.nn import AUTO_FAISS_MIN_QUERIES, SINGLE_PASS_MAX_QUERIES, NearestNeighbors, resolve_backend
+from textfree.substitution.nn import (
+    AUTO_FAISS_MIN_QUERIES,
+    SINGLE_PASS_MAX_QUERIES,
+    NearestNeighbors,
+    bf16_score_error,
+    resolve_backend,
+)
 
-BACKENDS = ["matmul", "faiss"]
+BACKENDS = ["matmul", "faiss", "bf16"]
 
 
 def brute_force(queries: torch.Tensor, table: torch.Tensor, k: int, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -69,20 +75,23 @@ def test_candidate_masks(backend):
     assert torch.equal(nn.search(queries, 1, candidate_mask=torch.ones(1000, dtype=torch.bool)), nn.search(queries, 1))
 
 
-def test_near_ties_fall_back_to_float64_and_stay_exact():
-    # Each row has 7 twins a few float32 ulps away, more than the short list holds: float32 scores cannot
-    # separate them, the exactness check fails and the float64 search decides (agreeing with brute force).
+@pytest.mark.parametrize("n_twins", [7, 19])
+def test_near_ties_fall_back_to_float64_and_stay_exact(n_twins):
+    # Each row has twins a few float32 ulps away. 7 twins: more than the float32 short list holds (the float32
+    # exactness check fails and the float64 search decides) but fewer than the bfloat16 one, whose float64 re-rank
+    # must then tell them apart itself. 19: more than any short list holds, every pass hands them on.
     g = torch.Generator().manual_seed(11)
     base = torch.randn(50, 8, generator=g)
     twins = [base]
-    for _ in range(7):
+    for _ in range(n_twins):
         twins.append(torch.nextafter(twins[-1], torch.full_like(base, float("inf"))))
     table = torch.cat(twins)
     queries = base.double() + 1e-7 * torch.randn(50, 8, generator=g, dtype=torch.float64)
     for backend in BACKENDS:
         nn = NearestNeighbors(table, backend)
         assert torch.equal(nn.search(queries, 1), brute_force(queries, table, 1)), backend
-        assert nn.n_fallback > 0, backend
+        assert (nn.n_fallback > 0) == (backend != "bf16" or n_twins > 15), backend
+        assert (nn.n_bf16_fallback > 0) == (backend == "bf16" and n_twins > 15), backend
 
 
 def test_exact_fallback_directly():
@@ -94,10 +103,41 @@ def test_exact_fallback_directly():
 def test_auto_backend_resolution(monkeypatch):
     assert resolve_backend("matmul", 10**6) == "matmul"
     assert resolve_backend("faiss", 1) == "faiss"
+    assert resolve_backend("bf16", 1) == "bf16"
+    monkeypatch.setattr(nn_module, "amx_bf16_available", lambda: True)
+    assert resolve_backend("auto", 1) == resolve_backend("auto", 10**6) == "bf16"
+    monkeypatch.setattr(nn_module, "amx_bf16_available", lambda: False)
     assert resolve_backend("auto", AUTO_FAISS_MIN_QUERIES - 1) == "matmul"
     assert resolve_backend("auto", AUTO_FAISS_MIN_QUERIES) == "faiss"
     monkeypatch.setattr(nn_module, "faiss_available", lambda: False)
     assert resolve_backend("auto", 10**6) == "matmul"
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])
+def test_bf16_score_error_bounds_every_row(scale):
+    # The certificate's premise: |S~ - S| <= bound for every row, S~ the bfloat16 pass's score of the row (as the
+    # search computes it), S = ||t||^2 - 2 q.t exactly. Queries of every size against a wide table, 64 dims.
+    g = torch.Generator().manual_seed(7)
+    table = scale * torch.randn(4000, 64, generator=g)
+    queries = torch.cat([scale * (10.0 ** torch.arange(-2, 3, dtype=torch.float64))[:, None]
+                         * torch.randn(5, 64, generator=g, dtype=torch.float64) for _ in range(40)])
+    nn = NearestNeighbors(table, "bf16")
+    sub = nn._full
+    scores, rows = nn._bf16_topr(sub, queries, len(table))  # every row, in some order
+    approx = torch.empty_like(scores).scatter_(1, rows, scores)
+    exact = sub.sqnorm64 - 2.0 * queries @ table.double().T
+    bound = bf16_score_error(64, queries.norm(dim=1), sub.max_norm)
+    ratio = ((approx - exact).abs().amax(dim=1) / bound).max()
+    assert ratio <= 1.0
+    assert ratio > 0.1  # a bound 10x above every error seen would certify far less than it could
+
+
+def test_bf16_pass_certifies_most_queries():
+    # Noisy queries whose nearest row is clear: the bfloat16 short list settles nearly all of them.
+    table, queries = make_data(seed=9, v=5000, dim=64, n=500, noise=0.5)
+    nn = NearestNeighbors(table, "bf16")
+    assert torch.equal(nn.search(queries, 1), brute_force(queries, table, 1))
+    assert nn.n_bf16_fallback <= 25, nn.n_bf16_fallback
 
 
 def test_validation_errors():
@@ -250,8 +290,9 @@ def test_approximate_validation_errors():
     for bad in (-1, 1.5, True, "4"):
         with pytest.raises(ValueError, match=f"shortlist must be an int >= 0, got {bad!r}"):
             NearestNeighbors(table, search="approximate", shortlist=bad)
-    with pytest.raises(ValueError, match="backend='faiss'"):
-        NearestNeighbors(table, "faiss", search="approximate")
+    for engine in ("faiss", "bf16"):
+        with pytest.raises(ValueError, match=f"backend='{engine}'"):
+            NearestNeighbors(table, engine, search="approximate")
     approx = NearestNeighbors(table, "matmul", search="approximate", shortlist=0)
     assert approx.search(queries, 20).shape == (3, 20)
     with pytest.raises(ValueError, match="exceeds"):

@@ -215,8 +215,9 @@ def test_validation(random_table):
         TextToText(random_table, 1.0, search="approximate", shortlist=-1)
     with pytest.raises(ValueError, match="shortlist must be an int >= 0, got 2.0"):
         TextToText(random_table, 1.0, shortlist=2.0)
-    with pytest.raises(ValueError, match="backend='faiss'"):
-        TextToText(random_table, 1.0, backend="faiss", search="approximate")
+    for engine in ("faiss", "bf16"):
+        with pytest.raises(ValueError, match=f"backend='{engine}'"):
+            TextToText(random_table, 1.0, backend=engine, search="approximate")
     with pytest.raises(ValueError, match="eta must be a finite number > 0, got 0"):
         TextToText(random_table, 0)
     with pytest.raises(ValueError, match="eta"):

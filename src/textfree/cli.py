@@ -226,7 +226,7 @@ def substitute(
     tagger: str = typer.Option("textblob", help="POS tagger: textblob (bundled) or nltk (needs --nltk-data)."),
     nltk_data: Optional[Path] = typer.Option(None, help="Directory holding NLTK's tagger (e.g. ../shared/data/nltk_data)."),
     table: str = typer.Option("default", help="Embedding table: 'default' (MiniLM), an HF name/path, or glove:PATH."),
-    search: str = typer.Option("exact", help="Nearest-word search: exact (default) or approximate (int8 pass + float64 re-rank of a short list: faster, same privacy guarantee, may release another word when the exact one misses the list; see docs/substitution.md)."),
+    search: str = typer.Option("exact", help="Nearest-word search: exact (default) or approximate (int8 pass + float64 re-rank of a short list: faster on CPUs without AMX-BF16, where exact search has no bfloat16 pass; same privacy guarantee; may release another word when the exact one misses the list; see docs/substitution.md)."),
     shortlist: int = typer.Option(7, help="--search approximate: words kept per input word beyond the best one for the float64 re-rank (>= 0; larger agrees more often with exact search, costs a little more)."),
     replacement_table: bool = typer.Option(False, "--replacement-table", help="Print the empirical word-replacement probability per eta."),
     etas: str = typer.Option("25,50,75,100,150,200,300", help="Etas for --replacement-table."),

@@ -8,8 +8,11 @@ Exact search. Two backends find a short list of ``k + rerank`` candidates per qu
   removes its rounding error, which would grow with the noise (``||q||`` is large when eta is small).
 * ``"faiss"``: exhaustive ``faiss.IndexFlatIP`` over rows augmented to ``[t, ||t||^2]`` and queries ``[2q, -1]``,
   whose inner product is minus the same score (the same work as ``IndexFlatL2``, without the ``||q||^2`` term).
-* ``"auto"`` (default): per call, faiss for large batches and matmul for small ones
-  (:data:`AUTO_FAISS_MIN_QUERIES`, with the measurement behind it).
+* ``"bf16"``: torch, a bfloat16 matmul against a bfloat16 copy of the table (Intel AMX runs it several times
+  faster than the float32 one), short list of ``k + BF16_SHORTLIST`` rows, certified with the bfloat16 error
+  bound (:func:`bf16_score_error`); queries it cannot certify go through the float32 path below.
+* ``"auto"`` (default): ``"bf16"`` where the CPU has AMX-BF16 (:func:`amx_bf16_available`); elsewhere, per call,
+  faiss for large batches and matmul for small ones (:data:`AUTO_FAISS_MIN_QUERIES`, with the measurement behind it).
 
 Then both re-rank the short list in float64 and *certify* it: every float32 score is within a proven bound E
 (:func:`textfree.substitution.distances.gamma`) of the real one, so a row outside the list cannot beat the
@@ -63,9 +66,12 @@ __all__ = [
     "SINGLE_PASS_MAX_QUERIES",
     "resolve_backend",
     "faiss_available",
+    "amx_bf16_available",
+    "bf16_score_error",
+    "BF16_SHORTLIST",
 ]
 
-BACKENDS = ("auto", "matmul", "faiss")
+BACKENDS = ("auto", "matmul", "faiss", "bf16")
 
 #: ``search="exact"`` (the default): certified exact nearest neighbours. ``search="approximate"``: an int8 pass
 #: and a float64 re-rank of its short list (module docstring).
@@ -85,6 +91,46 @@ def faiss_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+#: ``backend="bf16"`` keeps ``k + BF16_SHORTLIST`` rows per query from the bfloat16 pass for the certificate. Measured on
+#: MiniLM's 21,777 x 384 word table with 5,000 noisy SST-2 words per eta (benchmarks/bench_nn_search.py
+#: ``--bf16-certificate``): docs/substitution.md.
+BF16_SHORTLIST = 15
+
+#: ``bfloat16`` unit roundoff: 8 significant bits.
+BF16_UNIT_ROUNDOFF = 2.0**-8
+
+
+@functools.lru_cache(maxsize=1)
+def amx_bf16_available() -> bool:
+    """True where torch reports AMX-BF16 on this CPU (Intel Sapphire Rapids and later): ``backend="auto"`` then uses
+    the bfloat16 pass. False where the build or the CPU cannot tell."""
+    try:
+        return bool(torch._C._cpu._get_cpu_capability().get("amx_bf16", False))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def bf16_score_error(d: int, qnorm: torch.Tensor, max_row_norm: float) -> torch.Tensor:
+    """A bound on |S~ - S| for every row t (||t|| <= T = ``max_row_norm``) of the bfloat16 pass's score
+    S~ = -2 fl_bf16([q~, -1/2] . [t~, n~]) against the exact S = ||t||^2 - 2 q.t, for queries of norm ``qnorm``
+    (n~: the float32 squared norm rounded to bfloat16).
+
+    With u = 2^-8 (bfloat16) and u' = u + 2^-23 (a float64 query and the float64 norm are rounded twice, through
+    float32): q~_i = q_i (1 + a_i), t~_i = t_i (1 + b_i), n~ = ||t||^2 (1 + e), |a_i|, |b_i|, |e| <= u'. Each product
+    of two bfloat16 numbers is exact in float32; float32 accumulation of the d + 1 terms in any order adds at most
+    gamma_{d+1} times the sum of their magnitudes; the bfloat16 output rounds once more (u). With
+    B = sum |q_i t_i| + ||t||^2 / 2 <= ||q|| T + T^2 / 2,
+    |fl_bf16(...) - (q.t - ||t||^2 / 2)| <= c B, c = 2u' + u'^2 + (gamma_{d+1} + u (1 + gamma_{d+1})) (1 + u')^2,
+    and the exact factor -2 doubles it. Hardware that flushes subnormal inputs or products to zero moves each of
+    the d + 1 terms by at most 2^-126 (1 + ||q|| + T + T^2), added too."""
+    u = BF16_UNIT_ROUNDOFF
+    u1 = u + 2.0**-23
+    g = gamma(d + 1)
+    c = 2 * u1 + u1 * u1 + (g + u * (1 + g)) * (1 + u1) ** 2
+    t = float(max_row_norm)
+    return 2.0 * c * (qnorm * t + t * t / 2.0) + (d + 1) * 2.0**-125 * (1.0 + qnorm + t + t * t)
 
 
 #: ``backend="auto"`` sends a batch of at least this many queries to faiss and smaller ones to matmul.
@@ -112,6 +158,8 @@ def resolve_backend(backend: str, n_queries: int) -> str:
     """The backend that serves a batch of ``n_queries`` queries: "matmul" or "faiss"."""
     if backend != "auto":
         return backend
+    if amx_bf16_available():
+        return "bf16"
     return "faiss" if n_queries >= AUTO_FAISS_MIN_QUERIES and faiss_available() else "matmul"
 
 
@@ -139,6 +187,7 @@ class _SubTable:
         self.max_norm = float(norms64.max().sqrt()) if len(norms64) else 0.0
         self._faiss = None
         self._int8 = None
+        self._bf16 = None
 
     def __len__(self) -> int:
         return self.vectors.shape[0]
@@ -153,6 +202,13 @@ class _SubTable:
             index.add(augmented.numpy())
             self._faiss = index
         return self._faiss
+
+    def bf16_index(self) -> torch.Tensor:
+        """The exact search's ``"bf16"`` pass: [d + 1, V] bfloat16, the table's columns over a last row of squared
+        norms, so that a query [q, -1/2] scores q.t - ||t||^2 / 2 in one matmul. Made on first use."""
+        if self._bf16 is None:
+            self._bf16 = torch.cat([self.vt, self.sqnorm32[None, :]]).to(torch.bfloat16)
+        return self._bf16
 
     def int8_index(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Approximate search: (codes [d, V'] int8, dim_scale [d] float64, neg_sqnorm [V'] float32).
@@ -190,7 +246,7 @@ class NearestNeighbors:
 
     ``search="approximate"`` (opt-in) trades exactness for speed: an int8 pass keeps ``k + shortlist`` rows per
     query and float64 re-ranks them (module docstring). ``backend`` chooses the engine of the exact search; the
-    approximate pass always runs on torch, so it takes "auto" or "matmul" and refuses "faiss".
+    approximate pass always runs on torch, so it takes "auto" or "matmul" and refuses "faiss" and "bf16".
     """
 
     def __init__(
@@ -215,10 +271,10 @@ class NearestNeighbors:
             raise ValueError("NearestNeighbors: backend 'faiss' needs the faiss-cpu package")
         if search not in SEARCH_MODES:
             raise ValueError(f"NearestNeighbors: search must be one of {SEARCH_MODES}, got {search!r}")
-        if search == "approximate" and backend == "faiss":
+        if search == "approximate" and backend in ("faiss", "bf16"):
             raise ValueError(
-                "NearestNeighbors: search='approximate' runs an int8 torch pass; backend='faiss' has none "
-                "(use backend='auto' or 'matmul')"
+                f"NearestNeighbors: search='approximate' runs an int8 torch pass; backend={backend!r} is an engine of "
+                "the exact search (use backend='auto' or 'matmul')"
             )
         limits = (
             ("chunk_size", chunk_size, 1),
@@ -241,6 +297,7 @@ class NearestNeighbors:
         self._full = _SubTable(vectors, None, exact=self.exact)
         self._subsets: OrderedDict[bytes, _SubTable] = OrderedDict()
         self.n_fallback = 0  # queries re-searched in float64 because the float32 pass was not conclusive
+        self.n_bf16_fallback = 0  # queries the bfloat16 pass could not certify, handed to the float32 pass
 
     @property
     def exact(self) -> bool:
@@ -372,12 +429,31 @@ class NearestNeighbors:
         if not self.exact:
             r = min(k + self.shortlist, len(sub))
             cand = self._int8_topr(sub, q64, r, sets)
-            exact = self._rerank64(sub, q64, cand, sets)
-            order = exact.argsort(dim=1, stable=True)[:, :k]
+            keys = self._rerank64(sub, q64, cand, sets)[0]
+            order = keys.argsort(dim=1, stable=True)[:, :k]
             return sub.to_original(torch.gather(cand, 1, order))
+        backend = resolve_backend(self.backend, n)
+        if backend != "bf16":
+            return sub.to_original(self._search32(sub, q, q64, k, sets, available, backend))
+        r = min(k + BF16_SHORTLIST, len(sub))
+        qnorm = q64.norm(dim=1)
+        approx, cand = self._bf16_topr(sub, q64, r, sets)
+        err = bf16_score_error(self.dim, qnorm, sub.max_norm)
+        # A query too large for bfloat16 / float32 (inf or NaN scores) is never certified here.
+        usable = torch.isfinite(approx).any(dim=1) & ~torch.isnan(approx).any(dim=1) & (qnorm < 1e30)
+        best_local, bad = self._certify(sub, q64, k, approx, cand, err, sets, available <= r, usable)
+        if len(bad):
+            self.n_bf16_fallback += int(len(bad))
+            bad_sets = None if sets is None else (sets[0], sets[1][bad])
+            best_local[bad] = self._search32(sub, q[bad], q64[bad], k, bad_sets, available[bad], "matmul")
+        return sub.to_original(best_local)
+
+    def _search32(self, sub: _SubTable, q, q64, k: int, sets, available, backend: str) -> torch.Tensor:
+        """The float32 pass (matmul or faiss) with its certificate, float64 search for what it cannot certify:
+        local indices [N, k]."""
         r = min(k + self.rerank, len(sub))
         qnorm = q64.norm(dim=1)
-        if sets is None and resolve_backend(self.backend, n) == "faiss":
+        if sets is None and backend == "faiss":
             approx, cand = self._faiss_topr(sub, q, r)
         else:
             approx, cand = self._matmul_topr(sub, q, r, sets)
@@ -386,38 +462,83 @@ class NearestNeighbors:
         # 2 gamma_{d+4} (2 ||q|| T + T^2), T the largest row norm of the table searched.
         t = sub.max_norm
         err = 2.0 * gamma(self.dim + 4) * (2.0 * qnorm * t + t * t)
-        exact = self._rerank64(sub, q64, cand, sets)
-        order = exact.argsort(dim=1)[:, :k]
-        best_local = torch.gather(cand, 1, order)
-        kth_exact = torch.gather(exact, 1, order[:, -1:]).squeeze(1)
-        worst_listed = approx.max(dim=1).values
-        certified = (worst_listed - err > kth_exact) | (available <= r)
-        bad = torch.nonzero(~certified).flatten()
+        best_local, bad = self._certify(sub, q64, k, approx, cand, err, sets, available <= r)
         if len(bad):
             self.n_fallback += int(len(bad))
             bad_sets = None if sets is None else sets[0][sets[1][bad]]
             best_local[bad] = self._exact_topk(sub, q64[bad], k, bad_sets)
-        return sub.to_original(best_local)
+        return best_local
 
-    def _rerank64(self, sub: _SubTable, q64: torch.Tensor, cand: torch.Tensor, sets=None) -> torch.Tensor:
-        """Exact float64 scores s(t) = ||t||^2 - 2 q.t = ||q - t||^2 - ||q||^2 of the listed rows [N, r]; +inf for
-        rows outside a query's set (they fill its list when the set has fewer than r rows)."""
+    def _certify(self, sub, q64, k, approx, cand, err, sets, whole, usable=None):
+        """Re-rank the short lists in float64; (best k local rows [N, k], queries not certified). A list of the r
+        best approximate scores is certified when its worst approximate score, less the error bound ``err``,
+        still exceeds the exact k-th best: no row outside it can then beat the k found. ``whole``: the list holds
+        every candidate of the query."""
+        # Only rows that may be among the k best need float64: one whose approximate score exceeds the k-th best
+        # approximate score by more than 2 err is truly worse than k listed rows.
+        kth_approx = approx.kthvalue(k, dim=1).values
+        contenders = approx <= (kth_approx + 2.0 * err)[:, None]
+        keys, offset, err64 = self._rerank64(sub, q64, cand, sets, only=contenders)
+        order = keys.argsort(dim=1)[:, :k]
+        best_local = torch.gather(cand, 1, order)
+        kth_exact = torch.gather(keys, 1, order[:, -1:]).squeeze(1) - offset + err64
+        worst_listed = approx.max(dim=1).values
+        certified = (worst_listed - err > kth_exact) | whole
+        if usable is not None:
+            certified &= usable
+        return best_local, torch.nonzero(~certified).flatten()
+
+    def _bf16_topr(self, sub: _SubTable, q64: torch.Tensor, r: int, sets=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The r smallest scores -2 fl_bf16([q~, -1/2] . [t~, ||t||^2~]) ~ ||t||^2 - 2 q.t of the bfloat16 pass
+        and their rows, unordered."""
+        qb = torch.cat([q64.to(torch.float32), torch.full((q64.shape[0], 1), -0.5)], dim=1).to(torch.bfloat16)
+        index = sub.bf16_index()
+        by_blocks = sets is None or int(sets[0].sum(dim=1)[sets[1]].min()) >= r
+        approx = torch.empty(q64.shape[0], r, dtype=torch.float64)
+        cand = torch.empty(q64.shape[0], r, dtype=torch.int64)
+        for start in range(0, q64.shape[0], self.chunk_size):
+            sl = slice(start, start + self.chunk_size)
+            scores = qb[sl] @ index  # [c, V] bfloat16, largest best
+            if sets is not None:
+                scores.masked_fill_(~sets[0][sets[1][sl]], float("-inf"))
+            vals, cand[sl] = _top_columns(scores, r, by_blocks)
+            approx[sl] = vals.to(torch.float64).mul_(-2.0)  # exact: bfloat16 -> float64, times -2
+        return approx, cand
+
+    def _rerank64(self, sub: _SubTable, q64: torch.Tensor, cand: torch.Tensor, sets=None, only=None):
+        """float64 ranking keys of the listed rows [N, r] (smaller is nearer; +inf for rows outside a query's set,
+        which fill its list when the set has fewer than r rows), with per query the ``offset`` that puts them on
+        the scale of the scores, s(t) = ||t||^2 - 2 q.t = key - offset, and a bound on that s's float64 error.
+
+        A query near the table (||q|| <= 4 T) is keyed by ||q - t||^2 from direct differences (offset ||q||^2): the
+        expanded form would lose the last digits of near-ties to ||q||^2 (error ~ u ||q|| T against ~ u ||q - t||
+        ||q|| here). A far query is keyed by the expanded s itself (offset 0): differences would lose t to q.
+        ``only`` [N, r] bool: compute these entries alone, the others stay +inf."""
         n, r = cand.shape
-        exact = torch.empty(n, r, dtype=torch.float64)
-        step = max(1, (1 << 22) // (r * self.dim))  # about 32 MB of float64 rows per step
+        d = self.dim
+        t = sub.max_norm
+        keys = torch.full((n, r), float("inf"), dtype=torch.float64)
+        qsq = q64.square().sum(dim=1)
+        qn = qsq.sqrt()
+        near = qn <= 4.0 * t
+        step = max(1, (1 << 22) // (r * d))  # at most about 32 MB of float64 rows per step
         for start in range(0, n, step):
             sl = slice(start, start + step)
-            rows = sub.vectors[cand[sl]].to(torch.float64)  # [c, r, d]
-            exact[sl] = sub.sqnorm64[cand[sl]] - 2.0 * torch.einsum("crd,cd->cr", rows, q64[sl])
+            qi, ri = torch.nonzero(only[sl], as_tuple=True) if only is not None else _all_pairs(cand[sl].shape)
+            ids = cand[sl][qi, ri]
+            keys[sl][qi, ri] = _keys64(sub, ids, sub.vectors[ids].to(torch.float64), q64[sl][qi], near[sl][qi])
         if sets is not None:
-            exact.masked_fill_(~sets[0][sets[1][:, None], cand], float("inf"))
-        return exact
+            keys.masked_fill_(~sets[0][sets[1][:, None], cand], float("inf"))
+        # float64 rounding, by Higham's gamma with u = 2^-53: direct, d + 3 roundings of terms up to (||q|| + T)^2
+        # and the subtraction of ||q||^2; expanded, the same for T^2 + 2 ||q|| T.
+        g = gamma(d + 4, 2.0**-53)
+        err = torch.where(near, 2.0 * g * ((qn + t) ** 2 + qsq), 2.0 * g * (t * t + 2.0 * qn * t))
+        return keys, torch.where(near, qsq, torch.zeros_like(qsq)), err
 
     def _int8_topr(self, sub: _SubTable, q64: torch.Tensor, r: int, sets=None) -> torch.Tensor:
         """Approximate search: the r rows with the best int8 score per query (module docstring), unordered."""
         codes, dim_scale, neg_sqnorm = sub.int8_index()
         v = len(sub)
-        n_blocks = codes.shape[1] // _BLOCK
         # q = m u with |u_i| <= 1 first, so that no product below can overflow float64 whatever the query's size.
         m = q64.abs().amax(dim=1, keepdim=True)
         m = torch.where(m > 0, m, torch.ones_like(m))  # a zero query: any scale will do
@@ -430,9 +551,8 @@ class NearestNeighbors:
         # it underflows to 0 and the norm decides, as it should. The float64 re-rank has the last word.
         two_s = (2.0 * m * s).clamp(max=1e25).to(torch.float32)
         cand = torch.empty(q64.shape[0], r, dtype=torch.int64)
-        offsets = torch.arange(_BLOCK)
         # Block selection needs r real columns per query: a smaller candidate set would let padding columns in.
-        by_blocks = n_blocks > 2 * r and (sets is None or int(sets[0].sum(dim=1)[sets[1]].min()) >= r)
+        by_blocks = sets is None or int(sets[0].sum(dim=1)[sets[1]].min()) >= r
         # Two [chunk, V'] buffers reused by every chunk: fresh ones would be new pages (page faults) each time.
         rows = min(self.chunk_size, q64.shape[0])
         products = torch.empty(rows, codes.shape[1], dtype=torch.int32)
@@ -445,30 +565,22 @@ class NearestNeighbors:
             scores.mul_(two_s[sl]).add_(neg_sqnorm)  # [c, V'] float32
             if sets is not None:
                 scores[:, :v].masked_fill_(~sets[0][sets[1][sl]], float("-inf"))
-            if not by_blocks:
-                cand[sl] = scores[:, :v].topk(r, dim=1, sorted=False).indices
-                continue
-            # The r best columns lie in the r blocks of _BLOCK columns with the best maxima (a block outside them
-            # has r blocks above it, each holding a column better than all of its own), so select blocks first:
-            # one max pass instead of a top-r pass over every column, about 2.5x cheaper here.
-            best_blocks = scores.view(scores.shape[0], n_blocks, _BLOCK).amax(dim=2).topk(r, dim=1, sorted=False)
-            cols = (best_blocks.indices[:, :, None] * _BLOCK + offsets).flatten(1)  # [c, r * _BLOCK]
-            pick = torch.gather(scores, 1, cols).topk(r, dim=1, sorted=False).indices
-            cand[sl] = torch.gather(cols, 1, pick)
+            cand[sl] = _top_columns(scores if by_blocks else scores[:, :v], r, by_blocks)[1]
         return cand
 
     def _matmul_topr(self, sub: _SubTable, q: torch.Tensor, r: int, sets=None) -> tuple[torch.Tensor, torch.Tensor]:
         q32 = q.to(torch.float32)
         vt = sub.vt
+        by_blocks = sets is None or int(sets[0].sum(dim=1)[sets[1]].min()) >= r
         approx = torch.empty(q.shape[0], r, dtype=torch.float32)
         cand = torch.empty(q.shape[0], r, dtype=torch.int64)
         for start in range(0, q.shape[0], self.chunk_size):
             sl = slice(start, start + self.chunk_size)
-            scores = torch.addmm(sub.sqnorm32, q32[sl], vt, alpha=-2.0)
+            scores = torch.addmm(sub.sqnorm32, q32[sl], vt, beta=-1.0, alpha=2.0)  # -(||t||^2 - 2 q.t), exactly
             if sets is not None:
-                scores.masked_fill_(~sets[0][sets[1][sl]], float("inf"))
-            vals, idx = scores.topk(r, dim=1, largest=False, sorted=False)
-            approx[sl], cand[sl] = vals, idx
+                scores.masked_fill_(~sets[0][sets[1][sl]], float("-inf"))
+            vals, cand[sl] = _top_columns(scores, r, by_blocks)
+            approx[sl] = vals.neg_()
         return approx.to(torch.float64), cand
 
     def _faiss_topr(self, sub: _SubTable, q: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -494,6 +606,58 @@ class NearestNeighbors:
             top = vals.topk(k, dim=1, largest=False)
             best_val, best_idx = top.values, torch.gather(idx, 1, top.indices)
         return best_idx
+
+
+def _keys64(sub: _SubTable, ids: torch.Tensor, rows: torch.Tensor, qq: torch.Tensor, near: torch.Tensor) -> torch.Tensor:
+    """float64 keys of rows [m, d] (table ids ``ids``) for their queries ``qq`` [m, d]: ||q - t||^2 where ``near``,
+    else ||t||^2 - 2 q.t (:meth:`NearestNeighbors._rerank64`). Each form is computed only where it is used."""
+    def direct(r, q):
+        diff = r - q
+        return torch.einsum("md,md->m", diff, diff)
+
+    def expanded(r, q, i):
+        return sub.sqnorm64[i] - 2.0 * torch.einsum("md,md->m", r, q)
+
+    if bool(near.all()):
+        return direct(rows, qq)
+    if not bool(near.any()):
+        return expanded(rows, qq, ids)
+    keys = torch.empty(len(ids), dtype=torch.float64)
+    keys[near] = direct(rows[near], qq[near])
+    keys[~near] = expanded(rows[~near], qq[~near], ids[~near])
+    return keys
+
+
+def _all_pairs(shape: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row, column) indices of every entry of a [n, r] array, row-major."""
+    n, r = shape
+    return torch.arange(n).repeat_interleave(r), torch.arange(r).repeat(n)
+
+
+def _top_columns(scores: torch.Tensor, r: int, by_blocks: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values, columns) [c, r] of the r largest entries of each row of ``scores`` [c, V], unordered.
+
+    The r largest lie in the r blocks of :data:`_BLOCK` consecutive columns with the largest maxima (a column outside
+    them has r blocks above its own, each holding a column at least as large), so blocks are selected first: one
+    max pass instead of a top-r pass over every column, several times cheaper for wide tables. More precisely,
+    every column left out is at most the smallest value returned: what a certificate needs. ``by_blocks=False``
+    (or a table of at most 2r blocks) takes the plain top-r. A last, shorter block is one block too; its missing
+    columns are filled with -inf, so they are never chosen while r columns above -inf exist: callers whose
+    candidate sets may hold fewer than r rows pass ``by_blocks=False``."""
+    c, v = scores.shape
+    n_full = v // _BLOCK
+    if not by_blocks or n_full <= 2 * r:
+        top = scores.topk(r, dim=1, sorted=False)
+        return top.values, top.indices
+    maxima = scores[:, : n_full * _BLOCK].unflatten(1, (n_full, _BLOCK)).amax(dim=2)
+    if v > n_full * _BLOCK:
+        maxima = torch.cat([maxima, scores[:, n_full * _BLOCK :].amax(dim=1, keepdim=True)], dim=1)
+    blocks = maxima.topk(r, dim=1, sorted=False).indices
+    cols = (blocks[:, :, None] * _BLOCK + torch.arange(_BLOCK)).flatten(1)  # [c, r * _BLOCK]
+    outside = cols >= v
+    picked = torch.gather(scores, 1, cols.clamp(max=v - 1)).masked_fill_(outside, float("-inf"))
+    top = picked.topk(r, dim=1, sorted=False)
+    return top.values, torch.gather(cols, 1, top.indices)
 
 
 def _int8_matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:

@@ -86,10 +86,10 @@ class TextToText:
     """T2T (``pos_categories=None``) or PCT2T over ``table`` with L2-Laplace parameter ``eta``.
 
     ``tagger`` (PCT2T only; default :class:`TextBlobTagger`), ``backend`` of the exact nearest-neighbour search
-    ("auto", "matmul", "faiss"), ``oov`` policy ("keep", "subtokens", "error") and ``preserve_case`` are
+    ("auto", "matmul", "faiss", "bf16"), ``oov`` policy ("keep", "subtokens", "error") and ``preserve_case`` are
     explained in the module docstring. ``search``: "exact" (default) or "approximate" (an int8 pass keeping
     ``1 + shortlist`` words per input word, re-ranked in float64; same privacy guarantee, see the module
-    docstring; refuses ``backend="faiss"``). Construction builds the search index (and, for PCT2T, tags the
+    docstring; refuses ``backend="faiss"`` and ``"bf16"``). Construction builds the search index (and, for PCT2T, tags the
     table); :meth:`with_eta` makes a copy with another eta that shares them.
     """
 
@@ -112,9 +112,10 @@ class TextToText:
             raise ValueError(f"TextToText: backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.search not in SEARCH_MODES:
             raise ValueError(f"TextToText: search must be one of {SEARCH_MODES}, got {self.search!r}")
-        if self.search == "approximate" and self.backend == "faiss":
+        if self.search == "approximate" and self.backend in ("faiss", "bf16"):
             raise ValueError(
-                "TextToText: search='approximate' runs on torch; backend='faiss' applies to the exact search only"
+                f"TextToText: search='approximate' runs an int8 torch pass; backend={self.backend!r} applies to the "
+                "exact search only"
             )
         if isinstance(self.shortlist, bool) or not isinstance(self.shortlist, int) or self.shortlist < 0:
             raise ValueError(f"TextToText: shortlist must be an int >= 0, got {self.shortlist!r}")
