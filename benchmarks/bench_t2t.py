@@ -17,6 +17,11 @@ of released words identical to the exact mode's ("agree") and the share of subst
 the L2-Laplace draw alone for that many words, the part of a call that no search can remove. The load average is
 printed at start and end: the machine is shared.
 
+``--floor`` (on by default) adds what no exact search of the table can avoid on this machine: the bare product of
+the noisy words with the whole table, in each precision the CPU offers (float32, bfloat16, int8), plus the noise
+draw, against the time a 10x speed-up over RAPT's Pi would allow; and how concentrated the distances from a noisy
+word to the table's rows are (the reason pruning cannot skip rows).
+
     PYTHONPATH=src python benchmarks/bench_t2t.py [--eta 100] [--threads 2] [--repeats 7] [--search both]
         [--small-repeats 70] [--shortlist 7]
 """
@@ -108,6 +113,55 @@ def _try_reset_hwm() -> bool:
         return False
 
 
+FLOOR_CHUNK = 256  # query rows per product: keeps the [chunk, V] output small instead of writing [n, V] to memory
+
+
+def scan_floor(table: torch.Tensor, n: int, repeats: int, skip: set[str]) -> dict[str, float]:
+    """Median seconds of the work an exact scan of the whole table cannot avoid, for n query words: the product
+    [n, d] x [d, V] in float32, bfloat16 and int8 (``torch._int_mm``; needs n > 16), in chunks of
+    :data:`FLOOR_CHUNK` rows, with no selection, no re-rank and no noise; and faiss's exhaustive float32 search
+    (``IndexFlatL2``, k 1: product and selection fused), where faiss is installed. Noise cannot shrink it (the
+    distances from a noisy word to all rows are nearly equal: :func:`print_concentration`), so the fastest of
+    these plus the noise draw is the least an exact privatization of n words takes here.
+
+    A precision slower than float32 (emulated where the CPU lacks it) is timed once, added to ``skip`` and not
+    run at larger n: it cannot be the floor there either."""
+    v, d = table.shape
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(n, d, generator=gen)
+    tt = table.T.contiguous()
+    products = {"float32": (q, tt), "bfloat16": (q.to(torch.bfloat16), tt.to(torch.bfloat16))}
+    if n > 16:  # torch._int_mm wants more than 16 rows
+        products["int8"] = (torch.randint(-127, 128, (n, d), dtype=torch.int8, generator=gen),
+                            torch.randint(-127, 128, (d, v), dtype=torch.int8, generator=gen))
+    calls = {}
+    for name, (a, b) in products.items():
+        mm = torch._int_mm if name == "int8" else torch.matmul
+        calls[name] = lambda a=a, b=b, mm=mm: [mm(a[i : i + FLOOR_CHUNK], b) for i in range(0, len(a), FLOOR_CHUNK)]
+    try:
+        import faiss
+
+        index = faiss.IndexFlatL2(d)
+        index.add(table.numpy())
+        calls["faiss"] = lambda: index.search(q.numpy(), 1)
+    except ImportError:
+        pass
+    out = {}
+    for name, call in calls.items():
+        if name in skip:
+            continue
+        runs = []
+        for i in range(1 + repeats):  # the first is a warm-up
+            t0 = time.perf_counter()
+            call()
+            runs.append(time.perf_counter() - t0)
+            if name in ("bfloat16", "int8") and runs[-1] > 2 * out["float32"]:
+                skip.add(name)
+                break
+        out[name] = statistics.median(runs[1:] or runs)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000, 10000])
@@ -123,6 +177,9 @@ def main() -> None:
                         help="approximate search: words kept beyond the best one (default: the library's)")
     parser.add_argument("--tagger", default="textblob", choices=["textblob", "nltk"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time the bare table product of each precision (what no exact scan can skip) "
+                             "and compare it with a 10x target")
     parser.add_argument(
         "--table", default="minilm", choices=["minilm", "glove"],
         help="minilm: MiniLM input embeddings (the default); glove: GloVe Twitter 25d, 11,925 words (shared data)",
@@ -239,6 +296,8 @@ def main() -> None:
     print(f"RAPT Table X memory: ~{RAPT_MEMORY_MB} MB. 'peak MB' is the resident memory one privatize() call adds "
           "on top of what is already resident (0.0: it fit in memory the process already held).")
     print()
+    if args.floor:
+        print_floor(table, args, noise_times, repeats)
     if len(modes) == 2:
         head = (f"{'words':>6s} | {'T2T agree':>10s} {'kept exact':>10s} {'kept approx':>11s} | "
                 f"{'PCT2T agree':>11s} {'kept exact':>10s} {'kept approx':>11s} | {'approx / exact time':>19s}")
@@ -267,6 +326,51 @@ def main() -> None:
     if len(modes) == 2:
         print("\nagree: share of substituted words released identically in both modes (same noise), pooled over "
               "the repeats; kept: share of substituted words released unchanged (1 - replacement rate).")
+
+
+def print_floor(table, args, noise_times: dict, repeats) -> None:
+    """The table product alone per precision, plus the noise draw, against a 10x-RAPT budget (RAPT time / 10)."""
+    head = (f"{'words':>6s} | {'10x budget':>10s} | {'float32':>8s} {'bfloat16':>8s} {'int8':>8s} {'faiss':>8s} | "
+            f"{'noise':>7s} | {'floor':>7s} | {'floor / budget':>14s}")
+    print(head)
+    print("-" * len(head))
+    vectors = table.vectors.to(torch.float32)
+    skip: set[str] = set()
+    for n in sorted(args.sizes):
+        budget = RAPT_TABLE_X[n] / 10 if n in RAPT_TABLE_X else float("nan")
+        scan = scan_floor(vectors, n, repeats(n), skip)
+        noise = statistics.median(noise_times[n])
+        floor = min(scan.values()) + noise
+        cells = [f"{n:6d}", f"{budget:10.4f}",
+                 " ".join(f"{scan[p]:8.4f}" if p in scan else f"{'-':>8s}" for p in ("float32", "bfloat16", "int8", "faiss")),
+                 f"{noise:7.4f}", f"{floor:7.4f}", f"{floor / budget:13.2f}x"]
+        print(" | ".join(cells))
+    flops = {n: 2 * n * table.dim * len(table) for n in args.sizes}
+    print(f"\nfloor = the fastest of the bare product [words, {table.dim}] x [{table.dim}, {len(table)}] (no selection, "
+          f"no re-rank; in chunks of {FLOOR_CHUNK} words) and faiss's fused float32 search, + the noise draw: the "
+          "least any exact scan of this table needs here. floor / budget > 1: a 10x speed-up over RAPT's Pi is out "
+          "of reach for an exact search of this table on this machine (PCT2T searches smaller per-tag tables). "
+          "Operations per call: " + ", ".join(f"{n}: {flops[n]:.2e}" for n in args.sizes) + ". '-': a precision "
+          "slower than float32 at a smaller size (emulated on this CPU) is not run again.")
+    print_concentration(vectors, args.eta, args.seed)
+    print()
+
+
+def print_concentration(vectors: torch.Tensor, eta: float, seed: int, n: int = 500) -> None:
+    """How far the other rows are from a noisy query, against its nearest one: what an exact pruning (clusters and
+    the triangle inequality, projections) would have to exploit. n table rows plus L2-Laplace noise at ``eta``."""
+    from textfree.mechanisms import L2Laplace
+
+    gen = torch.Generator().manual_seed(seed)
+    table = vectors.to(torch.float64)
+    rows = torch.randint(0, len(table), (n,), generator=gen)
+    noise = L2Laplace(eta).noise(n, table.shape[1], generator=gen).to(torch.float64)
+    dist = torch.cdist(table[rows] + noise, table).sort(dim=1).values
+    nn = dist[:, :1]
+    print(f"distances from {n} noisy words (eta {eta:g}; mean noise norm {noise.norm(dim=1).mean():.2f}, mean row norm "
+          f"{table.norm(dim=1).mean():.2f}): nearest {nn.mean():.3f}, median row {dist[:, len(table) // 2].mean():.3f}, "
+          f"farthest {dist[:, -1].mean():.3f}; rows within 5% / 10% of the nearest distance: "
+          f"{(dist <= 1.05 * nn).double().mean():.1%} / {(dist <= 1.10 * nn).double().mean():.1%}")
 
 
 if __name__ == "__main__":
