@@ -227,10 +227,21 @@ def test_approximate_is_deterministic_and_independent_of_the_batch(monkeypatch):
     small = [again.search(queries[i : i + 50], 1, candidate_mask=sets, set_index=which[i : i + 50])
              for i in range(0, len(queries), 50)]
     assert torch.equal(torch.cat(small), whole)
-    # Without torch._int_mm, a float64 matmul of the same integers gives the same answers.
+    # torch._int_mm (native int8 CPUs) and the float32 product of the same codes (AVX2-only CPUs) give the same
+    # answers; so does a float64 matmul of the same integers where a torch build has no _int_mm.
+    calls = []
+    int_mm = torch._int_mm
+    monkeypatch.setattr(torch, "_int_mm", lambda *a, **kw: calls.append(1) or int_mm(*a, **kw))
+    for native in (True, False):
+        monkeypatch.setattr(nn_module, "int8_native", lambda native=native: native)
+        calls.clear()
+        assert torch.equal(NearestNeighbors(table, search="approximate").search(queries, 2), first), native
+        assert bool(calls) == native  # the float32 path never calls _int_mm
+
     def missing(*args, **kwargs):
         raise RuntimeError("no _int_mm here")
 
+    monkeypatch.setattr(nn_module, "int8_native", lambda: True)
     monkeypatch.setattr(torch, "_int_mm", missing)
     assert torch.equal(NearestNeighbors(table, search="approximate").search(queries, 2), first)
 

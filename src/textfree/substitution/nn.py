@@ -39,8 +39,10 @@ row of the list. It is a fixed function of each query and the public table (no r
 same queries give the same answers, and since every score is computed element by element from exact integer
 products, a query's answer does not depend on the other queries of its batch (up to exact ties of int8 scores).
 Candidate sets work as in the exact search; rows outside a query's set never come back. The int8 matmul is
-torch's ``_int_mm`` (AVX512-VNNI on this project's CPU; where a torch build lacks it, a float64 matmul of the
-same integers gives the same products, slower). Measured with benchmarks/bench_approx_search.py (MiniLM's table,
+torch's ``_int_mm`` where the CPU runs it natively (:func:`int8_native`: AVX-512 / AMX); on an AVX2-only CPU,
+where torch emulates it 28x slower than a float32 product (docs/benchmarks.md), a float32 product of the same
+integer codes, exact while d * 127^2 < 2^24 (every partial sum is then an integer float32 holds); where a torch
+build has no ``_int_mm`` at all, a float64 one. All three give the same products, so the same answers. Measured with benchmarks/bench_approx_search.py (MiniLM's table,
 3,000 queries, 1 thread): 3.3x faster than the exact search. Agreement with the exact search:
 :data:`DEFAULT_SHORTLIST` and docs/substitution.md, which also explains why an approximate answer does not change
 the privacy of T2T (post-processing). This mode reads the float32 rows it re-ranks from ``table_vectors`` itself
@@ -67,6 +69,7 @@ __all__ = [
     "resolve_backend",
     "faiss_available",
     "amx_bf16_available",
+    "int8_native",
     "bf16_score_error",
     "BF16_SHORTLIST",
 ]
@@ -110,6 +113,14 @@ def amx_bf16_available() -> bool:
         return bool(torch._C._cpu._get_cpu_capability().get("amx_bf16", False))
     except (AttributeError, RuntimeError):
         return False
+
+
+def int8_native() -> bool:
+    """Whether torch runs int8 matrix products natively on this CPU (an AVX-512 or AMX capability). On an AVX2-only
+    CPU ``torch._int_mm`` is emulated: 0.82 s against 0.029 s for the float32 product of the same size (100 words
+    x MiniLM's word table, 1 thread, docs/benchmarks.md), so the approximate search multiplies its int8 codes in
+    float32 there."""
+    return torch.backends.cpu.get_cpu_capability().upper().startswith(("AVX512", "AMX"))
 
 
 def bf16_score_error(d: int, qnorm: torch.Tensor, max_row_norm: float) -> torch.Tensor:
@@ -187,6 +198,7 @@ class _SubTable:
         self.max_norm = float(norms64.max().sqrt()) if len(norms64) else 0.0
         self._faiss = None
         self._int8 = None
+        self._int8_f32 = None
         self._bf16 = None
 
     def __len__(self) -> int:
@@ -233,6 +245,13 @@ class _SubTable:
             neg_sqnorm[:v] = -self.sqnorm32
             self._int8 = (codes, dim_scale, neg_sqnorm)
         return self._int8
+
+    def int8_codes_float32(self) -> torch.Tensor:
+        """The int8 codes [d, V'] as float32 (the same integers), for CPUs without a native int8 product
+        (:func:`int8_native`). Made on first use."""
+        if self._int8_f32 is None:
+            self._int8_f32 = self.int8_index()[0].to(torch.float32)
+        return self._int8_f32
 
     def to_original(self, local: torch.Tensor) -> torch.Tensor:
         return local if self.ids is None else self.ids[local]
@@ -550,18 +569,25 @@ class NearestNeighbors:
         # finite (|q~.t~| <= 127^2 d) for huge queries, whose ranking the product decides alone anyway; for tiny ones
         # it underflows to 0 and the norm decides, as it should. The float64 re-rank has the last word.
         two_s = (2.0 * m * s).clamp(max=1e25).to(torch.float32)
+        # No native int8 kernel: multiply the same integers in float32, exact while every partial sum stays below 2^24.
+        in_float32 = not int8_native() and codes.shape[0] * _INT8_MAX**2 < 2**24
+        if in_float32:
+            codes, q8 = sub.int8_codes_float32(), q8.to(torch.float32)
         cand = torch.empty(q64.shape[0], r, dtype=torch.int64)
         # Block selection needs r real columns per query: a smaller candidate set would let padding columns in.
         by_blocks = sets is None or int(sets[0].sum(dim=1)[sets[1]].min()) >= r
         # Two [chunk, V'] buffers reused by every chunk: fresh ones would be new pages (page faults) each time.
         rows = min(self.chunk_size, q64.shape[0])
-        products = torch.empty(rows, codes.shape[1], dtype=torch.int32)
+        products = None if in_float32 else torch.empty(rows, codes.shape[1], dtype=torch.int32)
         buffer = torch.empty(rows, codes.shape[1], dtype=torch.float32)
         for start in range(0, q64.shape[0], self.chunk_size):
             sl = slice(start, start + self.chunk_size)
             c = q8[sl].shape[0]
             # int32 -> float32 is exact while 127^2 d < 2^24 (d < 1040), else rounded (relative 6e-8).
-            scores = buffer[:c].copy_(_int8_matmul(q8[sl], codes, out=products[:c]))
+            if in_float32:
+                scores = torch.matmul(q8[sl], codes, out=buffer[:c])
+            else:
+                scores = buffer[:c].copy_(_int8_matmul(q8[sl], codes, out=products[:c]))
             scores.mul_(two_s[sl]).add_(neg_sqnorm)  # [c, V'] float32
             if sets is not None:
                 scores[:, :v].masked_fill_(~sets[0][sets[1][sl]], float("-inf"))
