@@ -18,8 +18,8 @@ the L2-Laplace draw alone for that many words, the part of a call that no search
 printed at start and end: the machine is shared.
 
 ``--floor`` (on by default) adds what no exact search of the table can avoid on this machine: the bare product of
-the noisy words with the whole table, in each precision the CPU offers (float32, bfloat16, int8), plus the noise
-draw, against the time a 10x speed-up over RAPT's Pi would allow; and how concentrated the distances from a noisy
+the noisy words with the whole table, in each precision the CPU offers (float32, bfloat16, int8), or faiss's fused
+flat search, whichever is fastest, plus the noise draw, against the time a 10x speed-up over RAPT's Pi would allow; and how concentrated the distances from a noisy
 word to the table's rows are (the reason pruning cannot skip rows).
 
     PYTHONPATH=src python benchmarks/bench_t2t.py [--eta 100] [--threads 2] [--repeats 7] [--search both]
@@ -116,42 +116,52 @@ def _try_reset_hwm() -> bool:
 FLOOR_CHUNK = 256  # query rows per product: keeps the [chunk, V] output small instead of writing [n, V] to memory
 
 
-def scan_floor(table: torch.Tensor, n: int, repeats: int, skip: set[str]) -> dict[str, float]:
-    """Median seconds of the work an exact scan of the whole table cannot avoid, for n query words: the product
-    [n, d] x [d, V] in float32, bfloat16 and int8 (``torch._int_mm``; needs n > 16), in chunks of
-    :data:`FLOOR_CHUNK` rows, with no selection, no re-rank and no noise; and faiss's exhaustive float32 search
-    (``IndexFlatL2``, k 1: product and selection fused), where faiss is installed. Noise cannot shrink it (the
-    distances from a noisy word to all rows are nearly equal: :func:`print_concentration`), so the fastest of
-    these plus the noise draw is the least an exact privatization of n words takes here.
-
-    A precision slower than float32 (emulated where the CPU lacks it) is timed once, added to ``skip`` and not
-    run at larger n: it cannot be the floor there either."""
+def floor_products(table: torch.Tensor) -> dict:
+    """The table side of :func:`scan_floor`, made once: its [d, V] float32 and bfloat16 copies, an int8 matrix of
+    the same shape (timing only: the values do not matter) and, where faiss is installed, an ``IndexFlatL2``."""
     v, d = table.shape
-    gen = torch.Generator().manual_seed(0)
-    q = torch.randn(n, d, generator=gen)
     tt = table.T.contiguous()
-    products = {"float32": (q, tt), "bfloat16": (q.to(torch.bfloat16), tt.to(torch.bfloat16))}
-    if n > 16:  # torch._int_mm wants more than 16 rows
-        products["int8"] = (torch.randint(-127, 128, (n, d), dtype=torch.int8, generator=gen),
-                            torch.randint(-127, 128, (d, v), dtype=torch.int8, generator=gen))
-    calls = {}
-    for name, (a, b) in products.items():
-        mm = torch._int_mm if name == "int8" else torch.matmul
-        calls[name] = lambda a=a, b=b, mm=mm: [mm(a[i : i + FLOOR_CHUNK], b) for i in range(0, len(a), FLOOR_CHUNK)]
+    out = {"float32": tt, "bfloat16": tt.to(torch.bfloat16),
+           "int8": torch.randint(-127, 128, (d, v), dtype=torch.int8, generator=torch.Generator().manual_seed(1))}
     try:
         import faiss
 
-        index = faiss.IndexFlatL2(d)
-        index.add(table.numpy())
-        calls["faiss"] = lambda: index.search(q.numpy(), 1)
+        out["faiss"] = faiss.IndexFlatL2(d)
+        out["faiss"].add(table.numpy())
     except ImportError:
         pass
+    return out
+
+
+def scan_floor(tables: dict, n: int, repeats: int, skip: set[str]) -> dict[str, float]:
+    """Median seconds of the work an exact scan of the whole table cannot avoid, for n query words: the product
+    [n, d] x [d, V] in float32, bfloat16 and int8 (``torch._int_mm``; needs n > 16), in chunks of
+    :data:`FLOOR_CHUNK` rows, with no selection, no re-rank and no noise; and faiss's exhaustive float32 search
+    (``IndexFlatL2``, k 1: product and selection fused), where faiss is installed. ``tables``: from
+    :func:`floor_products`. Noise cannot shrink it (the distances from a noisy word to all rows are nearly equal:
+    :func:`print_concentration`), so the fastest of these plus the noise draw is the least an exact privatization
+    of n words takes here.
+
+    A precision slower than float32 (emulated where the CPU lacks it) is timed once, added to ``skip`` and not
+    run at larger n: it cannot be the floor there either."""
+    d = tables["float32"].shape[0]
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(n, d, generator=gen)
+    queries = {"float32": q, "bfloat16": q.to(torch.bfloat16)}
+    if n > 16:  # torch._int_mm wants more than 16 rows
+        queries["int8"] = torch.randint(-127, 128, (n, d), dtype=torch.int8, generator=gen)
+    calls = {}
+    for name, a in queries.items():
+        mm, b = (torch._int_mm if name == "int8" else torch.matmul), tables[name]
+        calls[name] = lambda a=a, b=b, mm=mm: [mm(a[i : i + FLOOR_CHUNK], b) for i in range(0, len(a), FLOOR_CHUNK)]
+    if "faiss" in tables:
+        calls["faiss"] = lambda: tables["faiss"].search(q.numpy(), 1)
     out = {}
     for name, call in calls.items():
         if name in skip:
             continue
         runs = []
-        for i in range(1 + repeats):  # the first is a warm-up
+        for _ in range(1 + repeats):  # the first is a warm-up
             t0 = time.perf_counter()
             call()
             runs.append(time.perf_counter() - t0)
@@ -335,10 +345,11 @@ def print_floor(table, args, noise_times: dict, repeats) -> None:
     print(head)
     print("-" * len(head))
     vectors = table.vectors.to(torch.float32)
+    tables = floor_products(vectors)
     skip: set[str] = set()
     for n in sorted(args.sizes):
         budget = RAPT_TABLE_X[n] / 10 if n in RAPT_TABLE_X else float("nan")
-        scan = scan_floor(vectors, n, repeats(n), skip)
+        scan = scan_floor(tables, n, repeats(n), skip)
         noise = statistics.median(noise_times[n])
         floor = min(scan.values()) + noise
         cells = [f"{n:6d}", f"{budget:10.4f}",

@@ -42,8 +42,9 @@ Candidate sets work as in the exact search; rows outside a query's set never com
 torch's ``_int_mm`` where the CPU runs it natively (:func:`int8_native`: AVX-512 / AMX); on an AVX2-only CPU,
 where torch emulates it 28x slower than a float32 product (docs/benchmarks.md), a float32 product of the same
 integer codes, exact while d * 127^2 < 2^24 (every partial sum is then an integer float32 holds); where a torch
-build has no ``_int_mm`` at all, a float64 one. All three give the same products, so the same answers. Measured with benchmarks/bench_approx_search.py (MiniLM's table,
-3,000 queries, 1 thread): 3.3x faster than the exact search. Agreement with the exact search:
+build has no ``_int_mm`` at all, a float64 one. All three give the same products, so the same answers. Measured
+with benchmarks/bench_approx_search.py (MiniLM's table, 3,000 queries, 1 thread, AVX512-VNNI): 3.3x faster than
+the exact search. Agreement with the exact search:
 :data:`DEFAULT_SHORTLIST` and docs/substitution.md, which also explains why an approximate answer does not change
 the privacy of T2T (post-processing). This mode reads the float32 rows it re-ranks from ``table_vectors`` itself
 when that is already a float32 CPU tensor (no copy): do not modify it in place afterwards.
@@ -576,7 +577,8 @@ class NearestNeighbors:
         cand = torch.empty(q64.shape[0], r, dtype=torch.int64)
         # Block selection needs r real columns per query: a smaller candidate set would let padding columns in.
         by_blocks = sets is None or int(sets[0].sum(dim=1)[sets[1]].min()) >= r
-        # Two [chunk, V'] buffers reused by every chunk: fresh ones would be new pages (page faults) each time.
+        # [chunk, V'] buffers reused by every chunk (int32 products, float32 scores): fresh ones would be new pages
+        # (page faults) each time.
         rows = min(self.chunk_size, q64.shape[0])
         products = None if in_float32 else torch.empty(rows, codes.shape[1], dtype=torch.int32)
         buffer = torch.empty(rows, codes.shape[1], dtype=torch.float32)
