@@ -160,12 +160,30 @@ def test_attribute_and_inversion_sections(tmp_path):
     assert "| 75 | 4 | 150 | 2250 | sex (accuracy) | 50.0 | 55.0 | 60.0 | 87.0 | 97.0 | 77.0 | 92.0 | **97.0** | **42.0** |" in text
     assert "| symptoms recall | 50.0 | 90.0 | – |" in text and "**-40.0** |" in text
     # inversion: mean ± sd over seeds; the unaware target 0.21 < 0.25 is met; clean payloads say so
-    assert "| `inv_u` | learned, noise-unaware | 75 | 4 | 150 | 2250 | 0.210 ± 0.014 |" in text
+    assert "| `inv_u` | learned, noise-unaware | 75 | 4 | 150 | 2250 | 0.210 ± 0.014 | – | – |" in text  # no reference: no gain
     assert "| `inv_u` | learned, noise-unaware | clean |" in text
     assert ("ROUGE-L < 0.25 at eps 75, k 4, on pri-ddx, attacker's text in-domain (Pri-* train part): 0.210 "
             "(the same inverter on clean payloads: 0.900), **met**") in text
     assert "learned, noise-aware, stage-1-aligned init at eps 75, k 4, on pri-ddx, attacker's text in-domain (Pri-* train part): ROUGE-L 0.400 (PPFT reports 0.4397" in text
     assert "Free text with PII units" not in text
+
+
+def test_attribute_learning_curve_rows_name_their_training_rows(tmp_path):
+    path = _payload_file(tmp_path, "curve", "attribute_inference", {"target": "answer", "k": 4}, [(28, {}), (28, {})],
+                         mechanism=LAPLACE, seeds=(0,))
+    data = json.loads(path.read_text())
+    data["cell"]["grid"] = {"mechanism.epsilon": [28], "params.train_limit": [97, 387]}
+    data["grid_axes"] = ["mechanism.epsilon", "params.train_limit"]
+    for r, (rows, best) in zip(data["results"], ((97, 0.12), (387, 0.23))):
+        r["point"]["params.train_limit"] = rows
+        r["metrics"] = {n: {"mean": v, "stderr": None, "values": [v]} for n, v in
+                        (("answer_accuracy_best", best), ("answer_accuracy_prior", 0.09), ("answer_accuracy_excess", best - 0.09),
+                         ("slot_epsilon", 56.0), ("prompt_epsilon", 1706.0))}
+    path.write_text(json.dumps(data))
+    text = build_report([tmp_path])
+    assert "| eps | k | training rows | slot eps | prompt eps (mean) | attribute |" in text
+    assert "| 28 | 4 | 97 | 56 | 1706 |" in text and "| 28 | 4 | 387 | 56 | 1706 |" in text
+    assert "**12.0**" in text and "**23.0**" in text
 
 
 def test_inversion_of_free_text_has_its_own_table_with_pii(tmp_path):
@@ -179,9 +197,11 @@ def test_inversion_of_free_text_has_its_own_table_with_pii(tmp_path):
     data["cell"]["dataset"] = "pupa"
     path.write_text(json.dumps(data))
     text = build_report([tmp_path])
+    # gain over the no-input reference: (0.31 - 0.05) / (1 - 0.05) = 0.2737
     assert ("| `inv_pupa` | learned, noise-unaware | public: alpaca, gsm8k:train | 75 | 4 | 150 | 3000 | 0.310 ± 0.014 | 0.050 | "
-            "0.000 | 20.0 ± 14.1 | 40.0 | 0.0 | 120 | 100 |") in text
-    assert "ROUGE-L < 0.25 at eps 75, k 4, on pupa, attacker's text public: alpaca, gsm8k:train: 0.310 (no-input reference 0.050), **NOT met**" in text
+            "+0.274 | 0.000 | 20.0 ± 14.1 | 40.0 | 0.0 | 120 | 100 |") in text
+    assert ("ROUGE-L < 0.25 at eps 75, k 4, on pupa, attacker's text public: alpaca, gsm8k:train: 0.310 (no-input reference 0.050) "
+            "(gain over the no-input reference +0.274), **NOT met**") in text
     assert "pooled PPFT slots" not in text  # the cross matrix compares mechanisms on Pri-DDX prompts only
 
 

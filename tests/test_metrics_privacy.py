@@ -20,6 +20,7 @@ from textfree.metrics import (
     normalized_tokens,
     pii_recovery,
     rouge_l,
+    score_gain,
 )
 
 
@@ -90,6 +91,28 @@ def test_rouge_l_errors():
         corpus_rouge_l("abc", "abc")
     with pytest.raises(ValueError, match="prediction must be a string, got int"):
         rouge_l(3, "a")
+
+
+def test_score_gain_hand_values():
+    # (score - reference) / (1 - reference): the share of the room above the no-input reference a score takes.
+    assert score_gain(0.75, 0.5) == pytest.approx(0.5)
+    assert score_gain(0.638, 0.638) == 0.0  # exactly the constant guess
+    assert score_gain(1.0, 0.2) == pytest.approx(1.0)
+    assert score_gain(0.1, 0.2) == pytest.approx(-0.125)  # worse than the guess: negative
+    assert score_gain(0.3, 0.0) == pytest.approx(0.3)  # no template: the score itself
+    # Pri-DDX's noise-unaware decoder inverter at eps 75, k 4 (docs/results/attacks.md): 0.647 over a 0.638 guess.
+    assert score_gain(0.647, 0.638) == pytest.approx(0.009 / 0.362)
+
+
+def test_score_gain_errors():
+    with pytest.raises(ValueError, match="reference is 1.0"):
+        score_gain(1.0, 1.0)
+    with pytest.raises(ValueError, match="score must be a number in \\[0, 1\\], got 1.5"):
+        score_gain(1.5, 0.2)
+    with pytest.raises(ValueError, match="reference must be a number in \\[0, 1\\], got nan"):
+        score_gain(0.5, math.nan)
+    with pytest.raises(ValueError, match="got True"):
+        score_gain(True, 0.2)
 
 
 # --------------------------------------------------------------------------------------------------- BLEU

@@ -125,6 +125,8 @@ def _lead(c: PayloadCell, point: dict) -> tuple[list[str], list[str]]:
     release = attribute_release(c)
     if release == "slots":
         eps, k = _eps(c, point)
+        if "params.train_limit" in point:  # a learning curve: the attacker's training rows are a grid axis
+            return ["eps", "k", "training rows"], [str(eps), str(k), str(point["params.train_limit"])]
         return ["eps", "k"], [str(eps), str(k)]
     if release in ("t2t", "pct2t"):
         return ["eta"], [str(point.get("params.eta", (c.cell.get("params") or {}).get("eta")))]
@@ -221,7 +223,7 @@ _GUARANTEE: list[_Column] = [
     ("eps (eval)", lambda c, e, k, p: "clean" if e is None else str(e)), ("k", lambda c, e, k, p: str(k)),
     ("slot eps", lambda c, e, k, p: _num(p, "slot_epsilon")), ("prompt eps (mean)", lambda c, e, k, p: _num(p, "prompt_epsilon")),
     ("ROUGE-L", lambda c, e, k, p: _fmt(p, "rouge_l")), ("no-input ROUGE-L", lambda c, e, k, p: _fmt(p, "rouge_l_prior")),
-    ("BLEU", lambda c, e, k, p: _fmt(p, "bleu"))]
+    ("ROUGE-L gain over no input", lambda c, e, k, p: _gain(p)), ("BLEU", lambda c, e, k, p: _fmt(p, "bleu"))]
 _TEMPLATED_COLUMNS: list[_Column] = _LEAD + _GUARANTEE + [
     ("symptoms recall", lambda c, e, k, p: _fmt(p, "symptoms_recall_text", True)),
     ("no-input symptoms recall", lambda c, e, k, p: _fmt(p, "symptoms_recall_text_prior", True)),
@@ -230,6 +232,16 @@ _FREE_TEXT_COLUMNS: list[_Column] = _LEAD + [("attacker's text", lambda c, e, k,
     ("PII exact", lambda c, e, k, p: _fmt(p, "pii_exact", True)), ("PII fuzzy", lambda c, e, k, p: _fmt(p, "pii_fuzzy", True)),
     ("no-input PII exact", lambda c, e, k, p: _fmt(p, "pii_exact_prior", True)),
     ("PII units", lambda c, e, k, p: _num(p, "n_pii_units")), ("n", lambda c, e, k, p: _num(p, "n_eval"))]
+
+
+def _gain(p: Point) -> str:
+    """:func:`~textfree.metrics.score_gain` of the mean ROUGE-L over the mean no-input ROUGE-L ("–" without both)."""
+    from ..metrics import score_gain
+
+    value, prior = p.mean("rouge_l"), p.mean("rouge_l_prior")
+    if math.isnan(value) or math.isnan(prior) or prior >= 1.0:
+        return "–"
+    return f"{score_gain(value, prior):+.3f}"
 
 
 def _inversion_table(cells: list[PayloadCell], columns: list[_Column]) -> tuple[list[str], list[tuple]]:
@@ -251,6 +263,8 @@ def inversion_section(cells: list[PayloadCell]) -> list[str]:
              "*noise-unaware*: trained on clean payloads; *noise-aware*: on payloads of the evaluated mechanism;",
              "*stage-1-aligned*: starts from the PPFT stage-1 model; *restoration*: the served PPFT model is asked to",
              "restore the prompt, no training. ROUGE-L is the mean per-prompt F1; attribute recall is read off the text.",
+             "*ROUGE-L gain over no input* = (ROUGE-L - no-input ROUGE-L) / (1 - no-input ROUGE-L): the share of the room",
+             "above one constant guess that the payload gave the attacker (0: no better than the guess; negative: worse).",
              "Only texts the client sends whole (at most the model's private-token limit) are evaluated."]
     if not cells:
         return lines + ["", "No learned_inversion result files were given."]
@@ -281,6 +295,9 @@ def inversion_section(cells: list[PayloadCell]) -> list[str]:
         where = f"on {c.cell.get('dataset')}, attacker's text {_attacker_text(c)}"
         if variant == "unaware":
             ok = "met" if value < TARGET_UNAWARE_ROUGE_L else "NOT met"
+            gain = _gain(p)
+            if gain != "–":
+                ref += f" (gain over the no-input reference {gain})"
             lines.append(f"* Target (issue 4): {_variant(c)} ROUGE-L < {TARGET_UNAWARE_ROUGE_L} at eps 75, k 4, {where}: {value:.3f}{ref}, **{ok}**.")
         else:
             lines.append(f"* {_attack_label(c, p)} at eps 75, k 4, {where}: ROUGE-L {value:.3f}{ref} (PPFT reports {PAPER_AWARE_ROUGE_L} for its noise-aware attacker).")

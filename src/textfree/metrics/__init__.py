@@ -14,7 +14,7 @@ from .privacy import (
     pii_recovery,
 )
 from .qa import accuracy, first_mentioned, open_answer_correct, seed_spread
-from .text import PRF, BleuScore, UnicodeTokenizer, corpus_bleu, corpus_rouge_l, normalized_tokens, rouge_l
+from .text import PRF, BleuScore, UnicodeTokenizer, corpus_bleu, corpus_rouge_l, normalized_tokens, rouge_l, score_gain
 
 __all__ = [
     "PRF",
@@ -36,6 +36,7 @@ __all__ = [
     "open_answer_correct",
     "pii_recovery",
     "rouge_l",
+    "score_gain",
     "seed_spread",
     "token_recovery_rate",
 ]

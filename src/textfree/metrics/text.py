@@ -27,6 +27,7 @@ __all__ = [
     "corpus_rouge_l",
     "normalized_tokens",
     "rouge_l",
+    "score_gain",
     "split_cjk",
 ]
 
@@ -146,6 +147,25 @@ def corpus_rouge_l(predictions: Sequence[str], references: Sequence[str], *, use
     scores = [rouge_l(p, r, use_stemmer=use_stemmer) for p, r in zip(predictions, references)]
     n = len(scores)
     return PRF(*(math.fsum(column) / n for column in zip(*scores)))
+
+
+def score_gain(score: float, reference: float) -> float:
+    """How much of the room above a no-input reference a score takes: ``(score - reference) / (1 - reference)``.
+
+    For a [0, 1] score such as ROUGE-L F1, where ``reference`` is what one constant guess (no input at all) scores on
+    the same texts: 0 means no better than the guess, 1 a perfect score, negative worse than the guess. On templated
+    prompts (Pri-DDX: one constant guess scores 0.638) raw ROUGE-L mostly measures the template; this reads the part
+    of it the input gave. On free text the reference is near 0 and the gain near the score itself.
+
+    >>> score_gain(0.75, 0.5)
+    0.5
+    """
+    for name, v in (("score", score), ("reference", reference)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+            raise ValueError(f"score_gain: {name} must be a number in [0, 1], got {v!r}")
+    if reference == 1.0:
+        raise ValueError("score_gain: reference is 1.0, a perfect score without input; no room above it to measure")
+    return (score - reference) / (1.0 - reference)
 
 
 # ------------------------------------------------------------------------------------------------------- BLEU
