@@ -214,6 +214,22 @@ def test_custom_kind_runs_with_aggregation_filtering_and_nan(scratch_registry, t
     assert plot_results([p1], tmp_path / "plots")[0].read_bytes()[:8] == PNG_MAGIC
 
 
+def test_git_is_recorded_when_the_run_starts(scratch_registry, tmp_path, monkeypatch):
+    # A long cell may outlive a commit made meanwhile: the file names the checkout the code ran from.
+    from textfree.experiments import runner
+
+    state = {"commit": "a" * 40}
+    monkeypatch.setattr(runner, "git_info", lambda path=None: {"commit": state["commit"], "dirty": False})
+
+    @register_cell_kind("commits_meanwhile")
+    def kind(cell, point, seed, context):
+        state["commit"] = "b" * 40
+        return {"v": 1.0}
+
+    data = load_results(run_cell({"name": "g", "kind": "commits_meanwhile", "seeds": [0]}, tmp_path, progress=False))
+    assert data["git"] == {"commit": "a" * 40, "dirty": False}
+
+
 def test_custom_kind_without_grid_and_bad_return(scratch_registry, tmp_path):
     @register_cell_kind("const")
     def const(cell, point, seed, context):

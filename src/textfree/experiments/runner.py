@@ -239,6 +239,7 @@ def run_cell(
     points = cell.points()
     context = RunContext(cell=cell, logger=log)
     started = _dt.datetime.now(_dt.timezone.utc)
+    git = git_info()  # the code that runs is the checkout as it is now, not after a commit made during a long run
     t0 = time.perf_counter()
     log.info("cell %s (kind %s): %d point(s) x %d seed(s)", cell.name, cell.kind, len(points), len(cell.seeds))
     results = []
@@ -274,7 +275,7 @@ def run_cell(
         "seeds": list(cell.seeds),
         "results": results,
         "versions": package_versions(),
-        "git": git_info(),
+        "git": git,
         "date": started.isoformat(timespec="seconds"),
         "elapsed_s": round(time.perf_counter() - t0, 3),
         "host": host_info(),
