@@ -210,3 +210,15 @@ def test_substitute_bad_flags(args, message):
         args = args + ["--table", f"glove:{GLOVE}"]
     r = runner.invoke(app, args)
     assert r.exit_code == 2 and message in r.output, r.output
+
+
+def test_ppft_width_match_prints_both_rules_and_rejects_bad_widths():
+    r = run_cli("ppft", "width-match", "--samples", 20000)
+    assert r.exit_code == 0, r.output
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in r.output.splitlines()
+            if line.startswith("| ") and not line.startswith("| setting")}
+    assert rows["norm-matched"][:2] == ["384", "28.12"] and rows["gdp-matched"][:2] == ["384", "45.93"]
+    assert rows["gdp-matched"][4] == rows["reference"][4] == "4.688"  # the same mu
+    assert abs(float(rows["gdp-matched"][6]) - float(rows["reference"][6])) < 0.005  # measured test error
+    r = run_cli("ppft", "width-match", "--to-dim", 0)
+    assert r.exit_code == 2 and "dim must be an integer >= 1, got 0" in r.output

@@ -326,3 +326,41 @@ def test_a_pipeline_run_makes_the_time_table_with_its_verdict(tmp_path):
     _result_file(d / "pipe3.json", "ppft_pipeline", "pri-ddx", [(params, _pipeline_point([1800.0, 300.0, 1400.0, 200.0]))],
                  date="2026-01-04T00:00:00+00:00", seeds=(0,))
     assert "**3700** (61.7 min; target < 60 min: **NOT met**)" in build_report([d])
+
+
+def test_gdp_matched_section_prints_mu_and_informative_verdicts(tmp_path):
+    d = _fixture(tmp_path)
+    assert "the paper's privacy level at MiniLM's width" not in build_report([d])  # no eps-46 run: no section
+    _result_file(d / "mu.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 46, "k": 4}, _eval([0.94, 0.94, 0.94], [0.70, 0.70, 0.70])),
+    ], date="2026-01-01T00:00:05+00:00")
+    _result_file(d / "lower_mu.json", "ppft_evaluate", "pri-ddx", [
+        ({"model": "runs/stage1", "epsilon": 46, "k": 4}, _eval([0.30, 0.30, 0.30], [0.0, 0.0, 0.0])),
+    ], date="2026-01-01T00:00:06+00:00")
+    lines = build_report([d]).splitlines()
+    paper = next(l for l in lines if l.startswith("| the paper: 75 at d = 1024"))
+    assert "| 13.65 | 4.69 | 0.0095 |" in paper  # 1024/75; 2*75/32 = 4.6875; Phi(-2.34375) = 0.00955
+    gdp = next(l for l in lines if l.startswith("| 46 (GDP-matched)"))
+    assert "| 8.35 | 4.69 | " in gdp and "0.940 (3 seeds, all equal)" in gdp  # 384/46; 92/sqrt(384) = 4.695
+    norm = next(l for l in lines if l.startswith("| 28 (width-matched) | 13.71 | 2.86 |"))
+    assert "0.820 ± 0.020 (3)" in norm
+    # 0.94 / 0.95 = 98.9%, beats blind 0.93 by 0.01 < 0.02 -> not met; the eps-46 lower bound (0.30) is the one used
+    four = next(l for l in lines if l.startswith("- eps 46, 4-option"))
+    assert "98.9%" in four and "lower bound 0.3000" in four and "NOT met" in four
+    opened = next(l for l in lines if l.startswith("- eps 46, open-answer"))
+    assert "87.5%" in opened and "**met**" in opened  # 0.70 / 0.80; blind 0.10, lower 0.0
+
+
+def test_noise_table_prints_each_mechanisms_slot_mu(tmp_path):
+    d = _fixture(tmp_path)
+    _result_file(d / "gauss.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "mechanism": "gaussian", "noise_match": "norm"}, _eval([0.8] * 3, [0.6] * 3)),
+        ({"epsilon": 28, "k": 4, "mechanism": "gaussian", "noise_match": "budget"}, _eval([0.8] * 3, [0.6] * 3)),
+    ], date="2026-01-01T00:00:07+00:00")
+    lines = build_report([d]).splitlines()
+    laplace = next(l for l in lines if l.startswith("| L2-Laplace | 28 (width-matched)"))
+    norm = next(l for l in lines if l.startswith("| Gaussian, norm-matched | 28"))
+    budget = next(l for l in lines if l.startswith("| Gaussian, budget-matched | 28"))
+    assert "| 2.86 |" in laplace and "| 2.86 |" in norm  # 56 / sqrt(384); the norm-matched sigma = sqrt(384) / 28
+    mu_budget = float(budget.split("|")[5])
+    assert 7.0 < mu_budget < 7.4  # 2 / sigma of the analytic (56, 1e-5) calibration: 7.21

@@ -12,6 +12,15 @@ from .base import (
 )
 from .clipping import Clipped, clip_l2, effective_noise
 from .gaussian import Gaussian, analytic_delta, analytic_epsilon, analytic_sigma, classic_sigma, sigma_for_noise_norm
+from .gdp import (
+    MATCH_RULES,
+    gaussian_mu,
+    gdp_equal_error,
+    l2_laplace_loss_samples,
+    l2_laplace_mu,
+    matched_epsilon,
+    mechanism_mu,
+)
 from .laplace import L2Laplace, sample_gamma, sample_gamma_integer_shape, sample_unit_directions
 from .slots import UNIT_SLOT_DIAMETER, SlotPrivatization
 from .transforms import k_pool, l2_normalize, n_slots
@@ -35,6 +44,13 @@ __all__ = [
     "analytic_epsilon",
     "classic_sigma",
     "L2Laplace",
+    "MATCH_RULES",
+    "l2_laplace_mu",
+    "gaussian_mu",
+    "mechanism_mu",
+    "gdp_equal_error",
+    "matched_epsilon",
+    "l2_laplace_loss_samples",
     "sample_gamma",
     "sample_gamma_integer_shape",
     "sample_unit_directions",

@@ -261,6 +261,30 @@ def report_cmd(
     typer.echo(f"wrote {run_report_command(results, out, write_report, _ppft_fail)}")
 
 
+@app.command("width-match")
+def width_match_cmd(
+    epsilon: float = typer.Option(75.0, "--epsilon", help="The reference eps (the paper's: 75)."),
+    from_dim: int = typer.Option(1024, "--from-dim", help="The reference encoder width (ModernBERT-large: 1024)."),
+    to_dim: int = typer.Option(384, "--to-dim", help="Our encoder width (all-MiniLM-L6-v2: 384)."),
+    samples: int = typer.Option(50_000, "--samples", help="Exact draws of the privacy loss per row."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the measurement (no user data is noised here)."),
+) -> None:
+    """Which eps at our width matches the reference: by noise norm or by the slot's privacy loss (Gaussian DP mu)."""
+    from textfree.mechanisms.gdp import width_match_rows
+    from textfree.rng import seeded_generator
+
+    if samples < 1 or seed < 0:
+        _ppft_fail(f"--samples must be >= 1 and --seed >= 0, got {samples} and {seed}")
+    rows = _ppft_run(width_match_rows, epsilon, from_dim, to_dim, samples=samples, generator=seeded_generator(seed, warn=False))
+    typer.echo("L2-Laplace on unit slots; loss between two antipodal slots (distance 2), "
+               f"{samples} exact draws per row, seed {seed}.")
+    typer.echo("| setting | d | eps | noise norm d/eps | pure bound 2 eps | mu = 2 eps / sqrt(d) | best-test error Phi(-mu/2) | measured | mean loss mu^2/2 | measured |")
+    typer.echo("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        typer.echo(f"| {r['setting']} | {r['dim']} | {r['epsilon']:.2f} | {r['noise_norm']:.2f} | {r['pure_bound']:.1f} | {r['mu']:.3f} | "
+                   f"{r['error_limit']:.4f} | {r['error_measured']:.4f} | {r['mean_loss_limit']:.2f} | {r['mean_loss_measured']:.2f} |")
+
+
 # =====================================================================================================================
 # Local decoder pretraining (textfree.ppft.lm)
 # =====================================================================================================================

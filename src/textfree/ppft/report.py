@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from ..metrics import seed_spread
 
-__all__ = ["PAPER_TABLE1", "WIDTH_MATCHED", "PAPER_EPSILON", "Entry", "collect", "build_report", "write_report"]
+__all__ = ["PAPER_TABLE1", "WIDTH_MATCHED", "GDP_MATCHED", "PAPER_EPSILON", "Entry", "collect", "build_report", "write_report"]
 
 #: PPFT paper, Table 1 (Llama-3.2-1B decoder, ModernBERT-large encoder, eps=75, k=4): lower / PPFT / upper.
 PAPER_TABLE1 = {"pri-ddx": (0.3707, 0.4537, 0.7071), "pri-slja": (0.4648, 0.7693, 0.9003)}
@@ -38,6 +38,10 @@ PAPER_EPSILON = 75.0
 PAPER_ENCODER_DIM = 1024
 #: eps giving MiniLM (d=384) the paper's expected noise norm d/eps: 75 * 384 / 1024 = 28.125, run as 28.
 WIDTH_MATCHED = 28.0
+#: eps giving MiniLM the paper's slot privacy loss (textfree.mechanisms.gdp): mu = 2 eps / sqrt(d) kept,
+#: 75 * sqrt(384 / 1024) = 45.9, run as 46. Beyond the issue, which judges its targets at WIDTH_MATCHED.
+GDP_MATCHED = 46.0
+ENCODER_DIM = 384
 _TARGET_RETENTION = 0.85
 _CLEAR_MARGIN = 0.02  # absolute accuracy by which PPFT must beat the blind row and the lower bound
 
@@ -116,6 +120,8 @@ def _eps_label(eps: float | None) -> str:
         return f"{eps:g} (paper's)"
     if float(eps) == WIDTH_MATCHED:
         return f"{eps:g} (width-matched)"
+    if float(eps) == GDP_MATCHED:
+        return f"{eps:g} (GDP-matched)"
     return f"{eps:g}"
 
 
@@ -382,34 +388,87 @@ def _per_length(entries: Sequence[Entry], **want: Any) -> list[Entry]:
 
 def _table_noise(entries: Sequence[Entry], ds: str) -> list[str]:
     stage2 = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds and not _get(e, "blind")]
-    out = ["| noise | eps | expected noise norm | per-slot guarantee | stage-2 epochs | 4-option acc | 4-option, ranked | open-answer acc | open, no name |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = ["| noise | eps | expected noise norm | per-slot guarantee | slot mu (GDP) | stage-2 epochs | 4-option acc | 4-option, ranked | open-answer acc | open, no name |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     found = False
     for eps in (PAPER_EPSILON, WIDTH_MATCHED):
-        rows = [("L2-Laplace", e, f"{384 / eps:.2f}") for e in _per_length(stage2, family="l2_laplace", epsilon=eps, k=4)]
+        rows = [("L2-Laplace", e, "l2_laplace", "budget") for e in _per_length(stage2, family="l2_laplace", epsilon=eps, k=4)]
         for match in ("budget", "norm"):
-            rows += [(f"Gaussian, {match}-matched", g, _gauss_norm(eps, match))
+            rows += [(f"Gaussian, {match}-matched", g, "gaussian", match)
                      for g in _per_length(stage2, family="gaussian", epsilon=eps, k=4, noise_match=match)]
-        for label, e, norm in rows:
+        for label, e, family, match in rows:
             if e is None:
                 continue
             found = True
             slot = e.mean("slot_epsilon")
             guarantee = f"{slot:.3g}" + (" (pure)" if label == "L2-Laplace" else ", delta 1e-5")
-            out.append(f"| {label} | {_eps_label(eps)} | {norm} | {guarantee} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} | {_fmt(e, 'acc_open')} | "
-                       f"{_fmt(e, 'acc_open_no_leak')} |")
+            norm, mu = _noise_norm_and_mu(family, eps, match)
+            out.append(f"| {label} | {_eps_label(eps)} | {norm:.2f} | {guarantee} | {mu:.2f} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} | "
+                       f"{_fmt(e, 'acc_open')} | {_fmt(e, 'acc_open_no_leak')} |")
     for upper in _per_length(stage2, epsilon=None, blind=False) if found else []:
-        out.append(f"| no noise (upper bound) | — | 0 | none | {_epochs(upper)} | {_fmt(upper, 'acc_mcqa')} | {_fmt(upper, 'acc_mcqa_rank')} | {_fmt(upper, 'acc_open')} | "
+        out.append(f"| no noise (upper bound) | — | 0 | none | — | {_epochs(upper)} | {_fmt(upper, 'acc_mcqa')} | {_fmt(upper, 'acc_mcqa_rank')} | {_fmt(upper, 'acc_open')} | "
                    f"{_fmt(upper, 'acc_open_no_leak')} |")
     return out if found else []
 
 
-def _gauss_norm(eps: float, match: str, d: int = 384) -> str:
-    from ..mechanisms import Gaussian
+_MU_INTRO = [
+    "The width-matched eps keeps the expected noise norm. What an observer can learn from a slot is set by",
+    "its privacy loss distribution instead, which in high dimension is that of mu-Gaussian DP with",
+    "mu = 2 eps / sqrt(d) between two antipodal unit slots (`textfree.mechanisms.gdp`; `textfree ppft width-match`",
+    "prints it and checks it on exact draws of the loss). Keeping mu gives eps = 75 * sqrt(384/1024) = 45.9",
+    f"(run as {GDP_MATCHED:g}): there MiniLM's slots leak what the paper's leak, and the width-matched eps 28",
+    "is a stricter setting than the paper's. The pure bound (2 eps per slot) is far from both.",
+]
+_NOISE_INTRO = [
+    "Gaussian matched to L2-Laplace at the same eps two ways: *budget* = the same formal per-slot guarantee",
+    "(L2-Laplace gives 2*eps-DP per unit slot; the Gaussian's sigma is the exact analytic calibration of",
+    "(2*eps, 1e-5)-DP at sensitivity 2), *norm* = the same expected noise norm d/eps. *Slot mu*: what the",
+    "slot actually leaks (mu-Gaussian DP between antipodal unit slots, `textfree.mechanisms.gdp`; the",
+    "L2-Laplace's is its high-dimension limit, the Gaussian's exact). Norm matching gives both noises",
+    "the same mu; budget matching gives the Gaussian a larger one, because the L2-Laplace's pure bound is",
+    "loose in high dimension: at the same formal budget the Gaussian slot leaks more.",
+]
+
+
+def _table_mu(entries: Sequence[Entry], ds: str) -> list[str]:
+    """PPFT (L2-Laplace, k=4) at the norm-matched, GDP-matched and paper's eps, each with its slot mu, and the
+    issue's target criteria applied at the GDP-matched eps (informative: the issue judges its targets at eps 28)."""
+    from ..mechanisms import gdp_equal_error, l2_laplace_mu
+
+    stage2 = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
+    lower = [e for e in entries if e.kind == "ppft_evaluate" and e.dataset.lower() == ds]
+    gdp = _latest(stage2, family="l2_laplace", blind=False, epsilon=GDP_MATCHED, k=4)
+    if gdp is None:
+        return []
+    paper_mu = l2_laplace_mu(PAPER_EPSILON, PAPER_ENCODER_DIM)
+    out = ["| eps | expected noise norm | slot mu | best-test error, antipodal slots | stage-2 epochs | 4-option acc | open-answer acc | open, no name | result file |",
+           "|---|---|---|---|---|---|---|---|---|",
+           f"| the paper: {PAPER_EPSILON:g} at d = {PAPER_ENCODER_DIM} | {PAPER_ENCODER_DIM / PAPER_EPSILON:.2f} | {paper_mu:.2f} | {gdp_equal_error(paper_mu):.4f} | — | — | — | — | — |"]
+    for eps in (WIDTH_MATCHED, GDP_MATCHED, PAPER_EPSILON):
+        e = _latest(stage2, family="l2_laplace", blind=False, epsilon=eps, k=4)
+        if e is None:
+            continue
+        mu = l2_laplace_mu(eps, ENCODER_DIM)
+        out.append(f"| {_eps_label(eps)} | {ENCODER_DIM / eps:.2f} | {mu:.2f} | {gdp_equal_error(mu):.4f} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | "
+                   f"{_fmt(e, 'acc_open')} | {_fmt(e, 'acc_open_no_leak')} | `{e.source}` |")
+    upper = _latest(stage2, blind=False, epsilon=None)
+    if upper is not None:
+        out.append(f"| no noise (upper bound) | 0 | — | — | {_epochs(upper)} | {_fmt(upper, 'acc_mcqa')} | {_fmt(upper, 'acc_open')} | "
+                   f"{_fmt(upper, 'acc_open_no_leak')} | `{upper.source}` |")
+        out += ["", f"The issue's criteria applied at the GDP-matched eps {GDP_MATCHED:g} (informative only: the issue's targets are "
+                f"judged at eps {WIDTH_MATCHED:g}, above):", ""]
+        out += _verdicts(f"eps {GDP_MATCHED:g}", gdp, upper, _latest(stage2, blind=True),
+                         _latest(lower, epsilon=GDP_MATCHED, k=4))
+    return out
+
+
+def _noise_norm_and_mu(family: str, eps: float, match: str = "budget", d: int = ENCODER_DIM) -> tuple[float, float]:
+    """Expected noise norm and slot mu (textfree.mechanisms.gdp) of the client's mechanism at ``eps``."""
+    from ..mechanisms import mechanism_mu
     from .model import make_noise
 
-    g: Gaussian = make_noise("gaussian", eps, dim=d, match=match)
-    return f"{g.expected_noise_norm(d):.2f}"
+    noise = make_noise(family, eps, dim=d, match=match)
+    return noise.expected_noise_norm(d), mechanism_mu(noise, d)
 
 
 def _table_general(entries: Sequence[Entry]) -> list[str]:
@@ -523,12 +582,10 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) ->
             rows = _table_layouts(entries, ds, key, name)
             if rows:
                 lines += ["", f"### {title}: {heading} (beyond the paper)", ""] + intro + [""] + rows
-        n_rows = _table_noise(entries, ds)
-        if n_rows:
-            lines += ["", f"### {title}: noise type", "",
-                      "Gaussian matched to L2-Laplace at the same eps two ways: *budget* = the same formal per-slot guarantee",
-                      "(L2-Laplace gives 2*eps-DP per unit slot; the Gaussian's sigma is the exact analytic calibration of",
-                      "(2*eps, 1e-5)-DP at sensitivity 2), *norm* = the same expected noise norm d/eps.", ""] + n_rows
+        for heading, intro, rows in (("the paper's privacy level at MiniLM's width (beyond the issue)", _MU_INTRO, _table_mu(entries, ds)),
+                                     ("noise type", _NOISE_INTRO, _table_noise(entries, ds))):
+            if rows:
+                lines += ["", f"### {title}: {heading}", ""] + intro + [""] + rows
     general = _table_general(entries)
     if general:
         lines += ["", "## General-domain MCQA after domain adaptation (Table 4 shape)", ""] + general
