@@ -364,3 +364,20 @@ def test_noise_table_prints_each_mechanisms_slot_mu(tmp_path):
     assert "| 2.86 |" in laplace and "| 2.86 |" in norm  # 56 / sqrt(384); the norm-matched sigma = sqrt(384) / 28
     mu_budget = float(budget.split("|")[5])
     assert 7.0 < mu_budget < 7.4  # 2 / sigma of the analytic (56, 1e-5) calibration: 7.21
+
+
+def test_mu_figure_joins_only_runs_trained_like_table1(tmp_path):
+    from textfree.ppft.report import _mu_points
+
+    d = _fixture(tmp_path)
+    _result_file(d / "gauss.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 75, "k": 4, "mechanism": "gaussian", "noise_match": "norm"}, _eval([0.9] * 3, [0.7] * 3)),
+        ({"epsilon": 28, "k": 4, "mechanism": "gaussian", "noise_match": "norm", "epochs": 3}, _eval([0.5] * 3, [0.2] * 3)),
+    ], date="2026-01-01T00:00:07+00:00")
+    pts = _mu_points(collect([d]), "pri-ddx", "open")
+    # L2-Laplace at eps 28 and 75: mu 56/sqrt(384) = 2.858 and 150/sqrt(384) = 7.655; open means 0.6 and 0.72, sd 0.1 and 0.02
+    assert [(round(m, 3), round(a, 3), round(s, 3)) for m, a, s in sorted(pts["L2-Laplace"])] == [(2.858, 0.6, 0.1), (7.655, 0.72, 0.02)]
+    assert len(pts["Gaussian, norm-matched"]) == 1  # the 3-epoch run is left out
+    out = write_report([d], tmp_path / "docs" / "ppft.md")
+    assert (tmp_path / "docs" / "ppft" / "accuracy_vs_mu.png").stat().st_size > 1000
+    assert "![accuracy_vs_mu](ppft/accuracy_vs_mu.png)" in out.read_text()

@@ -440,7 +440,7 @@ def _table_mu(entries: Sequence[Entry], ds: str) -> list[str]:
     gdp = _latest(stage2, family="l2_laplace", blind=False, epsilon=GDP_MATCHED, k=4)
     if gdp is None:
         return []
-    paper_mu = l2_laplace_mu(PAPER_EPSILON, PAPER_ENCODER_DIM)
+    paper_mu = _paper_mu()
     out = ["| eps | expected noise norm | slot mu | best-test error, antipodal slots | stage-2 epochs | 4-option acc | open-answer acc | open, no name | result file |",
            "|---|---|---|---|---|---|---|---|---|",
            f"| the paper: {PAPER_EPSILON:g} at d = {PAPER_ENCODER_DIM} | {PAPER_ENCODER_DIM / PAPER_EPSILON:.2f} | {paper_mu:.2f} | {gdp_equal_error(paper_mu):.4f} | — | — | — | — | — |"]
@@ -635,15 +635,80 @@ def _figure_k(entries: Sequence[Entry], path: Path) -> Path | None:
     return path
 
 
+def _mu_points(entries: Sequence[Entry], ds: str, task: str) -> dict[str, list[tuple[float, float, float]]]:
+    """(slot mu, mean, sd) of every k=4 noise row of PPFT's layout, newest run per (noise, eps), by noise label; only
+    runs trained like the dataset's Table 1 PPFT row (same stage-2 epochs and private-token cut), so a line joins
+    like with like."""
+    ref = _latest([e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds],
+                  family="l2_laplace", blind=False, epsilon=WIDTH_MATCHED, k=4)
+    if ref is None:
+        return {}
+    stage2 = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds and not _get(e, "blind")
+              and _get(e, "epsilon") not in (None, "missing") and e.params.get("epochs") == ref.params.get("epochs")
+              and e.params.get("max_private_tokens") == ref.params.get("max_private_tokens")]
+    series: dict[str, list[tuple[float, float, float]]] = {}
+    for family, match, label in (("l2_laplace", None, "L2-Laplace"), ("gaussian", "budget", "Gaussian, budget-matched"),
+                                 ("gaussian", "norm", "Gaussian, norm-matched")):
+        want = {"family": family, "k": 4} | ({"noise_match": match} if match else {})
+        for eps in sorted({float(_get(e, "epsilon")) for e in stage2 if all(_get(e, k) == v for k, v in want.items())}):
+            e = _latest(stage2, epsilon=eps, **want)
+            vals = [v for v in (e.values(f"acc_{task}") if e else []) if not math.isnan(v)]
+            if vals:
+                spread = seed_spread(vals)
+                mu = _noise_norm_and_mu(family, eps, match or "budget")[1]
+                series.setdefault(label, []).append((mu, spread["mean"], 0.0 if math.isnan(spread["std"]) else spread["std"]))
+    return series
+
+
+_NOISE_COLORS = {"L2-Laplace": "C0", "Gaussian, budget-matched": "C1", "Gaussian, norm-matched": "C2"}
+
+
+def _figure_mu(entries: Sequence[Entry], path: Path) -> Path | None:
+    """Held-out accuracy against the slot's mu (what a slot leaks), every noise row at k=4, both datasets."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 3.2))
+    axes = fig.subplots(1, 2)
+    drawn = False
+    for ax, (ds, title) in zip(axes, (("pri-ddx", "Pri-DDX"), ("pri-slja", "Pri-SLJA"))):
+        for task, style in (("mcqa", "-"), ("open", "--")):
+            for label, pts in _mu_points(entries, ds, task).items():
+                pts.sort()
+                drawn = True
+                ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], fmt=style + "o", capsize=3,
+                            color=_NOISE_COLORS[label], label=f"{'4-option' if task == 'mcqa' else 'open'}, {label}")
+        ax.axvline(_paper_mu(), color="grey", lw=0.8, ls=":")
+        ax.set_title(f"{title} (k 4, Table 1 training; dotted: the paper's mu)", fontsize=9)
+        ax.set_xlabel("slot mu = what one slot leaks (Gaussian DP)")
+        ax.set_ylim(0, 1)
+        ax.set_ylabel("held-out accuracy")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
+    if not drawn:
+        return None
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def _paper_mu() -> float:
+    """The paper's slot mu: eps 75 at d 1024 (4.69)."""
+    from ..mechanisms import l2_laplace_mu
+
+    return l2_laplace_mu(PAPER_EPSILON, PAPER_ENCODER_DIM)
+
+
 def write_report(paths: Iterable[str | Path], out: str | Path, *, figures_dir: str | Path | None = None) -> Path:
     """Write the report to ``out`` (and the figures next to it, in ``<out stem>/`` unless ``figures_dir``)."""
     paths = list(paths)
     out = Path(out)
     fig_dir = Path(figures_dir) if figures_dir else out.parent / out.stem
     figs = []
-    k_fig = _figure_k(collect(paths), fig_dir / "accuracy_vs_k.png")
-    if k_fig is not None:
-        figs.append(str(k_fig.relative_to(out.parent)) if k_fig.is_relative_to(out.parent) else str(k_fig))
+    entries = collect(paths)
+    for fig in (_figure_k(entries, fig_dir / "accuracy_vs_k.png"), _figure_mu(entries, fig_dir / "accuracy_vs_mu.png")):
+        if fig is not None:
+            figs.append(str(fig.relative_to(out.parent)) if fig.is_relative_to(out.parent) else str(fig))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(build_report(paths, figures=figs))
     return out
