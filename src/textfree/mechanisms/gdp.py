@@ -18,7 +18,7 @@ Consequence for comparing encoders of different widths (PPFT issue: MiniLM d = 3
 ModernBERT-large d = 1024): at equal eps, the wider encoder's slots are *more* private (mu falls as 1/sqrt(d)).
 
 * ``rule="norm"`` keeps the expected noise norm d / eps: eps' = eps * d' / d (75 -> 28.1). MiniLM's slots are then
-  more private than the paper's (mu 2.86 against 4.69): a stricter setting, not the same one.
+  more private than the paper's (mu 2.87 against 4.69; 2.86 at the eps 28 actually run): a stricter setting.
 * ``rule="gdp"`` keeps mu, i.e. the slot's loss distribution and every test's power: eps' = eps * sqrt(d' / d)
   (75 -> 45.9). This is also the setting at which a linear reader (the projection P_psi) sees the same
   signal-to-noise ratio per direction, sqrt(d) / eps per coordinate against unit slots.
