@@ -433,7 +433,7 @@ _NOISE_INTRO = [
 def _table_mu(entries: Sequence[Entry], ds: str) -> list[str]:
     """PPFT (L2-Laplace, k=4) at the norm-matched, GDP-matched and paper's eps, each with its slot mu, and the
     issue's target criteria applied at the GDP-matched eps (informative: the issue judges its targets at eps 28)."""
-    from ..mechanisms import gdp_equal_error, l2_laplace_mu
+    from ..mechanisms import gdp_equal_error
 
     stage2 = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
     lower = [e for e in entries if e.kind == "ppft_evaluate" and e.dataset.lower() == ds]
@@ -448,8 +448,8 @@ def _table_mu(entries: Sequence[Entry], ds: str) -> list[str]:
         e = _latest(stage2, family="l2_laplace", blind=False, epsilon=eps, k=4)
         if e is None:
             continue
-        mu = l2_laplace_mu(eps, ENCODER_DIM)
-        out.append(f"| {_eps_label(eps)} | {ENCODER_DIM / eps:.2f} | {mu:.2f} | {gdp_equal_error(mu):.4f} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | "
+        norm, mu = _noise_norm_and_mu("l2_laplace", eps)
+        out.append(f"| {_eps_label(eps)} | {norm:.2f} | {mu:.2f} | {gdp_equal_error(mu):.4f} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | "
                    f"{_fmt(e, 'acc_open')} | {_fmt(e, 'acc_open_no_leak')} | `{e.source}` |")
     upper = _latest(stage2, blind=False, epsilon=None)
     if upper is not None:
@@ -599,40 +599,56 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) ->
     return "\n".join(lines) + "\n"
 
 
-def _figure_k(entries: Sequence[Entry], path: Path) -> Path | None:
+def _seed_mean_sd(e: Entry | None, metric: str) -> tuple[float, float] | None:
+    """(mean, sample sd; 0 for one seed) of ``metric`` over ``e``'s seeds, NaN seeds left out; None when none is left."""
+    vals = [v for v in (e.values(metric) if e else []) if not math.isnan(v)]
+    if not vals:
+        return None
+    s = seed_spread(vals)
+    return s["mean"], 0.0 if math.isnan(s["std"]) else s["std"]
+
+
+def _two_panel_figure(path: Path, draw: Callable[[Any, str], bool], title: Callable[[str], str], xlabel: str,
+                      legend_size: int, title_size: int | None = None) -> Path | None:
+    """Pri-DDX beside Pri-SLJA, accuracy on [0, 1]; ``draw(ax, dataset)`` plots one panel and says whether it drew
+    anything. Nothing drawn: no file, None."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(8, 3.2))
-    axes = fig.subplots(1, 2)
     drawn = False
-    for ax, (ds, title) in zip(axes, (("pri-ddx", "Pri-DDX"), ("pri-slja", "Pri-SLJA"))):
-        for eps, style in ((PAPER_EPSILON, "-o"), (WIDTH_MATCHED, "--s")):
-            for task in ("mcqa", "open"):
-                xs, ys, es = [], [], []
-                for k in (4, 8, 16):
-                    e = _latest([x for x in entries if x.kind == "ppft_stage2" and x.dataset.lower() == ds and not _get(x, "blind")
-                                 and _get(x, "family") == "l2_laplace"], epsilon=eps, k=k)
-                    vals = [v for v in (e.values(f"acc_{task}") if e else []) if not math.isnan(v)]
-                    if vals:
-                        s = seed_spread(vals)
-                        xs.append(k), ys.append(s["mean"]), es.append(0.0 if math.isnan(s["std"]) else s["std"])
-                if xs:
-                    drawn = True
-                    ax.errorbar(xs, ys, yerr=es, fmt=style, capsize=3, label=f"{'4-option' if task == 'mcqa' else 'open'}, eps {eps:g}")
-        ax.set_title(title)
-        ax.set_xlabel("k (tokens per slot)")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks([4, 8, 16], ["4", "8", "16"])
+    for ax, (ds, name) in zip(fig.subplots(1, 2), (("pri-ddx", "Pri-DDX"), ("pri-slja", "Pri-SLJA"))):
+        drawn = draw(ax, ds) or drawn
+        ax.set_title(title(name), **({"fontsize": title_size} if title_size else {}))
+        ax.set_xlabel(xlabel)
         ax.set_ylim(0, 1)
         ax.set_ylabel("held-out accuracy")
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=legend_size)
     if not drawn:
         return None
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     return path
+
+
+def _figure_k(entries: Sequence[Entry], path: Path) -> Path | None:
+    def draw(ax, ds: str) -> bool:
+        drawn = False
+        noisy = [x for x in entries if x.kind == "ppft_stage2" and x.dataset.lower() == ds and not _get(x, "blind")
+                 and _get(x, "family") == "l2_laplace"]
+        for eps, style in ((PAPER_EPSILON, "-o"), (WIDTH_MATCHED, "--s")):
+            for task in ("mcqa", "open"):
+                pts = [(k, ms) for k in (4, 8, 16) if (ms := _seed_mean_sd(_latest(noisy, epsilon=eps, k=k), f"acc_{task}"))]
+                if pts:
+                    drawn = True
+                    ax.errorbar([k for k, _ in pts], [m for _, (m, _) in pts], yerr=[sd for _, (_, sd) in pts], fmt=style,
+                                capsize=3, label=f"{'4-option' if task == 'mcqa' else 'open'}, eps {eps:g}")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([4, 8, 16], ["4", "8", "16"])
+        return drawn
+
+    return _two_panel_figure(path, draw, lambda name: name, "k (tokens per slot)", 7)
 
 
 def _mu_points(entries: Sequence[Entry], ds: str, task: str) -> dict[str, list[tuple[float, float, float]]]:
@@ -651,12 +667,9 @@ def _mu_points(entries: Sequence[Entry], ds: str, task: str) -> dict[str, list[t
                                  ("gaussian", "norm", "Gaussian, norm-matched")):
         want = {"family": family, "k": 4} | ({"noise_match": match} if match else {})
         for eps in sorted({float(_get(e, "epsilon")) for e in stage2 if all(_get(e, k) == v for k, v in want.items())}):
-            e = _latest(stage2, epsilon=eps, **want)
-            vals = [v for v in (e.values(f"acc_{task}") if e else []) if not math.isnan(v)]
-            if vals:
-                spread = seed_spread(vals)
-                mu = _noise_norm_and_mu(family, eps, match or "budget")[1]
-                series.setdefault(label, []).append((mu, spread["mean"], 0.0 if math.isnan(spread["std"]) else spread["std"]))
+            ms = _seed_mean_sd(_latest(stage2, epsilon=eps, **want), f"acc_{task}")
+            if ms:
+                series.setdefault(label, []).append((_noise_norm_and_mu(family, eps, match or "budget")[1], *ms))
     return series
 
 
@@ -665,12 +678,8 @@ _NOISE_COLORS = {"L2-Laplace": "C0", "Gaussian, budget-matched": "C1", "Gaussian
 
 def _figure_mu(entries: Sequence[Entry], path: Path) -> Path | None:
     """Held-out accuracy against the slot's mu (what a slot leaks), every noise row at k=4, both datasets."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(8, 3.2))
-    axes = fig.subplots(1, 2)
-    drawn = False
-    for ax, (ds, title) in zip(axes, (("pri-ddx", "Pri-DDX"), ("pri-slja", "Pri-SLJA"))):
+    def draw(ax, ds: str) -> bool:
+        drawn = False
         for task, style in (("mcqa", "-"), ("open", "--")):
             for label, pts in _mu_points(entries, ds, task).items():
                 pts.sort()
@@ -678,18 +687,10 @@ def _figure_mu(entries: Sequence[Entry], path: Path) -> Path | None:
                 ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], fmt=style + "o", capsize=3,
                             color=_NOISE_COLORS[label], label=f"{'4-option' if task == 'mcqa' else 'open'}, {label}")
         ax.axvline(_paper_mu(), color="grey", lw=0.8, ls=":")
-        ax.set_title(f"{title} (k 4, Table 1 training; dotted: the paper's mu)", fontsize=9)
-        ax.set_xlabel("slot mu = what one slot leaks (Gaussian DP)")
-        ax.set_ylim(0, 1)
-        ax.set_ylabel("held-out accuracy")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=6)
-    if not drawn:
-        return None
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    return path
+        return drawn
+
+    return _two_panel_figure(path, draw, lambda name: f"{name} (k 4, Table 1 training; dotted: the paper's mu)",
+                             "slot mu = what one slot leaks (Gaussian DP)", 6, title_size=9)
 
 
 def _paper_mu() -> float:
