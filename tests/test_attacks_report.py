@@ -343,3 +343,21 @@ def test_padded_slots_are_their_own_cross_matrix_row(tmp_path):
     # the inversion table names the padding too; the unpadded restoration row does not
     assert "| `rest_fixed` | restoration instruction (served PPFT model), payloads padded to 24 slots | 28 |" in text
     assert "| `rest` | restoration instruction (served PPFT model) | 75 |" in text
+
+
+def test_centred_slots_get_a_client_column_and_stay_out_of_the_matrix_ppft_row(tmp_path):
+    path = _payload_file(tmp_path, "attr_center", "attribute_inference", {"k": 4}, [(28, {}), (28, {})],
+                         mechanism=LAPLACE, seeds=(0,))
+    data = json.loads(path.read_text())
+    data["cell"]["grid"] = {"params.center": [None, "runs/ppft/x-center1"]}
+    data["grid_axes"] = ["params.center"]
+    for r, (center, sex) in zip(data["results"], ((None, 0.60), ("runs/ppft/x-center1", 0.80))):
+        r["point"] = {"params.center": center}
+        r["metrics"] = {n: {"mean": v[0], "stderr": None, "values": v} for n, v in _attr(sex, 0.5, "slot_epsilon", 56.0).items()}
+    path.write_text(json.dumps(data))
+    text = build_report([tmp_path])
+    assert "| eps | k | client | slot eps | prompt eps (mean) | attribute |" in text
+    assert "| 50 | 4 | PPFT (as encoded) | 56 |" in text and "| 50 | 4 | slots centred | 56 |" in text
+    # the cross matrix's PPFT row takes only the uncentred point (60%), not the centring client's (80%)
+    sex = next(line for line in text.splitlines() if line.startswith("| attributes: sex (best)"))
+    assert sex == "| attributes: sex (best) (%) | 60.0% (unit eps 56) |"

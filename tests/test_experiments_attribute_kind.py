@@ -58,6 +58,9 @@ def _cell(encoder: str = "default", **over) -> dict:
         ({"params": {"release": "tokens", "k": 4}, "mechanism": GAUSS, "attack": {"threat": TOKEN_GRANT}},
          "params.k", r"params \['k'\] do not apply to release 'tokens'"),
         ({"params": {"max_tokens": 64}}, "params.max_tokens", r"do not apply to release 'slots'"),
+        ({"params": {"center": 3}}, "params.center", "center must be a PPFT run directory, got 3"),
+        ({"params": {"release": "tokens", "center": "runs/x"}, "mechanism": GAUSS, "attack": {"threat": TOKEN_GRANT}},
+         "params.center", r"params \['center'\] do not apply to release 'tokens'"),
         ({"params": {"release": "t2t", "eta": 50, "rounds": 0}, "mechanism": None, "attack": {"threat": TEXT_GRANT}},
          "params.rounds", "rounds must be an integer >= 1, got 0"),
         ({"params": {"release": "t2t", "eta": 50, "rounds": 2.5}, "mechanism": None, "attack": {"threat": TEXT_GRANT}},
@@ -226,3 +229,23 @@ def test_t2t_release_end_to_end_with_aware_training_on_the_precomputed_runs(shar
     runs = seen[1]
     assert seen[3] is runs and len(runs) == 2 and all(x.shape[0] == 60 and x.shape[-1] == 32 for x, _ in runs)
     assert not torch.equal(runs[0][0], runs[1][0])  # two different runs of the mechanism
+
+
+def test_center_param_centres_clean_slots_like_the_runs_client(tmp_path):
+    """params.center: the attacker's clean slots are unit(slot - centre) on real slots, as the centring client sends."""
+    from textfree.experiments.kinds.attributes import _center_slots
+    from textfree.mechanisms.transforms import l2_normalize
+    from textfree.ppft.checkpoint import save_center
+
+    center = torch.tensor([0.5, 0.0, 0.0])
+    save_center(tmp_path, center)
+    x = l2_normalize(torch.tensor([[[1.0, 1.0, 0.0], [1.0, 0.0, 1.0]], [[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]]))
+    m = torch.tensor([[True, True], [True, False]])
+    out = _center_slots(str(tmp_path), x, m)
+    torch.testing.assert_close(out[m], l2_normalize(x[m] - center))
+    assert torch.equal(out[1, 1], torch.zeros(3))
+    with pytest.raises(CellError, match="has no slot_center.safetensors") as info:
+        _center_slots(str(tmp_path / "none"), x, m)
+    assert info.value.field == "params.center"
+    with pytest.raises(CellError, match="centre has width 3, the slots have width 4"):
+        _center_slots(str(tmp_path), torch.zeros(1, 1, 4), torch.ones(1, 1, dtype=torch.bool))

@@ -381,3 +381,25 @@ def test_mu_figure_joins_only_runs_trained_like_table1(tmp_path):
     out = write_report([d], tmp_path / "docs" / "ppft.md")
     assert (tmp_path / "docs" / "ppft" / "accuracy_vs_mu.png").stat().st_size > 1000
     assert "![accuracy_vs_mu](ppft/accuracy_vs_mu.png)" in out.read_text()
+
+
+def test_centred_client_runs_stay_out_of_ppft_tables_and_get_their_own_verdicts(tmp_path):
+    d = _fixture(tmp_path)
+    assert "centres its slots" not in build_report([d])
+    _result_file(d / "center.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "center_mu": 1.0, "epochs": 12}, _eval([0.97] * 3, [0.84, 0.85, 0.86])),
+        ({"epsilon": None, "k": 4, "center_mu": 1.0, "epochs": 12}, _eval([0.99] * 3, [0.98] * 3)),
+    ], date="2026-01-02T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+    assert "0.820 ± 0.020 (3)" in next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4"))  # not the centred run
+    assert "0.950" in next(l for l in lines if l.startswith("| upper bound (stage 2 without noise)"))
+    section = lines[lines.index("### Pri-DDX: the client centres its slots (beyond the paper)"):]
+    assert next(l for l in section if l.startswith("| client | row |"))
+    assert any(l.startswith("| PPFT (slots as encoded) | eps 28 (width-matched), k=4 | — | 0.820 ± 0.020 (3)") for l in section)
+    row = next(l for l in section if l.startswith("| slots centred (centre 1-GDP) | eps 28 (width-matched), k=4 | 12 |"))
+    assert "| 0.850 ± 0.010 (3) |" in row
+    # 0.85 / 0.98 = 86.7% and 0.85 - blind 0.10 >= 0.02 and 0.85 - lower 0.0 >= 0.02 -> met
+    open_ = next(l for l in section if l.startswith("- slots centred (centre 1-GDP): eps 28, open-answer:"))
+    assert "86.7% of the upper bound 0.9800" in open_ and "**met**" in open_
+    met = next(l for l in lines if l.startswith("- beyond the paper, layouts that meet both"))
+    assert "slots centred (centre 1-GDP) (0.9700 / 0.8500 of 0.9900 / 0.9800)" in met

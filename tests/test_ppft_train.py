@@ -298,9 +298,10 @@ def test_cli_stage1_stage2_ask_evaluate(fixture_data, tmp_path, tiny_encoder_dir
     s1, s2 = tmp_path / "s1", tmp_path / "s2"
     run("train-stage1", "--decoder", tiny_decoder_dir, "--encoder", tiny_encoder_dir, "--out", s1, "--max-steps", 2, "--k", 2)
     run("train-stage2", "--from", s1, "--dataset", "pri-ddx", "--epsilon", 75, "--k", 4, "--out", s2, "--epochs", 1, "--summary-slots", 1,
-        "--answer-head", "--answer-head-epochs", 2)
+        "--answer-head", "--answer-head-epochs", 2, "--center-mu", 1)
     saved = json.loads((s2 / "textfree_config.json").read_text())
     assert saved["k"] == 4 and saved["summary_slots"] == 1  # ask and evaluate below read payloads with the summary vector
+    assert saved["center_mu"] == 1.0 and len(saved["center_sha256"]) == 64 and (s2 / "slot_center.safetensors").is_file()  # ... centred
     assert len(json.loads((s2 / "projection" / "config.json").read_text())["answer_classes"]) == 3  # ... and the answer vector
     out = run("evaluate", "--model", s2, "--dataset", "pri-ddx", "--task", "open_head", "--out", tmp_path / "head.json")
     assert "open_head" in out and json.loads((tmp_path / "head.json").read_text())["task"] == "open_head"
@@ -324,6 +325,8 @@ def test_cli_stage1_stage2_ask_evaluate(fixture_data, tmp_path, tiny_encoder_dir
     assert bad.exit_code == 2 and "count_vectors must be an integer >= 0 or null, got -2" in bad.output
     bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "u"), "--answer-head", "--answer-head-epochs", "0"])
     assert bad.exit_code == 2 and "answer_head_epochs must be an integer >= 1, got 0" in bad.output
+    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "t"), "--center-mu", "-1"])
+    assert bad.exit_code == 2 and "center_mu must be a number > 0 or null, got -1" in bad.output
 
 
 # ---------------------------------------------------------------------------------------------- real data
@@ -348,3 +351,54 @@ def test_stage2_on_real_pri_ddx_beats_chance(shared_data, monkeypatch, tmp_path,
     assert summary["final_loss"] < summary["first_loss"]
     assert result["n"] == 582
     assert result["accuracy"] > 0.25, (result["accuracy"], summary, train_s)
+
+
+def test_stage2_center_is_the_private_mean_of_the_prompts_and_ships_with_the_model(stage1_run, fixture_data, tmp_path):
+    """center_mu: the centre is the mean of each distinct training prompt's mean unit slot plus N(0, (2/(n mu))^2)
+    noise, saved beside the weights, named by sha256 in the config, applied by the loaded model's client (every slot
+    still a unit vector), and reused on resume."""
+    from textfree.mechanisms.centering import PrivateMean, center_sha256, prompt_mean_slots
+    from textfree.mechanisms.transforms import k_pool, l2_normalize
+    from textfree.rng import seeded_generator
+
+    run1, _ = stage1_run
+    full = train_stage2(_stage2_cfg(tmp_path / "full", run1, center_mu=2.0, tasks=["mcqa", "open"]))
+    info = full["center"]
+    lm = TextFreeLM.load(tmp_path / "full")
+    assert lm.config.center_mu == 2.0 and lm.config.center_sha256 == info["sha256"] == center_sha256(lm.center)
+    # recompute the centre by hand from the same prompts and the same seeded generator
+    from textfree.ppft.batches import domain_examples
+
+    records = ppft_split("ddx")["train"]
+    texts = list(dict.fromkeys(ex.private for ex in domain_examples(records, ["mcqa", "open"])))
+    assert info["prompts"] == len(texts) and info["sigma"] == pytest.approx(2.0 / (len(texts) * 2.0))
+    slots = []
+    for t in texts:
+        b = lm.encoder.encode([t])
+        pooled, m = k_pool(b.hidden, b.mask, lm.config.k)
+        slots.append(l2_normalize(pooled[0][m[0]]))
+    want = PrivateMean(2.0).sample(prompt_mean_slots(slots), generator=seeded_generator(0 * 100_003 + 90_001, warn=False))
+    torch.testing.assert_close(lm.center, want.float(), atol=1e-5, rtol=0)
+    # the client centres: a clean payload's slots are unit(unit(v) - c), not unit(v)
+    clean = lm.privatizer(None).privatize([texts[0]])
+    b = lm.encoder.encode([texts[0]])
+    pooled, m = k_pool(b.hidden, b.mask, lm.config.k)
+    torch.testing.assert_close(clean.vectors[0, : int(m.sum())], l2_normalize(l2_normalize(pooled[0][m[0]]) - lm.center), atol=1e-5, rtol=0)
+    noisy = lm.privatizer(28.0).privatize([texts[0]], seed=1)
+    assert noisy.privatization.center_sha256 == info["sha256"]
+    torch.testing.assert_close(noisy.vectors[0].norm(dim=-1), torch.ones(noisy.vectors.shape[1]), atol=1e-5, rtol=0)
+    # resume reuses the saved centre
+    with pytest.raises(Interrupt):
+        train_stage2(_stage2_cfg(tmp_path / "cut", run1, center_mu=2.0, tasks=["mcqa", "open"]), on_step=_interrupt_at(5))
+    resumed = train_stage2(_stage2_cfg(tmp_path / "cut", run1, center_mu=2.0, tasks=["mcqa", "open"]))
+    assert resumed["center"] == info
+    _assert_same_run(tmp_path / "full", tmp_path / "cut")
+
+
+def test_stage2_center_settings_are_checked(stage1_run, fixture_data, tmp_path):
+    run1, _ = stage1_run
+    for bad in (0, -1.0, True, "1"):
+        with pytest.raises(ValueError, match="center_mu must be a number > 0 or null"):
+            _stage2_cfg(tmp_path / "x", run1, center_mu=bad)
+    with pytest.raises(ValueError, match="not for blind runs or restore_text"):
+        _stage2_cfg(tmp_path / "b", run1, epsilon=None, blind=True, center_mu=1.0)

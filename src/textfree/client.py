@@ -207,7 +207,8 @@ class Client:
             from .ppft.model import make_noise
 
             noise = make_noise(card["mechanism"], eps, dim=enc.dim, match=card.get("noise_match", "budget"))
-            privatizer = Privatizer(enc, noise, k=card["k"], pad_to=card["max_slots"] if card.get("fixed_slots") else None)
+            privatizer = Privatizer(enc, noise, k=card["k"], pad_to=card["max_slots"] if card.get("fixed_slots") else None,
+                                    center=_card_center(card, model, enc.dim))
         # the payload names the encoder by the card's id, not by a local path (which could name the user)
         enc.name = card.get("encoder_id") or enc.name
         return privatizer
@@ -340,6 +341,25 @@ class Client:
             if on_event is not None:
                 on_event(event)
         return self.job(job_id)
+
+
+def _card_center(card: dict, model: str, dim: int):
+    """The public slot centre a model card carries (None: the model takes uncentred slots, as PPFT); its values must
+    hash to the card's ``center_sha256``."""
+    sha = card.get("center_sha256")
+    if not sha:
+        return None
+    import torch
+
+    from .mechanisms.centering import center_sha256, check_center
+
+    try:
+        center = check_center(torch.tensor(card.get("center"), dtype=torch.float32), dim)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ModelMismatchError(f"model {model!r}'s card names a slot centre but carries no usable one: {exc}") from None
+    if center_sha256(center) != sha:
+        raise ModelMismatchError(f"model {model!r}'s card: the slot centre's values do not hash to its center_sha256 {sha[:12]}...")
+    return center
 
 
 def _server_error(response) -> ServerError:

@@ -21,7 +21,8 @@ class Privatizer:
     :class:`~textfree.encoders.EmbeddingTableEncoder` (token embeddings; use k=1, normalize=False).
     mechanism: the noise (e.g. ``L2Laplace(75)``), or None for a clean (non-private) payload, which is only
     for experiments' upper bounds. ``pad_to``: release exactly that many slots per prompt, hiding its length
-    (:class:`~textfree.mechanisms.SlotPrivatization`). ``ledger`` + ``ledger_key``: charge every release to a local ledger first.
+    (:class:`~textfree.mechanisms.SlotPrivatization`). ``center``: centre every unit slot on this public vector
+    first (:mod:`textfree.mechanisms.centering`). ``ledger`` + ``ledger_key``: charge every release to a local ledger first.
     """
 
     def __init__(
@@ -34,6 +35,7 @@ class Privatizer:
         renormalize: bool = True,
         sensitivity: float | None = None,
         pad_to: int | None = None,
+        center: torch.Tensor | None = None,
         batch_size: int = 32,
         ledger=None,
         ledger_key: str | None = None,
@@ -44,7 +46,8 @@ class Privatizer:
             raise ValueError("a ledger needs a ledger_key (the user or key releases are charged to)")
         self.encoder = encoder
         self.privatization = SlotPrivatization(
-            noise=mechanism, k=k, normalize=normalize, renormalize=renormalize, sensitivity=sensitivity, pad_to=pad_to
+            noise=mechanism, k=k, normalize=normalize, renormalize=renormalize, sensitivity=sensitivity, pad_to=pad_to,
+            center=center,
         )
         self.batch_size = batch_size
         self.ledger = ledger

@@ -114,8 +114,10 @@ def _release_title(c: PayloadCell) -> str:
     if release == "tokens":
         return f"release: {token_noise_label(c.cell.get('mechanism') or {})}, max {(c.cell.get('params') or {}).get('max_tokens', 128)} tokens"
     if release == "slots":
-        pad_to = (c.cell.get("params") or {}).get("pad_to")
-        return "release: PPFT slots" + (f", padded to {pad_to} slots (count hidden)" if pad_to else "")
+        params = c.cell.get("params") or {}
+        pad_to, center = params.get("pad_to"), params.get("center")
+        return ("release: PPFT slots" + (f", padded to {pad_to} slots (count hidden)" if pad_to else "")
+                + (f", centred on the slot centre of `{center}`" if center else ""))
     pos = (c.cell.get("params") or {}).get("pos", "default")
     return "release: T2T text" if release == "t2t" else f"release: PCT2T text ({pos if isinstance(pos, str) else ', '.join(pos)})"
 
@@ -127,6 +129,8 @@ def _lead(c: PayloadCell, point: dict) -> tuple[list[str], list[str]]:
         eps, k = _eps(c, point)
         if "params.train_limit" in point:  # a learning curve: the attacker's training rows are a grid axis
             return ["eps", "k", "training rows"], [str(eps), str(k), str(point["params.train_limit"])]
+        if "params.center" in point:  # the client with and without a slot centre, side by side
+            return ["eps", "k", "client"], [str(eps), str(k), "slots centred" if point["params.center"] else "PPFT (as encoded)"]
         return ["eps", "k"], [str(eps), str(k)]
     if release in ("t2t", "pct2t"):
         return ["eta"], [str(point.get("params.eta", (c.cell.get("params") or {}).get("eta")))]

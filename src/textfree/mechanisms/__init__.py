@@ -10,6 +10,7 @@ from .base import (
     mechanism_to_dict,
     register_mechanism,
 )
+from .centering import PrivateMean, center_sha256, check_center, prompt_mean_slots
 from .clipping import Clipped, clip_l2, effective_noise
 from .gaussian import Gaussian, analytic_delta, analytic_epsilon, analytic_sigma, classic_sigma, sigma_for_noise_norm
 from .gdp import (
@@ -34,6 +35,10 @@ __all__ = [
     "mechanism_from_dict",
     "mechanism_to_dict",
     "register_mechanism",
+    "PrivateMean",
+    "center_sha256",
+    "check_center",
+    "prompt_mean_slots",
     "Clipped",
     "clip_l2",
     "effective_noise",

@@ -14,12 +14,13 @@ in at most ``pad_to`` slots, so ``pad_to`` x the slot loss bounds every pair.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from .base import PrivacyLoss, check_positive, mechanism_from_dict, mechanism_to_dict
+from .centering import center_sha256, check_center
 from .transforms import k_pool, l2_normalize
 
 __all__ = ["SlotPrivatization", "UNIT_SLOT_DIAMETER", "filler_slot", "pad_slots"]
@@ -55,7 +56,13 @@ def pad_slots(slots: torch.Tensor, mask: torch.Tensor, pad_to: int) -> tuple[tor
 
 @dataclass(frozen=True)
 class SlotPrivatization:
-    """k-pooling -> L2 normalise -> ``noise`` -> L2 renormalise (each step but pooling optional)."""
+    """k-pooling -> L2 normalise -> [centre: subtract ``center``, L2 normalise] -> ``noise`` -> L2 renormalise
+    (each step but pooling optional).
+
+    ``center`` (a public vector, :mod:`textfree.mechanisms.centering`) keeps every slot a unit vector, so the
+    guarantee is unchanged. A spec read from a payload header names the centre by ``center_sha256`` only and cannot
+    privatize.
+    """
 
     noise: Any | None
     k: int = 4
@@ -63,8 +70,21 @@ class SlotPrivatization:
     renormalize: bool = True
     sensitivity: float | None = None
     pad_to: int | None = None  # release exactly this many slots per prompt (filler after its own); None: ceil(tokens / k)
+    center: torch.Tensor | None = field(default=None, compare=False, repr=False)
+    center_sha256: str | None = None
 
     def __post_init__(self) -> None:
+        if self.center is not None:
+            if not self.normalize:
+                raise ValueError("SlotPrivatization: center needs normalize=True (centred slots are renormalised to unit norm)")
+            center = check_center(self.center)
+            sha = center_sha256(center)
+            if self.center_sha256 is not None and self.center_sha256 != sha:
+                raise ValueError(f"SlotPrivatization: center_sha256 {self.center_sha256!r} is not the given centre's ({sha})")
+            object.__setattr__(self, "center", center)
+            object.__setattr__(self, "center_sha256", sha)
+        elif self.center_sha256 is not None and not (isinstance(self.center_sha256, str) and len(self.center_sha256) == 64):
+            raise ValueError(f"SlotPrivatization: center_sha256 must be a 64-character hex string, got {self.center_sha256!r}")
         if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
             raise ValueError(f"SlotPrivatization: k must be an integer >= 1, got {self.k!r}")
         if self.noise is not None and not hasattr(self.noise, "privacy_loss"):
@@ -95,6 +115,13 @@ class SlotPrivatization:
         """Token states [B, T, d] + mask [B, T] -> released slots [B, S, d] (float32) + slot mask [B, S]."""
         pooled, slot_mask = k_pool(hidden.to(torch.float32), mask, self.k)
         x = l2_normalize(pooled) if self.normalize else pooled
+        if self.center_sha256 is not None:
+            if self.center is None:
+                raise ValueError("this privatization spec names its centre by sha256 only (read from a payload header): "
+                                 "privatizing needs the centre vector itself")
+            if self.center.numel() != x.shape[-1]:
+                raise ValueError(f"the slot centre has width {self.center.numel()}, the slots have width {x.shape[-1]}")
+            x = l2_normalize(x - self.center.to(x.device, x.dtype))
         if self.pad_to is not None:
             x, slot_mask = pad_slots(x * slot_mask.unsqueeze(-1), slot_mask, self.pad_to)
         if self.noise is not None:
@@ -133,13 +160,14 @@ class SlotPrivatization:
             "renormalize": self.renormalize,
             "sensitivity": self.sensitivity,
             "noise": None if self.noise is None else mechanism_to_dict(self.noise),
-        } | ({"pad_to": self.pad_to} if self.pad_to is not None else {})  # unpadded headers stay as before padding existed
+        } | ({"pad_to": self.pad_to} if self.pad_to is not None else {}) | (  # headers stay as before these options existed
+            {"center_sha256": self.center_sha256} if self.center_sha256 is not None else {})
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "SlotPrivatization":
         if not isinstance(data, dict):
             raise ValueError(f"a privatization spec must be a mapping, got {type(data).__name__}")
-        known = {"k", "normalize", "renormalize", "sensitivity", "noise", "pad_to"}
+        known = {"k", "normalize", "renormalize", "sensitivity", "noise", "pad_to", "center_sha256"}
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown privatization field(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -154,4 +182,5 @@ class SlotPrivatization:
             renormalize=data.get("renormalize", True),
             sensitivity=data.get("sensitivity"),
             pad_to=data.get("pad_to"),
+            center_sha256=data.get("center_sha256"),
         )

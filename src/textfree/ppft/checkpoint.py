@@ -8,6 +8,7 @@ A run directory (what :meth:`TextFreeLM.save` writes, see ``docs/ppft.md``)::
       encoder/                  client encoder (save_pretrained: config.json, model.safetensors, tokenizer)
       projection/               config.json + model.safetensors
       adapter/                  PEFT LoRA (adapter_config.json + adapter_model.safetensors)
+      slot_center.safetensors   only with a centring client (config center_sha256): the public slot centre
       train_config.json         the Stage1Config / Stage2Config of the run
       metrics.jsonl             one JSON line per logged step
       checkpoints/step-000040/  resumable training state (see below)
@@ -49,9 +50,14 @@ __all__ = [
     "load_training_checkpoint",
     "latest_checkpoint",
     "CHECKPOINTS_DIR",
+    "CENTER_FILE",
+    "save_center",
+    "load_center",
+    "load_center_file",
 ]
 
 CHECKPOINTS_DIR = "checkpoints"
+CENTER_FILE = "slot_center.safetensors"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -257,3 +263,37 @@ def load_training_checkpoint(
     load_optimizer_state(optimizer, d)
     set_rng_state(load_file(str(d / "rng.safetensors")), read_json(d / "rng.json"))
     return read_json(d / "trainer_state.json")
+
+
+def save_center(run: str | os.PathLike, center: torch.Tensor) -> Path:
+    """Write the client's public slot centre (``slot_center.safetensors``, one float32 tensor ``center``)."""
+    path = Path(run) / CENTER_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({"center": center.detach().to("cpu", torch.float32).contiguous()}, str(path))
+    return path
+
+
+def load_center_file(run: str | os.PathLike, dim: int | None = None) -> torch.Tensor:
+    """Read ``slot_center.safetensors`` of ``run`` (one finite 1-D tensor ``center``, of width ``dim`` when given)."""
+    from ..mechanisms.centering import check_center
+
+    path = Path(run) / CENTER_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{str(Path(run))!r} has no {CENTER_FILE}")
+    tensors = load_file(str(path))
+    if set(tensors) != {"center"}:
+        raise ValueError(f"{path}: expected one tensor 'center', got {sorted(tensors)}")
+    return check_center(tensors["center"], dim)
+
+
+def load_center(run: str | os.PathLike, sha256: str, dim: int) -> torch.Tensor:
+    """Read the slot centre a config names by ``sha256``; refuses a missing file, a wrong width or another vector."""
+    from ..mechanisms.centering import center_sha256
+
+    path = Path(run) / CENTER_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{str(Path(run))!r}: the config names a slot centre (sha256 {sha256[:12]}...) but {CENTER_FILE} is missing")
+    center = load_center_file(run, dim)
+    if center_sha256(center) != sha256:
+        raise ValueError(f"{path}: the centre's sha256 {center_sha256(center)[:12]}... is not the config's {sha256[:12]}...")
+    return center

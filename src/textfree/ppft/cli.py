@@ -109,6 +109,7 @@ def train_stage2_cmd(
     answer_head: bool = typer.Option(False, "--answer-head", help="Server side, beyond the paper: first train an answer head on fresh payloads of the training rows (classes: the distinct training targets) and put its answer vector before a row's slots."),
     answer_head_epochs: int = typer.Option(100, "--answer-head-epochs", help="With --answer-head: passes over the training rows, fresh noise each."),
     fixed_slots: _Optional[bool] = typer.Option(None, "--fixed-slots/--no-fixed-slots", help="The client pads every payload to ceil(max_private_tokens / k) slots, hiding the prompt's length (default: the init run's; off as PPFT)."),
+    center_mu: _Optional[float] = typer.Option(None, "--center-mu", help="Client side, beyond the paper: centre every unit slot on the training prompts' mean slot, estimated once with mu-GDP Gaussian noise at this mu, before the noise (default: the init run's centre, none as PPFT)."),
     seed: int = typer.Option(0, help="Seed (dropout, data order, noise: experiments only)."),
     save_every: int = typer.Option(200, help="Checkpoint every N steps."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from the newest checkpoint in --out."),
@@ -125,7 +126,7 @@ def train_stage2_cmd(
         noise_match=noise_match, tasks=list(task or ("mcqa", "open")), blind=blind, epochs=epochs, max_steps=max_steps,
         batch_size=batch_size, lr=lr, limit=limit, max_private_tokens=max_private_tokens, summary_slots=summary_slots,
         count_vectors=count_vectors, count_dropout=count_dropout, answer_head=answer_head, answer_head_epochs=answer_head_epochs,
-        fixed_slots=fixed_slots, seed=seed, save_every=save_every, resume=resume, cpu=cpu,
+        fixed_slots=fixed_slots, center_mu=center_mu, seed=seed, save_every=save_every, resume=resume, cpu=cpu,
     )
     summary = _ppft_run(train_stage2, cfg)
     typer.echo(f"stage 2 done: {summary['steps']} steps, loss {summary['first_loss']:.4f} -> {summary['final_loss']:.4f}, "

@@ -81,6 +81,9 @@ class TextFreeConfig:
     summary_slots: int = field(default=0, metadata={"help": "The server puts this many summary vectors before a payload's slots: the unit-normalised means of the row's slots cut into this many contiguous groups, through the same P_psi (0: none, as PPFT). Post-processing of the payload on the server: the client and its guarantee are unchanged."})
     fixed_slots: bool = field(default=False, metadata={"help": "The client pads every payload to ceil(max_private_tokens / k) slots (public filler slots after the prompt's own, noised like them), so the server does not learn the prompt's length; false: ceil(tokens / k) slots, as PPFT."})
 
+    center_mu: float | None = field(default=None, metadata={"help": "Beyond the paper: the client centres every unit slot on a public centre (the domain's mean slot, estimated from the stage-2 training prompts with mu-GDP Gaussian noise at this mu) and renormalises it before the noise (textfree.mechanisms.centering); null: no centring, as PPFT. The per-slot guarantee is unchanged."})
+    center_sha256: str | None = field(default=None, metadata={"help": "sha256 of the centre in slot_center.safetensors (set by training; null: no centring)."})
+
     @property
     def pad_to(self) -> int | None:
         """The slots every payload has with ``fixed_slots`` (None: ceil(tokens / k) per prompt)."""
@@ -95,6 +98,8 @@ class TextFreeConfig:
             raise ValueError(f"TextFreeConfig.noise_match must be 'budget' or 'norm', got {self.noise_match!r}")
         if not isinstance(self.summary_slots, int) or isinstance(self.summary_slots, bool) or self.summary_slots < 0:
             raise ValueError(f"TextFreeConfig.summary_slots must be an integer >= 0, got {self.summary_slots!r}")
+        if self.center_mu is not None and (isinstance(self.center_mu, bool) or not isinstance(self.center_mu, (int, float)) or not self.center_mu > 0):
+            raise ValueError(f"TextFreeConfig.center_mu must be a number > 0 or null, got {self.center_mu!r}")
         if self.stage not in ("init", "stage1", "stage2"):
             raise ValueError(f"TextFreeConfig.stage must be init, stage1 or stage2, got {self.stage!r}")
 

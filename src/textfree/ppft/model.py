@@ -23,7 +23,7 @@ from ..mechanisms.slots import UNIT_SLOT_DIAMETER
 from ..mechanisms.transforms import k_pool, l2_normalize
 from ..payload import Payload
 from ..privatizer import Privatizer
-from .checkpoint import read_json
+from .checkpoint import load_center, read_json, save_center
 from .config import LoraSettings, PromptTemplate, TextFreeConfig
 from .projection import ProjectionConfig
 from .server import CONFIG_NAME, ServerModel, ServerOutput
@@ -36,13 +36,14 @@ ENCODER_DIR = "encoder"
 class TextFreeLM(torch.nn.Module):
     """``encoder`` (client, a :class:`ContextualEncoder`) + ``server`` (:class:`ServerModel`)."""
 
-    def __init__(self, encoder: ContextualEncoder, server: ServerModel):
+    def __init__(self, encoder: ContextualEncoder, server: ServerModel, center: torch.Tensor | None = None):
         super().__init__()
         if encoder.dim != server.config.encoder_dim:
             raise ValueError(f"encoder width {encoder.dim} != the server's encoder_dim {server.config.encoder_dim}")
         self.encoder = encoder
         self.server = server
         self.encoder.max_length = server.config.max_private_tokens
+        self.center = center  # the client's public slot centre (config.center_sha256), or None as PPFT
 
     @property
     def config(self) -> TextFreeConfig:
@@ -105,7 +106,8 @@ class TextFreeLM(torch.nn.Module):
         enc = ContextualEncoder.from_pretrained(run / ENCODER_DIR, max_length=config.max_private_tokens, device=str(device))
         enc.name = config.encoder_id
         server = ServerModel.load(run, trainable=trainable, device=device, decoder=decoder, check_decoder_sha=check_decoder_sha)
-        lm = cls(enc, server)
+        center = load_center(run, config.center_sha256, config.encoder_dim) if config.center_sha256 else None
+        lm = cls(enc, server, center)
         lm.encoder.requires_grad_(False)
         return lm
 
@@ -119,6 +121,8 @@ class TextFreeLM(torch.nn.Module):
         sha = weights_sha256(str(enc_dir))
         self.encoder.sha256 = sha
         self.server.config = self.server.config.replace(encoder_sha256=sha)
+        if self.center is not None:
+            save_center(run, self.center)
         self.server.save(run)
         return run
 
@@ -141,12 +145,13 @@ class TextFreeLM(torch.nn.Module):
     def privatizer(self, epsilon: float | None, *, k: int | None = None, mechanism: str | None = None, match: str | None = None,
                    fixed_slots: bool | None = None, **params) -> Privatizer:
         """The client as users run it: ``epsilon=None`` gives clean (non-private) payloads; with ``fixed_slots``
-        (default: the model's) every payload has ``ceil(max_private_tokens / k)`` slots.
+        (default: the model's) every payload has ``ceil(max_private_tokens / k)`` slots; a model with a slot centre
+        centres every slot on it.
 
         ``mechanism`` / ``match`` default to the model's (see :func:`make_noise`)."""
         noise = make_noise(mechanism or self.config.mechanism, epsilon, dim=self.encoder.dim, match=match or self.config.noise_match, **params)
         config = self.config.replace(k=k or self.config.k, fixed_slots=self.config.fixed_slots if fixed_slots is None else fixed_slots)
-        return Privatizer(self.encoder, noise, config.k, pad_to=config.pad_to)
+        return Privatizer(self.encoder, noise, config.k, pad_to=config.pad_to, center=self.center)
 
     # ------------------------------------------------------------------ whole pipeline
     def forward(

@@ -8,7 +8,8 @@ the same files. Every figure is a mean over evaluation noise seeds with its samp
 How a point is classified (from the cell's kind, dataset and resolved params, nothing else):
 
 * ``ppft_stage2`` with ``summary_slots`` > 0 (server-side summary vectors, beyond the paper) -> only the summary
-  table, with ``count_vectors`` > 0 only the count-vector table, with ``answer_head`` only the answer-head table, and
+  table, with ``count_vectors`` > 0 only the count-vector table, with ``answer_head`` only the answer-head table,
+  with ``center_mu`` (the client centres its slots) only the centring table, and
   with ``fixed_slots`` (the client pads to a fixed slot count) only the slot-count table, each beside
   PPFT's layout; every other table shows PPFT's layout (slots only, the count released).
 * ``ppft_stage2`` with ``blind: true`` -> the blind row; ``epsilon: null`` -> the upper bound (no noise);
@@ -126,8 +127,8 @@ def _eps_label(eps: float | None) -> str:
 
 
 #: PPFT's own layout: no server-side summary vectors, the slot count released as it is (no padding).
-_PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": (0, 0.0), "answer": False}
-_LAYOUT_HEADER = {"summary": "server layout", "fixed": "client", "count": "server layout", "answer": "server layout"}
+_PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": (0, 0.0), "answer": False, "center": None}
+_LAYOUT_HEADER = {"summary": "server layout", "fixed": "client", "count": "server layout", "answer": "server layout", "center": "client"}
 
 
 def _latest(entries: Sequence[Entry], **want: Any) -> Entry | None:
@@ -157,6 +158,9 @@ def _get(e: Entry, key: str) -> Any:
         return bool(e.params.get("fixed_slots") or False)
     if key == "answer":
         return bool(e.params.get("answer_head") or False)
+    if key == "center":  # the client's slot centre: the mu of its private estimate, None without one
+        mu = e.params.get("center_mu")
+        return None if mu is None else float(mu)
     if key == "count":  # (count vectors, their training dropout)
         return int(e.params.get("count_vectors") or 0), float(e.params.get("count_dropout") or 0.0)
     if key == "epsilon":
@@ -334,6 +338,14 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
       "slots, public filler slots after the prompt's own, noised like them, so any two prompts differ in at most",
       "that many slots. \"Random slots\": the same model given random unit slots at each payload's count (with",
       "padding: at the fixed count), what the count alone gives it. The tables above release the count."]),
+    ("center", lambda mu: "PPFT (slots as encoded)" if mu is None else f"slots centred (centre {mu:g}-GDP)", "the client centres its slots",
+     ["MiniLM's unit slots share a common direction (on Pri-SLJA the mean slot has norm 0.63), so typical slots lie",
+      "closer together than unit vectors can. The client subtracts a public centre from every unit slot and",
+      "renormalises before the noise (`center_mu`; textfree.mechanisms.centering): the centre is the mean slot of the",
+      "training prompts, released once with Gaussian noise that makes it mu-GDP per prompt, and ships with the",
+      "model. Every slot stays a unit vector, so the per-slot guarantee (2 eps) and the slot's mu are PPFT's; what",
+      "changes is how far apart real prompts' slots lie, for the server and for an attacker alike (the attack",
+      "report measures the second). The tables above use PPFT's client."]),
     ("answer", lambda on: "answer vector + slots" if on else "PPFT (slots only)", "an answer head before the slots",
      ["Stage 2 first trains an answer head on fresh payloads of the training rows (the attribute attacker's",
       "classifier: the mean of the noisy slots and the one-hot slot count, a 2-layer MLP; classes: the distinct",

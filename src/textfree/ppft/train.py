@@ -43,7 +43,16 @@ from .batches import (
     general_examples,
     public_restore_examples,
 )
-from .checkpoint import latest_checkpoint, load_training_checkpoint, read_json, save_training_checkpoint, write_json
+from .checkpoint import (
+    CENTER_FILE,
+    latest_checkpoint,
+    load_center_file,
+    load_training_checkpoint,
+    read_json,
+    save_center,
+    save_training_checkpoint,
+    write_json,
+)
 from .config import LoraSettings, PromptTemplate
 from .model import TextFreeLM
 from .projection import check_dropout
@@ -143,6 +152,7 @@ class Stage2Config(LoopConfig):
     count_vectors: int | None = field(default=None, metadata={"help": "Beyond the paper: a learned vector per slot count 1..N put before a row's slots (ProjectionConfig.count_vectors; default: the init run's projection's, 0 as PPFT). Post-processing of the payload: the guarantee is unchanged."})
     count_dropout: float | None = field(default=None, metadata={"help": "With count_vectors: the training-only probability that a row's count vector is zeroed (ProjectionConfig.count_dropout; default: the init run's projection's, 0)."})
     fixed_slots: bool | None = field(default=None, metadata={"help": "The client pads every payload to ceil(max_private_tokens / k) slots, hiding the prompt's length (see TextFreeConfig.fixed_slots; default: the init run's, false as PPFT)."})
+    center_mu: float | None = field(default=None, metadata={"help": "Beyond the paper: the client centres its unit slots on the mean slot of the training prompts, estimated with mu-GDP Gaussian noise at this mu (each prompt counted once; textfree.mechanisms.centering), and renormalises them before the noise; the centre ships with the model. null: the init run's centre, none for PPFT."})
     answer_head: bool = field(default=False, metadata={"help": "Beyond the paper: first train an answer head (the attribute attacker's classifier: mean slot + slot count -> MLP) on fresh payloads of the training rows, its classes the distinct training targets, and put its class-weighted answer vector before each row's slots (see textfree.ppft.answer_head). Needs targets from a closed set. False: keep the init run's projection as it is."})
     answer_head_epochs: int = field(default=100, metadata={"help": "With answer_head: passes over the training rows, each with fresh noise."})
     train_decoder: bool | None = field(default=None, metadata={"help": "Only with tasks ['restore']: also train every base-decoder weight (full fine-tuning), a stronger learned inversion attacker; null/false: LoRA + projection only, as PPFT."})
@@ -182,6 +192,11 @@ class Stage2Config(LoopConfig):
             raise ValueError(f"epsilon must be a positive number or null, got {self.epsilon!r}")
         if self.blind and self.epsilon is not None:
             raise ValueError("a blind run sends no private prefix: set epsilon to null")
+        if self.center_mu is not None:
+            if isinstance(self.center_mu, bool) or not isinstance(self.center_mu, (int, float)) or not self.center_mu > 0:
+                raise ValueError(f"center_mu must be a number > 0 or null, got {self.center_mu!r}")
+            if self.blind or self.restore_text is not None:
+                raise ValueError("center_mu centres the client's own training prompts: not for blind runs or restore_text")
 
 
 def _check_optional_int(name: str, value: Any, low: int) -> None:
@@ -462,6 +477,7 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
             records = records[: cfg.limit]
         examples = domain_examples(records, cfg.tasks)
     noise_seed = cfg.seed if cfg.noise_seed is None else cfg.noise_seed
+    center_info = None if lm.center is None else {"inherited_from": str(cfg.init), "sha256": lm.config.center_sha256, "mu": lm.config.center_mu}
     if cfg.blind:
         blind = blind_payload_examples(examples, lm.config.encoder_dim)
         log.info("stage 2 blind control: %d examples with no private prefix", len(blind))
@@ -470,6 +486,8 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
             return blind
     else:
         cache = ClientCache(lm.encoder, examples, progress=cfg.progress)
+        if cfg.center_mu is not None:
+            center_info = _fit_center(cfg, run, lm, cache, examples, k, noise_seed)
         privatizer = lm.privatizer(cfg.epsilon, k=k, mechanism=family, match=cfg.noise_match)
         if cfg.epsilon is None:
             log.warning("stage 2 without noise (epsilon=None): the server sees clean embeddings; an upper bound, not private")
@@ -495,9 +513,40 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
              "mechanism": family, "noise_match": cfg.noise_match, "tasks": list(cfg.tasks), "blind": cfg.blind,
              "summary_slots": lm.config.summary_slots, "fixed_slots": lm.config.fixed_slots,
              "count_vectors": lm.server.projection.config.count_vectors, "count_dropout": lm.server.projection.config.count_dropout,
-             "answer_head": head_info,
+             "answer_head": head_info, "center": center_info,
              "total_wall_s": round(time.time() - t0, 2)}
     return _write_summary(run, summary, extra) | {"model": lm}
+
+
+def _fit_center(cfg: Stage2Config, run: Path, lm: TextFreeLM, cache: ClientCache, examples, k: int, noise_seed: int) -> dict[str, Any]:
+    """The client's slot centre: the mu-GDP mean of the training prompts' mean unit slots (each distinct private text
+    once), set on ``lm`` and in its config, and written to ``run`` at once (a resumed run reuses it, so it is drawn
+    once even from OS entropy); returns what the summary records of it."""
+    from ..mechanisms.centering import PrivateMean, center_sha256, prompt_mean_slots
+    from ..mechanisms.transforms import k_pool, l2_normalize
+
+    first: dict[str, int] = {}
+    for i, ex in enumerate(examples):
+        first.setdefault(ex.private, i)
+    slots = []
+    for i in first.values():
+        pooled, _ = k_pool(cache.hidden[i].unsqueeze(0).float(), torch.ones(1, cache.hidden[i].shape[0], dtype=torch.bool), k)
+        slots.append(l2_normalize(pooled[0]))
+    mech = PrivateMean(float(cfg.center_mu))
+    if cfg.resume and (run / CENTER_FILE).is_file():
+        center = load_center_file(run)
+        log.info("slot centre: reused %s", run / CENTER_FILE)
+    else:
+        gen = secure_generator() if cfg.secure_noise else seeded_generator(noise_seed * 100_003 + 90_001, warn=False)
+        center = mech.sample(prompt_mean_slots(slots), generator=gen).to(torch.float32)
+        save_center(run, center)
+    lm.center = center
+    lm.server.config = lm.config.replace(center_mu=float(cfg.center_mu), center_sha256=center_sha256(center))
+    loss = mech.privacy_loss(1)
+    log.info("slot centre from %d training prompts: norm %.3f, sigma %.4g, %s-GDP (eps %.3g at delta %g per prompt)",
+             len(slots), float(center.norm()), mech.sigma(len(slots)), cfg.center_mu, loss.epsilon, loss.delta)
+    return {"mu": float(cfg.center_mu), "prompts": len(slots), "sigma": mech.sigma(len(slots)), "norm": float(center.norm()),
+            "epsilon": loss.epsilon, "delta": loss.delta, "sha256": lm.config.center_sha256}
 
 
 def _fit_answer_head(cfg: Stage2Config, run: Path, server, cache: ClientCache, privatizer, noise_seed: int) -> dict[str, Any]:

@@ -105,6 +105,10 @@ def _check_common(payload: Payload, card: dict[str, Any], config: ServerConfig) 
     if card.get("fixed_slots") and priv.pad_to != card["max_slots"]:
         raise _mismatch(f"model {card['id']!r} takes payloads padded to {card['max_slots']} slots (fixed_slots: the client "
                         f"hides the prompt's length), got pad_to={priv.pad_to}")
+    if card.get("payload_kind") == "pooled" and priv.center_sha256 != card.get("center_sha256"):
+        want = card.get("center_sha256")
+        raise _mismatch(f"model {card['id']!r} takes payloads centred on the slot centre {want[:12]}... (see GET /v1/models/{card['id']})"
+                        if want else f"model {card['id']!r} takes uncentred slots, got a payload centred on {str(priv.center_sha256)[:12]}...")
     if payload.vectors.shape[1] and max(payload.lengths) > card["max_slots"]:
         raise _mismatch(f"a row has {max(payload.lengths)} vectors; model {card['id']!r} takes at most {card['max_slots']}")
 
@@ -149,17 +153,24 @@ class GenerateModel:
 
     task = "generate"
 
-    def __init__(self, model_id: str, server):
+    def __init__(self, model_id: str, server, center: torch.Tensor | None = None):
         self.id = model_id
         self.server = server
         self.server.eval()
+        if bool(server.config.center_sha256) != (center is not None):
+            raise ValueError(f"model {model_id!r}: a centring client's model needs its slot centre and only it "
+                             f"(config center_sha256={server.config.center_sha256!r}, centre given: {center is not None})")
+        self.center = center
         self.card = self._card()
 
     @classmethod
     def load(cls, model_id: str, run_dir: str, *, device: str = "cpu") -> "GenerateModel":
+        from ..ppft.checkpoint import load_center
         from ..ppft.server import ServerModel
 
-        return cls(model_id, ServerModel.load(run_dir, device=device))
+        server = ServerModel.load(run_dir, device=device)
+        c = server.config
+        return cls(model_id, server, load_center(run_dir, c.center_sha256, c.encoder_dim) if c.center_sha256 else None)
 
     def _card(self) -> dict[str, Any]:
         c, ref = self.server.config, self.server.decoder_ref
@@ -184,6 +195,10 @@ class GenerateModel:
             "max_private_tokens": c.max_private_tokens,
             "max_slots": math.ceil(c.max_private_tokens / c.k),
             "fixed_slots": c.fixed_slots,
+            # the public slot centre the client subtracts before the noise (null: none, as PPFT)
+            "center_sha256": c.center_sha256,
+            "center_mu": c.center_mu,
+            "center": None if self.center is None else [float(x) for x in self.center.tolist()],
             "decoder": {
                 "name": public_name(ref.get("name_or_path")),
                 "sha256": ref.get("sha256"),

@@ -132,9 +132,10 @@ class VllmGenerateModel(GenerateModel):
     """A generate model whose decoding runs on vLLM: same card, same payload checks as :class:`GenerateModel`."""
 
     def __init__(self, model_id: str, embedder: PromptEmbedder, client: VllmClient, *, lora: str | None = None,
-                 dtype: str = "float32", max_concurrent_calls: int = 8):
+                 dtype: str = "float32", max_concurrent_calls: int = 8, center: torch.Tensor | None = None):
         self.id = model_id
         self.server = embedder  # what the card is read from (config, decoder_ref), as GenerateModel's ServerModel
+        self.center = center  # the run's public slot centre, for the card (None: uncentred, as PPFT)
         self.client = client
         self.lora = lora or model_id
         self.dtype = dtype
@@ -144,7 +145,12 @@ class VllmGenerateModel(GenerateModel):
     @classmethod
     def load(cls, model_id: str, run_dir: str, *, config: ServerConfig, device: str = "cpu", transport: httpx.BaseTransport | None = None) -> "VllmGenerateModel":
         client = VllmClient(config.vllm_url, timeout_s=config.vllm_timeout_s, max_connections=config.vllm_max_concurrent_calls, transport=transport)
-        return cls(model_id, PromptEmbedder.load(run_dir), client, dtype=config.vllm_dtype, max_concurrent_calls=config.vllm_max_concurrent_calls)
+        from ..ppft.checkpoint import load_center
+
+        embedder = PromptEmbedder.load(run_dir)
+        c = embedder.config
+        center = load_center(run_dir, c.center_sha256, c.encoder_dim) if c.center_sha256 else None
+        return cls(model_id, embedder, client, dtype=config.vllm_dtype, max_concurrent_calls=config.vllm_max_concurrent_calls, center=center)
 
     def request(self, vectors: torch.Tensor, mask: torch.Tensor, public: list[str] | None, sampling: SamplingParams) -> dict[str, Any]:
         return completion_request(self.lora, self.server.rows(vectors, mask, public), sampling, dtype=self.dtype)

@@ -155,6 +155,8 @@ ATTRIBUTE_INFERENCE_PARAMS = {
     "rounds": "t2t, pct2t: aware training's T2T runs over the training text, each encoded once, cycled over epochs (default 3)",
     "attackers": "attacker architectures: mean (MLP on the mean vector), slots (attention over the vectors), and "
                  "mean_count / slots_count (the same, also reading the number of vectors, one-hot); default [mean, slots]",
+    "center": "slots: a PPFT run directory whose public slot centre (slot_center.safetensors) the client subtracts from every "
+              "unit slot before the noise, as that model's client does; the attacker knows it (default: none, as PPFT)",
     "pad_to": "slots: the client pads every prompt to this many slots (public filler slots, noised like its own), hiding "
               "its length (default: none, ceil(tokens / k) slots); a longer prompt is an error",
     "training": "unaware (trained on clean inputs) and/or aware (on the mechanism's releases, needs knows_parameters); default both",
@@ -166,7 +168,7 @@ ATTRIBUTE_INFERENCE_PARAMS = {
     "threads": "torch threads while the cell runs (default: unchanged)",
 }
 _COMMON = {"release", "target", "attackers", "training", "epochs", "hidden", "train_limit", "threads"}
-_RELEASE_PARAMS = {"slots": {"k", "pad_to"}, "tokens": {"max_tokens"}, "t2t": {"k", "rounds", *T2T_PARAMS}, "pct2t": {"k", "rounds", *T2T_PARAMS}}
+_RELEASE_PARAMS = {"slots": {"k", "pad_to", "center"}, "tokens": {"max_tokens"}, "t2t": {"k", "rounds", *T2T_PARAMS}, "pct2t": {"k", "rounds", *T2T_PARAMS}}
 
 
 def _dataset(cell: Any, target: str = "attributes") -> str:
@@ -202,6 +204,7 @@ class _Settings:
     target: str
     k: int
     pad_to: int | None
+    center: str | None
     max_tokens: int
     rounds: int
     text: dict  # t2t / pct2t: eta, pos, table, tagger
@@ -270,6 +273,7 @@ def _settings(resolved: Any) -> _Settings:
         target=target,
         k=_int_param(p, "k", 4),
         pad_to=_int_param(p, "pad_to", None),
+        center=_center_param(p),
         max_tokens=_int_param(p, "max_tokens", 128),
         rounds=_int_param(p, "rounds", 3),
         text=_text_params(p, release) if release in TEXT_RELEASES else {},
@@ -280,6 +284,26 @@ def _settings(resolved: Any) -> _Settings:
         threads=_int_param(p, "threads", None),
         threat=threat,
     )
+
+
+def _center_param(p: dict) -> str | None:
+    center = p.get("center")
+    if center is None:
+        return None
+    if not isinstance(center, str) or not center:
+        raise CellError(f"center must be a PPFT run directory, got {center!r}", field="params.center")
+    return center
+
+
+def _center_slots(run: str, x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """Clean unit slots [N, S, d] centred as the run's client does: unit(slot - centre) on real slots, zeros elsewhere."""
+    from ...ppft.checkpoint import load_center_file
+
+    try:
+        center = load_center_file(run, x.shape[-1])
+    except (OSError, ValueError) as exc:
+        raise CellError(f"params.center: {exc}", field="params.center") from None
+    return l2_normalize(x - center) * m.unsqueeze(-1)
 
 
 def _validate(cell: Any, points: list[dict]) -> None:
@@ -423,6 +447,8 @@ def _slots_release(cell, resolved, s, train, test, seed, context) -> _Release:
     mech = mechanism_from_dict(resolved.mechanism)
     train_x, train_m = _clean_slots(cell, "train", train.texts, s.k, s.train_limit, context)
     test_x, test_m = _clean_slots(cell, "test", test.texts, s.k, s.train_limit, context)
+    if s.center is not None:
+        train_x, test_x = _center_slots(s.center, train_x, train_m), _center_slots(s.center, test_x, test_m)
     if s.pad_to is not None:  # the client hides the count: filler slots up to pad_to, noised like the prompt's own
         try:
             (train_x, train_m), (test_x, test_m) = pad_slots(train_x, train_m, s.pad_to), pad_slots(test_x, test_m, s.pad_to)
