@@ -178,3 +178,20 @@ def test_the_client_refuses_a_card_whose_centre_does_not_hash_to_its_sha():
         _card_center(card | {"center": [1.0, 1.0]}, "m", 4)
     assert _card_center({"center_sha256": None}, "m", 4) is None
     np.testing.assert_array_equal(_card_center(card | {"center": [1.0] * 4}, "m", 4).numpy(), np.ones(4, dtype=np.float32))
+
+
+def test_inspect_names_the_slot_centre_of_a_centred_payload(tmp_path):
+    from typer.testing import CliRunner
+
+    from textfree.cli import app
+
+    hidden, mask = _hidden()
+    spec = SlotPrivatization(L2Laplace(20.0), k=2, center=torch.linspace(-1, 1, 8))
+    v, m = spec.apply(hidden, mask, generator=torch.Generator().manual_seed(0))
+    Payload(v, m, _info(), spec).save(tmp_path / "p.safetensors")
+    r = CliRunner().invoke(app, ["inspect", str(tmp_path / "p.safetensors")], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    assert "slot centre" in r.output and spec.center_sha256[:12] in r.output
+    Payload(*SlotPrivatization(L2Laplace(20.0), k=2).apply(hidden, mask, generator=torch.Generator()), _info(),
+            SlotPrivatization(L2Laplace(20.0), k=2)).save(tmp_path / "q.safetensors")
+    assert "slot centre" not in CliRunner().invoke(app, ["inspect", str(tmp_path / "q.safetensors")], terminal_width=200).output

@@ -166,6 +166,8 @@ def inspect(
     noise = "none (clean: no privacy)" if pr.noise is None else json.dumps(h["privatization"]["noise"])
     t.add_row("mechanism", noise)
     t.add_row("pipeline", f"k={pr.k}, normalize={pr.normalize}, renormalize={pr.renormalize}")
+    if pr.center_sha256:
+        t.add_row("slot centre", f"every unit slot centred on the public vector {pr.center_sha256[:12]}... before the noise")
     if pr.noise is not None and hasattr(pr.noise, "expected_noise_norm"):
         t.add_row("expected noise norm", f"{pr.noise.expected_noise_norm(p.encoder.dim):.4g} (slots before noise have norm 1)")
     slot = pr.slot_loss()
