@@ -383,23 +383,56 @@ def test_mu_figure_joins_only_runs_trained_like_table1(tmp_path):
     assert "![accuracy_vs_mu](ppft/accuracy_vs_mu.png)" in out.read_text()
 
 
-def test_centred_client_runs_stay_out_of_ppft_tables_and_get_their_own_verdicts(tmp_path):
-    d = _fixture(tmp_path)
-    assert "centres its slots" not in build_report([d])
+def _centred_run(d: Path) -> None:
     _result_file(d / "center.json", "ppft_stage2", "pri-ddx", [
         ({"epsilon": 28, "k": 4, "center_mu": 1.0, "epochs": 12}, _eval([0.97] * 3, [0.84, 0.85, 0.86])),
         ({"epsilon": None, "k": 4, "center_mu": 1.0, "epochs": 12}, _eval([0.99] * 3, [0.98] * 3)),
     ], date="2026-01-02T00:00:00+00:00")
+
+
+def _assert_layout_met(lines: list[str], heading: str, header: str, ppft_name: str, layout: str, open_cell: str,
+                       keep: str, met_entry: str) -> None:
+    """The section ``heading`` shows PPFT's layout (the fixture's eps-28 run) and ``layout``'s run with its open-answer
+    ``open_cell``, says its open answer keeps ``keep`` and is met, and the summary lists ``met_entry``."""
+    section = lines[lines.index(heading):]
+    assert next(l for l in section if l.startswith(f"| {header} | row |"))
+    assert any(l.startswith(f"| {ppft_name} | eps 28 (width-matched), k=4 | — | 0.820 ± 0.020 (3)") for l in section)
+    row = next(l for l in section if l.startswith(f"| {layout} | eps 28 (width-matched), k=4 | 12 |"))
+    assert f"| {open_cell} |" in row
+    open_ = next(l for l in section if l.startswith(f"- {layout}: eps 28, open-answer:"))
+    assert keep in open_ and "**met**" in open_
+    met = next(l for l in lines if l.startswith("- beyond the paper, layouts that meet both"))
+    assert met_entry in met
+
+
+def test_centred_client_runs_stay_out_of_ppft_tables_and_get_their_own_verdicts(tmp_path):
+    d = _fixture(tmp_path)
+    assert "centres its slots" not in build_report([d])
+    _centred_run(d)
     lines = build_report([d]).splitlines()
     assert "0.820 ± 0.020 (3)" in next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4"))  # not the centred run
     assert "0.950" in next(l for l in lines if l.startswith("| upper bound (stage 2 without noise)"))
-    section = lines[lines.index("### Pri-DDX: the client centres its slots (beyond the paper)"):]
-    assert next(l for l in section if l.startswith("| client | row |"))
-    assert any(l.startswith("| PPFT (slots as encoded) | eps 28 (width-matched), k=4 | — | 0.820 ± 0.020 (3)") for l in section)
-    row = next(l for l in section if l.startswith("| slots centred (centre 1-GDP) | eps 28 (width-matched), k=4 | 12 |"))
-    assert "| 0.850 ± 0.010 (3) |" in row
     # 0.85 / 0.98 = 86.7% and 0.85 - blind 0.10 >= 0.02 and 0.85 - lower 0.0 >= 0.02 -> met
-    open_ = next(l for l in section if l.startswith("- slots centred (centre 1-GDP): eps 28, open-answer:"))
-    assert "86.7% of the upper bound 0.9800" in open_ and "**met**" in open_
-    met = next(l for l in lines if l.startswith("- beyond the paper, layouts that meet both"))
-    assert "slots centred (centre 1-GDP) (0.9700 / 0.8500 of 0.9900 / 0.9800)" in met
+    _assert_layout_met(lines, "### Pri-DDX: the client centres its slots (beyond the paper)", "client", "PPFT (slots as encoded)",
+                       "slots centred (centre 1-GDP)", "0.850 ± 0.010 (3)", "86.7% of the upper bound 0.9800",
+                       "slots centred (centre 1-GDP) (0.9700 / 0.8500 of 0.9900 / 0.9800)")
+
+
+def test_a_centred_client_with_an_answer_head_gets_the_combined_section_and_no_other(tmp_path):
+    d = _fixture(tmp_path)
+    _centred_run(d)
+    _result_file(d / "both.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "center_mu": 1.0, "answer_head": True, "epochs": 12}, _eval([0.96] * 3, [0.88, 0.90, 0.92])),
+        ({"epsilon": None, "k": 4, "center_mu": 1.0, "answer_head": True, "epochs": 12}, _eval([0.99] * 3, [0.99] * 3)),
+    ], date="2026-01-03T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+    centre = lines[lines.index("### Pri-DDX: the client centres its slots (beyond the paper)"):]
+    centre = centre[: next(i for i, l in enumerate(centre[1:], 1) if l.startswith("### "))]
+    # the newer combined run is not the centring section's row: that stays the centring-only run
+    assert "| 0.850 ± 0.010 (3) |" in next(l for l in centre if l.startswith("| slots centred (centre 1-GDP) | eps 28"))
+    assert not any("0.900 ± 0.020" in l for l in centre)
+    assert "### Pri-DDX: an answer head before the slots (beyond the paper)" not in lines  # no answer-head-only run
+    # 0.90 / 0.99 = 90.9% of its own upper bound, 0.80 above blind -> met
+    _assert_layout_met(lines, "### Pri-DDX: centred slots and an answer head (beyond the paper)", "client + server layout",
+                       "PPFT (slots as encoded, slots only)", "slots centred (centre 1-GDP) + answer vector", "0.900 ± 0.020 (3)",
+                       "90.9% of the upper bound 0.9900", "slots centred (centre 1-GDP) + answer vector (0.9600 / 0.9000 of 0.9900 / 0.9900)")

@@ -128,12 +128,27 @@ def _eps_label(eps: float | None) -> str:
 
 #: PPFT's own layout: no server-side summary vectors, the slot count released as it is (no padding).
 _PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": (0, 0.0), "answer": False, "center": None}
-_LAYOUT_HEADER = {"summary": "server layout", "fixed": "client", "count": "server layout", "answer": "server layout", "center": "client"}
+_LAYOUT_HEADER = {"summary": "server layout", "fixed": "client", "count": "server layout", "answer": "server layout", "center": "client",
+                  "center+answer": "client + server layout"}
+
+
+def _layout_default(key: str) -> Any:
+    """PPFT's value of a layout key; of a combined key ("center+answer") the tuple of its parts' values."""
+    parts = key.split("+")
+    return _PPFT_LAYOUT[key] if len(parts) == 1 else tuple(_PPFT_LAYOUT[p] for p in parts)
+
+
+def _expand(want: dict[str, Any]) -> dict[str, Any]:
+    """``want`` with each combined key ("center+answer": (1.0, True)) split into its parts."""
+    out: dict[str, Any] = {}
+    for k, v in want.items():
+        out |= dict(zip(k.split("+"), v)) if "+" in k else {k: v}
+    return out
 
 
 def _latest(entries: Sequence[Entry], **want: Any) -> Entry | None:
     """The newest entry matching ``want``; PPFT's own layout (:data:`_PPFT_LAYOUT`) unless ``want`` names another."""
-    want = _PPFT_LAYOUT | want
+    want = _PPFT_LAYOUT | _expand(want)
     hit = None
     for e in entries:
         if all(_get(e, k) == v for k, v in want.items()):
@@ -142,6 +157,8 @@ def _latest(entries: Sequence[Entry], **want: Any) -> Entry | None:
 
 
 def _get(e: Entry, key: str) -> Any:
+    if "+" in key:  # a combined layout: the tuple of its parts
+        return tuple(_get(e, part) for part in key.split("+"))
     if key == "kind":
         return e.kind
     if key == "dataset":
@@ -247,7 +264,7 @@ def _layouts_meeting_targets(stage2: Sequence[Entry], blind: Entry | None, low: 
     its own upper bound."""
     names = []
     for key, name, _, _ in _LAYOUT_SECTIONS:
-        for v in sorted({_get(e, key) for e in stage2 if not _get(e, "blind")} - {_PPFT_LAYOUT[key]}):
+        for v in _layout_values([e for e in stage2 if not _get(e, "blind")], key):
             noisy = _latest(stage2, family="l2_laplace", epsilon=WIDTH_MATCHED, k=4, **{key: v})
             upper = _latest(stage2, epsilon=None, **{key: v})
             if noisy is None or upper is None or blind is None or low is None:
@@ -276,6 +293,19 @@ def _verdicts(prefix: str, ppft: Entry, upper: Entry, blind: Entry | None, low: 
     return lines
 
 
+def _layout_values(entries: Sequence[Entry], key: str) -> list[Any]:
+    """The values of layout ``key`` ("center", or combined: "center+answer") among the ``entries`` that keep PPFT's
+    value of every other layout key, each part differing from PPFT's, sorted: a run that changes two keys belongs to
+    their combined section, not to either key's own."""
+    parts = key.split("+")
+    default = _layout_default(key)
+    others = {k: v for k, v in _PPFT_LAYOUT.items() if k not in parts}
+    found = {_get(e, key) for e in entries if all(_get(e, k) == v for k, v in others.items())}
+    if len(parts) == 1:
+        return sorted(found - {default})
+    return sorted(v for v in found if all(x != d for x, d in zip(v, default)))
+
+
 def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[Any], str]) -> list[str]:
     """Beyond the paper: runs whose ``key`` layout (``summary``: server-side summary vectors; ``count``: count vectors
     and their dropout; ``answer``: an answer head; ``fixed``: the client pads every payload to a fixed slot count)
@@ -283,13 +313,13 @@ def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[
     eps and k=4. ``name(value)`` names a layout. An "answer head alone" column appears when a row measured it."""
     every = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
     stage2 = [e for e in every if not _get(e, "blind")]
-    values = sorted({_get(e, key) for e in stage2} - {_PPFT_LAYOUT[key]})
+    values = _layout_values(stage2, key)
     if not values:
         return []
     blind = _latest(every, blind=True)
     low = _latest([e for e in entries if e.kind == "ppft_evaluate" and e.dataset.lower() == ds], epsilon=WIDTH_MATCHED, k=4)
     rows = []
-    for v in [_PPFT_LAYOUT[key]] + values:
+    for v in [_layout_default(key)] + values:
         noisy = _latest(stage2, family="l2_laplace", epsilon=WIDTH_MATCHED, k=4, **{key: v})
         upper = _latest(stage2, epsilon=None, **{key: v})
         rows.append((v, noisy, upper))
@@ -304,7 +334,7 @@ def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[
             out.append(f"| {layout} | {label} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} | {_fmt(e, 'acc_open')} | "
                        f"{_fmt(e, 'acc_open_no_leak')} | {_fmt(e, 'acc_open_rank')} | {_fmt(e, 'acc_length_open')} |"
                        + (f" {_fmt(e, 'acc_open_head')} |" if head else ""))
-        if v != _PPFT_LAYOUT[key] and noisy is not None and upper is not None:
+        if v != _layout_default(key) and noisy is not None and upper is not None:
             verdicts += _verdicts(f"{layout}: eps {WIDTH_MATCHED:g}", noisy, upper, blind, low)
     if verdicts:
         out += ["", "Each layout against its own upper bound (same criteria as the targets above):", ""] + verdicts
@@ -353,6 +383,10 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
       "trains P_psi + LoRA as PPFT does (`answer_head`). \"Answer head alone\": its most probable class on the",
       "open-answer payloads, no decoder. Post-processing of the payload: the client and its guarantee are",
       "unchanged. The tables above use PPFT's layout."]),
+    ("center+answer", lambda v: "PPFT (slots as encoded, slots only)" if v == (None, False) else f"slots centred (centre {v[0]:g}-GDP) + answer vector",
+     "centred slots and an answer head",
+     ["Both of the sections above at once: the client centres its slots, and the server's answer head, trained on",
+      "the centred payloads, puts its answer vector before them. The tables above use PPFT's client and layout."]),
 ]
 
 
