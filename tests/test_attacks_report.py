@@ -361,3 +361,19 @@ def test_centred_slots_get_a_client_column_and_stay_out_of_the_matrix_ppft_row(t
     # the cross matrix's PPFT row takes only the uncentred point (60%), not the centring client's (80%)
     sex = next(line for line in text.splitlines() if line.startswith("| attributes: sex (best)"))
     assert sex == "| attributes: sex (best) (%) | 60.0% (unit eps 56) |"
+
+
+def test_inversion_on_centred_slots_is_labelled_and_stays_out_of_the_matrix_and_the_target(tmp_path):
+    inv = lambda r, c: {"rouge_l": [r], "slot_epsilon": [150.0], "prompt_epsilon": [2250.0], "centred": [c]}  # noqa: E731
+    _payload_file(tmp_path, "slots_u", "learned_inversion", {"variant": "unaware", "inverter": "slot_tokens", "k": 4},
+                  [(75, inv(0.30, 0.0))], seeds=(0,))
+    _payload_file(tmp_path, "slots_c", "learned_inversion", {"variant": "unaware", "inverter": "slot_tokens", "k": 4},
+                  [(75, inv(0.10, 1.0))], seeds=(0,))
+    lines = build_report([tmp_path]).splitlines()
+    assert any(l.startswith("| `slots_c` | slot-token classifier (no decoder), noise-unaware, slots centred by the client | 75 |") for l in lines)
+    assert any(l.startswith("| `slots_u` | slot-token classifier (no decoder), noise-unaware | 75 |") for l in lines)
+    # the issue's target is judged on PPFT's client only: one verdict line, the uncentred 0.300 (not met)
+    targets = [l for l in lines if l.startswith("* Target (issue 4): slot-token classifier")]
+    assert len(targets) == 1 and ": 0.300" in targets[0] and "**NOT met**" in targets[0]
+    row = next(l for l in lines if l.startswith("| slot-token classifier (ROUGE-L)"))
+    assert row == "| slot-token classifier (ROUGE-L) | 0.300 (unit eps 150) |"

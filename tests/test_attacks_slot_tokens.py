@@ -186,3 +186,29 @@ def test_tiny_slot_inverter_on_padded_payloads_trains_on_filler_slots(shared_dat
     assert m["padded_slots"] == pad_to and m["prompt_epsilon"] == pad_to * m["slot_epsilon"]
     saved = json.loads((tmp_path / "slot-pad" / "slot_tokens.json").read_text())
     assert saved["settings"]["fixed_slots"] is True and saved["slots"] == 8 * pad_to  # every text's filler slots too
+
+
+@pytest.mark.shared_data
+def test_tiny_slot_inverter_on_a_centring_client_names_its_run_and_reports_centred(shared_data, tiny_run_dir, tmp_path):
+    import torch
+
+    from textfree.mechanisms import center_sha256
+    from textfree.ppft.model import TextFreeLM
+
+    centred_run = tmp_path / "centred-run"
+    lm = TextFreeLM.load(tiny_run_dir)
+    center = torch.zeros(lm.config.encoder_dim)
+    center[0] = 0.5
+    lm.center = center  # as stage 2 with center_mu sets it
+    lm.server.config = lm.config.replace(center_mu=1.0, center_sha256=center_sha256(center))
+    lm.save(centred_run)
+    cell = Cell.from_dict(_cell(out=str(tmp_path / "slot-{epsilon}-{init_name}"), epochs=1, hidden=32, train_limit=8,
+                                eval_limit=3, prior_sample=5, epsilon=75)
+                          | {"grid": {"params.init": [str(tiny_run_dir), str(centred_run)]}})
+    results = load_results(run_cell(cell, out_dir=tmp_path, progress=False))["results"]
+    assert [r["metrics"]["centred"]["mean"] for r in results] == [0.0, 1.0]
+    # one classifier per init run, each in its own directory (not the first one reused for the second)
+    assert [r["metrics"]["reused"]["mean"] for r in results] == [0.0, 0.0]
+    for init in (tiny_run_dir, centred_run):
+        saved = json.loads((tmp_path / f"slot-75-{init.name}" / "slot_tokens.json").read_text())
+        assert saved["settings"]["init"] == str(init)

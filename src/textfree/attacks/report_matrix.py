@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from .report_payloads import PayloadCell, attribute_release, collect_kind, token_noise_label
+from .report_payloads import PayloadCell, attribute_release, centred, collect_kind, token_noise_label
 
 __all__ = ["MatrixRow", "collect_matrix", "matrix_section", "matrix_figure", "COLUMNS"]
 
@@ -119,8 +119,8 @@ def _pooled_row(inversion: list[PayloadCell], attributes: list[PayloadCell], *, 
                   else f"learned inverter, {variant}")
         for point, p in c.points:
             eps = point.get("params.epsilon", params.get("epsilon"))
-            if eps is None or _padded(p) != padded:
-                continue  # clean payloads: no mechanism; or the other row's
+            if eps is None or _padded(p) != padded or centred(p):
+                continue  # clean payloads: no mechanism; or the other row's; a centring client is not PPFT's
             row.add(column, p.mean("slot_epsilon"), 100 * p.mean("rouge_l"), c.name)
     _add_slot_attributes(row, attributes, padded=padded)
     return row if row.points else None

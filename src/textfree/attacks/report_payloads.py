@@ -201,9 +201,16 @@ def _variant(c: PayloadCell) -> str:
 
 
 def _attack_label(c: PayloadCell, p: Point) -> str:
-    """The variant, and the fixed slot count when the payloads were padded (the count hidden: another mechanism)."""
+    """The variant, and the fixed slot count when the payloads were padded (the count hidden: another mechanism), and
+    whether the client centred its slots (another client)."""
     n = p.mean("padded_slots")  # NaN: unpadded, or a result from before padded_slots existed
-    return _variant(c) + ("" if math.isnan(n) else f", payloads padded to {n:g} slots")
+    return (_variant(c) + ("" if math.isnan(n) else f", payloads padded to {n:g} slots")
+            + (", slots centred by the client" if centred(p) else ""))
+
+
+def centred(p: Point) -> bool:
+    """An inversion result on payloads whose client centred its slots (results from before ``centred`` existed: no)."""
+    return p.spread("centred") is not None and p.mean("centred") == 1.0
 
 
 def _attacker_text(c: PayloadCell) -> str:
@@ -290,7 +297,7 @@ def inversion_section(cells: list[PayloadCell]) -> list[str]:
     lines += [""]
     for c, eps, k, p in verdict:
         variant, value, prior = (c.cell.get("params") or {}).get("variant"), p.mean("rouge_l"), p.mean("rouge_l_prior")
-        if eps != 75 or k != 4 or variant not in ("unaware", "aware") or math.isnan(value):
+        if eps != 75 or k != 4 or variant not in ("unaware", "aware") or math.isnan(value) or centred(p):
             continue
         ref = "" if math.isnan(prior) else f" (no-input reference {prior:.3f})"
         clean = [q.mean("rouge_l") for point, q in c.points if _eps(c, point)[0] is None]

@@ -66,7 +66,7 @@ SLOT_TOKENS_FILE, SLOT_TOKENS_JSON = "slot_tokens.safetensors", "slot_tokens.jso
 INVERSION_METRICS = ("rouge_l", "rouge_l_recall", "bleu", "symptoms_recall_text", "antecedents_recall_text",
                      "rouge_l_prior", "symptoms_recall_text_prior", "antecedents_recall_text_prior",
                      "pii_exact", "pii_fuzzy", "pii_exact_prior", "pii_fuzzy_prior", "n_pii_units",
-                     "slot_epsilon", "prompt_epsilon", "padded_slots", "n_eval", "eval_wall_s") + _TRAIN
+                     "slot_epsilon", "prompt_epsilon", "padded_slots", "centred", "n_eval", "eval_wall_s") + _TRAIN
 INVERSION_PARAMS = {
     "variant": "unaware (trained on clean payloads), aware (on noisy payloads at epsilon) or restoration (no training)",
     "inverter": "trained variants: decoder (default; projection + LoRA decoder regenerating the prompt) or slot_tokens (a classifier of each slot's tokens, no decoder)",
@@ -75,7 +75,7 @@ INVERSION_PARAMS = {
     "k": "pooling k (default: the init's / model's)",
     "init": "trained variants: a run directory (stage-1-aligned) or {encoder: DIR, decoder: DIR} (unaligned)",
     "model": "restoration: the served PPFT run directory; {epsilon} {k} are filled in",
-    "out": "trained variants: run directory template; {variant} {epsilon} {k} are filled in",
+    "out": "trained variants: run directory template; {variant} {epsilon} {k} and {init_name} (the init run directory's name, for a grid over params.init) are filled in",
     "epochs": "training epochs (default 6; slot_tokens 12)",
     "max_target_tokens": "decoder tokens of the training targets (default 160)",
     "train_seed": "training seed (default 0)",
@@ -189,6 +189,13 @@ def _validate(cell: Any, points: list[dict]) -> None:
         _threat(cell, point, p)
 
 
+def _out_dir(p: dict[str, Any], epsilon: float | None) -> str:
+    """``params.out`` filled in: {variant} {epsilon} {k}, and {init_name}, the init run directory's name (an unaligned
+    init, given as encoder + decoder, has none: "unaligned")."""
+    init_name = Path(p["init"]).name if isinstance(p.get("init"), str) else "unaligned"
+    return str(p["out"]).format(variant=p["variant"], epsilon=epsilon, k=p.get("k"), init_name=init_name)
+
+
 def _unaligned_init(init: dict[str, str], out: str, k: int | None) -> str:
     """Build (once) an init run: ``init['encoder']``, a fresh projection, the pretrained decoder + fresh LoRA."""
     from ...ppft.model import TextFreeLM
@@ -207,7 +214,7 @@ def _model(cell: Any, p: dict[str, Any], context: RunContext):
         model = str(p["model"]).format(epsilon=p.get("epsilon"), k=p.get("k"))
         return context.cached(("model", model), lambda: (TextFreeLM.load(model), {}))
     epsilon = p.get("epsilon") if p["variant"] == "aware" else None
-    out = str(p["out"]).format(variant=p["variant"], epsilon=epsilon, k=p.get("k"))
+    out = _out_dir(p, epsilon)
     init = p["init"] if isinstance(p["init"], str) else _unaligned_init(p["init"], out, p.get("k"))
     dataset = cell.dataset if is_ppft_dataset(cell.dataset) else Stage2Config.dataset  # unused with train_text
     cfg = Stage2Config(init=init, out=out, dataset=dataset, epsilon=epsilon, k=p.get("k"), tasks=["restore"],
@@ -246,7 +253,7 @@ def _slot_model(cell: Any, p: dict[str, Any], context: RunContext):
 
     lm = context.cached(("slot_init", p["init"]), lambda: TextFreeLM.load(p["init"]))
     epsilon = p.get("epsilon") if p["variant"] == "aware" else None
-    out = Path(str(p["out"]).format(variant=p["variant"], epsilon=epsilon, k=p.get("k")))
+    out = Path(_out_dir(p, epsilon))
     settings = {"init": p["init"], "variant": p["variant"], "epsilon": epsilon, "k": p.get("k"), "dataset": cell.dataset,
                 "train_text": p.get("train_text"), "train_text_limit": p.get("train_text_limit"), "train_limit": p.get("train_limit"),
                 "epochs": p["epochs"], "lr": p.get("lr"), "hidden": p["hidden"], "train_seed": p["train_seed"],
@@ -365,5 +372,7 @@ def learned_inversion(cell: Any, point: dict, seed: int, context: RunContext) ->
     slots = payload.lengths if epsilon is not None else []
     pad_to = privatizer.privatization.pad_to  # a fixed_slots model's client hides the count: another mechanism
     out |= {"slot_epsilon": slot, "prompt_epsilon": slot * sum(slots) / len(slots) if slots else nan,
-            "padded_slots": float(pad_to) if pad_to is not None else nan, "n_eval": float(len(texts)), "eval_wall_s": wall}
+            "padded_slots": float(pad_to) if pad_to is not None else nan,
+            "centred": float(privatizer.privatization.center is not None),  # the init run's client centres its slots
+            "n_eval": float(len(texts)), "eval_wall_s": wall}
     return out | train_metrics
