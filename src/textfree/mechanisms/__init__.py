@@ -10,7 +10,7 @@ from .base import (
     mechanism_to_dict,
     register_mechanism,
 )
-from .centering import PrivateMean, center_sha256, check_center, prompt_mean_slots
+from .centering import PrivateMean, center_sha256, center_slots, check_center, prompt_mean_slots
 from .clipping import Clipped, clip_l2, effective_noise
 from .gaussian import Gaussian, analytic_delta, analytic_epsilon, analytic_sigma, classic_sigma, sigma_for_noise_norm
 from .gdp import (
@@ -37,6 +37,7 @@ __all__ = [
     "register_mechanism",
     "PrivateMean",
     "center_sha256",
+    "center_slots",
     "check_center",
     "prompt_mean_slots",
     "Clipped",

@@ -26,7 +26,7 @@ import torch
 from .base import PrivacyLoss, check_positive, check_probability
 from .gaussian import analytic_epsilon
 
-__all__ = ["PrivateMean", "center_sha256", "check_center", "prompt_mean_slots"]
+__all__ = ["PrivateMean", "center_sha256", "center_slots", "check_center", "prompt_mean_slots"]
 
 _NORM_SLACK = 1e-4  # float32 rounding of unit-slot means
 
@@ -45,6 +45,16 @@ def check_center(center: object, dim: int | None = None) -> torch.Tensor:
     if not torch.isfinite(center).all():
         raise ValueError("the slot centre has non-finite values")
     return center.detach().to("cpu", torch.float32)
+
+
+def center_slots(unit_slots: torch.Tensor, center: torch.Tensor) -> torch.Tensor:
+    """The centring map: ``unit(slot - center)`` for each unit slot [..., d] (the centre cast to the slots' device and
+    dtype). Every output is a unit vector again (a slot equal to the centre maps to zero, norm <= 1 all the same)."""
+    from .transforms import l2_normalize
+
+    if center.numel() != unit_slots.shape[-1]:
+        raise ValueError(f"the slot centre has width {center.numel()}, the slots have width {unit_slots.shape[-1]}")
+    return l2_normalize(unit_slots - center.to(unit_slots.device, unit_slots.dtype))
 
 
 def prompt_mean_slots(slots: list[torch.Tensor]) -> torch.Tensor:

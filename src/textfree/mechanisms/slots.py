@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from .base import PrivacyLoss, check_positive, mechanism_from_dict, mechanism_to_dict
-from .centering import center_sha256, check_center
+from .centering import center_sha256, center_slots, check_center
 from .transforms import k_pool, l2_normalize
 
 __all__ = ["SlotPrivatization", "UNIT_SLOT_DIAMETER", "filler_slot", "pad_slots"]
@@ -119,9 +119,7 @@ class SlotPrivatization:
             if self.center is None:
                 raise ValueError("this privatization spec names its centre by sha256 only (read from a payload header): "
                                  "privatizing needs the centre vector itself")
-            if self.center.numel() != x.shape[-1]:
-                raise ValueError(f"the slot centre has width {self.center.numel()}, the slots have width {x.shape[-1]}")
-            x = l2_normalize(x - self.center.to(x.device, x.dtype))
+            x = center_slots(x, self.center)
         if self.pad_to is not None:
             x, slot_mask = pad_slots(x * slot_mask.unsqueeze(-1), slot_mask, self.pad_to)
         if self.noise is not None:

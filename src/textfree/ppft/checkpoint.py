@@ -286,10 +286,14 @@ def load_center_file(run: str | os.PathLike, dim: int | None = None) -> torch.Te
     return check_center(tensors["center"], dim)
 
 
-def load_center(run: str | os.PathLike, sha256: str, dim: int) -> torch.Tensor:
-    """Read the slot centre a config names by ``sha256``; refuses a missing file, a wrong width or another vector."""
+def load_center(run: str | os.PathLike, config) -> torch.Tensor | None:
+    """The slot centre a run's config (a :class:`~textfree.ppft.config.TextFreeConfig`) names by ``center_sha256``, or
+    None when it names none (PPFT's client); refuses a missing file, a wrong width or another vector."""
     from ..mechanisms.centering import center_sha256
 
+    sha256, dim = config.center_sha256, config.encoder_dim
+    if not sha256:
+        return None
     path = Path(run) / CENTER_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{str(Path(run))!r}: the config names a slot centre (sha256 {sha256[:12]}...) but {CENTER_FILE} is missing")

@@ -106,8 +106,7 @@ class TextFreeLM(torch.nn.Module):
         enc = ContextualEncoder.from_pretrained(run / ENCODER_DIR, max_length=config.max_private_tokens, device=str(device))
         enc.name = config.encoder_id
         server = ServerModel.load(run, trainable=trainable, device=device, decoder=decoder, check_decoder_sha=check_decoder_sha)
-        center = load_center(run, config.center_sha256, config.encoder_dim) if config.center_sha256 else None
-        lm = cls(enc, server, center)
+        lm = cls(enc, server, load_center(run, config))
         lm.encoder.requires_grad_(False)
         return lm
 

@@ -157,9 +157,6 @@ class GenerateModel:
         self.id = model_id
         self.server = server
         self.server.eval()
-        if bool(server.config.center_sha256) != (center is not None):
-            raise ValueError(f"model {model_id!r}: a centring client's model needs its slot centre and only it "
-                             f"(config center_sha256={server.config.center_sha256!r}, centre given: {center is not None})")
         self.center = center
         self.card = self._card()
 
@@ -169,11 +166,13 @@ class GenerateModel:
         from ..ppft.server import ServerModel
 
         server = ServerModel.load(run_dir, device=device)
-        c = server.config
-        return cls(model_id, server, load_center(run_dir, c.center_sha256, c.encoder_dim) if c.center_sha256 else None)
+        return cls(model_id, server, load_center(run_dir, server.config))
 
     def _card(self) -> dict[str, Any]:
         c, ref = self.server.config, self.server.decoder_ref
+        if bool(c.center_sha256) != (self.center is not None):  # here, so the vLLM-backed model checks it too
+            raise ValueError(f"model {self.id!r}: a centring client's model needs its slot centre and only it "
+                             f"(config center_sha256={c.center_sha256!r}, centre given: {self.center is not None})")
         return {
             "id": self.id,
             "object": "model",

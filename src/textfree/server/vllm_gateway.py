@@ -148,9 +148,8 @@ class VllmGenerateModel(GenerateModel):
         from ..ppft.checkpoint import load_center
 
         embedder = PromptEmbedder.load(run_dir)
-        c = embedder.config
-        center = load_center(run_dir, c.center_sha256, c.encoder_dim) if c.center_sha256 else None
-        return cls(model_id, embedder, client, dtype=config.vllm_dtype, max_concurrent_calls=config.vllm_max_concurrent_calls, center=center)
+        return cls(model_id, embedder, client, dtype=config.vllm_dtype, max_concurrent_calls=config.vllm_max_concurrent_calls,
+                   center=load_center(run_dir, embedder.config))
 
     def request(self, vectors: torch.Tensor, mask: torch.Tensor, public: list[str] | None, sampling: SamplingParams) -> dict[str, Any]:
         return completion_request(self.lora, self.server.rows(vectors, mask, public), sampling, dtype=self.dtype)

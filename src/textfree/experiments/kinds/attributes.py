@@ -297,13 +297,14 @@ def _center_param(p: dict) -> str | None:
 
 def _center_slots(run: str, x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     """Clean unit slots [N, S, d] centred as the run's client does: unit(slot - centre) on real slots, zeros elsewhere."""
+    from ...mechanisms.centering import center_slots
     from ...ppft.checkpoint import load_center_file
 
     try:
         center = load_center_file(run, x.shape[-1])
     except (OSError, ValueError) as exc:
         raise CellError(f"params.center: {exc}", field="params.center") from None
-    return l2_normalize(x - center) * m.unsqueeze(-1)
+    return center_slots(x, center) * m.unsqueeze(-1)
 
 
 def _validate(cell: Any, points: list[dict]) -> None:
