@@ -66,7 +66,7 @@ SLOT_TOKENS_FILE, SLOT_TOKENS_JSON = "slot_tokens.safetensors", "slot_tokens.jso
 INVERSION_METRICS = ("rouge_l", "rouge_l_recall", "bleu", "symptoms_recall_text", "antecedents_recall_text",
                      "rouge_l_prior", "symptoms_recall_text_prior", "antecedents_recall_text_prior",
                      "pii_exact", "pii_fuzzy", "pii_exact_prior", "pii_fuzzy_prior", "n_pii_units",
-                     "slot_epsilon", "prompt_epsilon", "padded_slots", "centred", "n_eval", "eval_wall_s") + _TRAIN
+                     "slot_epsilon", "prompt_epsilon", "padded_slots", "centred", "init_stage", "n_eval", "eval_wall_s") + _TRAIN
 INVERSION_PARAMS = {
     "variant": "unaware (trained on clean payloads), aware (on noisy payloads at epsilon) or restoration (no training)",
     "inverter": "trained variants: decoder (default; projection + LoRA decoder regenerating the prompt) or slot_tokens (a classifier of each slot's tokens, no decoder)",
@@ -194,6 +194,20 @@ def _out_dir(p: dict[str, Any], epsilon: float | None) -> str:
     init, given as encoder + decoder, has none: "unaligned")."""
     init_name = Path(p["init"]).name if isinstance(p.get("init"), str) else "unaligned"
     return str(p["out"]).format(variant=p["variant"], epsilon=epsilon, k=p.get("k"), init_name=init_name)
+
+
+def _init_stage(init: object) -> float:
+    """What a decoder inverter started from: 0 an unaligned init (``{encoder, decoder}``), 1 a stage-1 run (PPFT
+    Appendix J's stage-1-aligned inverter), 2 a stage-2 run (the server's own served model)."""
+    from ...ppft.checkpoint import read_json
+
+    if not isinstance(init, str):
+        return 0.0
+    stage = read_json(Path(init) / "summary.json").get("stage")
+    if stage not in ("stage1", "stage2"):
+        raise CellError(f"params.init {init!r} is not a finished stage-1 or stage-2 run (its summary.json names stage {stage!r})",
+                        field="params.init")
+    return 1.0 if stage == "stage1" else 2.0
 
 
 def _unaligned_init(init: dict[str, str], out: str, k: int | None) -> str:
@@ -336,6 +350,8 @@ def learned_inversion(cell: Any, point: dict, seed: int, context: RunContext) ->
         lm, inverter, train_metrics = _slot_model(cell, p, context)
     else:
         (lm, train_metrics), inverter = _model(cell, p, context), None
+        if p["variant"] != "restoration":
+            train_metrics = train_metrics | {"init_stage": _init_stage(p["init"])}
     rows = context.cached(("evaluated", cell.dataset, cell.split, p["eval_limit"], lm.config.max_private_tokens),
                           lambda: _evaluated(cell, p["eval_limit"], lm.sends_whole))
     texts = [t for t, _ in rows]
