@@ -147,7 +147,7 @@ def test_tiny_unaligned_inverter_trains_and_restoration_runs(shared_data, tiny_r
         "attack": {"threat": dict(GRANT)},
         "grid": {"params.epsilon": [75]}, "seeds": [0]})
     m = {k: v["mean"] for k, v in load_results(run_cell(cell, out_dir=tmp_path, progress=False))["results"][0]["metrics"].items()}
-    assert m["n_eval"] == 3 and m["train_steps"] >= 1 and m["reused"] == 0.0
+    assert m["n_eval"] == 3 and m["train_steps"] >= 1 and m["reused"] == 0.0 and m["init_stage"] == 0.0  # built, not trained
     assert 0.0 <= m["rouge_l"] <= 1.0 and m["slot_epsilon"] == 150.0 and m["prompt_epsilon"] > 150.0
     assert m["rouge_l_prior"] > 0.2  # one Pri-DDX prompt already shares much of the template with any other
     assert (tmp_path / "inv-aware-75" / "summary.json").is_file() and (tmp_path / "inv-aware-75-init").is_dir()
@@ -208,3 +208,23 @@ def test_medoid_text_is_the_text_closest_to_the_others():
     assert medoid_text(texts + texts, n=100) == "a man with a cough"  # duplicates count once
     with pytest.raises(ValueError, match="at least one"):
         medoid_text([])
+
+
+def test_init_stage_reads_the_init_runs_summary(tmp_path):
+    """A decoder inverter's result names what it started from: the init run's summary.json stage (stage1: 1, stage2:
+    the served model, 2), 0 for a model built and never trained (no summary); any other stage is refused."""
+    import json
+
+    from textfree.experiments.kinds.inversion import _init_stage
+
+    for name, stage, want in (("s1", "stage1", 1.0), ("s2", "stage2", 2.0)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps({"stage": stage}))
+        assert _init_stage(str(tmp_path / name)) == want
+    (tmp_path / "built").mkdir()
+    assert _init_stage(str(tmp_path / "built")) == 0.0
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "summary.json").write_text(json.dumps({"stage": "pretrain"}))
+    with pytest.raises(CellError, match="names stage 'pretrain', not stage1 or stage2") as info:
+        _init_stage(str(tmp_path / "odd"))
+    assert info.value.field == "params.init"

@@ -377,3 +377,23 @@ def test_inversion_on_centred_slots_is_labelled_and_stays_out_of_the_matrix_and_
     assert len(targets) == 1 and ": 0.300" in targets[0] and "**NOT met**" in targets[0]
     row = next(l for l in lines if l.startswith("| slot-token classifier (ROUGE-L)"))
     assert row == "| slot-token classifier (ROUGE-L) | 0.300 (unit eps 150) |"
+
+
+def test_a_decoder_inverter_names_what_it_started_from_per_grid_point(tmp_path):
+    """init_stage, recorded per point, names the init of a grid over params.init (the served stage-2 model here); a
+    result from before init_stage keeps the cell's own reading (a string init: stage-1-aligned)."""
+    inv = lambda r, stage, c: {"rouge_l": [r], "slot_epsilon": [56.0], "prompt_epsilon": [840.0], "centred": [c],  # noqa: E731
+                               "init_stage": [stage]}
+    _payload_file(tmp_path, "served", "learned_inversion", {"variant": "aware", "k": 4, "epsilon": 28},
+                  [("runs/ppft/a", inv(0.40, 2.0, 0.0)), ("runs/ppft/a-center1", inv(0.45, 2.0, 1.0))],
+                  axis="params.init", seeds=(0,))
+    _payload_file(tmp_path, "aligned", "learned_inversion", {"variant": "aware", "k": 4, "epsilon": 28},
+                  [("runs/stage1", inv(0.30, 1.0, 0.0))], axis="params.init", seeds=(0,))
+    old = {"rouge_l": [0.2], "slot_epsilon": [56.0], "prompt_epsilon": [840.0]}
+    _payload_file(tmp_path, "old", "learned_inversion", {"variant": "aware", "k": 4, "init": "runs/stage1"}, [(28, old)], seeds=(0,))
+    lines = build_report([tmp_path]).splitlines()
+    rows = {l.split(" | ")[0] + " | " + l.split(" | ")[1] for l in lines if l.startswith("| `")}
+    assert "| `served` | learned, noise-aware, init from the served stage-2 model" in rows
+    assert "| `served` | learned, noise-aware, init from the served stage-2 model, slots centred by the client" in rows
+    assert "| `aligned` | learned, noise-aware, stage-1-aligned init" in rows
+    assert "| `old` | learned, noise-aware, stage-1-aligned init" in rows

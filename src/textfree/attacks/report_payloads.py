@@ -188,23 +188,28 @@ def attribute_section(cells: list[PayloadCell]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------ learned inversion
-def _variant(c: PayloadCell) -> str:
+_INIT_LABELS = {0.0: "", 1.0: ", stage-1-aligned init", 2.0: ", init from the served stage-2 model"}
+
+
+def _variant(c: PayloadCell, p: Point) -> str:
     params = c.cell.get("params") or {}
     v = params.get("variant")
     if v == "restoration":
         return "restoration instruction (served PPFT model)"
     if params.get("inverter") == "slot_tokens":
         return f"slot-token classifier (no decoder), noise-{v}"
-    aligned = isinstance(params.get("init"), str)
-    return (f"learned, noise-{v}" + (", stage-1-aligned init" if aligned else "")
-            + (", full fine-tuning" if params.get("train_decoder") else ""))
+    if p.spread("init_stage") is not None:  # recorded: what the decoder started from (a grid over params.init too)
+        init = _INIT_LABELS[p.mean("init_stage")]
+    else:  # results from before init_stage existed: a string init was a stage-1 run
+        init = _INIT_LABELS[1.0 if isinstance(params.get("init"), str) else 0.0]
+    return f"learned, noise-{v}" + init + (", full fine-tuning" if params.get("train_decoder") else "")
 
 
 def _attack_label(c: PayloadCell, p: Point) -> str:
     """The variant, and the fixed slot count when the payloads were padded (the count hidden: another mechanism), and
     whether the client centred its slots (another client)."""
     n = p.mean("padded_slots")  # NaN: unpadded, or a result from before padded_slots existed
-    return (_variant(c) + ("" if math.isnan(n) else f", payloads padded to {n:g} slots")
+    return (_variant(c, p) + ("" if math.isnan(n) else f", payloads padded to {n:g} slots")
             + (", slots centred by the client" if centred(p) else ""))
 
 
@@ -272,8 +277,9 @@ def inversion_section(cells: list[PayloadCell]) -> list[str]:
              "An inverter (the client's encoder + pooling, a learnable projection, a LoRA decoder) is trained on payloads of",
              "the attacker's own text to regenerate the prompt, then inverts held-out payloads (greedy decoding).",
              "*noise-unaware*: trained on clean payloads; *noise-aware*: on payloads of the evaluated mechanism;",
-             "*stage-1-aligned*: starts from the PPFT stage-1 model; *restoration*: the served PPFT model is asked to",
-             "restore the prompt, no training. ROUGE-L is the mean per-prompt F1; attribute recall is read off the text.",
+             "*stage-1-aligned*: starts from the PPFT stage-1 model; *init from the served stage-2 model*: starts from the",
+             "server's own trained stage-2 model (the server attacks with the model it serves); *restoration*: the served",
+             "PPFT model is asked to restore the prompt, no training. ROUGE-L is the mean per-prompt F1; attribute recall is read off the text.",
              "*ROUGE-L gain over no input* = (ROUGE-L - no-input ROUGE-L) / (1 - no-input ROUGE-L): the share of the room",
              "above one constant guess that the payload gave the attacker (0: no better than the guess; negative: worse).",
              "Only texts the client sends whole (at most the model's private-token limit) are evaluated."]
@@ -309,7 +315,7 @@ def inversion_section(cells: list[PayloadCell]) -> list[str]:
             gain = _gain(p)
             if gain != "–":
                 ref += f" (gain over the no-input reference {gain})"
-            lines.append(f"* Target (issue 4): {_variant(c)} ROUGE-L < {TARGET_UNAWARE_ROUGE_L} at eps 75, k 4, {where}: {value:.3f}{ref}, **{ok}**.")
+            lines.append(f"* Target (issue 4): {_variant(c, p)} ROUGE-L < {TARGET_UNAWARE_ROUGE_L} at eps 75, k 4, {where}: {value:.3f}{ref}, **{ok}**.")
         else:
             lines.append(f"* {_attack_label(c, p)} at eps 75, k 4, {where}: ROUGE-L {value:.3f}{ref} (PPFT reports {PAPER_AWARE_ROUGE_L} for its noise-aware attacker).")
     return lines

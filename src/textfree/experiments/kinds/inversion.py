@@ -13,9 +13,10 @@ trained on the attacker's own clean or noisy slots; ``init`` is then the run who
 classifier is saved as ``<out>/slot_tokens.safetensors`` + ``slot_tokens.json``, reused when the settings match;
 with ``fixed_slots`` the init run's client pads, and the classifier learns filler slots as the pad token).
 
-``params.init`` is a run directory (a stage-1 run: the *stage-1-aligned* inverter) or a mapping ``{encoder: DIR,
-decoder: DIR}``: an unaligned init (that encoder, a fresh projection, the pretrained decoder + fresh LoRA) built
-once into ``<out>-init``. The encoder must be the one that made the attacked payloads (query access to it).
+``params.init`` is a run directory (a stage-1 run: the *stage-1-aligned* inverter; a stage-2 run: the server's own
+served model, whose client, centre included, makes the payloads) or a mapping ``{encoder: DIR, decoder: DIR}``: an
+unaligned init (that encoder, a fresh projection, the pretrained decoder + fresh LoRA) built once into
+``<out>-init``. The result records which as ``init_stage`` (1, 2; 0 for a model built and never trained). The encoder must be the one that made the attacked payloads (query access to it).
 
 The attacker's text: on a Pri-* dataset the PPFT train part (in-domain text, ``training_text: in_domain``); with
 ``params.train_text`` (public instruction sources such as alpaca, lima, gsm8k:train) that public text instead
@@ -73,7 +74,7 @@ INVERSION_PARAMS = {
     "hidden": "slot_tokens: width of the classifier's MLP (default 768)",
     "epsilon": "L2-Laplace epsilon of the evaluated payloads (and of aware training); null: clean payloads",
     "k": "pooling k (default: the init's / model's)",
-    "init": "trained variants: a run directory (stage-1-aligned) or {encoder: DIR, decoder: DIR} (unaligned)",
+    "init": "trained variants: a run directory (a stage-1 run: stage-1-aligned; a stage-2 run: the served model) or {encoder: DIR, decoder: DIR} (unaligned)",
     "model": "restoration: the served PPFT run directory; {epsilon} {k} are filled in",
     "out": "trained variants: run directory template; {variant} {epsilon} {k} and {init_name} (the init run directory's name, for a grid over params.init) are filled in",
     "epochs": "training epochs (default 6; slot_tokens 12)",
@@ -196,17 +197,16 @@ def _out_dir(p: dict[str, Any], epsilon: float | None) -> str:
     return str(p["out"]).format(variant=p["variant"], epsilon=epsilon, k=p.get("k"), init_name=init_name)
 
 
-def _init_stage(init: object) -> float:
-    """What a decoder inverter started from: 0 an unaligned init (``{encoder, decoder}``), 1 a stage-1 run (PPFT
-    Appendix J's stage-1-aligned inverter), 2 a stage-2 run (the server's own served model)."""
+def _init_stage(init: str) -> float:
+    """What a decoder inverter starts from: 1 a stage-1 run (PPFT Appendix J's stage-1-aligned inverter), 2 a stage-2
+    run (the server's own served model), 0 a model built and not trained (no summary.json: an unaligned init)."""
     from ...ppft.checkpoint import read_json
 
-    if not isinstance(init, str):
+    if not (Path(init) / "summary.json").is_file():
         return 0.0
     stage = read_json(Path(init) / "summary.json").get("stage")
     if stage not in ("stage1", "stage2"):
-        raise CellError(f"params.init {init!r} is not a finished stage-1 or stage-2 run (its summary.json names stage {stage!r})",
-                        field="params.init")
+        raise CellError(f"params.init {init!r}: its summary.json names stage {stage!r}, not stage1 or stage2", field="params.init")
     return 1.0 if stage == "stage1" else 2.0
 
 
@@ -236,8 +236,9 @@ def _model(cell: Any, p: dict[str, Any], context: RunContext):
                        restore_text=p.get("train_text"), restore_text_limit=p.get("train_text_limit"),
                        train_decoder=p["train_decoder"] or None, fixed_slots=p["fixed_slots"] or None,
                        max_private_tokens=p.get("max_private_tokens"), progress=False, **({"lr": p["lr"]} if p.get("lr") else {}))
-
-    return stage2_model(cfg, cell.name, context)
+    stage = _init_stage(init)
+    lm, metrics = stage2_model(cfg, cell.name, context)
+    return lm, metrics | {"init_stage": stage}
 
 
 def _attacker_texts(dataset: str, p: dict[str, Any], *, distinct: bool = False) -> list[str]:
@@ -350,8 +351,6 @@ def learned_inversion(cell: Any, point: dict, seed: int, context: RunContext) ->
         lm, inverter, train_metrics = _slot_model(cell, p, context)
     else:
         (lm, train_metrics), inverter = _model(cell, p, context), None
-        if p["variant"] != "restoration":
-            train_metrics = train_metrics | {"init_stage": _init_stage(p["init"])}
     rows = context.cached(("evaluated", cell.dataset, cell.split, p["eval_limit"], lm.config.max_private_tokens),
                           lambda: _evaluated(cell, p["eval_limit"], lm.sends_whole))
     texts = [t for t, _ in rows]
