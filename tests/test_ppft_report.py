@@ -436,3 +436,27 @@ def test_a_centred_client_with_an_answer_head_gets_the_combined_section_and_no_o
     _assert_layout_met(lines, "### Pri-DDX: centred slots and an answer head (beyond the paper)", "client + server layout",
                        "PPFT (slots as encoded, slots only)", "slots centred (centre 1-GDP) + answer vector", "0.900 ± 0.020 (3)",
                        "90.9% of the upper bound 0.9900", "slots centred (centre 1-GDP) + answer vector (0.9600 / 0.9000 of 0.9900 / 0.9900)")
+
+
+def test_slot_count_augmented_runs_stay_out_of_ppft_tables_and_get_their_own_verdicts(tmp_path):
+    d = _fixture(tmp_path)
+    assert "blurs the slot count" not in build_report([d])
+    _result_file(d / "insert.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "slot_insert": 0.5, "epochs": 12}, _eval([0.97] * 3, [0.86, 0.87, 0.88])),
+        ({"epsilon": None, "k": 4, "slot_insert": 0.5, "epochs": 12}, _eval([0.99] * 3, [0.99] * 3)),
+    ], date="2026-01-02T00:00:00+00:00")
+    _result_file(d / "drop.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "slot_drop": 0.3, "slot_insert": None, "epochs": 12}, _eval([0.97] * 3, [0.80, 0.80, 0.80])),
+    ], date="2026-01-03T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+    assert "0.820 ± 0.020 (3)" in next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4"))  # not an augmented run
+    # 0.87 / 0.99 = 87.9%, 0.77 above blind -> met
+    _assert_layout_met(lines, "### Pri-DDX: the server blurs the slot count in training (beyond the paper)", "server training",
+                       "PPFT (training rows as sent)", "server inserts up to 0.5 n random slots in training", "0.870 ± 0.010 (3)",
+                       "87.9% of the upper bound 0.9900",
+                       "server inserts up to 0.5 n random slots in training (0.9700 / 0.8700 of 0.9900 / 0.9900)")
+    section = lines[lines.index("### Pri-DDX: the server blurs the slot count in training (beyond the paper)"):]
+    drop = next(l for l in section if l.startswith("| server drops slots (p 0.3) in training | eps 28"))
+    assert "| 0.800 ± 0.000 (3) |" in drop
+    assert any(l.startswith("| server drops slots (p 0.3) in training | upper bound (no noise) | — | — |") for l in section)  # no bound run
+    assert not any(l.startswith("- server drops slots") for l in section)  # and so no verdict

@@ -402,3 +402,36 @@ def test_stage2_center_settings_are_checked(stage1_run, fixture_data, tmp_path):
             _stage2_cfg(tmp_path / "x", run1, center_mu=bad)
     with pytest.raises(ValueError, match="not for blind runs or restore_text"):
         _stage2_cfg(tmp_path / "b", run1, epsilon=None, blind=True, center_mu=1.0)
+
+
+def test_stage2_slot_augment_blurs_the_count_of_the_servers_training_rows_only(stage1_run, fixture_data, tmp_path, monkeypatch):
+    """slot_insert: the server's training batches hold more slots than the client's payloads (never fewer), the
+    client's payloads are untouched, the summary records the setting; blind and restore runs refuse it."""
+    seen, sent = [], []
+    original_forward = ServerModel.forward
+    original_privatize = ClientCache.privatize
+
+    def spy_forward(self, vectors, mask, **kwargs):
+        seen.append(int(mask.sum()))
+        return original_forward(self, vectors, mask, **kwargs)
+
+    def spy_privatize(self, *args, **kwargs):
+        items = original_privatize(self, *args, **kwargs)
+        sent.append(sum(it.vectors.shape[0] for it in items))
+        return items
+
+    monkeypatch.setattr(ServerModel, "forward", spy_forward)
+    monkeypatch.setattr(ClientCache, "privatize", spy_privatize)
+    run1, _ = stage1_run
+    summary = train_stage2(_stage2_cfg(tmp_path / "aug", run1, slot_insert=1.0))
+    assert summary["slot_augment"] == {"insert": 1.0, "drop": 0.0}
+    assert len(sent) == 3 and sum(seen) > sum(sent)  # 3 epochs; each row gets 0..n extra slots
+    plain = train_stage2(_stage2_cfg(tmp_path / "plain", run1))
+    assert plain["slot_augment"] is None
+    for bad in (-0.5, "x"):
+        with pytest.raises(ValueError, match="slot_insert must be a number in"):
+            _stage2_cfg(tmp_path / "x", run1, slot_insert=bad)
+    with pytest.raises(ValueError, match="not for blind or restore runs"):
+        _stage2_cfg(tmp_path / "b", run1, epsilon=None, blind=True, slot_drop=0.2)
+    with pytest.raises(ValueError, match="not for blind or restore runs"):
+        _stage2_cfg(tmp_path / "r", run1, tasks=["restore"], slot_insert=0.5)

@@ -56,6 +56,7 @@ from .checkpoint import (
 from .config import LoraSettings, PromptTemplate
 from .model import TextFreeLM
 from .projection import check_dropout
+from .slot_augment import SlotCountAugment
 
 __all__ = ["LoopConfig", "Stage1Config", "Stage2Config", "train_stage1", "train_stage2", "fit", "lr_multiplier"]
 
@@ -155,6 +156,8 @@ class Stage2Config(LoopConfig):
     center_mu: float | None = field(default=None, metadata={"help": "Beyond the paper: the client centres its unit slots on the mean slot of the training prompts, estimated with mu-GDP Gaussian noise at this mu (each prompt counted once; textfree.mechanisms.centering), and renormalises them before the noise; the centre ships with the model. null: the init run's centre, none for PPFT."})
     answer_head: bool = field(default=False, metadata={"help": "Beyond the paper: first train an answer head (the attribute attacker's classifier: mean slot + slot count -> MLP) on fresh payloads of the training rows, its classes the distinct training targets, and put its class-weighted answer vector before each row's slots (see textfree.ppft.answer_head). Needs targets from a closed set. False: keep the init run's projection as it is."})
     answer_head_epochs: int = field(default=100, metadata={"help": "With answer_head: passes over the training rows, each with fresh noise."})
+    slot_insert: float | None = field(default=None, metadata={"help": "Beyond the paper, training only: the server adds m random unit slots at random positions to each training payload row of n slots, m uniform in 0..ceil(slot_insert * n), fresh every epoch, so the slot count stops naming the answer (textfree.ppft.slot_augment). Post-processing of payloads: the client and its guarantee are PPFT's; answers are never augmented. null or 0: off, as PPFT."})
+    slot_drop: float | None = field(default=None, metadata={"help": "Beyond the paper, training only: the server drops each slot of a training payload row with this probability (at least one kept), before slot_insert. null or 0: off, as PPFT."})
     train_decoder: bool | None = field(default=None, metadata={"help": "Only with tasks ['restore']: also train every base-decoder weight (full fine-tuning), a stronger learned inversion attacker; null/false: LoRA + projection only, as PPFT."})
 
     def __post_init__(self) -> None:
@@ -192,11 +195,17 @@ class Stage2Config(LoopConfig):
             raise ValueError(f"epsilon must be a positive number or null, got {self.epsilon!r}")
         if self.blind and self.epsilon is not None:
             raise ValueError("a blind run sends no private prefix: set epsilon to null")
+        if self.slot_augment().active and (self.blind or list(self.tasks) == ["restore"]):
+            raise ValueError("slot_insert / slot_drop blur the slot count of answer-training rows: not for blind or restore runs")
         if self.center_mu is not None:
             if isinstance(self.center_mu, bool) or not isinstance(self.center_mu, (int, float)) or not self.center_mu > 0:
                 raise ValueError(f"center_mu must be a number > 0 or null, got {self.center_mu!r}")
             if self.blind or self.restore_text is not None:
                 raise ValueError("center_mu centres the client's own training prompts: not for blind runs or restore_text")
+
+    def slot_augment(self) -> SlotCountAugment:
+        """The server's training-only slot-count augmentation (inactive unless slot_insert or slot_drop is set)."""
+        return SlotCountAugment(0.0 if self.slot_insert is None else self.slot_insert, 0.0 if self.slot_drop is None else self.slot_drop)
 
 
 def _check_optional_int(name: str, value: Any, low: int) -> None:
@@ -492,11 +501,16 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
         if cfg.epsilon is None:
             log.warning("stage 2 without noise (epsilon=None): the server sees clean embeddings; an upper bound, not private")
 
+        augment = cfg.slot_augment()
+
         def epoch_payloads(epoch: int):
             gen = None
             if cfg.epsilon is not None:
                 gen = secure_generator() if cfg.secure_noise else seeded_generator(noise_seed * 100_003 + epoch)
-            return cache.privatize(privatizer, generator=gen)
+            payloads = cache.privatize(privatizer, generator=gen)
+            if augment.active:  # server side, on payloads already privatized; its randomness is not the noise's
+                payloads = augment.apply(payloads, generator=seeded_generator(cfg.seed * 100_003 + epoch + 7_919, warn=False))
+            return payloads
 
     # -- server side: only projection + LoRA train; it sees payload rows, public text and targets
     server = lm.server
@@ -513,7 +527,7 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
              "mechanism": family, "noise_match": cfg.noise_match, "tasks": list(cfg.tasks), "blind": cfg.blind,
              "summary_slots": lm.config.summary_slots, "fixed_slots": lm.config.fixed_slots,
              "count_vectors": lm.server.projection.config.count_vectors, "count_dropout": lm.server.projection.config.count_dropout,
-             "answer_head": head_info, "center": center_info,
+             "answer_head": head_info, "center": center_info, "slot_augment": cfg.slot_augment().to_dict(),
              "total_wall_s": round(time.time() - t0, 2)}
     return _write_summary(run, summary, extra) | {"model": lm}
 
