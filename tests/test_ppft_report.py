@@ -448,8 +448,13 @@ def test_slot_count_augmented_runs_stay_out_of_ppft_tables_and_get_their_own_ver
     _result_file(d / "drop.json", "ppft_stage2", "pri-ddx", [
         ({"epsilon": 28, "k": 4, "slot_drop": 0.3, "slot_insert": None, "epochs": 12}, _eval([0.97] * 3, [0.80, 0.80, 0.80])),
     ], date="2026-01-03T00:00:00+00:00")
+    _result_file(d / "first.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "slot_drop": 0.2, "slot_insert": 0.5, "slot_augment_epochs": 6, "epochs": 12}, _eval([0.97] * 3, [0.7] * 3)),
+    ], date="2026-01-04T00:00:00+00:00")
     lines = build_report([d]).splitlines()
     assert "0.820 ± 0.020 (3)" in next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4"))  # not an augmented run
+    assert any(l.startswith("| server drops slots (p 0.2), then inserts up to 0.5 n random slots in the first 6 training epochs | eps 28")
+               for l in lines)
     # 0.87 / 0.99 = 87.9%, 0.77 above blind -> met
     _assert_layout_met(lines, "### Pri-DDX: the server blurs the slot count in training (beyond the paper)", "server training",
                        "PPFT (training rows as sent)", "server inserts up to 0.5 n random slots in training", "0.870 ± 0.010 (3)",

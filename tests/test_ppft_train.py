@@ -426,8 +426,16 @@ def test_stage2_slot_augment_blurs_the_count_of_the_servers_training_rows_only(s
     summary = train_stage2(_stage2_cfg(tmp_path / "aug", run1, slot_insert=1.0))
     assert summary["slot_augment"] == {"insert": 1.0, "drop": 0.0}
     assert len(sent) == 3 and sum(seen) > sum(sent)  # 3 epochs; each row gets 0..n extra slots
+    seen.clear(), sent.clear()
+    first = train_stage2(_stage2_cfg(tmp_path / "first", run1, slot_insert=1.0, slot_augment_epochs=1))
+    assert first["slot_augment_epochs"] == 1 and len(seen) == 9  # 3 epochs of 3 steps: only epoch 0 is augmented
+    assert sum(seen[:3]) > sent[0] and sum(seen[3:]) == sent[1] + sent[2]
     plain = train_stage2(_stage2_cfg(tmp_path / "plain", run1))
     assert plain["slot_augment"] is None
+    with pytest.raises(ValueError, match=r"slot_augment_epochs \(2\) needs slot_insert or slot_drop"):
+        _stage2_cfg(tmp_path / "e", run1, slot_augment_epochs=2)
+    with pytest.raises(ValueError, match="slot_augment_epochs must be"):
+        _stage2_cfg(tmp_path / "e", run1, slot_insert=0.5, slot_augment_epochs=0)
     for bad in (-0.5, "x"):
         with pytest.raises(ValueError, match="slot_insert must be a number in"):
             _stage2_cfg(tmp_path / "x", run1, slot_insert=bad)

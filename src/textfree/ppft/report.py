@@ -128,7 +128,7 @@ def _eps_label(eps: float | None) -> str:
 
 
 #: PPFT's own layout: no server-side summary vectors, the slot count released as it is (no padding).
-_PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": (0, 0.0), "answer": False, "center": None, "augment": (0.0, 0.0)}
+_PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": (0, 0.0), "answer": False, "center": None, "augment": (0.0, 0.0, None)}
 _LAYOUT_HEADER = {"summary": "server layout", "fixed": "client", "count": "server layout", "answer": "server layout", "center": "client",
                   "augment": "server training",
                   "center+answer": "client + server layout"}
@@ -180,8 +180,8 @@ def _get(e: Entry, key: str) -> Any:
     if key == "center":  # the client's slot centre: the mu of its private estimate, None without one
         mu = e.params.get("center_mu")
         return None if mu is None else float(mu)
-    if key == "augment":  # the server's training-only slot-count augmentation: (slot_insert, slot_drop)
-        return float(e.params.get("slot_insert") or 0.0), float(e.params.get("slot_drop") or 0.0)
+    if key == "augment":  # the server's training-only slot-count augmentation: (slot_insert, slot_drop, its epochs)
+        return float(e.params.get("slot_insert") or 0.0), float(e.params.get("slot_drop") or 0.0), e.params.get("slot_augment_epochs")
     if key == "count":  # (count vectors, their training dropout)
         return int(e.params.get("count_vectors") or 0), float(e.params.get("count_dropout") or 0.0)
     if key == "epsilon":
@@ -352,10 +352,12 @@ def _count_layout(value: tuple[int, float]) -> str:
     return f"count vector (1..{n})" + (f", training dropout {dropout:g}" if dropout else "") + " + slots"
 
 
-def _augment_layout(value: tuple[float, float]) -> str:
-    insert, drop = value
+def _augment_layout(value: tuple[float, float, int | None]) -> str:
+    insert, drop, epochs = value
     parts = ([f"drops slots (p {drop:g})"] if drop else []) + ([f"inserts up to {insert:g} n random slots"] if insert else [])
-    return "PPFT (training rows as sent)" if not parts else "server " + ", then ".join(parts) + " in training"
+    if not parts:
+        return "PPFT (training rows as sent)"
+    return "server " + ", then ".join(parts) + (f" in the first {epochs} training epochs" if epochs else " in training")
 
 
 #: The beyond-the-paper layout sections: (layout key, name of a layout value, heading, introduction lines).
@@ -397,8 +399,9 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
      ["At eps 28 PPFT's decoder answers open questions mostly from the slot count (see \"random slots\"). In",
       "stage 2 the server drops slots of its training rows and/or inserts random unit slots at random positions,",
       "fresh every epoch (`slot_drop`, `slot_insert`; textfree.ppft.slot_augment), so the count no longer names the",
-      "answer alone. Training only, on payloads the client already privatized: the client, its payloads, their",
-      "guarantee and the answering path are PPFT's. The tables above use PPFT's training rows as sent."]),
+      "answer alone (with `slot_augment_epochs`: in the first epochs only). Training only, on payloads the client",
+      "already privatized: the client, its payloads, their guarantee and the answering path are PPFT's. The tables",
+      "above use PPFT's training rows as sent."]),
     ("center+answer", lambda v: "PPFT (slots as encoded, slots only)" if v == (None, False) else f"slots centred (centre {v[0]:g}-GDP) + answer vector",
      "centred slots and an answer head",
      ["Both of the sections above at once: the client centres its slots, and the server's answer head, trained on",

@@ -158,6 +158,7 @@ class Stage2Config(LoopConfig):
     answer_head_epochs: int = field(default=100, metadata={"help": "With answer_head: passes over the training rows, each with fresh noise."})
     slot_insert: float | None = field(default=None, metadata={"help": "Beyond the paper, training only: the server adds m random unit slots at random positions to each training payload row of n slots, m uniform in 0..ceil(slot_insert * n), fresh every epoch, so the slot count stops naming the answer (textfree.ppft.slot_augment). Post-processing of payloads: the client and its guarantee are PPFT's; answers are never augmented. null or 0: off, as PPFT."})
     slot_drop: float | None = field(default=None, metadata={"help": "Beyond the paper, training only: the server drops each slot of a training payload row with this probability (at least one kept), before slot_insert. null or 0: off, as PPFT."})
+    slot_augment_epochs: int | None = field(default=None, metadata={"help": "With slot_insert / slot_drop: augment only the first this many epochs, then train on the rows as sent (null: every epoch)."})
     train_decoder: bool | None = field(default=None, metadata={"help": "Only with tasks ['restore']: also train every base-decoder weight (full fine-tuning), a stronger learned inversion attacker; null/false: LoRA + projection only, as PPFT."})
 
     def __post_init__(self) -> None:
@@ -195,6 +196,9 @@ class Stage2Config(LoopConfig):
             raise ValueError(f"epsilon must be a positive number or null, got {self.epsilon!r}")
         if self.blind and self.epsilon is not None:
             raise ValueError("a blind run sends no private prefix: set epsilon to null")
+        _check_optional_int("slot_augment_epochs", self.slot_augment_epochs, 1)
+        if self.slot_augment_epochs is not None and not self.slot_augment().active:
+            raise ValueError(f"slot_augment_epochs ({self.slot_augment_epochs}) needs slot_insert or slot_drop")
         if self.slot_augment().active and (self.blind or list(self.tasks) == ["restore"]):
             raise ValueError("slot_insert / slot_drop blur the slot count of answer-training rows: not for blind or restore runs")
         if self.center_mu is not None:
@@ -508,7 +512,7 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
             if cfg.epsilon is not None:
                 gen = secure_generator() if cfg.secure_noise else seeded_generator(noise_seed * 100_003 + epoch)
             payloads = cache.privatize(privatizer, generator=gen)
-            if augment.active:  # server side, on payloads already privatized; its randomness is not the noise's
+            if augment.active and (cfg.slot_augment_epochs is None or epoch < cfg.slot_augment_epochs):  # server side, on payloads already privatized; its randomness is not the noise's
                 payloads = augment.apply(payloads, generator=seeded_generator(cfg.seed * 100_003 + epoch + 7_919, warn=False))
             return payloads
 
@@ -527,7 +531,7 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
              "mechanism": family, "noise_match": cfg.noise_match, "tasks": list(cfg.tasks), "blind": cfg.blind,
              "summary_slots": lm.config.summary_slots, "fixed_slots": lm.config.fixed_slots,
              "count_vectors": lm.server.projection.config.count_vectors, "count_dropout": lm.server.projection.config.count_dropout,
-             "answer_head": head_info, "center": center_info, "slot_augment": cfg.slot_augment().to_dict(),
+             "answer_head": head_info, "center": center_info, "slot_augment": cfg.slot_augment().to_dict(), "slot_augment_epochs": cfg.slot_augment_epochs,
              "total_wall_s": round(time.time() - t0, 2)}
     return _write_summary(run, summary, extra) | {"model": lm}
 
