@@ -327,6 +327,10 @@ def test_cli_stage1_stage2_ask_evaluate(fixture_data, tmp_path, tiny_encoder_dir
     assert bad.exit_code == 2 and "answer_head_epochs must be an integer >= 1, got 0" in bad.output
     bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "t"), "--center-mu", "-1"])
     assert bad.exit_code == 2 and "center_mu must be a number > 0 or null, got -1" in bad.output
+    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "s"), "--slot-drop", "0.95"])
+    assert bad.exit_code == 2 and "slot_drop must be a number in [0, 0.9], got 0.95" in bad.output
+    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "r"), "--slot-augment-epochs", "2"])
+    assert bad.exit_code == 2 and "slot_augment_epochs (2) needs slot_insert or slot_drop" in bad.output
 
 
 # ---------------------------------------------------------------------------------------------- real data
