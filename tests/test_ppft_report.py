@@ -450,11 +450,13 @@ def test_slot_count_augmented_runs_stay_out_of_ppft_tables_and_get_their_own_ver
     ], date="2026-01-03T00:00:00+00:00")
     _result_file(d / "first.json", "ppft_stage2", "pri-ddx", [
         ({"epsilon": 28, "k": 4, "slot_drop": 0.2, "slot_insert": 0.5, "slot_augment_epochs": 6, "epochs": 12}, _eval([0.97] * 3, [0.7] * 3)),
+        ({"epsilon": 28, "k": 4, "slot_drop": 0.2, "slot_insert": 0.5, "slot_augment_epochs": None, "epochs": 12}, _eval([0.97] * 3, [0.6] * 3)),
     ], date="2026-01-04T00:00:00+00:00")
     lines = build_report([d]).splitlines()
     assert "0.820 ± 0.020 (3)" in next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4"))  # not an augmented run
     assert any(l.startswith("| server drops slots (p 0.2), then inserts up to 0.5 n random slots in the first 6 training epochs | eps 28")
                for l in lines)
+    assert any(l.startswith("| server drops slots (p 0.2), then inserts up to 0.5 n random slots in training | eps 28") for l in lines)
     # 0.87 / 0.99 = 87.9%, 0.77 above blind -> met
     _assert_layout_met(lines, "### Pri-DDX: the server blurs the slot count in training (beyond the paper)", "server training",
                        "PPFT (training rows as sent)", "server inserts up to 0.5 n random slots in training", "0.870 ± 0.010 (3)",
@@ -465,3 +467,22 @@ def test_slot_count_augmented_runs_stay_out_of_ppft_tables_and_get_their_own_ver
     assert "| 0.800 ± 0.000 (3) |" in drop
     assert any(l.startswith("| server drops slots (p 0.3) in training | upper bound (no noise) | — | — |") for l in section)  # no bound run
     assert not any(l.startswith("- server drops slots") for l in section)  # and so no verdict
+
+
+def test_a_centred_client_with_count_blurring_training_gets_the_combined_section_and_no_other(tmp_path):
+    d = _fixture(tmp_path)
+    _centred_run(d)
+    _result_file(d / "both.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "center_mu": 1.0, "slot_drop": 0.2, "slot_insert": 0.5, "slot_augment_epochs": 6, "epochs": 12},
+         _eval([0.97] * 3, [0.87, 0.88, 0.89])),
+        ({"epsilon": None, "k": 4, "center_mu": 1.0, "slot_drop": 0.2, "slot_insert": 0.5, "slot_augment_epochs": 6, "epochs": 12},
+         _eval([0.99] * 3, [0.99] * 3)),
+    ], date="2026-01-03T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+    assert "### Pri-DDX: the server blurs the slot count in training (beyond the paper)" not in lines  # no augment-only run
+    centre = lines[lines.index("### Pri-DDX: the client centres its slots (beyond the paper)"):]
+    assert "| 0.850 ± 0.010 (3) |" in next(l for l in centre if l.startswith("| slots centred (centre 1-GDP) | eps 28"))
+    layout = "slots centred (centre 1-GDP) + server drops slots (p 0.2), then inserts up to 0.5 n random slots in the first 6 training epochs"
+    _assert_layout_met(lines, "### Pri-DDX: centred slots and a count-blurring curriculum (beyond the paper)", "client + server training",
+                       "PPFT (slots as encoded, training rows as sent)", layout, "0.880 ± 0.010 (3)", "88.9% of the upper bound 0.9900",
+                       f"{layout} (0.9700 / 0.8800 of 0.9900 / 0.9900)")

@@ -128,9 +128,9 @@ def _eps_label(eps: float | None) -> str:
 
 
 #: PPFT's own layout: no server-side summary vectors, the slot count released as it is (no padding).
-_PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": (0, 0.0), "answer": False, "center": None, "augment": (0.0, 0.0, None)}
+_PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": (0, 0.0), "answer": False, "center": None, "augment": (0.0, 0.0, 0)}
 _LAYOUT_HEADER = {"summary": "server layout", "fixed": "client", "count": "server layout", "answer": "server layout", "center": "client",
-                  "augment": "server training",
+                  "augment": "server training", "center+augment": "client + server training",
                   "center+answer": "client + server layout"}
 
 
@@ -180,8 +180,8 @@ def _get(e: Entry, key: str) -> Any:
     if key == "center":  # the client's slot centre: the mu of its private estimate, None without one
         mu = e.params.get("center_mu")
         return None if mu is None else float(mu)
-    if key == "augment":  # the server's training-only slot-count augmentation: (slot_insert, slot_drop, its epochs)
-        return float(e.params.get("slot_insert") or 0.0), float(e.params.get("slot_drop") or 0.0), e.params.get("slot_augment_epochs")
+    if key == "augment":  # the server's training-only slot-count augmentation: (slot_insert, slot_drop, its epochs; 0: all)
+        return float(e.params.get("slot_insert") or 0.0), float(e.params.get("slot_drop") or 0.0), int(e.params.get("slot_augment_epochs") or 0)
     if key == "count":  # (count vectors, their training dropout)
         return int(e.params.get("count_vectors") or 0), float(e.params.get("count_dropout") or 0.0)
     if key == "epsilon":
@@ -352,7 +352,7 @@ def _count_layout(value: tuple[int, float]) -> str:
     return f"count vector (1..{n})" + (f", training dropout {dropout:g}" if dropout else "") + " + slots"
 
 
-def _augment_layout(value: tuple[float, float, int | None]) -> str:
+def _augment_layout(value: tuple[float, float, int]) -> str:
     insert, drop, epochs = value
     parts = ([f"drops slots (p {drop:g})"] if drop else []) + ([f"inserts up to {insert:g} n random slots"] if insert else [])
     if not parts:
@@ -402,6 +402,10 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
       "answer alone (with `slot_augment_epochs`: in the first epochs only). Training only, on payloads the client",
       "already privatized: the client, its payloads, their guarantee and the answering path are PPFT's. The tables",
       "above use PPFT's training rows as sent."]),
+    ("center+augment", lambda v: "PPFT (slots as encoded, training rows as sent)" if v == (None, (0.0, 0.0, 0))
+     else f"slots centred (centre {v[0]:g}-GDP) + " + _augment_layout(v[1]), "centred slots and a count-blurring curriculum",
+     ["Both at once: the client centres its slots (above), and the server blurs the slot count of its training rows",
+      "(above). The tables above use PPFT's client and training rows as sent."]),
     ("center+answer", lambda v: "PPFT (slots as encoded, slots only)" if v == (None, False) else f"slots centred (centre {v[0]:g}-GDP) + answer vector",
      "centred slots and an answer head",
      ["Both of the sections above at once: the client centres its slots, and the server's answer head, trained on",
