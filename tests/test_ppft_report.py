@@ -486,3 +486,50 @@ def test_a_centred_client_with_count_blurring_training_gets_the_combined_section
     _assert_layout_met(lines, "### Pri-DDX: centred slots and a count-blurring curriculum (beyond the paper)", "client + server training",
                        "PPFT (slots as encoded, training rows as sent)", layout, "0.880 ± 0.010 (3)", "88.9% of the upper bound 0.9900",
                        f"{layout} (0.9700 / 0.8800 of 0.9900 / 0.9900)")
+
+
+def test_a_layout_section_shows_ppft_at_its_variants_training_length_not_the_newest_ppft_run(tmp_path):
+    d = _fixture(tmp_path)
+    _result_file(d / "ppft12.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 12}, _eval([0.96] * 3, [0.80, 0.81, 0.82])),
+        ({"epsilon": None, "k": 4, "epochs": 12}, _eval([0.99] * 3, [0.99] * 3)),
+    ], date="2026-01-01T12:00:00+00:00")
+    _result_file(d / "ppft16.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 16}, _eval([0.97] * 3, [0.84, 0.85, 0.86])),
+        ({"epsilon": None, "k": 4, "epochs": 16}, _eval([0.99] * 3, [0.99] * 3)),
+    ], date="2026-01-04T00:00:00+00:00")  # newer than the centred run
+    _centred_run(d)  # 12 epochs
+    lines = build_report([d]).splitlines()
+    table1 = next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4"))
+    assert "| 16 |" in table1 and "| 0.850 ± 0.010 (3) |" in table1  # Table 1 shows the newest run
+    heading = "### Pri-DDX: the client centres its slots (beyond the paper)"
+    section = lines[lines.index(heading) + 1:]
+    section = section[:next(i for i, l in enumerate(section) if l.startswith("### "))]
+    ppft = [l for l in section if l.startswith("| PPFT (slots as encoded) |")]
+    assert len(ppft) == 2 and all("| 12 |" in l for l in ppft)
+    assert "| 0.810 ± 0.010 (3) |" in ppft[0]
+    _result_file(d / "center16.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "center_mu": 1.0, "epochs": 16}, _eval([0.97] * 3, [0.88] * 3)),
+        ({"epsilon": None, "k": 4, "center_mu": 1.0, "epochs": 16}, _eval([0.99] * 3, [0.99] * 3)),
+    ], date="2026-01-05T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+    section = lines[lines.index(heading) + 1:]
+    section = section[:next(i for i, l in enumerate(section) if l.startswith("### "))]
+    ppft = [l for l in section if l.startswith("| PPFT (slots as encoded) | eps 28")]
+    assert [l.split(" | ")[2] for l in ppft] == ["16"] and "| 0.850 ± 0.010 (3) |" in ppft[0]  # follows the newest centred run
+
+
+def test_a_section_whose_variants_differ_in_length_shows_ppft_at_each_length(tmp_path):
+    d = _fixture(tmp_path)
+    for n, acc_open, date in ((12, [0.80, 0.81, 0.82], "2026-01-01T12:00:00+00:00"), (16, [0.84, 0.85, 0.86], "2026-01-01T13:00:00+00:00")):
+        _result_file(d / f"ppft{n}.json", "ppft_stage2", "pri-ddx", [({"epsilon": 28, "k": 4, "epochs": n}, _eval([0.97] * 3, acc_open))], date=date)
+    _result_file(d / "augment.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "slot_drop": 0.2, "slot_insert": 0.5, "slot_augment_epochs": 6, "epochs": 12}, _eval([0.96] * 3, [0.81] * 3)),
+        ({"epsilon": 28, "k": 4, "slot_drop": 0.2, "slot_insert": 0.5, "slot_augment_epochs": 8, "epochs": 16}, _eval([0.96] * 3, [0.83] * 3)),
+    ], date="2026-01-02T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+    section = lines[lines.index("### Pri-DDX: the server blurs the slot count in training (beyond the paper)") + 1:]
+    section = section[:next((i for i, l in enumerate(section) if l.startswith("### ")), len(section))]
+    ppft = [l for l in section if l.startswith("| PPFT (training rows as sent) | eps 28")]
+    assert [l.split(" | ")[2] for l in ppft] == ["12", "16"]
+    assert "| 0.810 ± 0.010 (3) |" in ppft[0] and "| 0.850 ± 0.010 (3) |" in ppft[1]

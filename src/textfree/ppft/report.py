@@ -20,7 +20,8 @@ How a point is classified (from the cell's kind, dataset and resolved params, no
 * ``ppft_pipeline`` (the whole pipeline timed in one call) -> the pipeline-time table; without one, the table is
   composed from ``ppft_pretrain`` / ``ppft_stage1`` and the eps-28 Pri-DDX stage-2 run.
 
-When several files hold the same point, the newest file wins.
+When several files hold the same point, the newest file wins. A beyond-the-paper section shows PPFT's layout at
+the stage-2 lengths its variants were trained for (the newest PPFT run only when none of those lengths was run).
 """
 
 from __future__ import annotations
@@ -313,8 +314,8 @@ def _layout_values(entries: Sequence[Entry], key: str) -> list[Any]:
 def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[Any], str]) -> list[str]:
     """Beyond the paper: runs whose ``key`` layout (``summary``: server-side summary vectors; ``count``: count vectors
     and their dropout; ``answer``: an answer head; ``fixed``: the client pads every payload to a fixed slot count)
-    differs from PPFT's, each compared with its own no-noise upper bound, beside PPFT's layout, at the width-matched
-    eps and k=4. ``name(value)`` names a layout. An "answer head alone" column appears when a row measured it."""
+    differs from PPFT's, each compared with its own no-noise upper bound, beside PPFT's layout at the stage-2 lengths
+    the variants were trained for (:func:`_reference_rows`), at the width-matched eps and k=4. ``name(value)`` names a layout. An "answer head alone" column appears when a row measured it."""
     every = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
     stage2 = [e for e in every if not _get(e, "blind")]
     values = _layout_values(stage2, key)
@@ -322,11 +323,13 @@ def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[
         return []
     blind = _latest(every, blind=True)
     low = _latest([e for e in entries if e.kind == "ppft_evaluate" and e.dataset.lower() == ds], epsilon=WIDTH_MATCHED, k=4)
-    rows = []
-    for v in [_layout_default(key)] + values:
-        noisy = _latest(stage2, family="l2_laplace", epsilon=WIDTH_MATCHED, k=4, **{key: v})
-        upper = _latest(stage2, epsilon=None, **{key: v})
-        rows.append((v, noisy, upper))
+
+    def row_at(v: Any, **length: Any) -> tuple[Any, Entry | None, Entry | None]:
+        return (v, _latest(stage2, family="l2_laplace", epsilon=WIDTH_MATCHED, k=4, **{key: v}, **length),
+                _latest(stage2, epsilon=None, **{key: v}, **length))
+
+    variants = [row_at(v) for v in values]
+    rows = _reference_rows(variants, lambda n: row_at(_layout_default(key), epochs=n), row_at(_layout_default(key))) + variants
     head = any(e is not None and e.values("acc_open_head") for _, *pair in rows for e in pair)
     out = [f"| {_LAYOUT_HEADER[key]} | row | stage-2 epochs | 4-option acc | 4-option, ranked | open-answer acc | open, no name | "
            "open, label-ranked | open, random slots (count only) |" + (" open, answer head alone |" if head else ""),
@@ -444,6 +447,17 @@ def _table_k(entries: Sequence[Entry], ds: str) -> list[str]:
                 out.append(f"| {_eps_label(eps)} | {k} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} | {_fmt(e, 'acc_open')} | {_fmt(e, 'acc_open_no_leak')} | "
                            f"{_fmt(e, 'acc_open_rank')} | {e.mean('prompt_epsilon'):.0f} |")
     return out if found else []
+
+
+def _reference_rows(variants: Sequence[tuple[Any, Entry | None, Entry | None]],
+                    at_length: Callable[[Any], tuple[Any, Entry | None, Entry | None]],
+                    newest: tuple[Any, Entry | None, Entry | None]) -> list[tuple[Any, Entry | None, Entry | None]]:
+    """PPFT's rows for a section of variants: PPFT at each stage-2 length the variants were trained for (so each
+    variant is read beside PPFT at its own length, not beside whichever PPFT run is newest), or the newest PPFT
+    run when none of those lengths was run with PPFT's layout."""
+    lengths = sorted({e.params.get("epochs") for _, *pair in variants for e in pair if e is not None} - {None})
+    rows = [row for row in map(at_length, lengths) if row[1] is not None or row[2] is not None]
+    return rows or [newest]
 
 
 def _per_length(entries: Sequence[Entry], **want: Any) -> list[Entry]:
