@@ -533,3 +533,25 @@ def test_a_section_whose_variants_differ_in_length_shows_ppft_at_each_length(tmp
     ppft = [l for l in section if l.startswith("| PPFT (training rows as sent) | eps 28")]
     assert [l.split(" | ")[2] for l in ppft] == ["12", "16"]
     assert "| 0.810 ± 0.010 (3) |" in ppft[0] and "| 0.850 ± 0.010 (3) |" in ppft[1]
+
+
+def test_a_second_training_seed_goes_to_the_training_seed_table_only_with_the_spread_over_trainings(tmp_path):
+    d = _fixture(tmp_path)
+    _result_file(d / "ts0.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 12}, _eval([0.96] * 3, [0.80, 0.81, 0.82]))], date="2026-01-02T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+    assert not any("training seeds" in l for l in lines)  # one training: no table
+    _result_file(d / "ts1.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 12, "train_seed": 1}, _eval([0.96] * 3, [0.84, 0.85, 0.86])),
+        ({"epsilon": None, "k": 4, "epochs": 12, "train_seed": 1}, _eval([0.5] * 3, [0.5] * 3)),
+    ], date="2026-01-03T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+    table1 = next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4"))
+    assert "| 0.810 ± 0.010 (3) |" in table1  # training seed 0, though the seed-1 file is newer
+    assert "| 0.950 |" in next(l for l in lines if l.startswith("| upper bound (stage 2 without noise)"))  # not the seed-1 bound
+    section = lines[lines.index("### Pri-DDX: training seeds (the spread over trainings)"):]
+    rows = [l for l in section if l.startswith("| PPFT, eps 28 (width-matched), k=4 | 12 |")]
+    assert [r.split(" | ")[2] for r in rows] == ["0", "1", "mean over 2 trainings"]
+    assert "| 0.850 ± 0.010 (3) |" in rows[1]
+    # trainings' open-answer means 0.81 and 0.85: mean 0.830, sample sd |0.85 - 0.81| / sqrt(2) = 0.0283
+    assert "| 0.830 ± 0.028 (2 trainings) |" in rows[2]

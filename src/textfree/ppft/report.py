@@ -13,6 +13,7 @@ How a point is classified (from the cell's kind, dataset and resolved params, no
   (the server blurs the slot count of its training rows) only the augmentation table, and
   with ``fixed_slots`` (the client pads to a fixed slot count) only the slot-count table, each beside
   PPFT's layout; every other table shows PPFT's layout (slots only, the count released).
+* ``ppft_stage2`` with ``train_seed`` other than 0 (a second training of a row) -> only the training-seed table.
 * ``ppft_stage2`` with ``blind: true`` -> the blind row; ``epsilon: null`` -> the upper bound (no noise);
   ``mechanism: gaussian`` -> the noise-type table; otherwise an L2-Laplace PPFT run (Table 1 at k=4, Table 5).
 * ``ppft_evaluate`` on a Pri-* dataset -> the lower bound (a stage-1 model answering from payloads); on another
@@ -129,7 +130,8 @@ def _eps_label(eps: float | None) -> str:
 
 
 #: PPFT's own layout: no server-side summary vectors, the slot count released as it is (no padding).
-_PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": (0, 0.0), "answer": False, "center": None, "augment": (0.0, 0.0, 0)}
+_PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": (0, 0.0), "answer": False, "center": None, "augment": (0.0, 0.0, 0),
+                "train_seed": 0}  # every table but the training-seed one shows training seed 0
 _LAYOUT_HEADER = {"summary": "server layout", "fixed": "client", "count": "server layout", "answer": "server layout", "center": "client",
                   "augment": "server training", "center+augment": "client + server training",
                   "center+answer": "client + server layout"}
@@ -183,6 +185,8 @@ def _get(e: Entry, key: str) -> Any:
         return None if mu is None else float(mu)
     if key == "augment":  # the server's training-only slot-count augmentation: (slot_insert, slot_drop, its epochs; 0: all)
         return float(e.params.get("slot_insert") or 0.0), float(e.params.get("slot_drop") or 0.0), int(e.params.get("slot_augment_epochs") or 0)
+    if key == "train_seed":  # the server's training seed (the cell's seeds are evaluation noise seeds)
+        return int(e.params.get("train_seed") or 0)
     if key == "count":  # (count vectors, their training dropout)
         return int(e.params.get("count_vectors") or 0), float(e.params.get("count_dropout") or 0.0)
     if key == "epsilon":
@@ -434,6 +438,40 @@ def _table_epochs(entries: Sequence[Entry], ds: str) -> list[str]:
     return out if lengths > 1 else []
 
 
+def _table_train_seeds(entries: Sequence[Entry], ds: str) -> list[str]:
+    """PPFT's eps-28, k=4 row trained more than once (``train_seed``), per stage-2 length with two or more trainings:
+    each training's figures over its evaluation noise seeds, then the mean ± sd over the trainings' means (the
+    spread a ± over noise seeds of one training does not show)."""
+    stage2 = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
+    want = dict(family="l2_laplace", blind=False, epsilon=WIDTH_MATCHED, k=4)
+    runs = [e for e in stage2 if all(_get(e, k) == v for k, v in (_PPFT_LAYOUT | want).items() if k != "train_seed")]
+    metrics = ("acc_mcqa", "acc_open", "acc_open_no_leak", "acc_length_open")
+    out = ["| row | stage-2 epochs | training seed | 4-option acc | open-answer acc | open, no name | open, random slots (count only) | result file |",
+           "|---|---|---|---|---|---|---|---|"]
+    found = False
+    for n in sorted({e.params.get("epochs") for e in runs} - {None}):
+        trainings = [t for t in (_latest(runs, **want, epochs=n, train_seed=seed)
+                                 for seed in sorted({_get(e, "train_seed") for e in runs if e.params.get("epochs") == n})) if t is not None]
+        if len(trainings) < 2:
+            continue
+        found = True
+        label = f"PPFT, eps {_eps_label(WIDTH_MATCHED)}, k=4"
+        for e in trainings:
+            out.append(f"| {label} | {n} | {_get(e, 'train_seed')} | " + " | ".join(_fmt(e, m) for m in metrics) + f" | `{e.source}` |")
+        means = [_over_trainings(trainings, m) for m in metrics]
+        out.append(f"| {label} | {n} | mean over {len(trainings)} trainings | " + " | ".join(means) + " | |")
+    return out if found else []
+
+
+def _over_trainings(trainings: Sequence[Entry], metric: str) -> str:
+    """Mean ± sd over trainings of each training's mean over its noise seeds ("—" unless every training has it)."""
+    means = [e.mean(metric) for e in trainings if e.values(metric)]
+    if len(means) < len(trainings):
+        return "—"
+    s = seed_spread(means)
+    return f"{s['mean']:.3f} ± {s['std']:.3f} ({s['n']} trainings)"
+
+
 def _table_k(entries: Sequence[Entry], ds: str) -> list[str]:
     stage2 = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds and not _get(e, "blind")
               and _get(e, "family") == "l2_laplace" and _get(e, "epsilon") is not None]
@@ -658,6 +696,12 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) ->
             lines += ["", f"### {title}: every stage-2 length run for these rows", "",
                       "Table 1 shows the newest run of each row; the verdicts use those. Earlier runs with another number",
                       "of stage-2 epochs stay listed here.", ""] + epoch_rows
+        seed_rows = _table_train_seeds(entries, ds)
+        if seed_rows:
+            lines += ["", f"### {title}: training seeds (the spread over trainings)", "",
+                      "Every other table shows training seed 0, and its ± is over evaluation noise seeds of that one training.",
+                      "Here the same row is trained again with another training seed (initialisation of the new weights, dropout,",
+                      "data order, training noise).", ""] + seed_rows
         k_rows = _table_k(entries, ds)
         if k_rows:
             lines += ["", f"### {title}: pooling k (Table 5 shape)", ""] + k_rows
