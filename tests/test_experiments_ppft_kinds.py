@@ -252,3 +252,54 @@ def test_stage2_cell_trains_once_evaluates_per_seed_and_reuses_the_run(fixture_d
 def test_stage2_settings_are_checked_when_the_cell_loads(change, message):
     err = _error(_with(_params(STAGE2, **change), grid={}))
     assert err.field == "params" and message in err.message
+
+
+def test_a_finished_stage2_run_is_not_reused_after_its_init_was_rebuilt_at_the_same_path(fixture_data, init_run, tmp_path, count_training, caplog):
+    import shutil
+
+    init = tmp_path / "stage1"
+    shutil.copytree(init_run, init)
+    run = tmp_path / "runs" / "s2"
+    cell = {"name": "tiny_ppft_stage2_init", "kind": "ppft_stage2", "dataset": "pri-ddx",
+            "params": {"init": str(init), "out": str(run), "k": 4, "epochs": 1, "batch_size": 2, "limit": 4,
+                       "eval_limit": 3, "tasks": ["mcqa"], "eval_tasks": ["mcqa"], "epsilon": 28}, "seeds": [0]}
+    run_cell(cell, tmp_path / "results", progress=False)
+    summary = json.loads((run / "summary.json").read_text())
+    assert len(summary["init_fingerprint"]) == 64
+    again = json.loads(run_cell(cell, tmp_path / "results", progress=False).read_text())
+    assert _metric(again, "reused")["values"] == [1.0] and len(count_training) == 1
+
+    # a run that predates the fingerprint is reused, with a warning that names the unchecked init
+    legacy = {k: v for k, v in summary.items() if k != "init_fingerprint"}
+    (run / "summary.json").write_text(json.dumps(legacy))
+    with caplog.at_level("WARNING"):
+        again = json.loads(run_cell(cell, tmp_path / "results", progress=False).read_text())
+    assert _metric(again, "reused")["values"] == [1.0]
+    assert any("records no fingerprint of its init run" in r.getMessage() for r in caplog.records)
+    (run / "summary.json").write_text(json.dumps(summary))
+
+    # rebuild the init at the same path (its projection weights change): refused, and the old run is kept
+    (weights,) = (init / "projection").glob("*.safetensors")
+    from safetensors.torch import load_file, save_file
+    tensors = load_file(weights)
+    save_file({k: v + 0.01 for k, v in tensors.items()}, weights)
+    with pytest.raises(CellError, match="was trained from another .*stage1"):
+        run_cell(cell, tmp_path / "results", progress=False)
+    assert len(count_training) == 1 and (run / "summary.json").is_file()
+
+
+def test_the_run_fingerprint_covers_weights_and_configs_not_checkpoints_logs_or_the_path(init_run, tmp_path):
+    import shutil
+
+    from textfree.ppft.checkpoint import run_fingerprint
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(init_run, a)
+    shutil.copytree(init_run, b)
+    assert run_fingerprint(a) == run_fingerprint(b) == run_fingerprint(init_run)  # content, not location
+    (b / "checkpoints" / "step-000010").mkdir(parents=True)
+    (b / "checkpoints" / "step-000010" / "state.json").write_text("{}")
+    (b / "metrics.jsonl").write_text('{"step": 1}\n')
+    assert run_fingerprint(b) == run_fingerprint(a)
+    (b / "textfree_config.json").write_text((b / "textfree_config.json").read_text() + " ")
+    assert run_fingerprint(b) != run_fingerprint(a)

@@ -40,6 +40,7 @@ __all__ = [
     "write_json",
     "read_json",
     "finished_run",
+    "run_fingerprint",
     "decoder_sha256",
     "decoder_ref",
     "save_optimizer_state",
@@ -96,6 +97,19 @@ def finished_run(run: str | os.PathLike, config: dict[str, Any], volatile: set[s
     run = Path(run)
     return (run / "summary.json").is_file() and (run / "train_config.json").is_file() \
         and not differing_settings(run, config, volatile)
+
+
+def run_fingerprint(run: str | os.PathLike) -> str:
+    """sha256 over a saved run's weights and configs: every ``.safetensors`` and ``.json`` file outside
+    ``checkpoints/``, by relative path. A run started from ``run`` records it, so a rebuilt ``run`` at the same path
+    is told apart from the one it was trained from."""
+    root = Path(run).resolve()
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in {".safetensors", ".json"}
+                   and CHECKPOINTS_DIR not in p.relative_to(root).parts)
+    h = hashlib.sha256()
+    for path in files:
+        h.update(f"{path.relative_to(root).as_posix()}\0{_sha256_file(path)}\n".encode())
+    return h.hexdigest()
 
 
 def _json_default(obj: Any) -> Any:

@@ -49,6 +49,7 @@ from .checkpoint import (
     load_center_file,
     load_training_checkpoint,
     read_json,
+    run_fingerprint,
     save_center,
     save_training_checkpoint,
     write_json,
@@ -456,6 +457,7 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
 
     # -- model: the init run's encoder (frozen, client side) and server part (projection + LoRA trainable)
     lm = TextFreeLM.load(cfg.init, trainable=True, decoder=cfg.decoder)
+    init_fingerprint = run_fingerprint(cfg.init)  # recorded, so a later reuse can tell a rebuilt init at the same path
     lm.encoder.requires_grad_(False)
     lm.encoder.eval()
     if torch.cuda.is_available() and not cfg.cpu:
@@ -532,7 +534,7 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
              "summary_slots": lm.config.summary_slots, "fixed_slots": lm.config.fixed_slots,
              "count_vectors": lm.server.projection.config.count_vectors, "count_dropout": lm.server.projection.config.count_dropout,
              "answer_head": head_info, "center": center_info, "slot_augment": cfg.slot_augment().to_dict(), "slot_augment_epochs": cfg.slot_augment_epochs,
-             "total_wall_s": round(time.time() - t0, 2)}
+             "init_fingerprint": init_fingerprint, "total_wall_s": round(time.time() - t0, 2)}
     return _write_summary(run, summary, extra) | {"model": lm}
 
 

@@ -20,7 +20,8 @@
 
 Training kinds reuse a finished run: when ``out`` already holds a ``summary.json`` written under the same training
 config, the model is loaded instead of retrained and ``reused`` is 1 (the recorded wall time is the original
-run's). Evaluation metrics are always computed afresh.
+run's). A ``ppft_stage2`` run is reused only while its ``init`` run is the one it was trained from (its recorded
+``init_fingerprint``). Evaluation metrics are always computed afresh.
 
 Metrics of the evaluating kinds, per task ``T`` in ``eval_tasks`` (mcqa, open, blind_mcqa, blind_open, the
 option-ranked mcqa_rank, blind_mcqa_rank, the label-ranked open_rank, blind_open_rank, the slot-count-only controls
@@ -219,6 +220,23 @@ def _stage2_config(cell, p: dict[str, Any]):
     return Stage2Config(**cfg | {"out": out, "dataset": cell.dataset, "seed": int(p.get("train_seed", 0)), "progress": False})
 
 
+def _check_same_init(run: Path, summary: dict[str, Any], init: str, name: str, context: RunContext) -> None:
+    """A finished stage-2 run is reused only if its ``init`` run is the one it was trained from: the config names
+    ``init`` by path, so a rebuilt stage-1 run at the same path would otherwise be reused silently. Runs that
+    predate the recorded fingerprint are reused with a warning."""
+    from ...ppft.checkpoint import run_fingerprint
+
+    recorded = summary.get("init_fingerprint")
+    if recorded is None:
+        context.logger.warning("%s: %s records no fingerprint of its init run %s; reusing it without checking that %s "
+                               "is unchanged", name, run, init, init)
+        return
+    current = run_fingerprint(init)
+    if current != recorded:
+        raise CellError(f"{run} was trained from another {init} (init fingerprint {recorded[:12]}, now {current[:12]}): "
+                        f"remove {run} or give the cell another out", field="params.out")
+
+
 def stage2_model(cfg, name: str, context: RunContext):
     """(model, training metrics) of stage 2 under ``cfg``: a finished run with the same config is reused, else trained;
     cached for the rest of the cell run."""
@@ -230,8 +248,10 @@ def stage2_model(cfg, name: str, context: RunContext):
 
         run = Path(cfg.out)
         if _reusable(run, cfg.to_dict(), {"progress", "resume", "cpu", "log_every"}):
+            summary = read_json(run / "summary.json")
+            _check_same_init(run, summary, cfg.init, name, context)
             context.logger.info("%s: reusing the finished run %s", name, run)
-            return TextFreeLM.load(run), _train_metrics(read_json(run / "summary.json"), True)
+            return TextFreeLM.load(run), _train_metrics(summary, True)
         summary = train_stage2(cfg)
         return summary.pop("model"), _train_metrics(summary, False)
 
