@@ -281,10 +281,11 @@ def _layouts_meeting_targets(stage2: Sequence[Entry], blind: Entry | None, low: 
             if noisy is None or upper is None or blind is None or low is None:
                 continue
             trainings = _trainings(stage2, noisy.params.get("epochs"), **{key: v})
-            acc = {t: _mean_over_trainings(trainings, t) for t in ("mcqa", "open")}
-            if all(a is not None and _meets(a[0], upper.mean(f"acc_{t}"), blind.mean(f"acc_blind_{t}"), low.mean(f"acc_{t}"))
+            means = {t: _training_means(trainings, f"acc_{t}") for t in ("mcqa", "open")}
+            acc = {t: None if m is None else sum(m) / len(m) for t, m in means.items()}
+            if all(a is not None and _meets(a, upper.mean(f"acc_{t}"), blind.mean(f"acc_blind_{t}"), low.mean(f"acc_{t}"))
                    for t, a in acc.items()):
-                names.append(f"{name(v)} ({acc['mcqa'][0]:.4f} / {acc['open'][0]:.4f} of "
+                names.append(f"{name(v)} ({acc['mcqa']:.4f} / {acc['open']:.4f} of "
                              f"{upper.mean('acc_mcqa'):.4f} / {upper.mean('acc_open'):.4f}"
                              + (f", over {len(trainings)} trainings)" if len(trainings) > 1 else ", one training)"))
     return names
@@ -307,11 +308,10 @@ def _verdicts(prefix: str, ppft: Entry, upper: Entry, blind: Entry | None, low: 
     return lines
 
 
-def _mean_over_trainings(trainings: Sequence[Entry], task: str) -> tuple[float, list[float]] | None:
-    """The mean over ``trainings`` of each training's mean ``acc_<task>`` over its noise seeds, and those means (None
-    unless every training measured the task)."""
-    means = [e.mean(f"acc_{task}") for e in trainings if e.values(f"acc_{task}")]
-    return (sum(means) / len(means), means) if trainings and len(means) == len(trainings) else None
+def _training_means(trainings: Sequence[Entry], metric: str) -> list[float] | None:
+    """Each training's mean ``metric`` over its noise seeds (None unless every training measured it)."""
+    means = [e.mean(metric) for e in trainings if e.values(metric)]
+    return means if trainings and len(means) == len(trainings) else None
 
 
 def _training_verdicts(prefix: str, trainings: Sequence[Entry], upper: Entry, blind: Entry | None, low: Entry | None) -> list[str]:
@@ -322,13 +322,13 @@ def _training_verdicts(prefix: str, trainings: Sequence[Entry], upper: Entry, bl
     lines = [f"- {prefix + ': ' if prefix else ''}the verdicts above are one training's (training seed 0). Over the {len(trainings)} "
              "trainings of this row (the training-seed table), which is what the targets are judged on:"]
     for task, name in (("mcqa", "4-option"), ("open", "open-answer")):
-        acc = _mean_over_trainings(trainings, task)
-        if acc is None:
+        means = _training_means(trainings, f"acc_{task}")
+        if means is None:
             continue
-        p, u = acc[0], upper.mean(f"acc_{task}")
+        p, u = sum(means) / len(means), upper.mean(f"acc_{task}")
         b = blind.mean(f"acc_blind_{task}") if blind else math.nan
         lo = low.mean(f"acc_{task}") if low else math.nan
-        lines.append(f"  - {name}: PPFT {p:.4f} (trainings: {', '.join(f'{m:.4f}' for m in acc[1])}) = {_ratio(p, u)} of the upper "
+        lines.append(f"  - {name}: PPFT {p:.4f} (trainings: {', '.join(f'{m:.4f}' for m in means)}) = {_ratio(p, u)} of the upper "
                      f"bound {u:.4f} -> **{'met' if _meets(p, u, b, lo) else 'NOT met'}**")
     return lines
 
@@ -350,7 +350,7 @@ def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[
     """Beyond the paper: runs whose ``key`` layout (``summary``: server-side summary vectors; ``count``: count vectors
     and their dropout; ``answer``: an answer head; ``fixed``: the client pads every payload to a fixed slot count)
     differs from PPFT's, each compared with its own no-noise upper bound, beside PPFT's layout at the stage-2 lengths
-    the variants were trained for (:func:`_reference_rows`), at the width-matched eps and k=4. ``name(value)`` names a layout. An "answer head alone" column appears when a row measured it."""
+    the variants were trained for, at the width-matched eps and k=4. ``name(value)`` names a layout. An "answer head alone" column appears when a row measured it."""
     every = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
     stage2 = [e for e in every if not _get(e, "blind")]
     values = _layout_values(stage2, key)
@@ -360,11 +360,14 @@ def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[
     low = _latest([e for e in entries if e.kind == "ppft_evaluate" and e.dataset.lower() == ds], epsilon=WIDTH_MATCHED, k=4)
 
     def row_at(v: Any, **length: Any) -> tuple[Any, Entry | None, Entry | None]:
-        return (v, _latest(stage2, family="l2_laplace", epsilon=WIDTH_MATCHED, k=4, **{key: v}, **length),
-                _latest(stage2, epsilon=None, **{key: v}, **length))
+        return v, _latest(stage2, **_TABLE1_PPFT, **{key: v}, **length), _latest(stage2, epsilon=None, **{key: v}, **length)
 
     variants = [row_at(v) for v in values]
-    rows = _reference_rows(variants, lambda n: row_at(_layout_default(key), epochs=n), row_at(_layout_default(key))) + variants
+    # PPFT at each stage-2 length the variants were trained for, so each variant is read beside PPFT at its own
+    # length, not beside whichever PPFT run is newest; the newest PPFT run when none of those lengths was run
+    lengths = sorted({e.params.get("epochs") for _, *pair in variants for e in pair if e is not None} - {None})
+    reference = [r for r in (row_at(_layout_default(key), epochs=n) for n in lengths) if r[1] is not None or r[2] is not None]
+    rows = (reference or [row_at(_layout_default(key))]) + variants
     head = any(e is not None and e.values("acc_open_head") for _, *pair in rows for e in pair)
     out = [f"| {_LAYOUT_HEADER[key]} | row | stage-2 epochs | 4-option acc | 4-option, ranked | open-answer acc | open, no name | "
            "open, label-ranked | open, random slots (count only) |" + (" open, answer head alone |" if head else ""),
@@ -474,9 +477,11 @@ def _trainings(stage2: Sequence[Entry], epochs: Any, **layout: Any) -> list[Entr
     """Every training (``train_seed``) of the width-matched k=4 row of ``layout`` (PPFT's unless given) at ``epochs``
     stage-2 epochs, the newest run per training seed, seed 0 first."""
     row = _PPFT_LAYOUT | _expand(layout) | _TABLE1_PPFT | {"epochs": epochs}
-    runs = [e for e in stage2 if all(_get(e, k) == v for k, v in row.items() if k != "train_seed")]
-    seeds = sorted({_get(e, "train_seed") for e in runs})
-    return [t for t in (_latest(runs, **_TABLE1_PPFT, **layout, epochs=epochs, train_seed=s) for s in seeds) if t is not None]
+    newest: dict[int, Entry] = {}
+    for e in stage2:  # oldest first: a later run of the same training seed replaces an earlier one
+        if all(_get(e, k) == v for k, v in row.items() if k != "train_seed"):
+            newest[_get(e, "train_seed")] = e
+    return [newest[s] for s in sorted(newest)]
 
 
 def _table_train_seeds(entries: Sequence[Entry], ds: str) -> list[str]:
@@ -507,8 +512,8 @@ def _table_train_seeds(entries: Sequence[Entry], ds: str) -> list[str]:
 
 def _over_trainings(trainings: Sequence[Entry], metric: str) -> str:
     """Mean ± sd over trainings of each training's mean over its noise seeds ("—" unless every training has it)."""
-    means = [e.mean(metric) for e in trainings if e.values(metric)]
-    if len(means) < len(trainings):
+    means = _training_means(trainings, metric)
+    if means is None:
         return "—"
     s = seed_spread(means)
     return f"{s['mean']:.3f} ± {s['std']:.3f} ({s['n']} trainings)"
@@ -527,17 +532,6 @@ def _table_k(entries: Sequence[Entry], ds: str) -> list[str]:
                 out.append(f"| {_eps_label(eps)} | {k} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} | {_fmt(e, 'acc_open')} | {_fmt(e, 'acc_open_no_leak')} | "
                            f"{_fmt(e, 'acc_open_rank')} | {e.mean('prompt_epsilon'):.0f} |")
     return out if found else []
-
-
-def _reference_rows(variants: Sequence[tuple[Any, Entry | None, Entry | None]],
-                    at_length: Callable[[Any], tuple[Any, Entry | None, Entry | None]],
-                    newest: tuple[Any, Entry | None, Entry | None]) -> list[tuple[Any, Entry | None, Entry | None]]:
-    """PPFT's rows for a section of variants: PPFT at each stage-2 length the variants were trained for (so each
-    variant is read beside PPFT at its own length, not beside whichever PPFT run is newest), or the newest PPFT
-    run when none of those lengths was run with PPFT's layout."""
-    lengths = sorted({e.params.get("epochs") for _, *pair in variants for e in pair if e is not None} - {None})
-    rows = [row for row in map(at_length, lengths) if row[1] is not None or row[2] is not None]
-    return rows or [newest]
 
 
 def _per_length(entries: Sequence[Entry], **want: Any) -> list[Entry]:
