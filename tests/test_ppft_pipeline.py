@@ -104,6 +104,26 @@ def test_pipeline_runs_every_step_then_reuses_finished_ones(fixture_data, tmp_pa
     with pytest.raises(ValueError, match=r"holds a stage1 run with other settings \(limit_per_source\)"):
         run_pipeline(_tiny(tmp_path / "pipe", tiny_encoder_dir, pretrain_texts, stage1_limit_per_source=7))
 
+    # a finished stage 2 over a stage 1 rebuilt since (same path, other weights) is refused, not reused; so is a
+    # finished stage above a step that would run anew; nothing is overwritten
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from textfree.ppft.checkpoint import InitChanged
+
+    (weights,) = (root / "stage1" / "projection").glob("*.safetensors")
+    original = weights.read_bytes()
+    save_file({k: v + 0.01 for k, v in load_file(weights).items()}, weights)
+    with pytest.raises(InitChanged, match=r"was trained from another .*stage1.*remove .*stage2"):
+        run_pipeline(cfg)
+    assert (root / "stage2" / "summary.json").read_bytes() == before
+    weights.write_bytes(original)
+    shutil.rmtree(root / "decoder")
+    with pytest.raises(ValueError, match=r"stage1' holds a finished run, but .*decoder' below it is missing or unfinished"):
+        run_pipeline(cfg)
+    assert not (root / "decoder").exists() and (root / "stage1" / "summary.json").is_file()
+
 
 def test_a_decoder_of_other_settings_is_an_error_not_reused(fixture_data, tmp_path, tiny_encoder_dir, pretrain_texts):
     run_pipeline(_tiny(tmp_path / "pipe", tiny_encoder_dir, pretrain_texts, stage2_max_steps=1))

@@ -222,6 +222,38 @@ def test_stage2_resumes_exactly_after_an_interruption(stage1_run, fixture_data, 
     _assert_same_run(tmp_path / "full", tmp_path / "cut")
 
 
+def test_stage2_resumes_only_from_the_init_run_it_started_from(stage1_run, fixture_data, tmp_path, caplog):
+    """The config names init by path: an interrupted run whose init was rebuilt at the same path is refused, its
+    checkpoints kept; one whose train_config.json predates the fingerprint resumes with a warning."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from textfree.ppft.checkpoint import InitChanged, run_fingerprint
+
+    run1, _ = stage1_run
+    init = tmp_path / "init"
+    shutil.copytree(run1, init)
+    cut = tmp_path / "cut"
+    with pytest.raises(Interrupt):
+        train_stage2(_stage2_cfg(cut, init), on_step=_interrupt_at(5))
+    saved = json.loads((cut / "train_config.json").read_text())
+    assert saved["init_fingerprint"] == run_fingerprint(init)
+
+    (weights,) = (init / "projection").glob("*.safetensors")
+    save_file({k: v + 0.01 for k, v in _tensors(weights).items()}, weights)
+    with pytest.raises(InitChanged, match="was trained from another .*init.*cannot be resumed"):
+        train_stage2(_stage2_cfg(cut, init))
+    assert [p.name for p in (cut / "checkpoints").iterdir()] == ["step-000004"]
+    assert json.loads((cut / "train_config.json").read_text()) == saved  # nothing rewritten by the refusal
+
+    (cut / "train_config.json").write_text(json.dumps({k: v for k, v in saved.items() if k != "init_fingerprint"}))
+    with caplog.at_level("WARNING", logger="textfree.ppft"):
+        resumed = train_stage2(_stage2_cfg(cut, init))
+    assert resumed["resumed_from_step"] == 4 and resumed["init_fingerprint"] == run_fingerprint(init)
+    assert any("records no fingerprint of its init run" in r.getMessage() for r in caplog.records)
+
+
 def test_stage2_answer_head_trains_first_stays_frozen_and_is_reused_on_resume(stage1_run, fixture_data, tmp_path, monkeypatch):
     """The answer head is trained before the loop on fresh payloads (classes: the distinct targets), saved in the run,
     left unchanged by the loop (its class vectors train); an interrupted run resumes with the saved head, not a new one."""

@@ -41,6 +41,8 @@ __all__ = [
     "read_json",
     "finished_run",
     "run_fingerprint",
+    "same_init",
+    "InitChanged",
     "decoder_sha256",
     "decoder_ref",
     "save_optimizer_state",
@@ -110,6 +112,24 @@ def run_fingerprint(run: str | os.PathLike) -> str:
     for path in files:
         h.update(f"{path.relative_to(root).as_posix()}\0{_sha256_file(path)}\n".encode())
     return h.hexdigest()
+
+
+class InitChanged(ValueError):
+    """A run's init run was rebuilt at the same path after the run started from it."""
+
+
+def same_init(run: str | os.PathLike, recorded: str | None, init: str | os.PathLike) -> bool:
+    """Whether ``init`` still is the run that ``run`` started from, by the fingerprint ``run`` recorded of it.
+
+    True when :func:`run_fingerprint` of ``init`` is ``recorded``; False when ``recorded`` is None (a run from before
+    fingerprints were recorded: unchecked, the caller says so); raises :class:`InitChanged` otherwise. Configs name
+    ``init`` by path only, so without this a rebuilt ``init`` would pass for the old one."""
+    if recorded is None:
+        return False
+    current = run_fingerprint(init)
+    if current != recorded:
+        raise InitChanged(f"{str(run)!r} was trained from another {str(init)!r} (init fingerprint {recorded[:12]}, now {current[:12]})")
+    return True
 
 
 def _json_default(obj: Any) -> Any:

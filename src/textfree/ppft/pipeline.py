@@ -14,7 +14,8 @@ the accuracies and the total. A step whose directory already holds a finished ru
 not redone: its ``reused`` flag is set and its time is the one recorded when it ran, so ``measured_in_one_go`` is
 true only when every step ran in this call. An interrupted step resumes from its checkpoint on the next call. A step
 directory that holds a run of other settings is an error naming them, raised before any step runs: nothing is
-overwritten (use another ``out``).
+overwritten (use another ``out``). So is a finished stage above a step that would run anew or was rebuilt since
+(stage 2 records a fingerprint of the stage-1 run it started from).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import differing_settings, finished_run, read_json, write_json
+from .checkpoint import InitChanged, differing_settings, finished_run, read_json, same_init, write_json
 
 __all__ = ["PipelineConfig", "run_pipeline", "PIPELINE_JSON", "STEPS"]
 
@@ -114,6 +115,26 @@ def _timed(fn) -> tuple[Any, float]:
     return value, round(time.perf_counter() - t0, 2)
 
 
+def _check_steps_below(stage_cfgs: dict[str, Any], decoder_done: bool, decoder: str) -> None:
+    """A finished stage is reused only on top of the step it was trained from. Raised before any step runs: a finished
+    stage whose lower step would run anew (missing or unfinished), or a finished stage 2 whose stage-1 run was rebuilt
+    since (its recorded init fingerprint). A stage 2 from before fingerprints is reused with a warning."""
+    s1, s2 = stage_cfgs["stage1"], stage_cfgs["stage2"]
+    s1_done = finished_run(s1.out, s1.to_dict(), _VOLATILE)
+    s2_done = finished_run(s2.out, s2.to_dict(), _VOLATILE)
+    for done, above, lower, lower_done in ((s1_done, s1.out, decoder, decoder_done), (s2_done, s2.out, s1.out, s1_done)):
+        if done and not lower_done:
+            raise ValueError(f"{above!r} holds a finished run, but {lower!r} below it is missing or unfinished and would "
+                             f"be trained anew under it; remove {above!r} (and the steps above it) or use another out")
+    if s2_done:
+        try:
+            checked = same_init(s2.out, read_json(Path(s2.out) / "summary.json").get("init_fingerprint"), s1.out)
+        except InitChanged as exc:
+            raise InitChanged(f"{exc}: remove {s2.out!r} or use another out (finished steps are never overwritten)") from None
+        if not checked:
+            log.warning("%s records no fingerprint of its init run %s; reusing it without checking that it is unchanged", s2.out, s1.out)
+
+
 def run_pipeline(cfg: PipelineConfig) -> dict[str, Any]:
     """Run (or resume) the pipeline; returns what it writes to ``<out>/pipeline.json``."""
     from ..data import ppft_split
@@ -138,6 +159,8 @@ def run_pipeline(cfg: PipelineConfig) -> dict[str, Any]:
         if differ:
             raise ValueError(f"{step_cfg.out!r} holds a {name} run with other settings ({', '.join(differ)}); "
                              "use another out (finished steps are never overwritten)")
+
+    _check_steps_below(stage_cfgs, decoder_done, pre.output_dir)
 
     # 1. decoder pretraining (a time- or step-budgeted run of the local Llama decoder)
     if decoder_done:

@@ -45,11 +45,13 @@ from .batches import (
 )
 from .checkpoint import (
     CENTER_FILE,
+    InitChanged,
     latest_checkpoint,
     load_center_file,
     load_training_checkpoint,
     read_json,
     run_fingerprint,
+    same_init,
     save_center,
     save_training_checkpoint,
     write_json,
@@ -231,23 +233,35 @@ def _epoch_order(n: int, seed: int, epoch: int) -> list[int]:
     return torch.randperm(n, generator=gen).tolist()
 
 
-def _prepare_run_dir(cfg: LoopConfig) -> Path:
-    """Write train_config.json; refuse to resume a run directory that holds a different run."""
+def _prepare_run_dir(cfg: LoopConfig, *, init: str | None = None) -> Path:
+    """Write train_config.json; refuse to resume a run directory that holds a different run.
+
+    ``init`` (stage 2: the run it starts from) is fingerprinted into train_config.json, and an interrupted run is
+    resumed only from the same ``init``: the config names it by path, so a rebuilt one would otherwise pass."""
     run = Path(cfg.out)
     run.mkdir(parents=True, exist_ok=True)
     saved_path = run / TRAIN_CONFIG
     mine = {k: v for k, v in cfg.to_dict().items() if k not in _RESUME_FREE}
     if cfg.resume and saved_path.is_file() and latest_checkpoint(run) is not None:
-        saved = {k: v for k, v in read_json(saved_path).get("config", {}).items() if k not in _RESUME_FREE}
+        saved_doc = read_json(saved_path)
+        saved = {k: v for k, v in saved_doc.get("config", {}).items() if k not in _RESUME_FREE}
         if saved != mine:
             diff = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
             raise ValueError(f"{str(run)!r} holds a run with other settings ({', '.join(diff)}); use another --out or --no-resume")
+        if init is not None:
+            try:
+                checked = same_init(run, saved_doc.get("init_fingerprint"), init)
+            except InitChanged as exc:
+                raise InitChanged(f"{exc}: its checkpoints cannot be resumed; use another --out or --no-resume") from None
+            if not checked:
+                log.warning("%s records no fingerprint of its init run %s; resuming without checking that it is unchanged", run, init)
     if not cfg.resume:
         import shutil
 
         shutil.rmtree(run / "checkpoints", ignore_errors=True)
         (run / METRICS).unlink(missing_ok=True)
-    write_json(saved_path, {"kind": type(cfg).__name__, "config": cfg.to_dict()})
+    doc = {"kind": type(cfg).__name__, "config": cfg.to_dict()}
+    write_json(saved_path, doc if init is None else doc | {"init_fingerprint": run_fingerprint(init)})
     return run
 
 
@@ -450,14 +464,14 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
     Returns the summary written to summary.json plus ``"model"``: the adapted :class:`TextFreeLM`."""
     from ..data import ppft_split
 
-    run = _prepare_run_dir(cfg)
+    run = _prepare_run_dir(cfg, init=cfg.init)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     t0 = time.time()
 
     # -- model: the init run's encoder (frozen, client side) and server part (projection + LoRA trainable)
     lm = TextFreeLM.load(cfg.init, trainable=True, decoder=cfg.decoder)
-    init_fingerprint = run_fingerprint(cfg.init)  # recorded, so a later reuse can tell a rebuilt init at the same path
+    init_fingerprint = read_json(run / TRAIN_CONFIG)["init_fingerprint"]  # also in summary.json: a reuse checks it
     lm.encoder.requires_grad_(False)
     lm.encoder.eval()
     if torch.cuda.is_available() and not cfg.cpu:

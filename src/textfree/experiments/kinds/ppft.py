@@ -221,20 +221,17 @@ def _stage2_config(cell, p: dict[str, Any]):
 
 
 def _check_same_init(run: Path, summary: dict[str, Any], init: str, name: str, context: RunContext) -> None:
-    """A finished stage-2 run is reused only if its ``init`` run is the one it was trained from: the config names
-    ``init`` by path, so a rebuilt stage-1 run at the same path would otherwise be reused silently. Runs that
-    predate the recorded fingerprint are reused with a warning."""
-    from ...ppft.checkpoint import run_fingerprint
+    """A finished stage-2 run is reused only if its ``init`` run is the one it was trained from (see
+    :func:`textfree.ppft.checkpoint.same_init`). Runs that predate the recorded fingerprint are reused with a warning."""
+    from ...ppft.checkpoint import InitChanged, same_init
 
-    recorded = summary.get("init_fingerprint")
-    if recorded is None:
+    try:
+        checked = same_init(run, summary.get("init_fingerprint"), init)
+    except InitChanged as exc:
+        raise CellError(f"{exc}: remove {run} or give the cell another out", field="params.out") from None
+    if not checked:
         context.logger.warning("%s: %s records no fingerprint of its init run %s; reusing it without checking that %s "
                                "is unchanged", name, run, init, init)
-        return
-    current = run_fingerprint(init)
-    if current != recorded:
-        raise CellError(f"{run} was trained from another {init} (init fingerprint {recorded[:12]}, now {current[:12]}): "
-                        f"remove {run} or give the cell another out", field="params.out")
 
 
 def stage2_model(cfg, name: str, context: RunContext):
