@@ -7,10 +7,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-__all__ = ["PromptTemplate", "LoraSettings", "TextFreeConfig", "CONFIG_FORMAT", "CONFIG_VERSION"]
+__all__ = ["PromptTemplate", "LoraSettings", "TextFreeConfig", "CONFIG_FORMAT", "CONFIG_VERSION", "check_center_mu"]
 
 CONFIG_FORMAT = "textfree.ppft"
 CONFIG_VERSION = 1
+
+
+def check_center_mu(name: str, value: Any) -> None:
+    """The centring client's mu (mu-GDP of the centre's release): a number > 0, or None for no centring."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+        raise ValueError(f"{name} must be a number > 0 or null, got {value!r}")
 
 
 def _from_dict(cls, data: Any, what: str):
@@ -98,8 +104,7 @@ class TextFreeConfig:
             raise ValueError(f"TextFreeConfig.noise_match must be 'budget' or 'norm', got {self.noise_match!r}")
         if not isinstance(self.summary_slots, int) or isinstance(self.summary_slots, bool) or self.summary_slots < 0:
             raise ValueError(f"TextFreeConfig.summary_slots must be an integer >= 0, got {self.summary_slots!r}")
-        if self.center_mu is not None and (isinstance(self.center_mu, bool) or not isinstance(self.center_mu, (int, float)) or not self.center_mu > 0):
-            raise ValueError(f"TextFreeConfig.center_mu must be a number > 0 or null, got {self.center_mu!r}")
+        check_center_mu("TextFreeConfig.center_mu", self.center_mu)
         if self.stage not in ("init", "stage1", "stage2"):
             raise ValueError(f"TextFreeConfig.stage must be init, stage1 or stage2, got {self.stage!r}")
 

@@ -56,7 +56,7 @@ from .checkpoint import (
     save_training_checkpoint,
     write_json,
 )
-from .config import LoraSettings, PromptTemplate
+from .config import LoraSettings, PromptTemplate, check_center_mu
 from .model import TextFreeLM
 from .projection import check_dropout
 from .slot_augment import SlotCountAugment
@@ -205,8 +205,7 @@ class Stage2Config(LoopConfig):
         if self.slot_augment().active and (self.blind or list(self.tasks) == ["restore"]):
             raise ValueError("slot_insert / slot_drop blur the slot count of answer-training rows: not for blind or restore runs")
         if self.center_mu is not None:
-            if isinstance(self.center_mu, bool) or not isinstance(self.center_mu, (int, float)) or not self.center_mu > 0:
-                raise ValueError(f"center_mu must be a number > 0 or null, got {self.center_mu!r}")
+            check_center_mu("center_mu", self.center_mu)
             if self.blind or self.restore_text is not None:
                 raise ValueError("center_mu centres the client's own training prompts: not for blind runs or restore_text")
 
