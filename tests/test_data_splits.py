@@ -23,19 +23,22 @@ def ids(records: list) -> list[str]:
 
 
 def check_invariants(split: dict, directory: Path | str) -> None:
+    """Train + validation (the training side) and heldout partition dev + test by private text; dev is never held out."""
     dev = load_privacyrestore(directory, "dev")
     test = load_privacyrestore(directory, "test")
-    train, heldout = ids(split["train"]), ids(split["heldout"])
-    assert len(set(train)) == len(train) and len(set(heldout)) == len(heldout)
-    assert not set(train) & set(heldout), "train and heldout overlap"
-    assert set(train) | set(heldout) == set(ids(dev)) | set(ids(test)), "split does not cover dev + test"
-    assert set(ids(dev)) <= set(train), "a dev record is held out"
+    train, validation, heldout = ids(split["train"]), ids(split["validation"]), ids(split["heldout"])
+    side = train + validation
+    assert len(set(side)) == len(side) and len(set(heldout)) == len(heldout)
+    assert not set(side) & set(heldout), "train and heldout overlap"
+    assert set(side) | set(heldout) == set(ids(dev)) | set(ids(test)), "split does not cover dev + test"
+    assert set(ids(dev)) <= set(side), "a dev record is held out"
     assert set(heldout) <= set(ids(test))
-    assert not {private_key(r) for r in split["train"]} & {private_key(r) for r in split["heldout"]}, \
-        "the same private text appears in train and heldout"
+    keys = {name: {private_key(r) for r in split[name]} for name in ("train", "validation", "heldout")}
+    assert not (keys["train"] | keys["validation"]) & keys["heldout"], "the same private text appears in train and heldout"
+    assert not keys["train"] & keys["validation"], "the same private text appears in train and validation"
     counts = split["manifest"]["counts"]
-    assert counts["train"] == len(train) and counts["heldout"] == len(heldout)
-    assert counts["unique"] == len(train) + len(heldout)
+    assert (counts["train"], counts["validation"], counts["heldout"]) == (len(train), len(validation), len(heldout))
+    assert counts["unique"] == len(side) + len(heldout)
 
 
 def test_stable_unit_interval_is_fixed() -> None:
@@ -58,7 +61,7 @@ def test_fixture_split_invariants_and_groups() -> None:
     assert manifest["counts"] | {} == {
         "dev": 2, "test": 6, "dev_in_test": 2, "unique": 6, "test_only": 4, "groups": 4, "groups_with_dev": 2,
         "test_only_sharing_dev_context": 1, "train": 5, "train_from_dev_groups": 3, "train_from_hash": 2,
-        "heldout": 1}
+        "validation": 0, "heldout": 1}
     assert set(manifest["files_sha256"]) == {"dev.json", "test.json"}
     check_invariants(ppft_split(SLJA_DIR), SLJA_DIR)
 
@@ -75,6 +78,32 @@ def test_fraction_extremes_and_group_by_id() -> None:
         ppft_split(DDX_DIR, group_by="order")  # type: ignore[arg-type]
     with pytest.raises(DataError):
         ppft_split(DDX_DIR / "dev.json")
+
+
+def test_validation_is_carved_from_train_by_group_and_leaves_heldout_alone() -> None:
+    base = ppft_split(DDX_DIR)
+    assert base["validation"] == [] and base["manifest"]["validation"] == 0.0
+    for v in (0.3, 0.6, 0.9):
+        split = ppft_split(DDX_DIR, validation=v)
+        check_invariants(split, DDX_DIR)
+        assert ids(split["heldout"]) == ids(base["heldout"])  # held-out membership never changes
+        assert sorted(ids(split["train"]) + ids(split["validation"])) == sorted(ids(base["train"]))
+        keys = {private_key(r) for r in base["train"]}  # the rule, recomputed by hand
+        assert {private_key(r) for r in split["validation"]} == \
+            {k for k in keys if stable_unit_interval(k, "textfree-ppft-split-v1:validation") < v}
+    assert ("pri-ddx-101" in ids(split["validation"])) == ("pri-ddx-102" in ids(split["validation"]))  # one context
+    assert ids(ppft_split(DDX_DIR, validation=0.6)["validation"]) == ids(ppft_split(DDX_DIR, validation=0.6)["validation"])
+    for bad in (1.0, -0.1, True, "0.2"):
+        with pytest.raises(ValueError, match="validation must be a number in \\[0, 1\\)"):
+            ppft_split(DDX_DIR, validation=bad)
+
+
+@pytest.mark.shared_data
+@requires_shared_data
+def test_real_validation_part_of_pri_ddx() -> None:
+    split = ppft_split("ddx", validation=0.2)
+    assert (len(split["train"]), len(split["validation"]), len(split["heldout"])) == (773, 194, 582)
+    check_invariants(split, "ddx")
 
 
 def test_split_is_deterministic_and_order_independent(tmp_path: Path) -> None:
@@ -104,10 +133,10 @@ def test_short_names_use_shared_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     [
         ("ddx", {"dev": 309, "test": 1549, "dev_in_test": 309, "unique": 1549, "test_only": 1240, "groups": 1359,
                  "groups_with_dev": 298, "test_only_sharing_dev_context": 61, "train": 967,
-                 "train_from_dev_groups": 370, "train_from_hash": 597, "heldout": 582}),
+                 "train_from_dev_groups": 370, "train_from_hash": 597, "validation": 0, "heldout": 582}),
         ("slja", {"dev": 130, "test": 654, "dev_in_test": 130, "unique": 654, "test_only": 524, "groups": 651,
                   "groups_with_dev": 130, "test_only_sharing_dev_context": 2, "train": 387,
-                  "train_from_dev_groups": 132, "train_from_hash": 255, "heldout": 267}),
+                  "train_from_dev_groups": 132, "train_from_hash": 255, "validation": 0, "heldout": 267}),
     ],
 )
 def test_real_split_counts(dataset: str, expected: dict[str, int]) -> None:

@@ -303,3 +303,34 @@ def test_the_run_fingerprint_covers_weights_and_configs_not_checkpoints_logs_or_
     assert run_fingerprint(b) == run_fingerprint(a)
     (b / "textfree_config.json").write_text((b / "textfree_config.json").read_text() + " ")
     assert run_fingerprint(b) != run_fingerprint(a)
+
+
+# ------------------------------------------------------------------------------------------------ validation part
+@pytest.mark.parametrize(
+    "change, field, message",
+    [({"split": "validation"}, "params.validation", "params.validation must be > 0"),
+     ({"split": "test"}, "split", "split must be 'heldout' or 'validation' or unset, got 'test'")],
+)
+def test_stage2_split_is_the_heldout_or_a_validation_part(change, field, message):
+    err = _error(_with(STAGE2, **change))
+    assert err.field == field and message in err.message
+    Cell.from_dict(_with(_params(STAGE2, validation=0.2), split="validation"))
+    Cell.from_dict(_with(STAGE2, split="heldout"))
+    err = _error(_with(EVALUATE, split="validation"))  # a stage-1 / other run has no validation part of its own
+    assert err.field == "split" and "split must be 'heldout' or unset" in err.message
+    with pytest.raises(CellError, match="validation must be a number in \\[0, 1\\)"):
+        Cell.from_dict(_with(_params(STAGE2, validation=1.5), grid={}))
+
+
+def test_a_validation_run_trains_without_its_validation_part_and_is_evaluated_there(fixture_data, init_run, tmp_path, count_training):
+    """Fixture split at validation 0.6: train keeps 2 of its 5 rows (303, 304), the validation part is the other 3
+    (101, 202, 102: one context for 101 and 102); the held-out row is not read."""
+    cell = {"name": "tiny_select", "kind": "ppft_stage2", "dataset": "pri-ddx", "split": "validation",
+            "params": {"init": str(init_run), "out": str(tmp_path / "runs" / "sel"), "k": 4, "epochs": 1, "batch_size": 2,
+                       "tasks": ["mcqa"], "eval_tasks": ["mcqa", "open"], "epsilon": 28, "validation": 0.6}, "seeds": [0]}
+    data = json.loads(run_cell(cell, tmp_path / "results", progress=False).read_text())
+    (cfg,) = count_training
+    assert cfg.validation == 0.6
+    assert json.loads((tmp_path / "runs" / "sel" / "summary.json").read_text())["examples"] == 2  # 2 rows x 1 task
+    assert _metric(data, "n_heldout")["values"] == [3.0]  # the validation part's size, not the held-out row
+    assert data["cell"]["split"] == "validation"

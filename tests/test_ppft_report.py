@@ -596,3 +596,38 @@ def test_a_second_training_of_a_layout_is_tabled_and_judged_over_its_trainings(t
     rows = [l for l in seeds if l.startswith("| slots centred (centre 1-GDP), eps 28 (width-matched), k=4 | 12 |")]
     assert [r.split(" | ")[2] for r in rows] == ["0", "1", "mean over 2 trainings"]
     assert "| 0.820 ± 0.042 (2 trainings) |" in rows[2]  # sd |0.85 - 0.79| / sqrt(2) = 0.0424
+
+
+def test_validation_runs_stay_out_of_every_other_table_and_the_selection_names_the_best_candidate(tmp_path):
+    d = _fixture(tmp_path)
+    _result_file(d / "ts0.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 12}, _eval([0.96] * 3, [0.80, 0.81, 0.82])),
+        ({"epsilon": 28, "k": 4, "epochs": 12, "center_mu": 1.0}, _eval([0.97] * 3, [0.84, 0.85, 0.86])),
+    ], date="2026-01-02T00:00:00+00:00")
+    _result_file(d / "bound.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": None, "k": 4, "epochs": 12, "center_mu": 1.0}, _eval([0.99], [0.99]))], date="2026-01-02T00:00:01+00:00", seeds=(0,))
+    before = build_report([d])
+    # candidates trained without a validation part, evaluated there (newer files, better figures than any above)
+    _result_file(d / "sel.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 12, "validation": 0.2}, _eval([0.99] * 3, [0.70, 0.72, 0.74])),
+        ({"epsilon": 28, "k": 4, "epochs": 12, "validation": 0.2, "center_mu": 1.0}, _eval([0.99] * 3, [0.75, 0.76, 0.77])),
+    ], date="2026-01-03T00:00:00+00:00", split="validation")
+    text = build_report([d])
+    heading = "### Pri-DDX: model selection on a validation part of the training rows"
+    # removing the section (and its result file's line) gives back the report without those runs, byte for byte
+    lines = text.splitlines()
+    start = lines.index(heading)
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("#"))
+    rest = [l for l in lines[:start] + lines[end:] if "`sel.json`" not in l]
+    assert "\n".join(rest) + "\n" == before
+    section = lines[start:end]
+    rows = [l for l in section if l.startswith("| PPFT |") or l.startswith("| slots centred")]
+    assert len(rows) == 2 and all("| 20% | validation (582) |" in r for r in rows)
+    assert "| 0.720 ± 0.020 (3) |" in rows[0] and "| 0.760 ± 0.010 (3) |" in rows[1]
+    choice = next(l for l in section if l.startswith("- eps 28 (width-matched), k=4: validation open-answer"))
+    assert "slots centred (centre 1-GDP), 12 epochs 0.7600; PPFT, 12 epochs 0.7200" in choice
+    assert choice.endswith("**Selected: slots centred (centre 1-GDP), 12 epochs.**")
+    held = next(l for l in section if l.startswith("  - its held-out figure"))
+    # the centred row trained on every training row: 4-option 0.97, open 0.85 against its bound 0.99 / 0.99
+    assert "over 1 training(s)" in held and "4-option 0.9700 = 98.0% of its upper bound 0.9900" in held
+    assert "open-answer 0.8500 = 85.9% of its upper bound 0.9900" in held

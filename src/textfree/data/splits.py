@@ -23,6 +23,11 @@ The rule (``group_by="context"``, the default):
 
 Membership therefore depends only on record content, never on file order or Python's randomised ``hash``.
 ``group_by="id"`` hashes each record's id instead (no grouping; dev ids still go to train).
+
+Model selection (which layout, how many epochs) must not look at the held-out part. ``validation=v`` moves the
+train groups with ``u'(key) < v`` to a **validation** part, ``u'`` the same hash under the salt
+``f"{salt}:validation"``: it is carved from the training rows only (held-out membership does not change), and its
+groups are disjoint from what remains in train. ``validation=0`` (the default) leaves train as it was.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ class PPFTSplit(TypedDict):
     """Return type of :func:`ppft_split`."""
 
     train: list[MCQARecord]
+    validation: list[MCQARecord]
     heldout: list[MCQARecord]
     manifest: dict[str, Any]
 
@@ -75,6 +81,7 @@ def ppft_split(
     *,
     group_by: Literal["context", "id"] = "context",
     salt: str = SPLIT_SALT,
+    validation: float = 0.0,
 ) -> PPFTSplit:
     """Split a Pri-* dataset into ``train`` (dev + a fixed part of test) and ``heldout`` (the rest of test).
 
@@ -84,13 +91,16 @@ def ppft_split(
         fraction: share of the test-only groups that go to train, in ``[0, 1]``.
         group_by: ``"context"`` (default; rows with the same private text stay together) or ``"id"``.
         salt: hash salt (see :data:`SPLIT_SALT`).
+        validation: share of the train groups moved to a validation part for model selection, in ``[0, 1)``.
 
     Returns:
-        ``{"train": [...], "heldout": [...], "manifest": {...}}``; the manifest records the counts, the rule,
-        the fraction, the salt and the sha256 of the input files.
+        ``{"train": [...], "validation": [...], "heldout": [...], "manifest": {...}}``; the manifest records the
+        counts, the rule, the fraction, the salt and the sha256 of the input files.
     """
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"fraction must be in [0, 1], got {fraction}")
+    if isinstance(validation, bool) or not isinstance(validation, (int, float)) or not 0.0 <= validation < 1.0:
+        raise ValueError(f"validation must be a number in [0, 1), got {validation!r}")
     if group_by not in ("context", "id"):
         raise ValueError(f"group_by must be 'context' or 'id', got {group_by!r}")
     default_rel = privacyrestore_dir(dataset) if isinstance(dataset, str) else None
@@ -122,7 +132,9 @@ def ppft_split(
     hashed_keys = [key for key in groups if key not in dev_group_keys]
     train_keys |= {key for key in hashed_keys if stable_unit_interval(key, salt) < fraction}
 
-    train = [r for r in pool.values() if key_of(r) in train_keys]
+    validation_keys = {key for key in train_keys if stable_unit_interval(key, f"{salt}:validation") < validation}
+    train = [r for r in pool.values() if key_of(r) in train_keys - validation_keys]
+    validation_part = [r for r in pool.values() if key_of(r) in validation_keys]
     heldout = [r for r in pool.values() if key_of(r) not in train_keys]
     test_only = [r for r in test if r.id not in dev_ids]
     name = dataset if isinstance(dataset, str) and default_rel else str(directory)
@@ -135,9 +147,11 @@ def ppft_split(
             + ("normalised private text (context + question)" if group_by == "context" else "record id")
             + "; groups containing a dev record -> train; other groups -> train iff "
             "int(sha256(f'{salt}:{key}')[:16], 16) / 2**64 < fraction, else heldout"
+            + ("; train groups with the same hash under f'{salt}:validation' < validation -> validation" if validation else "")
         ),
         "group_by": group_by,
         "fraction": fraction,
+        "validation": validation,
         "salt": salt,
         "counts": {
             "dev": len(dev),
@@ -151,7 +165,8 @@ def ppft_split(
             "train": len(train),
             "train_from_dev_groups": sum(1 for r in train if key_of(r) in dev_group_keys),
             "train_from_hash": sum(1 for r in train if key_of(r) not in dev_group_keys),
+            "validation": len(validation_part),
             "heldout": len(heldout),
         },
     }
-    return {"train": train, "heldout": heldout, "manifest": manifest}
+    return {"train": train, "validation": validation_part, "heldout": heldout, "manifest": manifest}

@@ -90,7 +90,7 @@ def collect(paths: Iterable[str | Path]) -> list[Entry]:
         git = (data.get("git") or {}).get("commit")
         for r in data["results"]:
             entries.append(Entry(data["kind"], str(cell.get("dataset") or ""), dict(r["resolved"]["params"]), r["metrics"],
-                                 f.name, data["date"], git))
+                                 f.name, data["date"], git, {"split": cell.get("split")}))
     entries.sort(key=lambda e: e.date)
     return entries
 
@@ -402,6 +402,14 @@ def _augment_layout(value: tuple[float, float, int]) -> str:
     return "server " + ", then ".join(parts) + (f" in the first {epochs} training epochs" if epochs else " in training")
 
 
+_SELECTION_INTRO = [
+    "Every other table was read off the held-out part, so a layout or a length chosen from them was chosen on the",
+    "data it is judged on. Here candidates are trained on the training rows minus a validation part (whole",
+    "private-text groups, `ppft_split(..., validation=v)`; the held-out part is untouched) and compared on that",
+    "part only. The choice is the candidate with the highest validation open-answer accuracy; its held-out figure is",
+    "the one of the same row trained on every training row, from the tables above.",
+]
+
 #: The beyond-the-paper layout sections: (layout key, name of a layout value, heading, introduction lines).
 _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
     ("summary", lambda n: "PPFT (slots only)" if n == 0 else f"{n} summary vector{'s' if n > 1 else ''} + slots",
@@ -693,8 +701,11 @@ def _table_time(entries: Sequence[Entry]) -> list[str]:
 
 def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) -> str:
     """Markdown for docs/results/ppft.md from the ppft_* result files in ``paths``."""
-    entries = collect(paths)
-    sources = sorted({(e.source, e.date, e.git) for e in entries})
+    from .report_selection import split_selection, table_selection
+
+    everything = collect(paths)
+    entries, selection = split_selection(everything)  # runs that held back a validation part: their own section only
+    sources = sorted({(e.source, e.date, e.git) for e in everything})
     lines = [
         "# PPFT at this scale: results",
         "",
@@ -745,6 +756,9 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) ->
             rows = _table_layouts(entries, ds, key, name)
             if rows:
                 lines += ["", f"### {title}: {heading} (beyond the paper)", ""] + intro + [""] + rows
+        rows = table_selection(selection, entries, ds)
+        if rows:
+            lines += ["", f"### {title}: model selection on a validation part of the training rows", ""] + _SELECTION_INTRO + [""] + rows
         for heading, intro, rows in (("the paper's privacy level at MiniLM's width (beyond the issue)", _MU_INTRO, _table_mu(entries, ds)),
                                      ("noise type", _NOISE_INTRO, _table_noise(entries, ds))):
             if rows:

@@ -137,6 +137,7 @@ class Stage2Config(LoopConfig):
     init: str = field(metadata={"help": "The run directory to start from (normally a stage-1 run)."})
     dataset: str = field(default="pri-ddx", metadata={"help": "Pri-* dataset for textfree.data.ppft_split ('pri-ddx', 'pri-slja' or a directory); its 'train' part is used."})
     split_fraction: float = field(default=0.5, metadata={"help": "ppft_split fraction (share of test-only groups that go to train)."})
+    validation: float | None = field(default=None, metadata={"help": "Model selection: hold back this share of the training rows' private-text groups (ppft_split validation) and train on the rest; a ppft_stage2 cell with split 'validation' evaluates there, never on the held-out part. null or 0: train on every training row."})
     limit: int | None = field(default=None, metadata={"help": "Use only the first N training records (with restore_text: the first N texts)."})
     epsilon: float | None = field(default=75.0, metadata={"help": "Noise epsilon of the client's privatization; null = no noise (the 'upper bound' run; NOT private)."})
     mechanism: str | None = field(default=None, metadata={"help": "Noise family (default: the model's, l2_laplace); 'gaussian' is matched to L2-Laplace at epsilon (see noise_match)."})
@@ -200,6 +201,11 @@ class Stage2Config(LoopConfig):
         if self.blind and self.epsilon is not None:
             raise ValueError("a blind run sends no private prefix: set epsilon to null")
         _check_optional_int("slot_augment_epochs", self.slot_augment_epochs, 1)
+        if self.validation is not None:
+            if isinstance(self.validation, bool) or not isinstance(self.validation, (int, float)) or not 0 <= self.validation < 1:
+                raise ValueError(f"validation must be a number in [0, 1) or null, got {self.validation!r}")
+            if self.restore_text is not None:
+                raise ValueError("validation holds back training rows of the dataset: not with restore_text")
         if self.slot_augment_epochs is not None and not self.slot_augment().active:
             raise ValueError(f"slot_augment_epochs ({self.slot_augment_epochs}) needs slot_insert or slot_drop")
         if self.slot_augment().active and (self.blind or list(self.tasks) == ["restore"]):
@@ -500,7 +506,7 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
         examples = examples[: cfg.limit] if cfg.limit is not None else examples
         log.info("stage 2 restore task on public text: %d texts of %s within %d encoder tokens", len(examples), cfg.restore_text, max_private)
     else:
-        records = ppft_split(cfg.dataset, cfg.split_fraction)["train"]
+        records = ppft_split(cfg.dataset, cfg.split_fraction, validation=cfg.validation or 0.0)["train"]
         if cfg.limit is not None:
             records = records[: cfg.limit]
         examples = domain_examples(records, cfg.tasks)
@@ -547,7 +553,7 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
              "summary_slots": lm.config.summary_slots, "fixed_slots": lm.config.fixed_slots,
              "count_vectors": lm.server.projection.config.count_vectors, "count_dropout": lm.server.projection.config.count_dropout,
              "answer_head": head_info, "center": center_info, "slot_augment": cfg.slot_augment().to_dict(), "slot_augment_epochs": cfg.slot_augment_epochs,
-             "init_fingerprint": init_fingerprint, "total_wall_s": round(time.time() - t0, 2)}
+             "validation": cfg.validation, "init_fingerprint": init_fingerprint, "total_wall_s": round(time.time() - t0, 2)}
     return _write_summary(run, summary, extra) | {"model": lm}
 
 

@@ -111,26 +111,35 @@ def _train_metrics(summary: dict[str, Any], reused: bool) -> dict[str, float]:
     }
 
 
-def _records(dataset: str, split: str | None, limit: int | None):
-    """(train, evaluation records, label records) for a Pri-* set (ppft_split) or a general MCQA set."""
+def _is_pri(dataset: str) -> bool:
+    return dataset.lower().startswith("pri-") or Path(dataset).is_dir() and (Path(dataset) / "test.jsonl").exists()
+
+
+def _records(dataset: str, split: str | None, limit: int | None, validation: float | None = None):
+    """(train, evaluation records, label records) for a Pri-* set (ppft_split: its held-out part, or with split
+    ``validation`` the validation part carved from train at share ``validation``) or a general MCQA set. The
+    label records are the whole set, whichever part is evaluated, so the open-answer label set is the same."""
     from ...data import MCQARecord, load_dataset, ppft_split
 
-    name = dataset.lower()
-    if name.startswith("pri-") or Path(dataset).is_dir() and (Path(dataset) / "test.jsonl").exists():
-        parts = ppft_split(dataset)
-        train, heldout = parts["train"], parts["heldout"]
+    if _is_pri(dataset):
+        parts = ppft_split(dataset, validation=validation or 0.0)
+        train, evaluated = parts["train"], parts["validation" if split == "validation" else "heldout"]
+        every = parts["train"] + parts["validation"] + parts["heldout"]
     else:
-        train, heldout = [], load_dataset(dataset, split=split)
-    heldout = [r for r in heldout if isinstance(r, MCQARecord)]
-    if not heldout:
+        train, evaluated = [], load_dataset(dataset, split=split)
+        every = evaluated
+    evaluated = [r for r in evaluated if isinstance(r, MCQARecord)]
+    if not evaluated:
         raise ValueError(f"{dataset!r} holds no multiple-choice records to evaluate on")
-    return train, (heldout[:limit] if limit else heldout), list(train) + list(heldout)
+    return train, (evaluated[:limit] if limit else evaluated), [r for r in every if isinstance(r, MCQARecord)]
 
 
-def _evaluate(lm, cell, seed: int, context: RunContext, *, tasks, epsilon, k, mechanism, noise_match, limit) -> dict[str, float]:
+def _evaluate(lm, cell, seed: int, context: RunContext, *, tasks, epsilon, k, mechanism, noise_match, limit,
+              validation: float | None = None) -> dict[str, float]:
     from ...ppft.evaluate import evaluate_qa, majority_baseline, task_labels
 
-    train, records, all_records = context.cached(("records", cell.dataset, cell.split, limit), lambda: _records(cell.dataset, cell.split, limit))
+    train, records, all_records = context.cached(("records", cell.dataset, cell.split, limit, validation),
+                                                 lambda: _records(cell.dataset, cell.split, limit, validation))
     labels = context.cached(("labels", cell.dataset), lambda: task_labels(all_records))
     out: dict[str, float] = {}
     wall = 0.0
@@ -182,9 +191,15 @@ def _check_tasks(tasks: Any) -> None:
 
 # ------------------------------------------------------------------------------------------------ stage 2
 def _evaluating_points(cell, points, kind: str, datasets: str, required: dict[str, str]) -> list[dict[str, Any]]:
-    """Checks shared by the evaluating kinds; returns each point's resolved params."""
+    """Checks shared by the evaluating kinds; returns each point's resolved params. On a Pri-* set the evaluated
+    part is the held-out one (``split`` unset or ``heldout``) or, for ``ppft_stage2`` runs trained with
+    ``validation`` > 0, the validation part (``split: validation``): model selection never reads the held-out part."""
     if cell.dataset is None:
         raise CellError(f"{kind} needs a `dataset` ({datasets})", field="dataset")
+    parts = ("heldout", "validation") if kind == "ppft_stage2" else ("heldout",)
+    if _is_pri(cell.dataset) and cell.split not in (None, *parts):
+        raise CellError(f"{kind} on a Pri-* set evaluates its {' or '.join(parts)} part: split must be "
+                        f"{' or '.join(repr(x) for x in parts)} or unset, got {cell.split!r}", field="split")
     if cell.mechanism is not None:
         raise CellError("ppft kinds take the noise in params (epsilon, mechanism, noise_match), not `mechanism`", field="mechanism")
     out = []
@@ -196,6 +211,9 @@ def _evaluating_points(cell, points, kind: str, datasets: str, required: dict[st
             raise CellError(f"{kind} needs params {wanted}", field="params")
         if "eval_tasks" in p:
             _check_tasks(p["eval_tasks"])
+        if cell.split == "validation" and not p.get("validation"):
+            raise CellError(f"split 'validation' evaluates the part of the training rows a run held back: params.validation "
+                            f"must be > 0 at {point or 'the cell'}, got {p.get('validation')!r}", field="params.validation")
         out.append(p)
     return out
 
@@ -263,7 +281,7 @@ def ppft_stage2(cell, point, seed: int, context: RunContext) -> dict[str, float]
     lm, train_metrics = stage2_model(cfg, cell.name, context)
     tasks = p.get("eval_tasks") or _default_tasks(cell.dataset, cfg.blind)
     metrics = _evaluate(lm, cell, seed, context, tasks=tasks, epsilon=cfg.epsilon, k=cfg.k, mechanism=cfg.mechanism,
-                        noise_match=cfg.noise_match, limit=p.get("eval_limit"))
+                        noise_match=cfg.noise_match, limit=p.get("eval_limit"), validation=cfg.validation)
     return metrics | train_metrics
 
 

@@ -1,0 +1,104 @@
+"""The model-selection section of ``docs/results/ppft.md``: runs trained with a validation part held back.
+
+A ``ppft_stage2`` run with ``validation`` > 0 trains on the training rows minus a validation part
+(``ppft_split(..., validation=v)``) and, with the cell's ``split: validation``, is evaluated there. Such runs choose
+between candidates (layouts, stage-2 lengths) without reading the held-out part, and appear only here:
+:func:`split_selection` takes them out of every other table. For each (eps, k) the candidate with the highest
+validation open-answer accuracy (the issue's harder target) is named, beside its held-out figure from the runs
+trained on every training row (the tables above), over every training of that row.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .report import _LAYOUT_SECTIONS, _PPFT_LAYOUT, WIDTH_MATCHED, Entry, _eps_label, _fmt, _get, _latest, _layout_default, _ratio, _training_means, _trainings
+
+__all__ = ["split_selection", "table_selection"]
+
+_METRICS = ("acc_mcqa", "acc_open", "acc_open_no_leak", "acc_length_open")
+
+
+def validation_share(e: Entry) -> float:
+    return float(e.params.get("validation") or 0.0)
+
+
+def split_selection(entries: Sequence[Entry]) -> tuple[list[Entry], list[Entry]]:
+    """(entries trained on every training row, entries trained with a validation part held back)."""
+    return [e for e in entries if not validation_share(e)], [e for e in entries if validation_share(e)]
+
+
+def layout_of(e: Entry) -> tuple[str, dict[str, Any]]:
+    """The name of ``e``'s layout and the layout keys that say it (``{}``: PPFT's own); a combined section
+    ("center+answer") before its parts."""
+    for key, name, _, _ in sorted(_LAYOUT_SECTIONS, key=lambda s: -len(s[0].split("+"))):
+        parts = key.split("+")
+        value, default = _get(e, key), _layout_default(key)
+        differs = all(x != d for x, d in zip(value, default)) if len(parts) > 1 else value != default
+        others = all(_get(e, k) == v for k, v in _PPFT_LAYOUT.items() if k not in parts and k != "train_seed")
+        if differs and others:
+            return name(value), {key: value}
+    return "PPFT", {}
+
+
+def table_selection(selection: Sequence[Entry], heldout: Sequence[Entry], ds: str) -> list[str]:
+    """The section's table and its choice per (eps, k) for dataset ``ds``; empty when no such run exists."""
+    runs = [e for e in selection if e.kind == "ppft_stage2" and e.dataset.lower() == ds and not _get(e, "blind")]
+    if not runs:
+        return []
+    newest: dict[tuple, Entry] = {}
+    for e in runs:  # entries are oldest first: the newest file of each candidate wins
+        newest[(layout_of(e)[0], e.params.get("epochs"), _get(e, "train_seed"), _get(e, "epsilon"), _get(e, "k"),
+                validation_share(e), _part(e))] = e
+    out = ["| candidate | stage-2 epochs | training seed | eps | k | held back | evaluated on (records) | 4-option acc | "
+           "open-answer acc | open, no name | open, random slots (count only) | result file |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (name, epochs, seed, eps, k, share, part), e in newest.items():
+        n = int(e.mean("n_heldout")) if e.values("n_heldout") else "?"
+        out.append(f"| {name} | {epochs} | {seed} | {_eps_label(eps)} | {k} | {share:.0%} | {part} ({n}) | "
+                   + " | ".join(_fmt(e, m) for m in _METRICS) + f" | `{e.source}` |")
+    out += [""] + _choices([e for e in newest.values() if _part(e) == "validation"], heldout, ds)
+    return out
+
+
+def _part(e: Entry) -> str:
+    return "validation" if e.extra.get("split") == "validation" else "held-out"
+
+
+def _choices(validated: Sequence[Entry], heldout: Sequence[Entry], ds: str) -> list[str]:
+    """Per (eps, k): the candidate with the highest mean validation open-answer accuracy over its trainings, and the
+    held-out figure of the same row trained on every training row."""
+    stage2 = [e for e in heldout if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
+    lines = []
+    for eps, k in sorted({(_get(e, "epsilon"), _get(e, "k")) for e in validated}, key=str):
+        scores: dict[tuple[str, Any], list[Entry]] = {}
+        for e in validated:
+            if (_get(e, "epsilon"), _get(e, "k")) == (eps, k) and e.values("acc_open"):
+                scores.setdefault((layout_of(e)[0], e.params.get("epochs")), []).append(e)
+        if len(scores) < 2:
+            continue
+        mean = {c: sum(e.mean("acc_open") for e in es) / len(es) for c, es in scores.items()}
+        (name, epochs), best = max(mean.items(), key=lambda item: item[1])
+        ranking = "; ".join(f"{n}, {ep} epochs {m:.4f}" for (n, ep), m in sorted(mean.items(), key=lambda item: -item[1]))
+        lines.append(f"- eps {_eps_label(eps)}, k={k}: validation open-answer (mean over the candidate's trainings): {ranking}. "
+                     f"**Selected: {name}, {epochs} epochs.**")
+        layout = layout_of(scores[(name, epochs)][0])[1]
+        if (eps, k) == (WIDTH_MATCHED, 4):  # the targets' point, the one row _trainings reads
+            lines.append("  - " + _heldout_line(stage2, _trainings(stage2, epochs, **layout), epochs, layout))
+    return lines
+
+
+def _heldout_line(stage2: Sequence[Entry], trainings: Sequence[Entry], epochs: Any, layout: dict[str, Any]) -> str:
+    if not trainings:
+        return "its held-out figure trained on every training row: not run at this length."
+    upper = _latest(stage2, epsilon=None, epochs=epochs, **layout) or _latest(stage2, epsilon=None, **layout)
+    parts = []
+    for task, label in (("mcqa", "4-option"), ("open", "open-answer")):
+        means = _training_means(trainings, f"acc_{task}")
+        if means is None:
+            continue
+        p = sum(means) / len(means)
+        share = f" = {_ratio(p, upper.mean(f'acc_{task}'))} of its upper bound {upper.mean(f'acc_{task}'):.4f}" if upper else ""
+        parts.append(f"{label} {p:.4f}{share}")
+    return (f"its held-out figure trained on every training row, over {len(trainings)} training(s) (the tables above): "
+            + "; ".join(parts) + ".")
