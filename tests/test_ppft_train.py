@@ -363,6 +363,13 @@ def test_cli_stage1_stage2_ask_evaluate(fixture_data, tmp_path, tiny_encoder_dir
     assert bad.exit_code == 2 and "slot_drop must be a number in [0, 0.9], got 0.95" in bad.output
     bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "r"), "--slot-augment-epochs", "2"])
     assert bad.exit_code == 2 and "slot_augment_epochs (2) needs slot_insert or slot_drop" in bad.output
+    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "q"), "--validation", "1"])
+    assert bad.exit_code == 2 and "validation must be a number in [0, 1) or null, got 1.0" in bad.output
+    # model selection: train without the validation part (fixture at 0.6: 2 of 5 training rows), score that part (3 rows)
+    out = run("train-stage2", "--from", s1, "--dataset", "pri-ddx", "--epsilon", 28, "--out", tmp_path / "sel", "--epochs", 1,
+              "--task", "mcqa", "--validation", 0.6, "--eval")
+    assert "validation mcqa accuracy" in out and "(n=3, epsilon=28.0)" in out
+    assert json.loads((tmp_path / "sel" / "summary.json").read_text())["examples"] == 2
 
 
 # ---------------------------------------------------------------------------------------------- real data

@@ -113,6 +113,7 @@ def train_stage2_cmd(
     slot_insert: _Optional[float] = typer.Option(None, "--slot-insert", help="Server side, training only, beyond the paper: add 0..ceil(f n) random unit slots at random positions to each training row of n slots (blurs the slot count; answers are never augmented)."),
     slot_drop: _Optional[float] = typer.Option(None, "--slot-drop", help="Server side, training only, beyond the paper: drop each slot of a training row with this probability (at least one kept), before --slot-insert."),
     slot_augment_epochs: _Optional[int] = typer.Option(None, "--slot-augment-epochs", help="With --slot-insert / --slot-drop: augment only the first N epochs."),
+    validation: _Optional[float] = typer.Option(None, "--validation", help="Model selection: hold back this share of the training rows' private-text groups and train on the rest; with --eval, score that validation part instead of the held-out one."),
     seed: int = typer.Option(0, help="Seed (dropout, data order, noise: experiments only)."),
     save_every: int = typer.Option(200, help="Checkpoint every N steps."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from the newest checkpoint in --out."),
@@ -130,31 +131,33 @@ def train_stage2_cmd(
         batch_size=batch_size, lr=lr, limit=limit, max_private_tokens=max_private_tokens, summary_slots=summary_slots,
         count_vectors=count_vectors, count_dropout=count_dropout, answer_head=answer_head, answer_head_epochs=answer_head_epochs,
         fixed_slots=fixed_slots, center_mu=center_mu, slot_insert=slot_insert, slot_drop=slot_drop,
-        slot_augment_epochs=slot_augment_epochs, seed=seed, save_every=save_every, resume=resume, cpu=cpu,
+        slot_augment_epochs=slot_augment_epochs, validation=validation, seed=seed, save_every=save_every, resume=resume, cpu=cpu,
     )
     summary = _ppft_run(train_stage2, cfg)
     typer.echo(f"stage 2 done: {summary['steps']} steps, loss {summary['first_loss']:.4f} -> {summary['final_loss']:.4f}, "
                f"{summary['total_wall_s']:.0f} s; model in {out}")
     if evaluate:
         t = "blind_mcqa" if blind else "mcqa"
-        result = _ppft_evaluate(out, dataset, eps, None, None, seed, 32, out / "eval.json", task=t)
-        typer.echo(f"held-out {t} accuracy {result['accuracy']:.4f} (n={result['n']}, epsilon={eps})")
+        result = _ppft_evaluate(out, dataset, eps, None, None, seed, 32, out / "eval.json", task=t, validation=validation)
+        typer.echo(f"{result['part']} {t} accuracy {result['accuracy']:.4f} (n={result['n']}, epsilon={eps})")
 
 
-def _ppft_evaluate(model: _Path, dataset: str, epsilon, k, limit, seed, max_new_tokens, out_file, *, task="mcqa"):
+def _ppft_evaluate(model: _Path, dataset: str, epsilon, k, limit, seed, max_new_tokens, out_file, *, task="mcqa", validation=None):
+    """Score ``model`` on the held-out part, or with ``validation`` > 0 on the validation part carved at that share."""
     from textfree.data import ppft_split
     from textfree.ppft.checkpoint import write_json
     from textfree.ppft.evaluate import evaluate_qa, majority_baseline, task_labels
     from textfree.ppft.model import TextFreeLM
 
     lm = _ppft_run(TextFreeLM.load, model)
-    split = _ppft_run(ppft_split, dataset)
-    records = split["heldout"][:limit] if limit else split["heldout"]
-    labels = task_labels(split["train"], split["heldout"])
+    split = _ppft_run(ppft_split, dataset, validation=validation or 0.0)
+    part = "validation" if validation else "heldout"
+    records = split[part][:limit] if limit else split[part]
+    labels = task_labels(split["train"], split["validation"], split["heldout"])
     result = _ppft_run(evaluate_qa, lm, records, task=task, epsilon=epsilon, k=k, labels=labels, seed=seed,
                        max_new_tokens=max_new_tokens, progress=True)
     result["majority_baseline"] = majority_baseline(split["train"], records)
-    result["dataset"], result["model"] = dataset, str(model)
+    result["dataset"], result["model"], result["part"] = dataset, str(model), "held-out" if part == "heldout" else part
     if out_file is not None:
         write_json(out_file, result)
     return result
