@@ -210,7 +210,7 @@ def test_unknown_task_raises():
         with pytest.raises(ValueError, match="task must be one of"):
             evaluate_qa(FakeLM(ANSWERS), RECORDS, task=bad, epsilon=None)
     assert TASKS == ("mcqa", "open", "blind_mcqa", "blind_open", "mcqa_rank", "blind_mcqa_rank", "open_rank", "blind_open_rank",
-                     "length_mcqa", "length_open", "open_head")
+                     "length_mcqa", "length_open", "open_head", "mcqa_head")
 
 
 @pytest.mark.parametrize("task", ["blind_mcqa", "blind_open"])
@@ -255,7 +255,7 @@ def test_evaluate_qa_every_task_on_a_tiny_model(tiny_lm, monkeypatch):
 
     monkeypatch.setattr(tiny_lm.server, "generate", spy)
     for task in TASKS:
-        if task.endswith("_rank") or task == "open_head":
+        if task.endswith("_rank") or task.endswith("_head"):
             continue  # below
         generated.clear()
         r = evaluate_qa(tiny_lm, RECORDS, task=task, epsilon=28.0, seed=0, max_new_tokens=2)
@@ -520,24 +520,62 @@ def test_length_tasks_keep_the_slot_count_and_drop_the_content(tiny_lm, monkeypa
     assert r["task"] == task and r["n"] == 3 and r["epsilon"] == 28.0
 
 
-def test_open_head_answers_with_the_heads_most_probable_class_on_the_open_payloads(tiny_lm, monkeypatch):
-    """The open task's prompts and payloads (same seed: the same noise), answered by the answer head's argmax."""
+@pytest.fixture
+def head_lm(tiny_lm):
+    """``tiny_lm`` with a random answer head over three classes, and that head's spec; the projection is put back
+    afterwards by hand (monkeypatch's undo deletes a submodule attribute of an nn.Module instead of restoring it)."""
     from textfree.attacks.attributes import AttributeAttackConfig, AttributeClassifier, AttributeSpec
-    from textfree.ppft.evaluate import head_answers
 
-    with pytest.raises(ValueError, match="'open_head' needs a model with an answer head"):
-        evaluate_qa(tiny_lm, RECORDS, task="open_head", epsilon=28.0, seed=0, labels=LABELS)
     torch.manual_seed(0)
     spec = AttributeSpec("answer", "categorical", ("Influenza", "PSVT", "Anemia"))
     head = AttributeClassifier(tiny_lm.config.encoder_dim, [spec], AttributeAttackConfig(count=True, hidden=8), max_count=8)
     saved = tiny_lm.server.projection
-    monkeypatch.setattr(tiny_lm.server, "projection", saved.with_answer_head(head, torch.zeros(3, saved.config.out_dim)))
-    monkeypatch.setattr(tiny_lm.server, "generate", lambda *a, **k: pytest.fail("open_head must not run the decoder"))
-    r = evaluate_qa(tiny_lm, RECORDS, task="open_head", epsilon=28.0, seed=0, labels=LABELS)
+    tiny_lm.server.projection = saved.with_answer_head(head, torch.zeros(3, saved.config.out_dim))
+    try:
+        yield tiny_lm, spec
+    finally:
+        tiny_lm.server.projection = saved
+
+
+@pytest.mark.parametrize("task", ["open_head", "mcqa_head"])
+def test_head_tasks_need_a_model_with_an_answer_head(tiny_lm, task):
+    with pytest.raises(ValueError, match=f"'{task}' needs a model with an answer head"):
+        evaluate_qa(tiny_lm, RECORDS, task=task, epsilon=28.0, seed=0, labels=LABELS)
+
+
+def test_open_head_answers_with_the_heads_most_probable_class_on_the_open_payloads(head_lm, monkeypatch):
+    """The open task's prompts and payloads (same seed: the same noise), answered by the answer head's argmax."""
+    from textfree.ppft.evaluate import head_answers
+
+    lm, spec = head_lm
+    monkeypatch.setattr(lm.server, "generate", lambda *a, **k: pytest.fail("open_head must not run the decoder"))
+    r = evaluate_qa(lm, RECORDS, task="open_head", epsilon=28.0, seed=0, labels=LABELS)
     parts = [open_answer_prompt(x) for x in RECORDS]
-    payload = tiny_lm.privatizer(28.0).privatize([p.private for p in parts], seed=0)
-    proj = tiny_lm.server.projection
+    payload = lm.privatizer(28.0).privatize([p.private for p in parts], seed=0)
+    proj = lm.server.projection
     want = [spec.classes[int(proj.answer_probabilities(payload.vectors[i, :n].float()).argmax())] for i, n in enumerate(payload.lengths)]
     assert head_answers(proj, payload) == want
     assert [p["answer"] for p in r["predictions"]] == want and set(want) <= set(spec.classes)
     assert r["accuracy"] == sum(w == x.answer for w, x in zip(want, RECORDS)) / 3 and r["n_labels"] == len(LABELS)
+
+
+def test_mcqa_head_answers_with_the_option_the_head_ranks_highest(head_lm, monkeypatch):
+    """The 4-option prompts and payloads, answered by the head among each record's own options; an option outside
+    its classes counts as probability 0, and ties go to the first option."""
+    from textfree.ppft.evaluate import head_answers
+
+    lm, spec = head_lm
+    monkeypatch.setattr(lm.server, "generate", lambda *a, **k: pytest.fail("mcqa_head must not run the decoder"))
+    r = evaluate_qa(lm, RECORDS, task="mcqa_head", epsilon=28.0, seed=0)
+    parts = [mcqa_prompt(x) for x in RECORDS]
+    payload = lm.privatizer(28.0).privatize([p.private for p in parts], seed=0)
+    proj = lm.server.projection
+    probs = [proj.answer_probabilities(payload.vectors[i, :n].float()) for i, n in enumerate(payload.lengths)]
+    want = []
+    for record, p in zip(RECORDS, probs):  # by hand: each option's class probability, 0 outside the classes
+        scores = [float(p[spec.classes.index(o)]) if o in spec.classes else 0.0 for o in record.options]
+        want.append(record.options[scores.index(max(scores))])
+    assert [p["answer"] for p in r["predictions"]] == want == head_answers(proj, payload, [x.options for x in RECORDS])
+    assert r["accuracy"] == sum(w == x.answer for w, x in zip(want, RECORDS)) / 3 and r["n_labels"] is None
+    # an option list with none of the classes: the first option (all tied at 0)
+    assert head_answers(proj, payload, [["Gout", "Lupus"]] * 3) == ["Gout"] * 3

@@ -284,6 +284,18 @@ def test_answer_head_runs_get_their_own_table_with_the_head_alone_column(tmp_pat
     # without an answer-head run there is no such table or column
     (tmp_path / "other").mkdir()
     assert "answer head" not in build_report([_fixture(tmp_path / "other")])
+    # a row that measured the head on the 4-option prompts too gets that column as well
+    _result_file(d / "answer_mcqa.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "answer_head": True, "epochs": 12},
+         _eval([0.97] * 3, [0.85, 0.86, 0.87], extra={"acc_open_head": [0.88] * 3, "acc_mcqa_head": [0.90, 0.92, 0.94]}))],
+        date="2026-01-03T00:00:00+00:00")
+    section = build_report([d]).splitlines()
+    section = section[section.index("### Pri-DDX: an answer head before the slots (beyond the paper)"):]
+    assert next(l for l in section if l.startswith("| server layout | row |")).endswith(
+        "| open, answer head alone | 4-option, answer head alone |")
+    row = next(l for l in section if l.startswith("| answer vector + slots | eps 28 (width-matched), k=4 | 12 |"))
+    assert row.endswith("| 0.880 (3 seeds, all equal) | 0.920 ± 0.020 (3) |")
+    assert next(l for l in section if l.startswith("| answer vector + slots | upper bound")).endswith("| — | — |")
 
 
 def test_count_dropout_runs_are_a_layout_of_their_own(tmp_path):

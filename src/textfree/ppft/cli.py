@@ -173,7 +173,7 @@ def evaluate_cmd(
     limit: _Optional[int] = typer.Option(None, help="Only the first N held-out records."),
     seed: int = typer.Option(0, help="Noise seed (experiments only)."),
     max_new_tokens: int = typer.Option(32, help="Generation length."),
-    task: str = typer.Option("mcqa", "--task", help="mcqa (4 options), open (no options), blind_mcqa or blind_open (no private prefix); mcqa_rank / blind_mcqa_rank: the 4-option prompts answered by ranking the options by likelihood; open_rank / blind_open_rank: the open prompts answered by ranking every label of the task; length_mcqa / length_open: random slots at the payload's count; open_head: the open payloads answered by the model's answer head alone."),
+    task: str = typer.Option("mcqa", "--task", help="mcqa (4 options), open (no options), blind_mcqa or blind_open (no private prefix); mcqa_rank / blind_mcqa_rank: the 4-option prompts answered by ranking the options by likelihood; open_rank / blind_open_rank: the open prompts answered by ranking every label of the task; length_mcqa / length_open: random slots at the payload's count; open_head / mcqa_head: the open / 4-option payloads answered by the model's answer head alone (mcqa_head: the option it ranks highest)."),
     out: _Optional[_Path] = typer.Option(None, "--out", help="Write the result (with every prediction) to this JSON file."),
 ) -> None:
     """Held-out accuracy: the client privatizes each prompt, the server answers from the payload."""

@@ -26,6 +26,10 @@ Tasks (``task=``):
 * ``"open_head"``: the prompts and payloads of ``"open"``, answered by the model's **answer head** alone (beyond the
   paper; :mod:`textfree.ppft.answer_head`): its most probable class, no decoder. Scored like ``"open"``. Beside the
   ``"open"`` row it says how much of what the head reads the decoder passes on. Needs a model with an answer head.
+* ``"mcqa_head"``: the prompts and payloads of ``"mcqa"``, answered by the answer head alone among the four options
+  shown: the option its class probabilities rank highest (an option outside its classes has probability 0; ties
+  go to the first option). Scored like ``"mcqa"``. Beside ``"mcqa"`` it says how much of the head's reading the
+  decoder turns into 4-option answers.
 
 Every result also reports ``accuracy_no_leak``: the accuracy on the records whose private text does not name the
 answer (docs/data.md). ``majority_baseline`` is the accuracy of always answering the most frequent training answer
@@ -48,7 +52,7 @@ from ..rng import resolve_generator
 __all__ = ["TASKS", "evaluate_qa", "evaluate_mcqa", "head_answers", "majority_baseline", "random_unit_slots", "task_labels"]
 
 TASKS = ("mcqa", "open", "blind_mcqa", "blind_open", "mcqa_rank", "blind_mcqa_rank", "open_rank", "blind_open_rank",
-         "length_mcqa", "length_open", "open_head")
+         "length_mcqa", "length_open", "open_head", "mcqa_head")
 
 
 def task_labels(*record_lists: Sequence[MCQARecord]) -> list[str]:
@@ -93,9 +97,9 @@ def evaluate_qa(
     if task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     open_task = task.removesuffix("_rank").removesuffix("_head").endswith("open")
-    head = task == "open_head"
+    head = task.endswith("_head")
     if head and not lm.server.projection.config.answer_classes:
-        raise ValueError("task 'open_head' needs a model with an answer head (Stage2Config.answer_head)")
+        raise ValueError(f"task {task!r} needs a model with an answer head (Stage2Config.answer_head)")
     if open_task:
         labels = list(labels) if labels is not None else task_labels(records)
         missing = [r.answer for r in records if normalize_answer(r.answer) not in {normalize_answer(l) for l in labels}]
@@ -126,7 +130,7 @@ def evaluate_qa(
                 answers = lm.server.generate(random_unit_slots(payload.mask, lm.config.encoder_dim, gen), payload.mask,
                                              public=public, max_new_tokens=max_new_tokens)
             elif head:
-                answers = head_answers(lm.server.projection, payload)
+                answers = head_answers(lm.server.projection, payload, None if open_task else options)
             elif rank:
                 answers = lm.server.choose(payload, options)
             else:
@@ -155,9 +159,19 @@ def evaluate_qa(
     }
 
 
-def head_answers(projection, payload) -> list[str]:
-    """Per payload row, the answer head's most probable class."""
-    return [projection.answer_class(payload.vectors[i, :n].float()) for i, n in enumerate(payload.lengths)]
+def head_answers(projection, payload, options: Sequence[Sequence[str]] | None = None) -> list[str]:
+    """Per payload row, the answer head's most probable class; with ``options`` (one list per row), the row's option
+    the head ranks highest (an option that is not one of its classes has probability 0; ties: the first option)."""
+    if options is None:
+        return [projection.answer_class(payload.vectors[i, :n].float()) for i, n in enumerate(payload.lengths)]
+    index = {normalize_answer(c): j for j, c in enumerate(projection.config.answer_classes)}
+    out = []
+    with torch.no_grad():
+        for i, n in enumerate(payload.lengths):
+            p = projection.answer_probabilities(payload.vectors[i, :n].float().to(projection.answer_embed.device))
+            scores = [0.0 if p is None or normalize_answer(o) not in index else float(p[index[normalize_answer(o)]]) for o in options[i]]
+            out.append(options[i][max(range(len(scores)), key=lambda j: (scores[j], -j))])
+    return out
 
 
 def random_unit_slots(mask: torch.Tensor, dim: int, generator: torch.Generator | None) -> torch.Tensor:

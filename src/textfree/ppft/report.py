@@ -350,7 +350,8 @@ def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[
     """Beyond the paper: runs whose ``key`` layout (``summary``: server-side summary vectors; ``count``: count vectors
     and their dropout; ``answer``: an answer head; ``fixed``: the client pads every payload to a fixed slot count)
     differs from PPFT's, each compared with its own no-noise upper bound, beside PPFT's layout at the stage-2 lengths
-    the variants were trained for, at the width-matched eps and k=4. ``name(value)`` names a layout. An "answer head alone" column appears when a row measured it."""
+    the variants were trained for, at the width-matched eps and k=4. ``name(value)`` names a layout. "Answer head alone"
+    columns (open-answer, 4-option) appear when a row measured them."""
     every = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
     stage2 = [e for e in every if not _get(e, "blind")]
     values = _layout_values(stage2, key)
@@ -368,17 +369,18 @@ def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[
     lengths = sorted({e.params.get("epochs") for _, *pair in variants for e in pair if e is not None} - {None})
     reference = [r for r in (row_at(_layout_default(key), epochs=n) for n in lengths) if r[1] is not None or r[2] is not None]
     rows = (reference or [row_at(_layout_default(key))]) + variants
-    head = any(e is not None and e.values("acc_open_head") for _, *pair in rows for e in pair)
+    head = [(m, h) for m, h in (("acc_open_head", "open, answer head alone"), ("acc_mcqa_head", "4-option, answer head alone"))
+            if any(e is not None and e.values(m) for _, *pair in rows for e in pair)]  # when a row measured it
     out = [f"| {_LAYOUT_HEADER[key]} | row | stage-2 epochs | 4-option acc | 4-option, ranked | open-answer acc | open, no name | "
-           "open, label-ranked | open, random slots (count only) |" + (" open, answer head alone |" if head else ""),
-           "|---|---|---|---|---|---|---|---|---|" + ("---|" if head else "")]
+           "open, label-ranked | open, random slots (count only) |" + "".join(f" {h} |" for _, h in head),
+           "|---|---|---|---|---|---|---|---|---|" + "---|" * len(head)]
     verdicts = []
     for v, noisy, upper in rows:
         layout = name(v)
         for label, e in ((f"eps {_eps_label(WIDTH_MATCHED)}, k=4", noisy), ("upper bound (no noise)", upper)):
             out.append(f"| {layout} | {label} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} | {_fmt(e, 'acc_open')} | "
                        f"{_fmt(e, 'acc_open_no_leak')} | {_fmt(e, 'acc_open_rank')} | {_fmt(e, 'acc_length_open')} |"
-                       + (f" {_fmt(e, 'acc_open_head')} |" if head else ""))
+                       + "".join(f" {_fmt(e, m)} |" for m, _ in head))
         if v != _layout_default(key) and noisy is not None and upper is not None:
             verdicts += _verdicts(f"{layout}: eps {WIDTH_MATCHED:g}", noisy, upper, blind, low)
             verdicts += _training_verdicts(layout, _trainings(stage2, noisy.params.get("epochs"), **{key: v}), upper, blind, low)
@@ -443,8 +445,8 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
       "classifier: the mean of the noisy slots and the one-hot slot count, a 2-layer MLP; classes: the distinct",
       "training targets), then puts its class vectors, weighted by its probabilities, before the slots and",
       "trains P_psi + LoRA as PPFT does (`answer_head`). \"Answer head alone\": its most probable class on the",
-      "open-answer payloads, no decoder. Post-processing of the payload: the client and its guarantee are",
-      "unchanged. The tables above use PPFT's layout."]),
+      "open-answer payloads, or the option it ranks highest on the 4-option ones, no decoder. Post-processing of",
+      "the payload: the client and its guarantee are unchanged. The tables above use PPFT's layout."]),
     ("augment", _augment_layout, "the server blurs the slot count in training",
      ["At eps 28 PPFT's decoder answers open questions mostly from the slot count (see \"random slots\"). In",
       "stage 2 the server drops slots of its training rows and/or inserts random unit slots at random positions,",

@@ -57,8 +57,8 @@ def table_selection(selection: Sequence[Entry], heldout: Sequence[Entry], ds: st
         n = int(e.mean("n_heldout")) if e.values("n_heldout") else "?"
         out.append(f"| {name} | {epochs} | {seed} | {_eps_label(eps)} | {k} | {share:.0%} | {part} ({n}) | "
                    + " | ".join(_fmt(e, m) for m in _METRICS) + f" | `{e.source}` |")
-    out += [""] + _choices([e for e in newest.values() if _part(e) == "validation"], heldout, ds)
-    return out
+    choices = _choices([e for e in newest.values() if _part(e) == "validation"], heldout, ds)
+    return out + ([""] + choices if choices else [])
 
 
 def _part(e: Entry) -> str:

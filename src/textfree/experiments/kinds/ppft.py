@@ -25,7 +25,7 @@ run's). A ``ppft_stage2`` run is reused only while its ``init`` run is the one i
 
 Metrics of the evaluating kinds, per task ``T`` in ``eval_tasks`` (mcqa, open, blind_mcqa, blind_open, the
 option-ranked mcqa_rank, blind_mcqa_rank, the label-ranked open_rank, blind_open_rank, the slot-count-only controls
-length_mcqa, length_open and, for a model with an answer head, open_head: :mod:`textfree.ppft.evaluate`):
+length_mcqa, length_open and, for a model with an answer head, open_head and mcqa_head: :mod:`textfree.ppft.evaluate`):
 ``acc_T``, ``acc_T_no_leak`` (records whose private text does not name the answer) and ``acc_T_exclusive``;
 plus ``n_heldout``, ``n_no_leak``, ``majority_baseline``, ``slot_epsilon`` (worst-case loss of one slot;
 NaN without noise), ``prompt_epsilon`` (mean worst-case loss of a held-out prompt) and ``eval_wall_s``.
@@ -44,7 +44,7 @@ from ..registry import RunContext, register_cell_kind
 __all__ = ["EVAL_TASKS", "eval_metric_names", "STAGE2_PARAMS", "STAGE1_PARAMS", "EVALUATE_PARAMS", "PRETRAIN_PARAMS"]
 
 EVAL_TASKS = ("mcqa", "open", "blind_mcqa", "blind_open", "mcqa_rank", "blind_mcqa_rank", "open_rank", "blind_open_rank",
-              "length_mcqa", "length_open", "open_head")
+              "length_mcqa", "length_open", "open_head", "mcqa_head")
 _PER_TASK = ("acc_{}", "acc_{}_no_leak", "acc_{}_exclusive")
 _COMMON = ("n_heldout", "n_no_leak", "majority_baseline", "slot_epsilon", "prompt_epsilon", "eval_wall_s")
 _TRAIN = ("train_first_loss", "train_final_loss", "train_wall_s", "train_steps", "reused")
@@ -72,7 +72,7 @@ STAGE2_PARAMS = _config_params(
     {
         "out": "Run directory template; {dataset} {epsilon} {k} {mechanism} {noise_match} {blind} are filled in.",
         "train_seed": "Training seed (init, dropout, data order, training noise); the cell's seeds are evaluation noise seeds.",
-        "eval_tasks": "Evaluation tasks: mcqa, mcqa_rank, open, open_rank, length_mcqa, length_open, open_head (answer head models), blind_mcqa, blind_mcqa_rank, blind_open, blind_open_rank (default: mcqa + mcqa_rank + open + open_rank + length_open; blind runs: the blind_ four).",
+        "eval_tasks": "Evaluation tasks: mcqa, mcqa_rank, open, open_rank, length_mcqa, length_open, open_head and mcqa_head (answer head models), blind_mcqa, blind_mcqa_rank, blind_open, blind_open_rank (default: mcqa + mcqa_rank + open + open_rank + length_open; blind runs: the blind_ four).",
         "eval_limit": "Evaluate on the first N held-out records only.",
     },
     skip=("seed", "progress", "resume"),
