@@ -579,3 +579,18 @@ def test_mcqa_head_answers_with_the_option_the_head_ranks_highest(head_lm, monke
     assert r["accuracy"] == sum(w == x.answer for w, x in zip(want, RECORDS)) / 3 and r["n_labels"] is None
     # an option list with none of the classes: the first option (all tied at 0)
     assert head_answers(proj, payload, [["Gout", "Lupus"]] * 3) == ["Gout"] * 3
+
+
+def test_mcqa_head_sums_the_classes_that_spell_one_option():
+    """A head trained before classes were merged by normalised text has one answer under two spellings: the
+    option gets their summed probability (0.3 + 0.3 beats 0.4), not the last spelling's alone."""
+    from types import SimpleNamespace
+
+    from textfree.ppft.evaluate import head_answers
+
+    probs = torch.tensor([0.3, 0.4, 0.3])
+    projection = SimpleNamespace(config=SimpleNamespace(answer_classes=("Theft", "Fraud", "theft")),
+                                 answer_embed=torch.zeros(3, 2), answer_probabilities=lambda slots: probs)
+    payload = SimpleNamespace(vectors=torch.zeros(1, 2, 4), lengths=[2])
+    assert head_answers(projection, payload, [["Fraud", "THEFT", "Gout"]]) == ["THEFT"]
+    assert head_answers(projection, payload, [["Gout", "Fraud"]]) == ["Fraud"]

@@ -300,6 +300,9 @@ def test_answer_classes_are_the_repeated_targets_most_frequent_first():
 
     assert answer_classes(["flu", "cold", "flu", "otitis", "cold", "flu"]) == ["flu", "cold", "otitis"]
     assert answer_classes(["b", "a", "a", "b"]) == ["a", "b"]  # ties: alphabetical
+    # spellings of one answer are one class, named by the most frequent one (Pri-SLJA has two such charges)
+    assert answer_classes(["Theft", "theft", "Theft", "Fraud", "fraud ", "Fraud"]) == ["Fraud", "Theft"]
+    assert answer_classes(["Theft", "theft", "Fraud", "Fraud", "Fraud"]) == ["Fraud", "Theft"]  # 3 against 2
     with pytest.raises(ValueError, match="at least 2 distinct training targets, got 1"):
         answer_classes(["flu", "flu"])
     with pytest.raises(ValueError, match="3 of 5 training targets occur once: the answers are free text"):

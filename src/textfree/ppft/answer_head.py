@@ -5,8 +5,8 @@ question for 0.810 of the held-out prompts, 0.758 of that from the slot count al
 classifier (mean of the noisy slots + one-hot slot count -> 2-layer MLP), trained on 150 fresh noise draws of the
 same training rows, names the diagnosis of 87.3%. Stage 2 gives the decoder 12 draws per row; the classifier is
 cheap enough for a hundred. So the server trains that classifier first, on its own stage-2 payloads (fresh noise
-each pass, exactly what the decoder is later trained on), its classes the distinct training targets, and puts the
-class vectors, weighted by its probabilities, before each row's slots
+each pass, exactly what the decoder is later trained on), its classes the distinct training targets (by normalised
+text), and puts the class vectors, weighted by its probabilities, before each row's slots
 (:meth:`~textfree.ppft.projection.Projection.answer_vector`). The decoder still writes the answer.
 
 The server sees payloads and targets only, as in the rest of stage 2. It suits domains whose answers come from a
@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..attacks.attributes import AttributeAttackConfig, AttributeClassifier, AttributeSpec, train_attribute_attacker
+from ..data import normalize_answer
 from .batches import ClientCache, PayloadExample, collate_payloads
 
 __all__ = ["answer_classes", "class_vectors", "train_answer_head", "head_accuracy"]
@@ -29,20 +30,26 @@ log = logging.getLogger(__name__)
 
 
 def answer_classes(targets: Sequence[str]) -> list[str]:
-    """The distinct training targets, most frequent first. Refused when fewer than 2, or when more than half the
-    targets occur once (free text, not a closed answer set: an answer head would learn nothing)."""
-    counts: dict[str, int] = {}
+    """The distinct training targets by normalised text, most frequent first (ties: alphabetical). Spellings that
+    differ only in case, spacing or punctuation ("Theft", "theft") are one class, named by its most frequent
+    spelling, so the head does not split one answer's probability over them. Refused when fewer than 2 classes,
+    or when more than half the targets are alone in their class (free text, not a closed answer set: an answer
+    head would learn nothing)."""
+    spellings: dict[str, dict[str, int]] = {}
     for t in targets:
-        counts[t] = counts.get(t, 0) + 1
-    if len(counts) < 2:
-        raise ValueError(f"an answer head needs at least 2 distinct training targets, got {len(counts)}")
+        by = spellings.setdefault(normalize_answer(t), {})
+        by[t] = by.get(t, 0) + 1
+    if len(spellings) < 2:
+        raise ValueError(f"an answer head needs at least 2 distinct training targets, got {len(spellings)}")
+    counts = {key: sum(by.values()) for key, by in spellings.items()}
     singletons = sum(1 for c in counts.values() if c == 1)
     if singletons > len(targets) / 2:
         raise ValueError(
             f"{singletons} of {len(targets)} training targets occur once: the answers are free text, not a closed set;"
             " an answer head needs repeated answers (labels)"
         )
-    return sorted(counts, key=lambda c: (-counts[c], c))
+    names = {key: min(by, key=lambda s: (-by[s], s)) for key, by in spellings.items()}
+    return [names[key] for key in sorted(spellings, key=lambda key: (-counts[key], names[key]))]
 
 
 def class_vectors(server, classes: Sequence[str]) -> torch.Tensor:
@@ -75,7 +82,8 @@ def train_answer_head(
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"answer head epochs must be an integer >= 1, got {epochs!r}")
     classes = answer_classes(cache.targets)  # refuses free-text targets
-    targets = [{"answer": t} for t in cache.targets]
+    named = {normalize_answer(c): c for c in classes}
+    targets = [{"answer": named[normalize_answer(t)]} for t in cache.targets]
     specs = [AttributeSpec("answer", "categorical", tuple(classes))]
     first = _release(cache.privatize(privatizer, generator=noise_generator(0)))
 
@@ -91,4 +99,4 @@ def head_accuracy(projection, payloads: Sequence[PayloadExample]) -> float:
     """Share of ``payloads`` whose target is the answer head's most probable class."""
     if not payloads:
         raise ValueError("head_accuracy needs at least one payload")
-    return sum(projection.answer_class(ex.vectors) == ex.target for ex in payloads) / len(payloads)
+    return sum(normalize_answer(projection.answer_class(ex.vectors) or "") == normalize_answer(ex.target) for ex in payloads) / len(payloads)

@@ -27,8 +27,8 @@ Tasks (``task=``):
   paper; :mod:`textfree.ppft.answer_head`): its most probable class, no decoder. Scored like ``"open"``. Beside the
   ``"open"`` row it says how much of what the head reads the decoder passes on. Needs a model with an answer head.
 * ``"mcqa_head"``: the prompts and payloads of ``"mcqa"``, answered by the answer head alone among the four options
-  shown: the option its class probabilities rank highest (an option outside its classes has probability 0; ties
-  go to the first option). Scored like ``"mcqa"``. Beside ``"mcqa"`` it says how much of the head's reading the
+  shown: the option its class probabilities rank highest (an option's probability sums its classes of the same
+  normalised text; 0 outside its classes; ties go to the first option). Scored like ``"mcqa"``. Beside ``"mcqa"`` it says how much of the head's reading the
   decoder turns into 4-option answers.
 
 Every result also reports ``accuracy_no_leak``: the accuracy on the records whose private text does not name the
@@ -161,15 +161,18 @@ def evaluate_qa(
 
 def head_answers(projection, payload, options: Sequence[Sequence[str]] | None = None) -> list[str]:
     """Per payload row, the answer head's most probable class; with ``options`` (one list per row), the row's option
-    the head ranks highest (an option that is not one of its classes has probability 0; ties: the first option)."""
+    the head ranks highest: an option's probability is the sum over the classes with its normalised text (training
+    targets may differ in case only: "Theft", "theft"), 0 when none; ties go to the first option."""
     if options is None:
         return [projection.answer_class(payload.vectors[i, :n].float()) for i, n in enumerate(payload.lengths)]
-    index = {normalize_answer(c): j for j, c in enumerate(projection.config.answer_classes)}
+    index: dict[str, list[int]] = {}
+    for j, c in enumerate(projection.config.answer_classes):
+        index.setdefault(normalize_answer(c), []).append(j)
     out = []
     with torch.no_grad():
         for i, n in enumerate(payload.lengths):
             p = projection.answer_probabilities(payload.vectors[i, :n].float().to(projection.answer_embed.device))
-            scores = [0.0 if p is None or normalize_answer(o) not in index else float(p[index[normalize_answer(o)]]) for o in options[i]]
+            scores = [0.0 if p is None else float(sum(p[j] for j in index.get(normalize_answer(o), []))) for o in options[i]]
             out.append(options[i][max(range(len(scores)), key=lambda j: (scores[j], -j))])
     return out
 
