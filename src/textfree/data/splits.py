@@ -44,7 +44,7 @@ from .paths import resolve_source
 from .privacyrestore import load_privacyrestore, privacyrestore_dir
 from .records import MCQARecord
 
-__all__ = ["ppft_split", "stable_unit_interval", "private_key", "SPLIT_SALT", "PPFTSplit"]
+__all__ = ["ppft_split", "check_validation", "stable_unit_interval", "private_key", "SPLIT_SALT", "PPFTSplit"]
 
 #: Salt mixed into every hash; change it (and document why) only to draw a different fixed split.
 SPLIT_SALT = "textfree-ppft-split-v1"
@@ -69,6 +69,14 @@ def stable_unit_interval(key: str, salt: str = SPLIT_SALT) -> float:
 def private_key(record: MCQARecord) -> str:
     """The whitespace-normalised private text (``context + " " + question``) used to group records."""
     return _WS.sub(" ", f"{record.context} {record.question}").strip()
+
+
+def check_validation(value: Any, *, nullable: bool = False) -> None:
+    """A validation share (:func:`ppft_split`'s ``validation``): a number in ``[0, 1)``, or None when ``nullable``."""
+    if nullable and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"validation must be a number in [0, 1){' or null' if nullable else ''}, got {value!r}")
 
 
 def _sha256_file(path: Path) -> str:
@@ -99,8 +107,7 @@ def ppft_split(
     """
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"fraction must be in [0, 1], got {fraction}")
-    if isinstance(validation, bool) or not isinstance(validation, (int, float)) or not 0.0 <= validation < 1.0:
-        raise ValueError(f"validation must be a number in [0, 1), got {validation!r}")
+    check_validation(validation)
     if group_by not in ("context", "id"):
         raise ValueError(f"group_by must be 'context' or 'id', got {group_by!r}")
     default_rel = privacyrestore_dir(dataset) if isinstance(dataset, str) else None

@@ -118,15 +118,16 @@ class InitChanged(ValueError):
     """A run's init run was rebuilt at the same path after the run started from it."""
 
 
-def same_init(run: str | os.PathLike, recorded: str | None, init: str | os.PathLike) -> bool:
+def same_init(run: str | os.PathLike, recorded: str | None, init: str | os.PathLike, *, current: str | None = None) -> bool:
     """Whether ``init`` still is the run that ``run`` started from, by the fingerprint ``run`` recorded of it.
 
-    True when :func:`run_fingerprint` of ``init`` is ``recorded``; False when ``recorded`` is None (a run from before
-    fingerprints were recorded: unchecked, the caller says so); raises :class:`InitChanged` otherwise. Configs name
-    ``init`` by path only, so without this a rebuilt ``init`` would pass for the old one."""
+    True when :func:`run_fingerprint` of ``init`` (``current``, when the caller has it already) is ``recorded``;
+    False when ``recorded`` is None (a run from before fingerprints were recorded: unchecked, the caller says so);
+    raises :class:`InitChanged` otherwise. Configs name ``init`` by path only, so without this a rebuilt ``init``
+    would pass for the old one."""
     if recorded is None:
         return False
-    current = run_fingerprint(init)
+    current = current or run_fingerprint(init)
     if current != recorded:
         raise InitChanged(f"{str(run)!r} was trained from another {str(init)!r} (init fingerprint {recorded[:12]}, now {current[:12]})")
     return True

@@ -28,8 +28,8 @@ Tasks (``task=``):
   ``"open"`` row it says how much of what the head reads the decoder passes on. Needs a model with an answer head.
 * ``"mcqa_head"``: the prompts and payloads of ``"mcqa"``, answered by the answer head alone among the four options
   shown: the option its class probabilities rank highest (an option's probability sums its classes of the same
-  normalised text; 0 outside its classes; ties go to the first option). Scored like ``"mcqa"``. Beside ``"mcqa"`` it says how much of the head's reading the
-  decoder turns into 4-option answers.
+  normalised text; 0 outside its classes; ties go to the first option). Scored like ``"mcqa"``. Beside ``"mcqa"``
+  it says how much of the head's reading the decoder turns into 4-option answers.
 
 Every result also reports ``accuracy_no_leak``: the accuracy on the records whose private text does not name the
 answer (docs/data.md). ``majority_baseline`` is the accuracy of always answering the most frequent training answer

@@ -337,13 +337,15 @@ def _layout_values(entries: Sequence[Entry], key: str) -> list[Any]:
     """The values of layout ``key`` ("center", or combined: "center+answer") among the ``entries`` that keep PPFT's
     value of every other layout key, each part differing from PPFT's, sorted: a run that changes two keys belongs to
     their combined section, not to either key's own."""
-    parts = key.split("+")
-    default = _layout_default(key)
-    others = {k: v for k, v in _PPFT_LAYOUT.items() if k not in parts}
+    others = {k: v for k, v in _PPFT_LAYOUT.items() if k not in key.split("+")}
     found = {_get(e, key) for e in entries if all(_get(e, k) == v for k, v in others.items())}
-    if len(parts) == 1:
-        return sorted(found - {default})
-    return sorted(v for v in found if all(x != d for x, d in zip(v, default)))
+    return sorted(v for v in found if _differs_from_ppft(key, v))
+
+
+def _differs_from_ppft(key: str, value: Any) -> bool:
+    """Whether ``value`` of layout ``key`` is not PPFT's; of a combined key, whether every part differs."""
+    default = _layout_default(key)
+    return all(x != d for x, d in zip(value, default)) if "+" in key else value != default
 
 
 def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[Any], str]) -> list[str]:

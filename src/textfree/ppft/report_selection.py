@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .report import _LAYOUT_SECTIONS, _PPFT_LAYOUT, WIDTH_MATCHED, Entry, _eps_label, _fmt, _get, _latest, _layout_default, _ratio, _training_means, _trainings
+from .report import (_LAYOUT_SECTIONS, _PPFT_LAYOUT, WIDTH_MATCHED, Entry, _differs_from_ppft, _eps_label, _fmt, _get, _latest,
+                     _ratio, _training_means, _trainings)
 
 __all__ = ["split_selection", "table_selection"]
 
@@ -32,11 +33,9 @@ def layout_of(e: Entry) -> tuple[str, dict[str, Any]]:
     """The name of ``e``'s layout and the layout keys that say it (``{}``: PPFT's own); a combined section
     ("center+answer") before its parts."""
     for key, name, _, _ in sorted(_LAYOUT_SECTIONS, key=lambda s: -len(s[0].split("+"))):
-        parts = key.split("+")
-        value, default = _get(e, key), _layout_default(key)
-        differs = all(x != d for x, d in zip(value, default)) if len(parts) > 1 else value != default
-        others = all(_get(e, k) == v for k, v in _PPFT_LAYOUT.items() if k not in parts and k != "train_seed")
-        if differs and others:
+        value = _get(e, key)
+        others = all(_get(e, k) == v for k, v in _PPFT_LAYOUT.items() if k not in key.split("+") and k != "train_seed")
+        if _differs_from_ppft(key, value) and others:
             return name(value), {key: value}
     return "PPFT", {}
 

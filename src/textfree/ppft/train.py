@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch.utils.data import DataLoader, Subset
 
+from ..data.splits import check_validation
 from ..rng import secure_generator, seeded_generator
 from .batches import (
     DEFAULT_GENERAL_SOURCES,
@@ -201,11 +202,9 @@ class Stage2Config(LoopConfig):
         if self.blind and self.epsilon is not None:
             raise ValueError("a blind run sends no private prefix: set epsilon to null")
         _check_optional_int("slot_augment_epochs", self.slot_augment_epochs, 1)
-        if self.validation is not None:
-            if isinstance(self.validation, bool) or not isinstance(self.validation, (int, float)) or not 0 <= self.validation < 1:
-                raise ValueError(f"validation must be a number in [0, 1) or null, got {self.validation!r}")
-            if self.restore_text is not None:
-                raise ValueError("validation holds back training rows of the dataset: not with restore_text")
+        check_validation(self.validation, nullable=True)
+        if self.validation is not None and self.restore_text is not None:
+            raise ValueError("validation holds back training rows of the dataset: not with restore_text")
         if self.slot_augment_epochs is not None and not self.slot_augment().active:
             raise ValueError(f"slot_augment_epochs ({self.slot_augment_epochs}) needs slot_insert or slot_drop")
         if self.slot_augment().active and (self.blind or list(self.tasks) == ["restore"]):
@@ -246,6 +245,7 @@ def _prepare_run_dir(cfg: LoopConfig, *, init: str | None = None) -> Path:
     run = Path(cfg.out)
     run.mkdir(parents=True, exist_ok=True)
     saved_path = run / TRAIN_CONFIG
+    fingerprint = None if init is None else run_fingerprint(init)
     mine = {k: v for k, v in cfg.to_dict().items() if k not in _RESUME_FREE}
     if cfg.resume and saved_path.is_file() and latest_checkpoint(run) is not None:
         saved_doc = read_json(saved_path)
@@ -255,7 +255,7 @@ def _prepare_run_dir(cfg: LoopConfig, *, init: str | None = None) -> Path:
             raise ValueError(f"{str(run)!r} holds a run with other settings ({', '.join(diff)}); use another --out or --no-resume")
         if init is not None:
             try:
-                checked = same_init(run, saved_doc.get("init_fingerprint"), init)
+                checked = same_init(run, saved_doc.get("init_fingerprint"), init, current=fingerprint)
             except InitChanged as exc:
                 raise InitChanged(f"{exc}: its checkpoints cannot be resumed; use another --out or --no-resume") from None
             if not checked:
@@ -266,7 +266,7 @@ def _prepare_run_dir(cfg: LoopConfig, *, init: str | None = None) -> Path:
         shutil.rmtree(run / "checkpoints", ignore_errors=True)
         (run / METRICS).unlink(missing_ok=True)
     doc = {"kind": type(cfg).__name__, "config": cfg.to_dict()}
-    write_json(saved_path, doc if init is None else doc | {"init_fingerprint": run_fingerprint(init)})
+    write_json(saved_path, doc if init is None else doc | {"init_fingerprint": fingerprint})
     return run
 
 
