@@ -399,13 +399,26 @@ def test_stage2_on_real_pri_ddx_beats_chance(shared_data, monkeypatch, tmp_path,
     assert result["accuracy"] > 0.25, (result["accuracy"], summary, train_s)
 
 
+def _hand_centre(lm, texts, mu):
+    """The stage-2 centre recomputed by hand: PrivateMean(mu) of each text's mean unit slot, training seed 0's draw."""
+    from textfree.mechanisms.centering import PrivateMean, prompt_mean_slots
+    from textfree.mechanisms.transforms import k_pool, l2_normalize
+    from textfree.rng import seeded_generator
+
+    slots = []
+    for t in texts:
+        b = lm.encoder.encode([t])
+        pooled, m = k_pool(b.hidden, b.mask, lm.config.k)
+        slots.append(l2_normalize(pooled[0][m[0]]))
+    return PrivateMean(mu).sample(prompt_mean_slots(slots), generator=seeded_generator(0 * 100_003 + 90_001, warn=False)).float()
+
+
 def test_stage2_center_is_the_private_mean_of_the_prompts_and_ships_with_the_model(stage1_run, fixture_data, tmp_path):
     """center_mu: the centre is the mean of each distinct training prompt's mean unit slot plus N(0, (2/(n mu))^2)
     noise, saved beside the weights, named by sha256 in the config, applied by the loaded model's client (every slot
     still a unit vector), and reused on resume."""
-    from textfree.mechanisms.centering import PrivateMean, center_sha256, prompt_mean_slots
+    from textfree.mechanisms.centering import center_sha256
     from textfree.mechanisms.transforms import k_pool, l2_normalize
-    from textfree.rng import seeded_generator
 
     run1, _ = stage1_run
     full = train_stage2(_stage2_cfg(tmp_path / "full", run1, center_mu=2.0, tasks=["mcqa", "open"]))
@@ -418,13 +431,7 @@ def test_stage2_center_is_the_private_mean_of_the_prompts_and_ships_with_the_mod
     records = ppft_split("ddx")["train"]
     texts = list(dict.fromkeys(ex.private for ex in domain_examples(records, ["mcqa", "open"])))
     assert info["prompts"] == len(texts) and info["sigma"] == pytest.approx(2.0 / (len(texts) * 2.0))
-    slots = []
-    for t in texts:
-        b = lm.encoder.encode([t])
-        pooled, m = k_pool(b.hidden, b.mask, lm.config.k)
-        slots.append(l2_normalize(pooled[0][m[0]]))
-    want = PrivateMean(2.0).sample(prompt_mean_slots(slots), generator=seeded_generator(0 * 100_003 + 90_001, warn=False))
-    torch.testing.assert_close(lm.center, want.float(), atol=1e-5, rtol=0)
+    torch.testing.assert_close(lm.center, _hand_centre(lm, texts, 2.0), atol=1e-5, rtol=0)
     # the client centres: a clean payload's slots are unit(unit(v) - c), not unit(v)
     clean = lm.privatizer(None).privatize([texts[0]])
     b = lm.encoder.encode([texts[0]])
@@ -441,6 +448,62 @@ def test_stage2_center_is_the_private_mean_of_the_prompts_and_ships_with_the_mod
     _assert_same_run(tmp_path / "full", tmp_path / "cut")
 
 
+def test_stage2_subspace_is_the_class_span_of_fresh_centred_payloads_and_ships_with_the_centre(stage1_run, fixture_data, tmp_path):
+    """subspace_epochs: after the centre, the server draws that many passes of fresh centred payloads of each training
+    prompt (seeded 70_000 + pass), labels each payload's mean slot by its target, and keeps class_subspace of them; the
+    map [centre; basis] is saved, named by sha256, applied by the loaded client (unit(B^T B unit(unit(v) - c))) and
+    reused on resume; a resume that disagrees about the subspace is refused."""
+    from textfree.data import normalize_answer
+    from textfree.mechanisms.centering import center_sha256
+    from textfree.mechanisms.subspace import class_subspace
+    from textfree.mechanisms.transforms import k_pool, l2_normalize
+    from textfree.ppft.batches import domain_examples
+    from textfree.rng import seeded_generator
+
+    run1, _ = stage1_run
+    cfg = dict(center_mu=2.0, subspace_epochs=2, tasks=["mcqa", "open"])
+    info = train_stage2(_stage2_cfg(tmp_path / "sub", run1, **cfg))["center"]
+    lm = TextFreeLM.load(tmp_path / "sub")
+    examples = domain_examples(ppft_split("ddx")["train"], ["mcqa", "open"])
+    first = {}
+    for ex in examples:
+        first.setdefault(ex.private, normalize_answer(ex.target))
+    texts, labels = list(first), list(first.values())
+    center = _hand_centre(lm, texts, 2.0)
+    assert lm.center.shape[0] == 1 + info["subspace"]["rank"] and lm.config.center_sha256 == center_sha256(lm.center) == info["sha256"]
+    assert info["subspace"] == {"rank": len(set(labels)) - 1, "epochs": 2, "prompts": len(texts), "releases_per_prompt": 2}
+    torch.testing.assert_close(lm.center[0], center, atol=1e-5, rtol=0)
+    # the basis by hand: two seeded passes of centred L2-Laplace(28) payloads, each reduced to its mean slot
+    from textfree.mechanisms.laplace import L2Laplace
+
+    means = []
+    for epoch in range(2):
+        gen = seeded_generator(0 * 100_003 + 70_000 + epoch, warn=False)
+        for t in texts:
+            b = lm.encoder.encode([t])
+            pooled, m = k_pool(b.hidden, b.mask, lm.config.k)
+            x = l2_normalize(l2_normalize(pooled[0][m[0]]) - center)
+            means.append(l2_normalize(L2Laplace(28.0).sample(x.double(), generator=gen)).float().mean(dim=0))
+    basis = class_subspace(torch.stack(means), labels * 2)
+    torch.testing.assert_close(lm.center[1:], basis, atol=1e-4, rtol=0)
+    # the loaded client projects: a clean payload's slots are unit(B^T B unit(unit(v) - c))
+    b = lm.encoder.encode([texts[0]])
+    pooled, m = k_pool(b.hidden, b.mask, lm.config.k)
+    x = l2_normalize(l2_normalize(pooled[0][m[0]]) - center)
+    want = l2_normalize(x @ basis.T @ basis)
+    torch.testing.assert_close(lm.privatizer(None).privatize([texts[0]]).vectors[0, : int(m.sum())], want, atol=1e-4, rtol=0)
+    # resume reuses the saved map; a resume without the subspace is refused, the map kept
+    with pytest.raises(Interrupt):
+        train_stage2(_stage2_cfg(tmp_path / "cut", run1, **cfg), on_step=_interrupt_at(5))
+    assert train_stage2(_stage2_cfg(tmp_path / "cut", run1, **cfg))["center"] == info
+    _assert_same_run(tmp_path / "sub", tmp_path / "cut")
+    with pytest.raises(Interrupt):
+        train_stage2(_stage2_cfg(tmp_path / "cut2", run1, **cfg), on_step=_interrupt_at(2))
+    with pytest.raises(ValueError, match=r"holds a run with other settings \(subspace_epochs\)"):
+        train_stage2(_stage2_cfg(tmp_path / "cut2", run1, center_mu=2.0, tasks=["mcqa", "open"]))
+    assert (tmp_path / "cut2" / "slot_center.safetensors").is_file()
+
+
 def test_stage2_center_settings_are_checked(stage1_run, fixture_data, tmp_path):
     run1, _ = stage1_run
     for bad in (0, -1.0, True, "1"):
@@ -448,6 +511,11 @@ def test_stage2_center_settings_are_checked(stage1_run, fixture_data, tmp_path):
             _stage2_cfg(tmp_path / "x", run1, center_mu=bad)
     with pytest.raises(ValueError, match="not for blind runs or restore_text"):
         _stage2_cfg(tmp_path / "b", run1, epsilon=None, blind=True, center_mu=1.0)
+    with pytest.raises(ValueError, match="subspace_epochs projects centred slots: it needs center_mu"):
+        _stage2_cfg(tmp_path / "s", run1, subspace_epochs=3)
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match=f"subspace_epochs must be an integer >= 1 or null, got {bad!r}"):
+            _stage2_cfg(tmp_path / "s", run1, center_mu=1.0, subspace_epochs=bad)
 
 
 def test_stage2_slot_augment_blurs_the_count_of_the_servers_training_rows_only(stage1_run, fixture_data, tmp_path, monkeypatch):

@@ -24,6 +24,7 @@ from .gdp import (
 )
 from .laplace import L2Laplace, sample_gamma, sample_gamma_integer_shape, sample_unit_directions
 from .slots import UNIT_SLOT_DIAMETER, SlotPrivatization
+from .subspace import check_basis, class_subspace, project_slots
 from .transforms import k_pool, l2_normalize, n_slots
 
 __all__ = [
@@ -40,6 +41,9 @@ __all__ = [
     "center_slots",
     "check_center",
     "prompt_mean_slots",
+    "check_basis",
+    "class_subspace",
+    "project_slots",
     "Clipped",
     "clip_l2",
     "effective_noise",

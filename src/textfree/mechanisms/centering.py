@@ -33,28 +33,46 @@ _NORM_SLACK = 1e-4  # float32 rounding of unit-slot means
 
 def center_sha256(center: torch.Tensor) -> str:
     """sha256 of the centre as little-endian float32 bytes: how payload headers and model cards name it."""
+    # a 2-D centre + subspace map hashes its rows in order (its bytes are longer than any centre of the same width)
     return hashlib.sha256(center.detach().to("cpu", torch.float32).contiguous().numpy().astype("<f4").tobytes()).hexdigest()
 
 
 def check_center(center: object, dim: int | None = None) -> torch.Tensor:
-    """A centre is a finite 1-D float tensor (of width ``dim`` when given); returns it as CPU float32."""
-    if not isinstance(center, torch.Tensor) or center.dim() != 1 or not center.is_floating_point():
-        raise ValueError(f"a slot centre must be a 1-D float tensor, got {center!r}"[:200])
-    if dim is not None and center.numel() != dim:
-        raise ValueError(f"the slot centre has width {center.numel()}, the slots have width {dim}")
+    """A client slot map is a finite float tensor: the centre [d], or the centre followed by the orthonormal rows of a
+    public subspace [1 + m, d] with 1 <= m < d (:mod:`textfree.mechanisms.subspace`), of width ``dim`` when given;
+    returns it as CPU float32."""
+    if not isinstance(center, torch.Tensor) or center.dim() not in (1, 2) or not center.is_floating_point():
+        raise ValueError(f"a slot centre must be a 1-D float tensor (or a 2-D centre + subspace map), got {center!r}"[:200])
+    width = center.shape[-1]
+    if dim is not None and width != dim:
+        raise ValueError(f"the slot centre has width {width}, the slots have width {dim}")
     if not torch.isfinite(center).all():
         raise ValueError("the slot centre has non-finite values")
-    return center.detach().to("cpu", torch.float32)
+    center = center.detach().to("cpu", torch.float32)
+    if center.dim() == 2:
+        from .subspace import check_basis
+
+        if not 2 <= center.shape[0] <= width:
+            raise ValueError(f"a centre + subspace map has 1 + m rows with 1 <= m < {width} (the width), got {center.shape[0]} rows")
+        check_basis(center[1:], width)
+    return center
 
 
 def center_slots(unit_slots: torch.Tensor, center: torch.Tensor) -> torch.Tensor:
     """The centring map: ``unit(slot - center)`` for each unit slot [..., d] (the centre cast to the slots' device and
-    dtype). Every output is a unit vector again (a slot equal to the centre maps to zero, norm <= 1 all the same)."""
+    dtype). Every output is a unit vector again (a slot equal to the centre maps to zero, norm <= 1 all the same).
+    A 2-D map [1 + m, d] then projects the centred slot onto its subspace and renormalises:
+    ``unit(B^T B unit(slot - c))`` (:func:`textfree.mechanisms.subspace.project_slots`)."""
     from .transforms import l2_normalize
 
-    if center.numel() != unit_slots.shape[-1]:
-        raise ValueError(f"the slot centre has width {center.numel()}, the slots have width {unit_slots.shape[-1]}")
-    return l2_normalize(unit_slots - center.to(unit_slots.device, unit_slots.dtype))
+    if center.shape[-1] != unit_slots.shape[-1]:
+        raise ValueError(f"the slot centre has width {center.shape[-1]}, the slots have width {unit_slots.shape[-1]}")
+    center = center.to(unit_slots.device, unit_slots.dtype)
+    if center.dim() == 1:
+        return l2_normalize(unit_slots - center)
+    from .subspace import project_slots
+
+    return project_slots(l2_normalize(unit_slots - center[0]), center[1:])
 
 
 def prompt_mean_slots(slots: list[torch.Tensor]) -> torch.Tensor:

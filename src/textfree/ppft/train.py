@@ -159,6 +159,7 @@ class Stage2Config(LoopConfig):
     count_dropout: float | None = field(default=None, metadata={"help": "With count_vectors: the training-only probability that a row's count vector is zeroed (ProjectionConfig.count_dropout; default: the init run's projection's, 0)."})
     fixed_slots: bool | None = field(default=None, metadata={"help": "The client pads every payload to ceil(max_private_tokens / k) slots, hiding the prompt's length (see TextFreeConfig.fixed_slots; default: the init run's, false as PPFT)."})
     center_mu: float | None = field(default=None, metadata={"help": "Beyond the paper: the client centres its unit slots on the mean slot of the training prompts, estimated with mu-GDP Gaussian noise at this mu (each prompt counted once; textfree.mechanisms.centering), and renormalises them before the noise; the centre ships with the model. null: the init run's centre, none for PPFT."})
+    subspace_epochs: int | None = field(default=None, metadata={"help": "Beyond the paper, with center_mu: the client also projects every centred unit slot onto a public class subspace and renormalises it before the noise (textfree.mechanisms.subspace). The server fits the subspace from this many passes of fresh payloads of the training prompts (centred, noised at this run's epsilon; each prompt's mean slot labelled by its training target): the span of the per-target means. It ships with the centre. null: no subspace."})
     answer_head: bool = field(default=False, metadata={"help": "Beyond the paper: first train an answer head (the attribute attacker's classifier: mean slot + slot count -> MLP) on fresh payloads of the training rows, its classes the distinct training targets (by normalised text), and put its class-weighted answer vector before each row's slots (see textfree.ppft.answer_head). Needs targets from a closed set. False: keep the init run's projection as it is."})
     answer_head_epochs: int = field(default=100, metadata={"help": "With answer_head: passes over the training rows, each with fresh noise."})
     slot_insert: float | None = field(default=None, metadata={"help": "Beyond the paper, training only: the server adds m random unit slots at random positions to each training payload row of n slots, m uniform in 0..ceil(slot_insert * n), fresh every epoch, so the slot count stops naming the answer (textfree.ppft.slot_augment). Post-processing of payloads: the client and its guarantee are PPFT's; answers are never augmented. null or 0: off, as PPFT."})
@@ -213,6 +214,9 @@ class Stage2Config(LoopConfig):
             check_center_mu("center_mu", self.center_mu)
             if self.blind or self.restore_text is not None:
                 raise ValueError("center_mu centres the client's own training prompts: not for blind runs or restore_text")
+        _check_optional_int("subspace_epochs", self.subspace_epochs, 1)
+        if self.subspace_epochs is not None and self.center_mu is None:
+            raise ValueError("subspace_epochs projects centred slots: it needs center_mu")
 
     def slot_augment(self) -> SlotCountAugment:
         """The server's training-only slot-count augmentation (inactive unless slot_insert or slot_drop is set)."""
@@ -521,7 +525,7 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
     else:
         cache = ClientCache(lm.encoder, examples, progress=cfg.progress)
         if cfg.center_mu is not None:
-            center_info = _fit_center(cfg, run, lm, cache, examples, k, noise_seed)
+            center_info = _fit_center(cfg, run, lm, cache, examples, k, noise_seed, family)
         privatizer = lm.privatizer(cfg.epsilon, k=k, mechanism=family, match=cfg.noise_match)
         if cfg.epsilon is None:
             log.warning("stage 2 without noise (epsilon=None): the server sees clean embeddings; an upper bound, not private")
@@ -557,35 +561,77 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
     return _write_summary(run, summary, extra) | {"model": lm}
 
 
-def _fit_center(cfg: Stage2Config, run: Path, lm: TextFreeLM, cache: ClientCache, examples, k: int, noise_seed: int) -> dict[str, Any]:
+def _fit_center(cfg: Stage2Config, run: Path, lm: TextFreeLM, cache: ClientCache, examples, k: int, noise_seed: int,
+                family: str) -> dict[str, Any]:
     """The client's slot centre: the mu-GDP mean of the training prompts' mean unit slots (each distinct private text
-    once), set on ``lm`` and in its config, and written to ``run`` at once (a resumed run reuses it, so it is drawn
-    once even from OS entropy); returns what the summary records of it."""
+    once), followed with ``subspace_epochs`` by the class subspace's rows (:func:`_fit_subspace`); set on ``lm`` and in
+    its config, and written to ``run`` at once (a resumed run reuses it, so it is drawn once even from OS entropy);
+    returns what the summary records of it."""
     from ..mechanisms.centering import PrivateMean, center_sha256, prompt_mean_slots
     from ..mechanisms.transforms import k_pool, l2_normalize
 
-    first: dict[str, int] = {}
-    for i, ex in enumerate(examples):
-        first.setdefault(ex.private, i)
+    first = _first_of_each_prompt(examples)
     slots = []
-    for i in first.values():
+    for i in first:
         pooled, _ = k_pool(cache.hidden[i].unsqueeze(0).float(), torch.ones(1, cache.hidden[i].shape[0], dtype=torch.bool), k)
         slots.append(l2_normalize(pooled[0]))
     mech = PrivateMean(float(cfg.center_mu))
     if cfg.resume and (run / CENTER_FILE).is_file():
-        center = load_center_file(run)
+        center = load_center_file(run)  # a resume with other settings (subspace_epochs too) was refused before this
         log.info("slot centre: reused %s", run / CENTER_FILE)
     else:
         gen = secure_generator() if cfg.secure_noise else seeded_generator(noise_seed * 100_003 + 90_001, warn=False)
         center = mech.sample(prompt_mean_slots(slots), generator=gen).to(torch.float32)
+        if cfg.subspace_epochs is not None:
+            center = torch.cat([center.unsqueeze(0), _fit_subspace(cfg, lm, cache, examples, k, center, noise_seed, family)])
         save_center(run, center)
     lm.center = center
     lm.server.config = lm.config.replace(center_mu=float(cfg.center_mu), center_sha256=center_sha256(center))
     loss = mech.privacy_loss(1)
     log.info("slot centre from %d training prompts: norm %.3f, sigma %.4g, %s-GDP (eps %.3g at delta %g per prompt)",
-             len(slots), float(center.norm()), mech.sigma(len(slots)), cfg.center_mu, loss.epsilon, loss.delta)
-    return {"mu": float(cfg.center_mu), "prompts": len(slots), "sigma": mech.sigma(len(slots)), "norm": float(center.norm()),
-            "epsilon": loss.epsilon, "delta": loss.delta, "sha256": lm.config.center_sha256}
+             len(slots), float(center.reshape(-1, center.shape[-1])[0].norm()), mech.sigma(len(slots)), cfg.center_mu, loss.epsilon, loss.delta)
+    info = {"mu": float(cfg.center_mu), "prompts": len(slots), "sigma": mech.sigma(len(slots)),
+            "norm": float(center.reshape(-1, center.shape[-1])[0].norm()), "epsilon": loss.epsilon, "delta": loss.delta,
+            "sha256": lm.config.center_sha256}
+    if center.dim() == 2:
+        info["subspace"] = {"rank": center.shape[0] - 1, "epochs": cfg.subspace_epochs, "prompts": len(slots),
+                            "releases_per_prompt": cfg.subspace_epochs if cfg.epsilon is not None else 0}
+    return info
+
+
+def _first_of_each_prompt(examples) -> list[int]:
+    """The index of each distinct private text's first example (a row's prompt formats share one private text)."""
+    first: dict[str, int] = {}
+    for i, ex in enumerate(examples):
+        first.setdefault(ex.private, i)
+    return list(first.values())
+
+
+def _fit_subspace(cfg: Stage2Config, lm: TextFreeLM, cache: ClientCache, examples, k: int, center: torch.Tensor,
+                  noise_seed: int, family: str) -> torch.Tensor:
+    """The class subspace [m, d]: ``subspace_epochs`` passes of fresh payloads of each training prompt, centred on
+    ``center`` and noised as this run's client noises (clean for an upper-bound run), each reduced to its mean slot and
+    labelled by its target (by normalised text); :func:`~textfree.mechanisms.subspace.class_subspace` of those."""
+    from ..data import normalize_answer
+    from ..mechanisms.subspace import class_subspace
+
+    lm.center = center
+    privatization = lm.privatizer(cfg.epsilon, k=k, mechanism=family, match=cfg.noise_match).privatization
+    first = _first_of_each_prompt(examples)
+    labels = [normalize_answer(examples[i].target) for i in first]
+    vectors = []
+    for epoch in range(cfg.subspace_epochs):
+        gen = None
+        if cfg.epsilon is not None:
+            gen = secure_generator() if cfg.secure_noise else seeded_generator(noise_seed * 100_003 + 70_000 + epoch, warn=False)
+        for i in first:
+            hidden = cache.hidden[i].unsqueeze(0).float()
+            x, m = privatization.apply(hidden, torch.ones(hidden.shape[:2], dtype=torch.bool), generator=gen)
+            vectors.append(x[0][m[0]].mean(dim=0))
+    basis = class_subspace(torch.stack(vectors), labels * cfg.subspace_epochs)
+    log.info("class subspace: rank %d from %d passes over %d training prompts (%d targets)", basis.shape[0],
+             cfg.subspace_epochs, len(first), len(set(labels)))
+    return basis
 
 
 def _fit_answer_head(cfg: Stage2Config, run: Path, server, cache: ClientCache, privatizer, noise_seed: int) -> dict[str, Any]:
