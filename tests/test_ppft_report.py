@@ -643,3 +643,29 @@ def test_validation_runs_stay_out_of_every_other_table_and_the_selection_names_t
     # the centred row trained on every training row: 4-option 0.97, open 0.85 against its bound 0.99 / 0.99
     assert "over 1 training(s)" in held and "4-option 0.9700 = 98.0% of its upper bound 0.9900" in held
     assert "open-answer 0.8500 = 85.9% of its upper bound 0.9900" in held
+
+
+def test_a_class_subspace_client_gets_its_own_sections_apart_from_centring(tmp_path):
+    d = _fixture(tmp_path)
+    _centred_run(d)
+    _result_file(d / "sub.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "center_mu": 1.0, "subspace_epochs": 12, "epochs": 12}, _eval([0.97] * 3, [0.91, 0.93, 0.95])),
+        ({"epsilon": None, "k": 4, "center_mu": 1.0, "subspace_epochs": 12, "epochs": 12}, _eval([0.99] * 3, [0.98] * 3)),
+        ({"epsilon": 28, "k": 4, "center_mu": 1.0, "subspace_epochs": 12, "answer_head": True, "epochs": 12},
+         _eval([0.98] * 3, [0.60, 0.62, 0.64])),
+        ({"epsilon": None, "k": 4, "center_mu": 1.0, "subspace_epochs": 12, "answer_head": True, "epochs": 12}, _eval([0.99] * 3, [0.97] * 3)),
+    ], date="2026-01-03T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+    centre = lines[lines.index("### Pri-DDX: the client centres its slots (beyond the paper)"):]
+    centre = centre[: next(i for i, l in enumerate(centre[1:], 1) if l.startswith("### "))]
+    assert not any("0.930 ± 0.020" in l or "0.620 ± 0.020" in l for l in centre)  # the subspace runs are not centring's rows
+    name = "slots centred (centre 1-GDP) on the class subspace (12 passes)"
+    # 0.93 / 0.98 = 94.9% of its own upper bound -> met
+    _assert_layout_met(lines, "### Pri-DDX: centred slots projected onto the class subspace (beyond the paper)", "client",
+                       "PPFT (slots as encoded)", name, "0.930 ± 0.020 (3)", "94.9% of the upper bound 0.9800",
+                       f"{name} (0.9700 / 0.9300 of 0.9900 / 0.9800, one training)")
+    both = lines[lines.index("### Pri-DDX: centred slots on the class subspace and an answer head (beyond the paper)"):]
+    # 0.62 / 0.97 = 63.9% -> NOT met, and not listed among the layouts that meet the targets
+    assert any(l.startswith(f"- {name} + answer vector: eps 28, open-answer") and "63.9% of the upper bound 0.9700" in l
+               and l.endswith("**NOT met**") for l in both)
+    assert not any(f"{name} + answer vector (" in l for l in lines)

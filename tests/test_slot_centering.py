@@ -111,7 +111,11 @@ def test_a_centred_header_round_trips_by_sha_and_cannot_privatize():
 
 def test_centre_settings_are_checked_with_the_bad_value():
     with pytest.raises(ValueError, match="1-D float tensor"):
+        SlotPrivatization(None, center=torch.ones(2, 2, 2))
+    with pytest.raises(ValueError, match="rows are not orthonormal"):  # a 2-D map: centre + subspace rows
         SlotPrivatization(None, center=torch.ones(2, 2))
+    with pytest.raises(ValueError, match="1 <= m < 3 \\(the width\\), got 4 rows"):
+        SlotPrivatization(None, center=torch.ones(4, 3))
     with pytest.raises(ValueError, match="non-finite"):
         SlotPrivatization(None, center=torch.tensor([1.0, float("nan")]))
     with pytest.raises(ValueError, match="needs normalize=True"):

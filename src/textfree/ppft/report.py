@@ -130,12 +130,13 @@ def _eps_label(eps: float | None) -> str:
 
 
 #: PPFT's own layout: no server-side summary vectors, the slot count released as it is (no padding).
-_PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": (0, 0.0), "answer": False, "center": None, "augment": (0.0, 0.0, 0),
+_PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": (0, 0.0), "answer": False, "center": None, "subspace": None, "augment": (0.0, 0.0, 0),
                 "train_seed": 0}  # every table but the training-seed one shows training seed 0
 _TABLE1_PPFT = dict(family="l2_laplace", blind=False, epsilon=WIDTH_MATCHED, k=4)  # Table 1's PPFT row at the target point
 _LAYOUT_HEADER = {"summary": "server layout", "fixed": "client", "count": "server layout", "answer": "server layout", "center": "client",
                   "augment": "server training", "center+augment": "client + server training",
-                  "center+answer": "client + server layout"}
+                  "center+answer": "client + server layout", "center+subspace": "client",
+                  "center+subspace+answer": "client + server layout"}
 
 
 def _layout_default(key: str) -> Any:
@@ -184,6 +185,9 @@ def _get(e: Entry, key: str) -> Any:
     if key == "center":  # the client's slot centre: the mu of its private estimate, None without one
         mu = e.params.get("center_mu")
         return None if mu is None else float(mu)
+    if key == "subspace":  # the client's class subspace: the passes of fresh payloads it was fitted from, None without one
+        n = e.params.get("subspace_epochs")
+        return None if n is None else int(n)
     if key == "augment":  # the server's training-only slot-count augmentation: (slot_insert, slot_drop, its epochs; 0: all)
         return float(e.params.get("slot_insert") or 0.0), float(e.params.get("slot_drop") or 0.0), int(e.params.get("slot_augment_epochs") or 0)
     if key == "train_seed":  # the server's training seed (the cell's seeds are evaluation noise seeds)
@@ -406,6 +410,10 @@ def _augment_layout(value: tuple[float, float, int]) -> str:
     return "server " + ", then ".join(parts) + (f" in the first {epochs} training epochs" if epochs else " in training")
 
 
+def _subspace_layout(v: tuple[Any, Any]) -> str:
+    """Name of a (centre mu, subspace passes) client."""
+    return f"slots centred (centre {v[0]:g}-GDP) on the class subspace ({v[1]} passes)"
+
 _SELECTION_INTRO = [
     "Every other table was read off the held-out part, so a layout or a length chosen from them was chosen on the",
     "data it is judged on. Here candidates are trained on the training rows minus a validation part (whole",
@@ -464,7 +472,21 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
      "centred slots and an answer head",
      ["Both of the sections above at once: the client centres its slots, and the server's answer head, trained on",
       "the centred payloads, puts its answer vector before them. The tables above use PPFT's client and layout."]),
+    ("center+subspace", lambda v: "PPFT (slots as encoded)" if v == (None, None) else _subspace_layout(v),
+     "centred slots projected onto the class subspace",
+     ["After centring, the client projects every slot onto a public class subspace and renormalises it before the",
+      "noise (`subspace_epochs`; textfree.mechanisms.subspace): the span of the training targets' mean payload slots,",
+      "which the server fits from that many passes of fresh centred payloads of the training prompts and which ships",
+      "with the centre. The noise is isotropic, so the share of a slot's unit norm outside the answers' directions",
+      "is lost to a reader of the answer; projected, the slot spends all of it there. Every slot stays a unit vector:",
+      "the per-slot guarantee (2 eps) and the slot's mu are PPFT's; the fit reads that many more releases of each",
+      "training prompt. The server is PPFT's (slots only). The tables above use PPFT's client."]),
+    ("center+subspace+answer", lambda v: "PPFT (slots as encoded, slots only)" if v == (None, None, False)
+     else _subspace_layout(v[:2]) + " + answer vector", "centred slots on the class subspace and an answer head",
+     ["The client of the section above, and the server's answer head (trained on the projected payloads) before the",
+      "slots. The tables above use PPFT's client and layout."]),
 ]
+
 
 
 def _table_epochs(entries: Sequence[Entry], ds: str) -> list[str]:
