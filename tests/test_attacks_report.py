@@ -349,15 +349,19 @@ def test_centred_slots_get_a_client_column_and_stay_out_of_the_matrix_ppft_row(t
     path = _payload_file(tmp_path, "attr_center", "attribute_inference", {"k": 4}, [(28, {}), (28, {})],
                          mechanism=LAPLACE, seeds=(0,))
     data = json.loads(path.read_text())
-    data["cell"]["grid"] = {"params.center": [None, "runs/ppft/x-center1"]}
+    data["cell"]["grid"] = {"params.center": [None, "runs/ppft/x-center1", "runs/ppft/x-sub"]}
     data["grid_axes"] = ["params.center"]
-    for r, (center, sex) in zip(data["results"], ((None, 0.60), ("runs/ppft/x-center1", 0.80))):
+    data["results"].append(json.loads(json.dumps(data["results"][1])))
+    for r, (center, sex, rank) in zip(data["results"], ((None, 0.60, None), ("runs/ppft/x-center1", 0.80, 0), ("runs/ppft/x-sub", 0.90, 39))):
         r["point"] = {"params.center": center}
         r["metrics"] = {n: {"mean": v[0], "stderr": None, "values": v} for n, v in _attr(sex, 0.5, "slot_epsilon", 56.0).items()}
+        if rank is not None:
+            r["metrics"]["subspace_rank"] = {"mean": rank, "stderr": None, "values": [rank]}
     path.write_text(json.dumps(data))
     text = build_report([tmp_path])
     assert "| eps | k | client | slot eps | prompt eps (mean) | attribute |" in text
     assert "| 50 | 4 | PPFT (as encoded) | 56 |" in text and "| 50 | 4 | slots centred | 56 |" in text
+    assert "| 50 | 4 | slots centred, class subspace (m 39) | 56 |" in text
     # the cross matrix's PPFT row takes only the uncentred point (60%), not the centring client's (80%)
     sex = next(line for line in text.splitlines() if line.startswith("| attributes: sex (best)"))
     assert sex == "| attributes: sex (best) (%) | 60.0% (unit eps 56) |"

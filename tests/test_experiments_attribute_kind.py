@@ -241,9 +241,14 @@ def test_center_param_centres_clean_slots_like_the_runs_client(tmp_path):
     save_center(tmp_path, center)
     x = l2_normalize(torch.tensor([[[1.0, 1.0, 0.0], [1.0, 0.0, 1.0]], [[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]]))
     m = torch.tensor([[True, True], [True, False]])
-    out = _center_slots(str(tmp_path), x, m)
+    out, rank = _center_slots(str(tmp_path), x, m)
     torch.testing.assert_close(out[m], l2_normalize(x[m] - center))
-    assert torch.equal(out[1, 1], torch.zeros(3))
+    assert torch.equal(out[1, 1], torch.zeros(3)) and rank == 0
+    # a centre + class subspace map: projected onto its rows (here the first axis) and renormalised, rank 1
+    save_center(tmp_path / "sub", torch.tensor([[0.5, 0.0, 0.0], [1.0, 0.0, 0.0]]))
+    out, rank = _center_slots(str(tmp_path / "sub"), x, m)
+    assert rank == 1
+    torch.testing.assert_close(out[m], torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]]))
     with pytest.raises(CellError, match="has no slot_center.safetensors") as info:
         _center_slots(str(tmp_path / "none"), x, m)
     assert info.value.field == "params.center"

@@ -135,12 +135,15 @@ def _info():
     return EncoderInfo("tiny", None, 8, "contextual")
 
 
-@pytest.fixture(scope="module")
-def centred_run(tmp_path_factory, tiny_encoder_dir):
+@pytest.fixture(scope="module", params=["centre", "centre + subspace"])
+def centred_run(request, tmp_path_factory, tiny_encoder_dir):
     tmp = tmp_path_factory.mktemp("centred")
     plain = make_tiny_run(tmp / "plain", tiny_encoder_dir)
     lm = TextFreeLM.load(plain)
     lm.center = l2_normalize(torch.linspace(-1.0, 2.0, lm.encoder.dim))
+    if request.param == "centre + subspace":  # the 2-D map travels the same paths as a centre
+        basis = torch.linalg.qr(torch.randn(lm.encoder.dim, 3, generator=torch.Generator().manual_seed(0)))[0].T
+        lm.center = torch.cat([lm.center.unsqueeze(0), basis])
     lm.server.config = lm.config.replace(center_mu=1.0, center_sha256=center_sha256(lm.center))
     lm.save(tmp / "centred")
     return tmp / "centred", plain
@@ -152,7 +155,8 @@ def test_a_centring_model_is_served_with_its_centre_and_checks_payloads(centred_
     assert lm.center is not None and center_sha256(lm.center) == lm.config.center_sha256
     model = GenerateModel.load("c", str(run))
     card = model.card
-    assert card["center_sha256"] == lm.config.center_sha256 and card["center_mu"] == 1.0 and len(card["center"]) == lm.encoder.dim
+    assert card["center_sha256"] == lm.config.center_sha256 and card["center_mu"] == 1.0
+    assert torch.equal(torch.tensor(card["center"]), lm.center)  # the card carries the whole map, by value
     config = ServerConfig(models={"c": str(run)}, auth=False)
     centred = lm.privatizer(30.0).privatize(["a private prompt"], seed=0)
     model.prepare(centred, None, config)  # accepted

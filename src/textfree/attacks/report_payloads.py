@@ -122,15 +122,18 @@ def _release_title(c: PayloadCell) -> str:
     return "release: T2T text" if release == "t2t" else f"release: PCT2T text ({pos if isinstance(pos, str) else ', '.join(pos)})"
 
 
-def _lead(c: PayloadCell, point: dict) -> tuple[list[str], list[str]]:
-    """The columns that say which mechanism setting a row is: (titles, values)."""
+def _lead(c: PayloadCell, point: dict, p: Point | None = None) -> tuple[list[str], list[str]]:
+    """The columns that say which mechanism setting a row is: (titles, values); ``p``: the row's metrics."""
     release = attribute_release(c)
     if release == "slots":
         eps, k = _eps(c, point)
         if "params.train_limit" in point:  # a learning curve: the attacker's training rows are a grid axis
             return ["eps", "k", "training rows"], [str(eps), str(k), str(point["params.train_limit"])]
         if "params.center" in point:  # the client with and without a slot centre, side by side
-            return ["eps", "k", "client"], [str(eps), str(k), "slots centred" if point["params.center"] else "PPFT (as encoded)"]
+            rank = 0 if p is None or math.isnan(p.mean("subspace_rank")) else int(p.mean("subspace_rank"))
+            client = ("PPFT (as encoded)" if not point["params.center"] else
+                      f"slots centred, class subspace (m {rank})" if rank else "slots centred")
+            return ["eps", "k", "client"], [str(eps), str(k), client]
         return ["eps", "k"], [str(eps), str(k)]
     if release in ("t2t", "pct2t"):
         return ["eta"], [str(point.get("params.eta", (c.cell.get("params") or {}).get("eta")))]
@@ -176,7 +179,7 @@ def attribute_section(cells: list[PayloadCell]) -> list[str]:
                   " | ".join(v for _, v in variants) + " | **best** | **excess** |",
                   "|" + "---|" * (len(titles) + 6) + "---|" * len(variants) + "---|---|"]
         for point, p in c.points:
-            values = _lead(c, point)[1]
+            values = _lead(c, point, p)[1]
             for i, (m, label) in enumerate(present):
                 head = ("| " + " | ".join(values) + f" | {_num(p, unit_metric)} | {_num(p, 'prompt_epsilon')} " if i == 0
                         else "| " * (len(values) + 2))

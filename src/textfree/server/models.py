@@ -197,7 +197,7 @@ class GenerateModel:
             # the public slot centre the client subtracts before the noise (null: none, as PPFT)
             "center_sha256": c.center_sha256,
             "center_mu": c.center_mu,
-            "center": None if self.center is None else [float(x) for x in self.center.tolist()],
+            "center": None if self.center is None else self.center.tolist(),  # [d], or the centre + subspace map [1 + m, d]
             "decoder": {
                 "name": public_name(ref.get("name_or_path")),
                 "sha256": ref.get("sha256"),

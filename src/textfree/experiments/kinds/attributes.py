@@ -295,8 +295,9 @@ def _center_param(p: dict) -> str | None:
     return center
 
 
-def _center_slots(run: str, x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """Clean unit slots [N, S, d] centred as the run's client does: unit(slot - centre) on real slots, zeros elsewhere."""
+def _center_slots(run: str, x: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Clean unit slots [N, S, d] mapped as the run's client does: unit(slot - centre) (projected onto the run's class
+    subspace when its map has one) on real slots, zeros elsewhere; and the subspace's rank (0: a centre alone)."""
     from ...mechanisms.centering import center_slots
     from ...ppft.checkpoint import load_center_file
 
@@ -304,7 +305,7 @@ def _center_slots(run: str, x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
         center = load_center_file(run, x.shape[-1])
     except (OSError, ValueError) as exc:
         raise CellError(f"params.center: {exc}", field="params.center") from None
-    return center_slots(x, center) * m.unsqueeze(-1)
+    return center_slots(x, center) * m.unsqueeze(-1), (center.shape[0] - 1 if center.dim() == 2 else 0)
 
 
 def _validate(cell: Any, points: list[dict]) -> None:
@@ -448,8 +449,9 @@ def _slots_release(cell, resolved, s, train, test, seed, context) -> _Release:
     mech = mechanism_from_dict(resolved.mechanism)
     train_x, train_m = _clean_slots(cell, "train", train.texts, s.k, s.train_limit, context)
     test_x, test_m = _clean_slots(cell, "test", test.texts, s.k, s.train_limit, context)
+    subspace_rank = None
     if s.center is not None:
-        train_x, test_x = _center_slots(s.center, train_x, train_m), _center_slots(s.center, test_x, test_m)
+        (train_x, subspace_rank), (test_x, _) = _center_slots(s.center, train_x, train_m), _center_slots(s.center, test_x, test_m)
     if s.pad_to is not None:  # the client hides the count: filler slots up to pad_to, noised like the prompt's own
         try:
             (train_x, train_m), (test_x, test_m) = pad_slots(train_x, train_m, s.pad_to), pad_slots(test_x, test_m, s.pad_to)
@@ -463,6 +465,8 @@ def _slots_release(cell, resolved, s, train, test, seed, context) -> _Release:
     guarantee = {"slot_epsilon": slot_eps, "prompt_epsilon": float((slots * slot_eps).mean()),
                  "prompt_epsilon_max": float((slots * slot_eps).max()), "slots_per_prompt": float(slots.mean()),
                  "cosine": float((released * test_x).sum(-1)[test_m].mean())}
+    if subspace_rank is not None:  # the run's map: 0 for a centre alone, else the rank of its class subspace
+        guarantee["subspace_rank"] = subspace_rank
     return _Release((train_x, train_m), (released, test_m), guarantee, lambda: {"noise": noise})
 
 

@@ -1,0 +1,122 @@
+"""How much of a Pri-* answer a linear reader gets from noisy slots, per client slot map.
+
+The client maps each unit slot before the noise: as encoded (PPFT), centred (``unit(unit(v) - c)``), centred on
+the class subspace fitted from noisy or from clean payloads (:mod:`textfree.mechanisms.subspace`), or centred on
+the top principal directions of the centred slots (no labels). For each map a logistic regression on the mean of a
+prompt's noisy renormalised slots is trained with fresh noise on every pass over the training prompts and scored
+on the held-out prompts over a few noise draws (a prompt whose answer never occurs in training counts as wrong).
+The centre and the bases come from the training prompts without privacy noise of their own: this measures what a
+map gives a reader, not a release. Prints one accuracy per map.
+
+    python benchmarks/probe_slot_maps.py --dataset slja --encoder runs/stage1/encoder --max-tokens 192
+    python benchmarks/probe_slot_maps.py --dataset ddx --encoder runs/stage1/encoder --max-tokens 128
+
+Needs the Pri-* data (``TEXTFREE_DATA``) and an encoder directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+from textfree.data import normalize_answer, ppft_split  # noqa: E402
+from textfree.encoders import ContextualEncoder  # noqa: E402
+from textfree.mechanisms import L2Laplace, center_slots, class_subspace, k_pool, l2_normalize  # noqa: E402
+
+
+def prompt_slots(encoder, records, k: int) -> tuple[list[torch.Tensor], list[str]]:
+    """Each distinct private text's unit slots [n, d] and its answer (by normalised text)."""
+    answers: dict[str, str] = {}
+    for r in records:
+        answers.setdefault(r.context, normalize_answer(r.options[r.answer_index]))
+    texts = list(answers)
+    slots = []
+    for start in range(0, len(texts), 32):
+        batch = encoder.encode(texts[start : start + 32])
+        pooled, mask = k_pool(batch.hidden, batch.mask, k)
+        slots += [l2_normalize(p[m]) for p, m in zip(pooled, mask)]
+    return slots, [answers[t] for t in texts]
+
+
+def noisy_means(slots, smap, mech, gen) -> torch.Tensor:
+    """Each prompt's mean noisy renormalised slot after the map (None: slots as encoded)."""
+    out = []
+    for s in slots:
+        x = s if smap is None else center_slots(s, smap)
+        out.append(l2_normalize(mech.sample(x.double(), generator=gen)).float().mean(dim=0))
+    return torch.stack(out)
+
+
+def reader_accuracy(train, ytr, test, yte, smap, mech, n_classes: int, passes: int, seed: int) -> float:
+    torch.manual_seed(seed)
+    reader = torch.nn.Linear(train[0].shape[-1], n_classes)
+    opt = torch.optim.Adam(reader.parameters(), lr=1e-2, weight_decay=1e-4)
+    gen = torch.Generator().manual_seed(seed + 1)
+    for _ in range(passes):
+        x = noisy_means(train, smap, mech, gen) * 10
+        for _ in range(5):
+            loss = torch.nn.functional.cross_entropy(reader(x), ytr)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    accs = []
+    for draw in range(3):
+        x = noisy_means(test, smap, mech, torch.Generator().manual_seed(seed + 1000 + draw)) * 10
+        with torch.no_grad():
+            accs.append(float((reader(x).argmax(dim=1) == yte).float().mean()))
+    return sum(accs) / len(accs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dataset", default="slja", help="ddx or slja")
+    ap.add_argument("--encoder", default="runs/stage1/encoder", help="the client encoder's directory")
+    ap.add_argument("--max-tokens", type=int, default=192, help="client truncation in encoder tokens")
+    ap.add_argument("--epsilon", type=float, default=28.0)
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--passes", type=int, default=60, help="passes of fresh noise over the training prompts")
+    ap.add_argument("--fit-passes", type=int, default=12, help="noisy passes the class subspace is fitted from")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    split = ppft_split(args.dataset)
+    encoder = ContextualEncoder.from_pretrained(args.encoder, max_length=args.max_tokens)
+    train, train_answers = prompt_slots(encoder, split["train"], args.k)
+    test, test_answers = prompt_slots(encoder, split["heldout"], args.k)
+    classes = sorted(set(train_answers))
+    ytr = torch.tensor([classes.index(a) for a in train_answers])
+    yte = torch.tensor([classes.index(a) if a in classes else -1 for a in test_answers])  # -1: never right
+    mech = L2Laplace(args.epsilon)
+
+    center = torch.stack([s.double().mean(dim=0) for s in train]).mean(dim=0).float()
+    centred = [center_slots(s, center) for s in train]
+    flat = torch.cat(centred)
+    _, vecs = torch.linalg.eigh(flat.T @ flat / flat.shape[0])
+    pcs = vecs.flip(1).T  # principal directions, strongest first
+    gen = torch.Generator().manual_seed(args.seed + 5)
+    noisy = torch.cat([noisy_means(centred, None, mech, gen) for _ in range(args.fit_passes)])
+    clean = torch.stack([s.mean(dim=0) for s in centred])
+    maps = {
+        "as encoded (PPFT)": None,
+        "centred": center,
+        f"centred, class subspace from {args.fit_passes} noisy passes": torch.cat([center[None], class_subspace(noisy, train_answers * args.fit_passes)]),
+        "centred, class subspace from clean slots": torch.cat([center[None], class_subspace(clean, train_answers)]),
+        **{f"centred, top {m} principal directions": torch.cat([center[None], pcs[:m]]) for m in (32, 64, 128)},
+    }
+    print(f"{args.dataset}: {len(train)} training / {len(test)} held-out prompts, {len(classes)} training answers, "
+          f"eps {args.epsilon:g}, k {args.k}; centre norm {float(center.norm()):.3f}")
+    for name, smap in maps.items():
+        if smap is not None and smap.dim() == 2:
+            share = float(((flat @ smap[1:].T) ** 2).sum(dim=1).mean())
+            name += f" [m {smap.shape[0] - 1}, {share:.0%} of a centred slot's energy]"
+        acc = reader_accuracy(train, ytr, test, yte, smap, mech, len(classes), args.passes, args.seed)
+        print(f"  {name}: held-out answer accuracy {acc:.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
