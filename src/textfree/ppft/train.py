@@ -588,11 +588,11 @@ def _fit_center(cfg: Stage2Config, run: Path, lm: TextFreeLM, cache: ClientCache
     lm.center = center
     lm.server.config = lm.config.replace(center_mu=float(cfg.center_mu), center_sha256=center_sha256(center))
     loss = mech.privacy_loss(1)
+    norm = float(center.reshape(-1, center.shape[-1])[0].norm())  # the centre: the map's first row
     log.info("slot centre from %d training prompts: norm %.3f, sigma %.4g, %s-GDP (eps %.3g at delta %g per prompt)",
-             len(slots), float(center.reshape(-1, center.shape[-1])[0].norm()), mech.sigma(len(slots)), cfg.center_mu, loss.epsilon, loss.delta)
-    info = {"mu": float(cfg.center_mu), "prompts": len(slots), "sigma": mech.sigma(len(slots)),
-            "norm": float(center.reshape(-1, center.shape[-1])[0].norm()), "epsilon": loss.epsilon, "delta": loss.delta,
-            "sha256": lm.config.center_sha256}
+             len(slots), norm, mech.sigma(len(slots)), cfg.center_mu, loss.epsilon, loss.delta)
+    info = {"mu": float(cfg.center_mu), "prompts": len(slots), "sigma": mech.sigma(len(slots)), "norm": norm,
+            "epsilon": loss.epsilon, "delta": loss.delta, "sha256": lm.config.center_sha256}
     if center.dim() == 2:
         info["subspace"] = {"rank": center.shape[0] - 1, "epochs": cfg.subspace_epochs, "prompts": len(slots),
                             "releases_per_prompt": cfg.subspace_epochs if cfg.epsilon is not None else 0}
