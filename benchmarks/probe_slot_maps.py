@@ -4,12 +4,14 @@ The client maps each unit slot before the noise: as encoded (PPFT), centred (``u
 the class subspace fitted from noisy or from clean payloads (:mod:`textfree.mechanisms.subspace`), or centred on
 the top principal directions of the centred slots (no labels). For each map a logistic regression on the mean of a
 prompt's noisy renormalised slots is trained with fresh noise on every pass over the training prompts and scored
-on the held-out prompts over a few noise draws (a prompt whose answer never occurs in training counts as wrong).
+on the held-out prompts (with --validation: on a validation part of the training rows instead) over a few noise
+draws (a prompt whose answer never occurs in training counts as wrong).
 The centre and the bases come from the training prompts without privacy noise of their own: this measures what a
 map gives a reader, not a release. Prints one accuracy per map.
 
     python benchmarks/probe_slot_maps.py --dataset slja --encoder runs/stage1/encoder --max-tokens 192
     python benchmarks/probe_slot_maps.py --dataset ddx --encoder runs/stage1/encoder --max-tokens 128
+    python benchmarks/probe_slot_maps.py --dataset slja --max-tokens 192 --validation 0.2   # choose without the held-out part
 
 Needs the Pri-* data (``TEXTFREE_DATA``) and an encoder directory.
 """
@@ -82,12 +84,15 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=60, help="passes of fresh noise over the training prompts")
     ap.add_argument("--fit-passes", type=int, default=12, help="noisy passes the class subspace is fitted from")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--validation", type=float, default=0.0,
+                    help="score on this share of the training rows (ppft_split validation), never on the held-out part")
     args = ap.parse_args()
 
-    split = ppft_split(args.dataset)
+    split = ppft_split(args.dataset, validation=args.validation)
+    scored = "validation" if args.validation else "heldout"
     encoder = ContextualEncoder.from_pretrained(args.encoder, max_length=args.max_tokens)
     train, train_answers = prompt_slots(encoder, split["train"], args.k)
-    test, test_answers = prompt_slots(encoder, split["heldout"], args.k)
+    test, test_answers = prompt_slots(encoder, split[scored], args.k)
     classes = sorted(set(train_answers))
     ytr = torch.tensor([classes.index(a) for a in train_answers])
     yte = torch.tensor([classes.index(a) if a in classes else -1 for a in test_answers])  # -1: never right
@@ -108,14 +113,14 @@ def main() -> None:
         "centred, class subspace from clean slots": torch.cat([center[None], class_subspace(clean, train_answers)]),
         **{f"centred, top {m} principal directions": torch.cat([center[None], pcs[:m]]) for m in (32, 64, 128)},
     }
-    print(f"{args.dataset}: {len(train)} training / {len(test)} held-out prompts, {len(classes)} training answers, "
+    print(f"{args.dataset}: {len(train)} training / {len(test)} {scored} prompts, {len(classes)} training answers, "
           f"eps {args.epsilon:g}, k {args.k}; centre norm {float(center.norm()):.3f}")
     for name, smap in maps.items():
         if smap is not None and smap.dim() == 2:
             share = float(((flat @ smap[1:].T) ** 2).sum(dim=1).mean())
             name += f" [m {smap.shape[0] - 1}, {share:.0%} of a centred slot's energy]"
         acc = reader_accuracy(train, ytr, test, yte, smap, mech, len(classes), args.passes, args.seed)
-        print(f"  {name}: held-out answer accuracy {acc:.3f}", flush=True)
+        print(f"  {name}: {scored} answer accuracy {acc:.3f}", flush=True)
 
 
 if __name__ == "__main__":
