@@ -233,7 +233,7 @@ def test_t2t_release_end_to_end_with_aware_training_on_the_precomputed_runs(shar
 
 def test_center_param_centres_clean_slots_like_the_runs_client(tmp_path):
     """params.center: the attacker's clean slots are unit(slot - centre) on real slots, as the centring client sends."""
-    from textfree.experiments.kinds.attributes import _center_slots
+    from textfree.experiments.kinds.attributes import _client_map, _map_slots
     from textfree.mechanisms.transforms import l2_normalize
     from textfree.ppft.checkpoint import save_center
 
@@ -241,16 +241,18 @@ def test_center_param_centres_clean_slots_like_the_runs_client(tmp_path):
     save_center(tmp_path, center)
     x = l2_normalize(torch.tensor([[[1.0, 1.0, 0.0], [1.0, 0.0, 1.0]], [[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]]))
     m = torch.tensor([[True, True], [True, False]])
-    out, rank = _center_slots(str(tmp_path), x, m)
+    smap, rank = _client_map(str(tmp_path), 3)
+    out = _map_slots(smap, x, m)
     torch.testing.assert_close(out[m], l2_normalize(x[m] - center))
     assert torch.equal(out[1, 1], torch.zeros(3)) and rank == 0
     # a centre + class subspace map: projected onto its rows (here the first axis) and renormalised, rank 1
     save_center(tmp_path / "sub", torch.tensor([[0.5, 0.0, 0.0], [1.0, 0.0, 0.0]]))
-    out, rank = _center_slots(str(tmp_path / "sub"), x, m)
+    smap, rank = _client_map(str(tmp_path / "sub"), 3)
+    out = _map_slots(smap, x, m)
     assert rank == 1
     torch.testing.assert_close(out[m], torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]]))
     with pytest.raises(CellError, match="has no slot_center.safetensors") as info:
-        _center_slots(str(tmp_path / "none"), x, m)
+        _client_map(str(tmp_path / "none"), 3)
     assert info.value.field == "params.center"
     with pytest.raises(CellError, match="centre has width 3, the slots have width 4"):
-        _center_slots(str(tmp_path), torch.zeros(1, 1, 4), torch.ones(1, 1, dtype=torch.bool))
+        _client_map(str(tmp_path), 4)

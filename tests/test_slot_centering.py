@@ -114,8 +114,10 @@ def test_centre_settings_are_checked_with_the_bad_value():
         SlotPrivatization(None, center=torch.ones(2, 2, 2))
     with pytest.raises(ValueError, match="rows are not orthonormal"):  # a 2-D map: centre + subspace rows
         SlotPrivatization(None, center=torch.ones(2, 2))
-    with pytest.raises(ValueError, match="1 <= m < 3 \\(the width\\), got 4 rows"):
+    with pytest.raises(ValueError, match="1 <= m < d rows, got m=3 for d=3"):  # as many basis rows as the width
         SlotPrivatization(None, center=torch.ones(4, 3))
+    with pytest.raises(ValueError, match="1 <= m < d rows, got m=0 for d=3"):  # a centre row and no basis
+        SlotPrivatization(None, center=torch.ones(1, 3))
     with pytest.raises(ValueError, match="non-finite"):
         SlotPrivatization(None, center=torch.tensor([1.0, float("nan")]))
     with pytest.raises(ValueError, match="needs normalize=True"):

@@ -52,9 +52,7 @@ def check_center(center: object, dim: int | None = None) -> torch.Tensor:
     if center.dim() == 2:
         from .subspace import check_basis
 
-        if not 2 <= center.shape[0] <= width:
-            raise ValueError(f"a centre + subspace map has 1 + m rows with 1 <= m < {width} (the width), got {center.shape[0]} rows")
-        check_basis(center[1:], width)
+        check_basis(center[1:], width)  # its rows after the centre: 1 <= m < d orthonormal rows
     return center
 
 

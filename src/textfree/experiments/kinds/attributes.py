@@ -98,7 +98,7 @@ from ...attacks.attributes import (
     score_attributes,
 )
 from ...attacks.threat import NOISE_AWARE_REQUIRES, ThreatModel
-from ...mechanisms import SlotPrivatization, mechanism_from_dict
+from ...mechanisms import SlotPrivatization, center_slots, mechanism_from_dict
 from ...mechanisms.slots import pad_slots
 from ...mechanisms.transforms import l2_normalize
 from ...rng import seeded_generator
@@ -295,17 +295,22 @@ def _center_param(p: dict) -> str | None:
     return center
 
 
-def _center_slots(run: str, x: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Clean unit slots [N, S, d] mapped as the run's client does: unit(slot - centre) (projected onto the run's class
-    subspace when its map has one) on real slots, zeros elsewhere; and the subspace's rank (0: a centre alone)."""
-    from ...mechanisms.centering import center_slots
+def _client_map(run: str, width: int) -> tuple[torch.Tensor, int]:
+    """The run's client slot map (``slot_center.safetensors``): the centre [d], or the centre and its class subspace
+    [1 + m, d]; and the subspace's rank m (0: a centre alone)."""
     from ...ppft.checkpoint import load_center_file
 
     try:
-        center = load_center_file(run, x.shape[-1])
+        smap = load_center_file(run, width)
     except (OSError, ValueError) as exc:
         raise CellError(f"params.center: {exc}", field="params.center") from None
-    return center_slots(x, center) * m.unsqueeze(-1), (center.shape[0] - 1 if center.dim() == 2 else 0)
+    return smap, (smap.shape[0] - 1 if smap.dim() == 2 else 0)
+
+
+def _map_slots(smap: torch.Tensor, x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """Clean unit slots [N, S, d] mapped as the run's client does: unit(slot - centre), projected onto the class
+    subspace when the map has one, on real slots; zeros elsewhere."""
+    return center_slots(x, smap) * m.unsqueeze(-1)
 
 
 def _validate(cell: Any, points: list[dict]) -> None:
@@ -450,8 +455,9 @@ def _slots_release(cell, resolved, s, train, test, seed, context) -> _Release:
     train_x, train_m = _clean_slots(cell, "train", train.texts, s.k, s.train_limit, context)
     test_x, test_m = _clean_slots(cell, "test", test.texts, s.k, s.train_limit, context)
     subspace_rank = None
-    if s.center is not None:
-        (train_x, subspace_rank), (test_x, _) = _center_slots(s.center, train_x, train_m), _center_slots(s.center, test_x, test_m)
+    if s.center is not None:  # as the run's client: unit(slot - centre), projected onto its subspace if it has one
+        smap, subspace_rank = _client_map(s.center, train_x.shape[-1])
+        train_x, test_x = _map_slots(smap, train_x, train_m), _map_slots(smap, test_x, test_m)
     if s.pad_to is not None:  # the client hides the count: filler slots up to pad_to, noised like the prompt's own
         try:
             (train_x, train_m), (test_x, test_m) = pad_slots(train_x, train_m, s.pad_to), pad_slots(test_x, test_m, s.pad_to)
