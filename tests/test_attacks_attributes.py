@@ -156,6 +156,8 @@ def test_config_and_input_validation():
     for bad in ({"pooling": "max"}, {"epochs": 0}, {"lr": 0}, {"dropout": 1.0}, {"hidden": True}, {"lr": math.inf}):
         with pytest.raises(ValueError, match="AttributeAttackConfig"):
             AttributeAttackConfig(**bad)
+    with pytest.raises(ValueError, match="AttributeAttackConfig.standardize must be true or false, got 1"):
+        AttributeAttackConfig(standardize=1)
     x, m, y = _planted(8, torch.Generator().manual_seed(0))
     specs = build_specs(y, KINDS)
     with pytest.raises(ValueError, match="8 payload rows but 7 targets"):
@@ -260,3 +262,22 @@ def test_variants_are_checked():
         train(noise=None, variants=[(x, m), (x[:7], m[:7])])
     with pytest.raises(ValueError, match="variant 0 has width 4, the training slots 16"):
         train(noise=None, variants=[(x[..., :4], m)])
+
+
+def test_standardize_reads_the_pooled_vector_standardised_by_hand():
+    """standardize: the trunk reads (v - mean(v)) / std(v) of the pooled vector v (biased variance), then the count;
+    so scaling every slot by c > 0 leaves the logits unchanged, which the unstandardised classifier does not."""
+    from textfree.attacks.attributes import AttributeClassifier, AttributeSpec
+
+    spec = AttributeSpec("y", "categorical", ("a", "b"))
+    torch.manual_seed(0)
+    model = AttributeClassifier(3, [spec], AttributeAttackConfig(count=True, standardize=True, hidden=4), max_count=2).eval()
+    x = torch.tensor([[[0.0, 2.0, 4.0], [2.0, 2.0, 2.0]]])  # mean slot [1, 2, 3]: mean 2, variance 2/3
+    m = torch.tensor([[True, True]])
+    r = 1.5 ** 0.5 / (1 + 1.5e-5) ** 0.5  # 1 / sqrt(2/3 + 1e-5), LayerNorm's eps
+    torch.testing.assert_close(model.features(x, m), torch.tensor([[-r, 0.0, r, 0.0, 1.0]]))
+    torch.testing.assert_close(model(3.0 * x, m)["y"], model(x, m)["y"])
+    torch.manual_seed(0)
+    plain = AttributeClassifier(3, [spec], AttributeAttackConfig(count=True, hidden=4), max_count=2).eval()
+    torch.testing.assert_close(plain.features(x, m), torch.tensor([[1.0, 2.0, 3.0, 0.0, 1.0]]))
+    assert not torch.allclose(plain(3.0 * x, m)["y"], plain(x, m)["y"])

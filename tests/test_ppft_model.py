@@ -476,12 +476,12 @@ def test_count_dropout_zeroes_count_vectors_in_training_only():
 
 
 # ---------------------------------------------------------------------------------------------- answer head
-def _answer_head(dim: int, classes=("flu", "cold", "otitis"), max_count: int = 4):
+def _answer_head(dim: int, classes=("flu", "cold", "otitis"), max_count: int = 4, standardize: bool = False):
     from textfree.attacks.attributes import AttributeAttackConfig, AttributeClassifier, AttributeSpec
 
     torch.manual_seed(0)
     spec = AttributeSpec("answer", "categorical", tuple(classes))
-    return AttributeClassifier(dim, [spec], AttributeAttackConfig(count=True, hidden=8), max_count=max_count)
+    return AttributeClassifier(dim, [spec], AttributeAttackConfig(count=True, hidden=8, standardize=standardize), max_count=max_count)
 
 
 def test_answer_vector_is_the_heads_probabilities_times_the_class_vectors():
@@ -530,6 +530,15 @@ def test_answer_head_config_is_checked_and_round_trips(tmp_path):
             ProjectionConfig(4, 3, answer_classes=bad)
     with pytest.raises(ValueError, match="answer_max_count must be an integer >= 1, got 0"):
         ProjectionConfig(4, 3, answer_classes=("a", "b"), answer_max_count=0)
+    with pytest.raises(ValueError, match="answer_standardize must be true or false, got 'no'"):
+        ProjectionConfig(4, 3, answer_classes=("a", "b"), answer_standardize="no")
+    # a head that standardises its mean slot: the flag is kept, saved and read back, and the answer is the same
+    head = _answer_head(4, standardize=True)
+    proj = Projection(ProjectionConfig(4, 3)).with_answer_head(head, torch.randn(3, 3))
+    loaded = Projection.load(proj.save(tmp_path / "standardised"))
+    assert proj.config.answer_standardize and loaded.config == proj.config and loaded.answer.standardize
+    torch.testing.assert_close(loaded.answer_vector(slots), proj.answer_vector(slots))
+    torch.testing.assert_close(loaded.answer_probabilities(5.0 * slots), loaded.answer_probabilities(slots))  # scale-free
 
 
 def test_answer_vector_goes_after_the_count_vector_and_before_the_slots(lm):

@@ -669,3 +669,25 @@ def test_a_class_subspace_client_gets_its_own_sections_apart_from_centring(tmp_p
     assert any(l.startswith(f"- {name} + answer vector: eps 28, open-answer") and "63.9% of the upper bound 0.9700" in l
                and l.endswith("**NOT met**") for l in both)
     assert not any(f"{name} + answer vector (" in l for l in lines)
+
+
+def test_a_standardised_answer_head_is_a_row_of_its_own(tmp_path):
+    """answer_head_standardize: its runs are not the plain head's; each row is judged against its own upper bound."""
+    d = _fixture(tmp_path)
+    sub = {"k": 4, "center_mu": 1.0, "subspace_epochs": 12, "answer_head": True, "epochs": 12}
+    _result_file(d / "heads.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, **sub}, _eval([0.98] * 3, [0.60, 0.62, 0.64])),
+        ({"epsilon": None, **sub}, _eval([0.99] * 3, [0.97] * 3)),
+        ({"epsilon": 28, **sub, "answer_head_standardize": True}, _eval([0.98] * 3, [0.88, 0.90, 0.92])),
+        ({"epsilon": None, **sub, "answer_head_standardize": True}, _eval([0.99] * 3, [0.96] * 3)),
+    ], date="2026-01-03T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+    both = lines[lines.index("### Pri-DDX: centred slots on the class subspace and an answer head (beyond the paper)"):]
+    name = "slots centred (centre 1-GDP) on the class subspace (12 passes) + answer vector"
+    # the plain head: 0.62 / 0.97 = 63.9%, NOT met; the standardised head: 0.90 / 0.96 = 93.8%, met
+    assert any(l.startswith(f"- {name}: eps 28, open-answer") and "63.9% of the upper bound 0.9700" in l
+               and l.endswith("**NOT met**") for l in both)
+    assert any(l.startswith(f"- {name} (standardised head): eps 28, open-answer") and "93.8% of the upper bound 0.9600" in l
+               and not l.endswith("**NOT met**") for l in both)
+    assert any(f"{name} (standardised head) (0.9800 / 0.9000 of 0.9900 / 0.9600, one training)" in l for l in lines)
+    assert not any(f"{name} (0.9800" in l for l in lines)

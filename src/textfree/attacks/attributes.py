@@ -143,6 +143,9 @@ class AttributeAttackConfig:
 
     pooling: Literal["mean", "slots"] = "mean"  # mean of the vectors (RAPT) or attention over slots
     count: bool = False  # also read the number of real vectors (one-hot, up to the training maximum) beside the pooled one
+    # standardise the pooled vector (LayerNorm without weights) before the trunk: the mean of many noisy unit slots is
+    # short (about 1/sqrt(slots)), and an MLP reading it unscaled beside a one-hot count learns the count first
+    standardize: bool = False
     hidden: int = 256  # width of the 2-layer MLP
     epochs: int = 150  # passes over the attacker's training payloads (40 underfits Pri-DDX's multi-label heads)
     batch_size: int = 64
@@ -153,8 +156,9 @@ class AttributeAttackConfig:
     def __post_init__(self) -> None:
         if self.pooling not in ("mean", "slots"):
             raise ValueError(f"AttributeAttackConfig.pooling must be 'mean' or 'slots', got {self.pooling!r}")
-        if not isinstance(self.count, bool):
-            raise ValueError(f"AttributeAttackConfig.count must be true or false, got {self.count!r}")
+        for name in ("count", "standardize"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"AttributeAttackConfig.{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("hidden", "epochs", "batch_size"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -169,7 +173,9 @@ class AttributeAttackConfig:
 
 class AttributeClassifier(torch.nn.Module):
     """Slots [B, S, d] + mask [B, S] -> one logit vector per attribute. With ``config.count`` the trunk also reads
-    the row's number of real slots, one-hot over 1..``max_count`` (larger counts share the last position)."""
+    the row's number of real slots, one-hot over 1..``max_count`` (larger counts share the last position). With
+    ``config.standardize`` the pooled vector is standardised (zero mean, unit variance over its d coordinates)
+    first."""
 
     def __init__(self, dim: int, specs: Sequence[AttributeSpec], config: AttributeAttackConfig, *, max_count: int = 1):
         super().__init__()
@@ -178,6 +184,7 @@ class AttributeClassifier(torch.nn.Module):
         self.specs = list(specs)
         self.pooling = config.pooling
         self.max_count = max_count if config.count else 0
+        self.standardize = config.standardize
         if self.pooling == "slots":
             self.score = torch.nn.Linear(dim, 1)
         self.trunk = torch.nn.Sequential(
@@ -195,6 +202,8 @@ class AttributeClassifier(torch.nn.Module):
 
     def features(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         pooled = self.pool(x, mask)
+        if self.standardize:
+            pooled = torch.nn.functional.layer_norm(pooled, pooled.shape[-1:])
         if not self.max_count:
             return pooled
         n = mask.sum(1).clamp(1, self.max_count) - 1

@@ -56,6 +56,7 @@ class ProjectionConfig:
     answer_classes: tuple[str, ...] = field(default=(), metadata={"help": "Beyond the paper: the answer head's classes (the distinct stage-2 training targets); its class-weighted answer vector goes before a row's slots. Empty: no head (PPFT)."})
     answer_hidden: int = field(default=256, metadata={"help": "Answer head: width of its 2-layer MLP."})
     answer_max_count: int = field(default=1, metadata={"help": "Answer head: slot counts 1..N are one-hot (larger counts share the N-th); set from its training payloads."})
+    answer_standardize: bool = field(default=False, metadata={"help": "Answer head: standardise the mean slot before its MLP (AttributeAttackConfig.standardize)."})
 
     def __post_init__(self) -> None:
         for name in ("in_dim", "out_dim"):
@@ -80,10 +81,12 @@ class ProjectionConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"ProjectionConfig.{name} must be an integer >= 1, got {v!r}")
+        if not isinstance(self.answer_standardize, bool):
+            raise ValueError(f"ProjectionConfig.answer_standardize must be true or false, got {self.answer_standardize!r}")
 
     def answer_head_config(self) -> AttributeAttackConfig:
         """The answer head's architecture as an attacker config (mean pooling, count one-hot)."""
-        return AttributeAttackConfig(pooling="mean", count=True, hidden=self.answer_hidden)
+        return AttributeAttackConfig(pooling="mean", count=True, hidden=self.answer_hidden, standardize=self.answer_standardize)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"answer_classes": list(self.answer_classes)}
@@ -171,7 +174,8 @@ class Projection(torch.nn.Module):
         if tuple(class_vectors.shape) != (len(classes), self.config.out_dim):
             raise ValueError(f"class_vectors must be [{len(classes)}, {self.config.out_dim}], got {tuple(class_vectors.shape)}")
         hidden = head.trunk[0].out_features
-        config = replace(self.config, answer_classes=tuple(classes), answer_hidden=hidden, answer_max_count=head.max_count)
+        config = replace(self.config, answer_classes=tuple(classes), answer_hidden=hidden, answer_max_count=head.max_count,
+                         answer_standardize=head.standardize)
         out = Projection(config).to(next(self.parameters()).device)
         state = {k: v for k, v in self.state_dict().items() if not k.startswith("answer")}
         out.load_state_dict(state, strict=False)

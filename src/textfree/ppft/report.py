@@ -180,8 +180,8 @@ def _get(e: Entry, key: str) -> Any:
         return int(e.params.get("summary_slots") or 0)
     if key == "fixed":
         return bool(e.params.get("fixed_slots") or False)
-    if key == "answer":
-        return bool(e.params.get("answer_head") or False)
+    if key == "answer":  # the server's answer head: 0 none (PPFT), 1 the head, 2 the head reading a standardised mean slot
+        return (2 if e.params.get("answer_head_standardize") else 1) if e.params.get("answer_head") else 0
     if key == "center":  # the client's slot centre: the mu of its private estimate, None without one
         mu = e.params.get("center_mu")
         return None if mu is None else float(mu)
@@ -410,6 +410,11 @@ def _augment_layout(value: tuple[float, float, int]) -> str:
     return "server " + ", then ".join(parts) + (f" in the first {epochs} training epochs" if epochs else " in training")
 
 
+def _answer_layout(v: int) -> str:
+    """Name of an answer-head layout (1: the head, 2: the head reading a standardised mean slot)."""
+    return "answer vector" + (" (standardised head)" if v == 2 else "")
+
+
 def _subspace_layout(v: tuple[Any, Any]) -> str:
     """Name of a (centre mu, subspace passes) client."""
     return f"slots centred (centre {v[0]:g}-GDP) on the class subspace ({v[1]} passes)"
@@ -450,13 +455,14 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
       "model. Every slot stays a unit vector, so the per-slot guarantee (2 eps) and the slot's mu are PPFT's; what",
       "changes is how far apart real prompts' slots lie, for the server and for an attacker alike (the attack",
       "report measures the second). The tables above use PPFT's client."]),
-    ("answer", lambda on: "answer vector + slots" if on else "PPFT (slots only)", "an answer head before the slots",
+    ("answer", lambda on: _answer_layout(on) + " + slots" if on else "PPFT (slots only)", "an answer head before the slots",
      ["Stage 2 first trains an answer head on fresh payloads of the training rows (the attribute attacker's",
       "classifier: the mean of the noisy slots and the one-hot slot count, a 2-layer MLP; classes: the distinct",
       "training targets), then puts its class vectors, weighted by its probabilities, before the slots and",
       "trains P_psi + LoRA as PPFT does (`answer_head`). \"Answer head alone\": its most probable class on the",
       "open-answer payloads, or the option it ranks highest on the 4-option ones, no decoder. Post-processing of",
-      "the payload: the client and its guarantee are unchanged. The tables above use PPFT's layout."]),
+      "the payload: the client and its guarantee are unchanged. \"Standardised head\": the head standardises the mean",
+      "slot before its MLP (`answer_head_standardize`). The tables above use PPFT's layout."]),
     ("augment", _augment_layout, "the server blurs the slot count in training",
      ["At eps 28 PPFT's decoder answers open questions mostly from the slot count (see \"random slots\"). In",
       "stage 2 the server drops slots of its training rows and/or inserts random unit slots at random positions,",
@@ -468,7 +474,7 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
      else f"slots centred (centre {v[0]:g}-GDP) + " + _augment_layout(v[1]), "centred slots and a count-blurring curriculum",
      ["Both at once: the client centres its slots (above), and the server blurs the slot count of its training rows",
       "(above). The tables above use PPFT's client and training rows as sent."]),
-    ("center+answer", lambda v: "PPFT (slots as encoded, slots only)" if v == (None, False) else f"slots centred (centre {v[0]:g}-GDP) + answer vector",
+    ("center+answer", lambda v: "PPFT (slots as encoded, slots only)" if v == (None, False) else f"slots centred (centre {v[0]:g}-GDP) + " + _answer_layout(v[1]),
      "centred slots and an answer head",
      ["Both of the sections above at once: the client centres its slots, and the server's answer head, trained on",
       "the centred payloads, puts its answer vector before them. The tables above use PPFT's client and layout."]),
@@ -482,7 +488,7 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
       "the per-slot guarantee (2 eps) and the slot's mu are PPFT's; the fit reads that many more releases of each",
       "training prompt. The server is PPFT's (slots only). The tables above use PPFT's client."]),
     ("center+subspace+answer", lambda v: "PPFT (slots as encoded, slots only)" if v == (None, None, False)
-     else _subspace_layout(v[:2]) + " + answer vector", "centred slots on the class subspace and an answer head",
+     else _subspace_layout(v[:2]) + " + " + _answer_layout(v[2]), "centred slots on the class subspace and an answer head",
      ["The client of the section above, and the server's answer head (trained on the projected payloads) before the",
       "slots. The tables above use PPFT's client and layout."]),
 ]
