@@ -339,7 +339,7 @@ def test_padded_slots_are_their_own_cross_matrix_row(tmp_path):
     assert restoration == "| restoration instruction (ROUGE-L) | 0.020 (unit eps 150) | 0.060 (unit eps 56) |"
     sex = next(line for line in text.splitlines() if line.startswith("| attributes: sex (best)"))
     assert sex == "| attributes: sex (best) (%) | 97.0% (unit eps 150) | 67.0% (unit eps 56) |"
-    assert "release: PPFT slots, padded to 24 slots (count hidden)" in text
+    assert "release: PPFT slots, padded to 24 slots (count hidden))" in text  # attackers as before: nothing more said
     # the inversion table names the padding too; the unpadded restoration row does not
     assert "| `rest_fixed` | restoration instruction (served PPFT model), payloads padded to 24 slots | 28 |" in text
     assert "| `rest` | restoration instruction (served PPFT model) | 75 |" in text
@@ -401,3 +401,10 @@ def test_a_decoder_inverter_names_what_it_started_from_per_grid_point(tmp_path):
     assert "| `served` | learned, noise-aware, init from the served stage-2 model, slots centred by the client" in rows
     assert "| `aligned` | learned, noise-aware, stage-1-aligned init" in rows
     assert "| `old` | learned, noise-aware, stage-1-aligned init" in rows
+
+
+def test_a_cell_whose_attackers_standardise_says_so_in_its_heading(tmp_path):
+    _payload_file(tmp_path, "attr_std", "attribute_inference", {"k": 4, "standardize": True},
+                  [(28, _attr(0.67, 0.5, "slot_epsilon", 56.0))], mechanism=LAPLACE, seeds=(0,))
+    assert ("### `attr_std` (pri-ddx, encoder `default`; release: PPFT slots; attackers read the pooled vector standardised)"
+            in build_report([tmp_path]).splitlines())

@@ -59,6 +59,7 @@ def _cell(encoder: str = "default", **over) -> dict:
          "params.k", r"params \['k'\] do not apply to release 'tokens'"),
         ({"params": {"max_tokens": 64}}, "params.max_tokens", r"do not apply to release 'slots'"),
         ({"params": {"center": 3}}, "params.center", "center must be a PPFT run directory, got 3"),
+        ({"params": {"standardize": "yes"}}, "params.standardize", "standardize must be true or false, got 'yes'"),
         ({"params": {"release": "tokens", "center": "runs/x"}, "mechanism": GAUSS, "attack": {"threat": TOKEN_GRANT}},
          "params.center", r"params \['center'\] do not apply to release 'tokens'"),
         ({"params": {"release": "t2t", "eta": 50, "rounds": 0}, "mechanism": None, "attack": {"threat": TEXT_GRANT}},
@@ -87,6 +88,16 @@ def test_cells_are_validated_before_anything_runs(over, field, message):
     with pytest.raises(CellError, match=message) as info:
         Cell.from_dict(_cell(**over))
     assert info.value.field == field
+
+
+def test_standardize_reaches_every_attackers_config():
+    from textfree.attacks.attributes import AttributeAttackConfig
+    from textfree.experiments.kinds.attributes import _settings
+
+    on = _settings(Cell.from_dict(_cell(params={"standardize": True})).resolve({}))
+    assert on.config == {"epochs": 150, "hidden": 256, "standardize": True}
+    assert AttributeAttackConfig(pooling="mean", count=True, **on.config).standardize
+    assert _settings(Cell.from_dict(_cell()).resolve({})).config["standardize"] is False
 
 
 def test_unaware_only_needs_no_mechanism_knowledge():

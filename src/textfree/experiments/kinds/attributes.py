@@ -162,12 +162,15 @@ ATTRIBUTE_INFERENCE_PARAMS = {
     "training": "unaware (trained on clean inputs) and/or aware (on the mechanism's releases, needs knows_parameters); default both",
     "epochs": "training epochs of each attacker (default 150)",
     "hidden": "width of the attacker's 2-layer MLP (default 256)",
+    "standardize": "standardise the pooled vector (zero mean, unit variance over its coordinates) before the MLP: the mean of "
+                   "many noisy unit slots is short, and an MLP reading it unscaled beside the count learns the count first "
+                   "(true or false; default false, the attackers before 2026-11-25)",
     "target": "attributes (default: the dataset's attributes) or answer (the task's correct answer as one categorical "
               "attribute, pri-ddx or pri-slja: how much of the answer a reader of the release gets, what a PPFT server could at best use)",
     "train_limit": "use at most this many attacker training prompts (default: all)",
     "threads": "torch threads while the cell runs (default: unchanged)",
 }
-_COMMON = {"release", "target", "attackers", "training", "epochs", "hidden", "train_limit", "threads"}
+_COMMON = {"release", "target", "attackers", "training", "epochs", "hidden", "standardize", "train_limit", "threads"}
 _RELEASE_PARAMS = {"slots": {"k", "pad_to", "center"}, "tokens": {"max_tokens"}, "t2t": {"k", "rounds", *T2T_PARAMS}, "pct2t": {"k", "rounds", *T2T_PARAMS}}
 
 
@@ -188,6 +191,13 @@ def _list_param(params: dict, name: str, allowed: tuple[str, ...], default: tupl
     value = params.get(name, list(allowed if default is None else default))
     if not isinstance(value, list) or not value or any(v not in allowed for v in value) or len(set(value)) != len(value):
         raise CellError(f"{name} must be a non-empty list of distinct values from {list(allowed)}, got {value!r}", field=f"params.{name}")
+    return value
+
+
+def _bool_param(params: dict, name: str) -> bool:
+    value = params.get(name, False)
+    if not isinstance(value, bool):
+        raise CellError(f"{name} must be true or false, got {value!r}", field=f"params.{name}")
     return value
 
 
@@ -279,7 +289,7 @@ def _settings(resolved: Any) -> _Settings:
         text=_text_params(p, release) if release in TEXT_RELEASES else {},
         attackers=_list_param(p, "attackers", ATTACKERS, DEFAULT_ATTACKERS),
         training=training,
-        config={"epochs": _int_param(p, "epochs", 150), "hidden": _int_param(p, "hidden", 256)},
+        config={"epochs": _int_param(p, "epochs", 150), "hidden": _int_param(p, "hidden", 256), "standardize": _bool_param(p, "standardize")},
         train_limit=_int_param(p, "train_limit", None),
         threads=_int_param(p, "threads", None),
         threat=threat,
