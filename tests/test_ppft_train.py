@@ -217,6 +217,10 @@ def test_stage2_resumes_exactly_after_an_interruption(stage1_run, fixture_data, 
     with pytest.raises(Interrupt):
         train_stage2(_stage2_cfg(tmp_path / "cut", run1), on_step=_interrupt_at(5))  # mid-epoch; checkpoint at 4
     assert [p.name for p in (tmp_path / "cut" / "checkpoints").iterdir()] == ["step-000004"]
+    # saved by a version without a later setting (answer_head_standardize): it counts as its default, so it resumes
+    doc = json.loads((tmp_path / "cut" / "train_config.json").read_text())
+    assert doc["config"].pop("answer_head_standardize") is False
+    (tmp_path / "cut" / "train_config.json").write_text(json.dumps(doc))
     resumed = train_stage2(_stage2_cfg(tmp_path / "cut", run1))
     assert resumed["resumed_from_step"] == 4 and resumed["steps"] == full["steps"] == 9
     _assert_same_run(tmp_path / "full", tmp_path / "cut")

@@ -258,7 +258,9 @@ def _prepare_run_dir(cfg: LoopConfig, *, init: str | None = None) -> Path:
     mine = {k: v for k, v in cfg.to_dict().items() if k not in _RESUME_FREE}
     if cfg.resume and saved_path.is_file() and latest_checkpoint(run) is not None:
         saved_doc = read_json(saved_path)
-        saved = {k: v for k, v in saved_doc.get("config", {}).items() if k not in _RESUME_FREE}
+        # a setting added since the run was saved counts as its default: the run was trained without it
+        added = {f.name: f.default for f in fields(cfg) if f.default is not dataclasses.MISSING}
+        saved = {k: v for k, v in (added | saved_doc.get("config", {})).items() if k not in _RESUME_FREE}
         if saved != mine:
             diff = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
             raise ValueError(f"{str(run)!r} holds a run with other settings ({', '.join(diff)}); use another --out or --no-resume")
