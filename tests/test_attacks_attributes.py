@@ -158,6 +158,8 @@ def test_config_and_input_validation():
             AttributeAttackConfig(**bad)
     with pytest.raises(ValueError, match="AttributeAttackConfig.standardize must be true or false, got 1"):
         AttributeAttackConfig(standardize=1)
+    with pytest.raises(ValueError, match=r"AttributeAttackConfig.hidden must be an integer >= 0 \(0: linear\), got -1"):
+        AttributeAttackConfig(hidden=-1)
     x, m, y = _planted(8, torch.Generator().manual_seed(0))
     specs = build_specs(y, KINDS)
     with pytest.raises(ValueError, match="8 payload rows but 7 targets"):
@@ -281,3 +283,31 @@ def test_standardize_reads_the_pooled_vector_standardised_by_hand():
     plain = AttributeClassifier(3, [spec], AttributeAttackConfig(count=True, hidden=4), max_count=2).eval()
     torch.testing.assert_close(plain.features(x, m), torch.tensor([[1.0, 2.0, 3.0, 0.0, 1.0]]))
     assert not torch.allclose(plain(3.0 * x, m)["y"], plain(x, m)["y"])
+
+
+def test_hidden_zero_is_a_linear_reader_of_the_features_by_hand():
+    """hidden 0: no trunk; each head is one linear map of [pooled (standardised if asked), count one-hot]."""
+    from textfree.attacks.attributes import AttributeClassifier, AttributeSpec
+
+    spec = AttributeSpec("y", "categorical", ("a", "b"))
+    model = AttributeClassifier(3, [spec], AttributeAttackConfig(count=True, hidden=0), max_count=2).eval()
+    assert model.hidden == 0 and not list(model.trunk.parameters()) and model.heads["y"].in_features == 5
+    with torch.no_grad():
+        model.heads["y"].weight.copy_(torch.tensor([[1.0, 0.0, 0.0, 10.0, 20.0], [0.0, 1.0, -1.0, 0.0, 0.0]]))
+        model.heads["y"].bias.copy_(torch.tensor([0.5, -0.5]))
+    x = torch.tensor([[[0.0, 2.0, 4.0], [2.0, 2.0, 2.0]]])  # mean slot [1, 2, 3], 2 slots: one-hot [0, 1]
+    m = torch.tensor([[True, True]])
+    torch.testing.assert_close(model(x, m)["y"], torch.tensor([[1.0 + 20.0 + 0.5, 2.0 - 3.0 - 0.5]]))
+    # the same weights read the count alone when one slot is real: one-hot [1, 0], mean slot [0, 2, 4]
+    torch.testing.assert_close(model(x, torch.tensor([[True, False]]))["y"], torch.tensor([[0.0 + 10.0 + 0.5, 2.0 - 4.0 - 0.5]]))
+
+
+def test_a_linear_reader_finds_a_planted_leak():
+    gen = torch.Generator().manual_seed(0)
+    x, m, y = _planted(300, gen)
+    xt, mt, yt = _planted(200, gen)
+    specs = build_specs(y, KINDS)
+    config = AttributeAttackConfig(pooling="mean", epochs=40, hidden=0, standardize=True)
+    model = train_attribute_attacker(x, m, y, specs, config, noise=None, generator=torch.Generator().manual_seed(1))
+    s = score_attributes(specs, predict_attributes(model, xt, mt), yt)
+    assert s["sex_accuracy"] > 0.95 and s["symptoms_f1"] > 0.9, s

@@ -476,12 +476,12 @@ def test_count_dropout_zeroes_count_vectors_in_training_only():
 
 
 # ---------------------------------------------------------------------------------------------- answer head
-def _answer_head(dim: int, classes=("flu", "cold", "otitis"), max_count: int = 4, standardize: bool = False):
+def _answer_head(dim: int, classes=("flu", "cold", "otitis"), max_count: int = 4, standardize: bool = False, hidden: int = 8):
     from textfree.attacks.attributes import AttributeAttackConfig, AttributeClassifier, AttributeSpec
 
     torch.manual_seed(0)
     spec = AttributeSpec("answer", "categorical", tuple(classes))
-    return AttributeClassifier(dim, [spec], AttributeAttackConfig(count=True, hidden=8, standardize=standardize), max_count=max_count)
+    return AttributeClassifier(dim, [spec], AttributeAttackConfig(count=True, hidden=hidden, standardize=standardize), max_count=max_count)
 
 
 def test_answer_vector_is_the_heads_probabilities_times_the_class_vectors():
@@ -539,6 +539,14 @@ def test_answer_head_config_is_checked_and_round_trips(tmp_path):
     assert proj.config.answer_standardize and loaded.config == proj.config and loaded.answer.standardize
     torch.testing.assert_close(loaded.answer_vector(slots), proj.answer_vector(slots))
     torch.testing.assert_close(loaded.answer_probabilities(5.0 * slots), loaded.answer_probabilities(slots))  # scale-free
+    # a linear head (hidden 0): saved as answer_hidden 0, read back with no trunk, the same answer
+    with pytest.raises(ValueError, match="answer_hidden must be an integer >= 0, got -1"):
+        ProjectionConfig(4, 3, answer_classes=("a", "b"), answer_hidden=-1)
+    proj = Projection(ProjectionConfig(4, 3)).with_answer_head(_answer_head(4, hidden=0), torch.randn(3, 3))
+    loaded = Projection.load(proj.save(tmp_path / "linear"))
+    assert loaded.config.answer_hidden == 0 and loaded.config == proj.config and loaded.answer.hidden == 0
+    assert not list(loaded.answer.trunk.parameters())
+    torch.testing.assert_close(loaded.answer_vector(slots), proj.answer_vector(slots))
 
 
 def test_answer_vector_goes_after_the_count_vector_and_before_the_slots(lm):

@@ -691,3 +691,21 @@ def test_a_standardised_answer_head_is_a_row_of_its_own(tmp_path):
                and not l.endswith("**NOT met**") for l in both)
     assert any(f"{name} (standardised head) (0.9800 / 0.9000 of 0.9900 / 0.9600, one training)" in l for l in lines)
     assert not any(f"{name} (0.9800" in l for l in lines)
+
+
+def test_a_linear_answer_head_is_a_row_of_its_own(tmp_path):
+    """answer_head_hidden 0: a linear head's runs are neither the MLP head's nor the standardised MLP head's."""
+    d = _fixture(tmp_path)
+    sub = {"k": 4, "center_mu": 1.0, "subspace_epochs": 12, "answer_head": True, "epochs": 12, "answer_head_standardize": True}
+    _result_file(d / "heads.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, **sub}, _eval([0.98] * 3, [0.60, 0.62, 0.64])),
+        ({"epsilon": None, **sub}, _eval([0.99] * 3, [0.97] * 3)),
+        ({"epsilon": 28, **sub, "answer_head_hidden": 0}, _eval([0.98] * 3, [0.80, 0.82, 0.84])),
+        ({"epsilon": None, **sub, "answer_head_hidden": 0}, _eval([0.99] * 3, [0.95] * 3)),
+    ], date="2026-01-03T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+    name = "slots centred (centre 1-GDP) on the class subspace (12 passes) + answer vector"
+    # the standardised MLP head: 0.62 / 0.97 = 63.9%; the standardised linear head: 0.82 / 0.95 = 86.3%
+    assert any(l.startswith(f"- {name} (standardised head): eps 28, open-answer") and "63.9% of the upper bound 0.9700" in l for l in lines)
+    assert any(l.startswith(f"- {name} (standardised linear head): eps 28, open-answer") and "86.3% of the upper bound 0.9500" in l
+               and not l.endswith("**NOT met**") for l in lines)

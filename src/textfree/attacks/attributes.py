@@ -146,7 +146,7 @@ class AttributeAttackConfig:
     # standardise the pooled vector (LayerNorm without weights) before the trunk: the mean of many noisy unit slots is
     # short (about 1/sqrt(slots)), and an MLP reading it unscaled beside a one-hot count learns the count first
     standardize: bool = False
-    hidden: int = 256  # width of the 2-layer MLP
+    hidden: int = 256  # width of the 2-layer MLP; 0: no hidden layer, a linear reader of the features
     epochs: int = 150  # passes over the attacker's training payloads (40 underfits Pri-DDX's multi-label heads)
     batch_size: int = 64
     lr: float = 2e-3  # AdamW learning rate
@@ -159,7 +159,9 @@ class AttributeAttackConfig:
         for name in ("count", "standardize"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"AttributeAttackConfig.{name} must be true or false, got {getattr(self, name)!r}")
-        for name in ("hidden", "epochs", "batch_size"):
+        if isinstance(self.hidden, bool) or not isinstance(self.hidden, int) or self.hidden < 0:
+            raise ValueError(f"AttributeAttackConfig.hidden must be an integer >= 0 (0: linear), got {self.hidden!r}")
+        for name in ("epochs", "batch_size"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"AttributeAttackConfig.{name} must be an integer >= 1, got {v!r}")
@@ -187,11 +189,16 @@ class AttributeClassifier(torch.nn.Module):
         self.standardize = config.standardize
         if self.pooling == "slots":
             self.score = torch.nn.Linear(dim, 1)
-        self.trunk = torch.nn.Sequential(
-            torch.nn.Linear(dim + self.max_count, config.hidden), torch.nn.GELU(), torch.nn.Dropout(config.dropout),
-            torch.nn.Linear(config.hidden, config.hidden), torch.nn.GELU(), torch.nn.Dropout(config.dropout),
-        )
-        self.heads = torch.nn.ModuleDict({s.name: torch.nn.Linear(config.hidden, len(s.classes)) for s in self.specs})
+        self.hidden = config.hidden
+        if config.hidden:
+            self.trunk = torch.nn.Sequential(
+                torch.nn.Linear(dim + self.max_count, config.hidden), torch.nn.GELU(), torch.nn.Dropout(config.dropout),
+                torch.nn.Linear(config.hidden, config.hidden), torch.nn.GELU(), torch.nn.Dropout(config.dropout),
+            )
+        else:  # a linear reader: the heads read the features themselves
+            self.trunk = torch.nn.Identity()
+        width = config.hidden or dim + self.max_count
+        self.heads = torch.nn.ModuleDict({s.name: torch.nn.Linear(width, len(s.classes)) for s in self.specs})
 
     def pool(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         m = mask.to(x.dtype).unsqueeze(-1)

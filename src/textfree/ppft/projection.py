@@ -54,7 +54,7 @@ class ProjectionConfig:
     count_vectors: int = field(default=0, metadata={"help": "Beyond the paper: a learned vector per slot count 1..N (larger counts share the N-th) put before a row's slots; 0: none (PPFT)."})
     count_dropout: float = field(default=0.0, metadata={"help": "Training only: the probability that a row's count vector is replaced by zeros, so the decoder must also read the slots (never at inference)."})
     answer_classes: tuple[str, ...] = field(default=(), metadata={"help": "Beyond the paper: the answer head's classes (the distinct stage-2 training targets); its class-weighted answer vector goes before a row's slots. Empty: no head (PPFT)."})
-    answer_hidden: int = field(default=256, metadata={"help": "Answer head: width of its 2-layer MLP."})
+    answer_hidden: int = field(default=256, metadata={"help": "Answer head: width of its 2-layer MLP; 0: a linear reader of the mean slot and the count."})
     answer_max_count: int = field(default=1, metadata={"help": "Answer head: slot counts 1..N are one-hot (larger counts share the N-th); set from its training payloads."})
     answer_standardize: bool = field(default=False, metadata={"help": "Answer head: standardise the mean slot before its MLP (AttributeAttackConfig.standardize)."})
 
@@ -77,10 +77,10 @@ class ProjectionConfig:
             raise ValueError(f"ProjectionConfig.answer_classes must be distinct non-empty strings, got {classes!r}"[:300])
         if len(classes) == 1:
             raise ValueError("ProjectionConfig.answer_classes: an answer head needs at least 2 classes, got 1")
-        for name in ("answer_hidden", "answer_max_count"):
+        for name, least in (("answer_hidden", 0), ("answer_max_count", 1)):
             v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"ProjectionConfig.{name} must be an integer >= 1, got {v!r}")
+            if not isinstance(v, int) or isinstance(v, bool) or v < least:
+                raise ValueError(f"ProjectionConfig.{name} must be an integer >= {least}, got {v!r}")
         if not isinstance(self.answer_standardize, bool):
             raise ValueError(f"ProjectionConfig.answer_standardize must be true or false, got {self.answer_standardize!r}")
 
@@ -173,8 +173,7 @@ class Projection(torch.nn.Module):
         classes = head.specs[0].classes
         if tuple(class_vectors.shape) != (len(classes), self.config.out_dim):
             raise ValueError(f"class_vectors must be [{len(classes)}, {self.config.out_dim}], got {tuple(class_vectors.shape)}")
-        hidden = head.trunk[0].out_features
-        config = replace(self.config, answer_classes=tuple(classes), answer_hidden=hidden, answer_max_count=head.max_count,
+        config = replace(self.config, answer_classes=tuple(classes), answer_hidden=head.hidden, answer_max_count=head.max_count,
                          answer_standardize=head.standardize)
         out = Projection(config).to(next(self.parameters()).device)
         state = {k: v for k, v in self.state_dict().items() if not k.startswith("answer")}

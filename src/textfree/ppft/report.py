@@ -180,8 +180,10 @@ def _get(e: Entry, key: str) -> Any:
         return int(e.params.get("summary_slots") or 0)
     if key == "fixed":
         return bool(e.params.get("fixed_slots") or False)
-    if key == "answer":  # the server's answer head: 0 none (PPFT), 1 the head, 2 the head reading a standardised mean slot
-        return (2 if e.params.get("answer_head_standardize") else 1) if e.params.get("answer_head") else 0
+    if key == "answer":  # the server's answer head: 0 none (PPFT); else 1, + 1 reading a standardised mean slot, + 2 linear
+        if not e.params.get("answer_head"):
+            return 0
+        return 1 + bool(e.params.get("answer_head_standardize")) + 2 * (e.params.get("answer_head_hidden", 256) == 0)
     if key == "center":  # the client's slot centre: the mu of its private estimate, None without one
         mu = e.params.get("center_mu")
         return None if mu is None else float(mu)
@@ -411,8 +413,8 @@ def _augment_layout(value: tuple[float, float, int]) -> str:
 
 
 def _answer_layout(v: int) -> str:
-    """Name of an answer-head layout (1: the head, 2: the head reading a standardised mean slot)."""
-    return "answer vector" + (" (standardised head)" if v == 2 else "")
+    """Name of an answer-head layout (1: the head, 2: reading a standardised mean slot, 3: linear, 4: both)."""
+    return "answer vector" + {1: "", 2: " (standardised head)", 3: " (linear head)", 4: " (standardised linear head)"}[v]
 
 
 def _subspace_layout(v: tuple[Any, Any]) -> str:
@@ -462,7 +464,8 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
       "trains P_psi + LoRA as PPFT does (`answer_head`). \"Answer head alone\": its most probable class on the",
       "open-answer payloads, or the option it ranks highest on the 4-option ones, no decoder. Post-processing of",
       "the payload: the client and its guarantee are unchanged. \"Standardised head\": the head standardises the mean",
-      "slot before its MLP (`answer_head_standardize`). The tables above use PPFT's layout."]),
+      "slot before its MLP (`answer_head_standardize`); \"linear head\": no hidden layer (`answer_head_hidden: 0`).",
+      "The tables above use PPFT's layout."]),
     ("augment", _augment_layout, "the server blurs the slot count in training",
      ["At eps 28 PPFT's decoder answers open questions mostly from the slot count (see \"random slots\"). In",
       "stage 2 the server drops slots of its training rows and/or inserts random unit slots at random positions,",
