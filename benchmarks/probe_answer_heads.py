@@ -15,7 +15,6 @@ Needs the Pri-* data (``TEXTFREE_DATA``) and an encoder directory (default: the 
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -25,11 +24,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from probe_slot_maps import noisy_means, prompt_slots, reader_accuracy  # noqa: E402
+from probe_slot_maps import noisy_means, probe_data, probe_parser, reader_accuracy  # noqa: E402
 
 from textfree.attacks.attributes import AttributeAttackConfig, AttributeSpec, noisy_rows, train_attribute_attacker  # noqa: E402
-from textfree.data import ppft_split  # noqa: E402
-from textfree.encoders import ContextualEncoder  # noqa: E402
 from textfree.mechanisms import L2Laplace, center_slots, class_subspace, l2_normalize  # noqa: E402
 
 HEADS = {  # name -> AttributeAttackConfig settings beside mean pooling, the count and 100 passes
@@ -52,25 +49,9 @@ def padded(slots: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", default="slja", help="ddx or slja")
-    ap.add_argument("--encoder", default="runs/stage1/encoder", help="the client encoder's directory")
-    ap.add_argument("--max-tokens", type=int, default=192, help="client truncation in encoder tokens")
-    ap.add_argument("--epsilon", type=float, default=28.0)
-    ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--validation", type=float, default=0.0,
-                    help="score on this share of the training rows (ppft_split validation), never on the held-out part")
-    args = ap.parse_args()
-
-    split = ppft_split(args.dataset, validation=args.validation)
-    scored = "validation" if args.validation else "heldout"
-    encoder = ContextualEncoder.from_pretrained(args.encoder, max_length=args.max_tokens)
-    train, train_answers = prompt_slots(encoder, split["train"], args.k)
-    test, test_answers = prompt_slots(encoder, split[scored], args.k)
+    args = probe_parser(__doc__.splitlines()[0]).parse_args()
+    scored, train, train_answers, ytr, test, yte = probe_data(args)
     classes = sorted(set(train_answers))
-    ytr = torch.tensor([classes.index(a) for a in train_answers])
-    yte = torch.tensor([classes.index(a) if a in classes else -1 for a in test_answers])  # -1: never right
     mech = L2Laplace(args.epsilon)
 
     center = torch.stack([s.double().mean(dim=0) for s in train]).mean(dim=0).float()

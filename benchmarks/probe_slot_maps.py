@@ -74,20 +74,23 @@ def reader_accuracy(train, ytr, test, yte, smap, mech, n_classes: int, passes: i
     return sum(accs) / len(accs)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def probe_parser(description: str) -> argparse.ArgumentParser:
+    """The options every probe takes: data, encoder, client and the part scored."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--dataset", default="slja", help="ddx or slja")
     ap.add_argument("--encoder", default="runs/stage1/encoder", help="the client encoder's directory")
     ap.add_argument("--max-tokens", type=int, default=192, help="client truncation in encoder tokens")
     ap.add_argument("--epsilon", type=float, default=28.0)
     ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--passes", type=int, default=60, help="passes of fresh noise over the training prompts")
-    ap.add_argument("--fit-passes", type=int, default=12, help="noisy passes the class subspace is fitted from")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--validation", type=float, default=0.0,
                     help="score on this share of the training rows (ppft_split validation), never on the held-out part")
-    args = ap.parse_args()
+    return ap
 
+
+def probe_data(args) -> tuple[str, list[torch.Tensor], list[str], torch.Tensor, list[torch.Tensor], torch.Tensor]:
+    """The part scored ("heldout" or "validation"); the training prompts' unit slots, answers and class indices;
+    the scored prompts' slots and class indices (-1: an answer never seen in training, never right)."""
     split = ppft_split(args.dataset, validation=args.validation)
     scored = "validation" if args.validation else "heldout"
     encoder = ContextualEncoder.from_pretrained(args.encoder, max_length=args.max_tokens)
@@ -95,7 +98,18 @@ def main() -> None:
     test, test_answers = prompt_slots(encoder, split[scored], args.k)
     classes = sorted(set(train_answers))
     ytr = torch.tensor([classes.index(a) for a in train_answers])
-    yte = torch.tensor([classes.index(a) if a in classes else -1 for a in test_answers])  # -1: never right
+    yte = torch.tensor([classes.index(a) if a in classes else -1 for a in test_answers])
+    return scored, train, train_answers, ytr, test, yte
+
+
+def main() -> None:
+    ap = probe_parser(__doc__.splitlines()[0])
+    ap.add_argument("--passes", type=int, default=60, help="passes of fresh noise over the training prompts")
+    ap.add_argument("--fit-passes", type=int, default=12, help="noisy passes the class subspace is fitted from")
+    args = ap.parse_args()
+
+    scored, train, train_answers, ytr, test, yte = probe_data(args)
+    classes = sorted(set(train_answers))
     mech = L2Laplace(args.epsilon)
 
     center = torch.stack([s.double().mean(dim=0) for s in train]).mean(dim=0).float()
