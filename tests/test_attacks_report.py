@@ -408,3 +408,10 @@ def test_a_cell_whose_attackers_standardise_says_so_in_its_heading(tmp_path):
                   [(28, _attr(0.67, 0.5, "slot_epsilon", 56.0))], mechanism=LAPLACE, seeds=(0,))
     assert ("### `attr_std` (pri-ddx, encoder `default`; release: PPFT slots; attackers read the pooled vector standardised)"
             in build_report([tmp_path]).splitlines())
+
+
+def test_a_cell_whose_attackers_are_linear_says_so_in_its_heading(tmp_path):
+    _payload_file(tmp_path, "attr_lin", "attribute_inference", {"k": 4, "standardize": True, "hidden": 0},
+                  [(28, _attr(0.67, 0.5, "slot_epsilon", 56.0))], mechanism=LAPLACE, seeds=(0,))
+    assert ("### `attr_lin` (pri-ddx, encoder `default`; release: PPFT slots; attackers read the pooled vector standardised;"
+            " linear attackers (no hidden layer))" in build_report([tmp_path]).splitlines())

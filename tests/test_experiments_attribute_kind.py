@@ -60,6 +60,8 @@ def _cell(encoder: str = "default", **over) -> dict:
         ({"params": {"max_tokens": 64}}, "params.max_tokens", r"do not apply to release 'slots'"),
         ({"params": {"center": 3}}, "params.center", "center must be a PPFT run directory, got 3"),
         ({"params": {"standardize": "yes"}}, "params.standardize", "standardize must be true or false, got 'yes'"),
+        ({"params": {"hidden": -1}}, "params.hidden", "hidden must be an integer >= 0, got -1"),
+        ({"params": {"epochs": 0}}, "params.epochs", "epochs must be an integer >= 1, got 0"),
         ({"params": {"release": "tokens", "center": "runs/x"}, "mechanism": GAUSS, "attack": {"threat": TOKEN_GRANT}},
          "params.center", r"params \['center'\] do not apply to release 'tokens'"),
         ({"params": {"release": "t2t", "eta": 50, "rounds": 0}, "mechanism": None, "attack": {"threat": TEXT_GRANT}},
@@ -98,6 +100,8 @@ def test_standardize_reaches_every_attackers_config():
     assert on.config == {"epochs": 150, "hidden": 256, "standardize": True}
     assert AttributeAttackConfig(pooling="mean", count=True, **on.config).standardize
     assert _settings(Cell.from_dict(_cell()).resolve({})).config["standardize"] is False
+    linear = _settings(Cell.from_dict(_cell(params={"hidden": 0, "standardize": True})).resolve({}))
+    assert linear.config == {"epochs": 150, "hidden": 0, "standardize": True}  # a linear attacker, the answer head's twin
 
 
 def test_unaware_only_needs_no_mechanism_knowledge():

@@ -171,7 +171,9 @@ def attribute_section(cells: list[PayloadCell]) -> list[str]:
     for c in cells:
         encoder = c.cell.get("encoder", "default")
         unit_title, unit_metric = _UNIT_EPS[attribute_release(c)]
-        scaled = "; attackers read the pooled vector standardised" if (c.cell.get("params") or {}).get("standardize") else ""
+        params = c.cell.get("params") or {}
+        scaled = "; attackers read the pooled vector standardised" if params.get("standardize") else ""
+        scaled += "; linear attackers (no hidden layer)" if params.get("hidden") == 0 else ""
         lines += ["", f"### `{c.name}` ({c.cell.get('dataset')}, encoder `{encoder}`; {_release_title(c)}{scaled})", ""]
         present = [(m, label) for m, label in _ATTR_ROWS if any(p.spread(f"{m}_best") for _, p in c.points)]
         variants = [(v, label) for v, label in _VARIANTS if any(p.spread(f"{m}_{v}") for m, _ in present for _, p in c.points)]

@@ -161,7 +161,7 @@ ATTRIBUTE_INFERENCE_PARAMS = {
               "its length (default: none, ceil(tokens / k) slots); a longer prompt is an error",
     "training": "unaware (trained on clean inputs) and/or aware (on the mechanism's releases, needs knows_parameters); default both",
     "epochs": "training epochs of each attacker (default 150)",
-    "hidden": "width of the attacker's 2-layer MLP (default 256)",
+    "hidden": "width of the attacker's 2-layer MLP (default 256); 0: a linear reader (the PPFT answer head's answer_head_hidden: 0)",
     "standardize": "standardise the pooled vector (zero mean, unit variance over its coordinates) before the MLP: the mean of "
                    "many noisy unit slots is short, and an MLP reading it unscaled beside the count learns the count first "
                    "(true or false; default false, the attackers before 2026-11-25)",
@@ -201,10 +201,10 @@ def _bool_param(params: dict, name: str) -> bool:
     return value
 
 
-def _int_param(params: dict, name: str, default: int | None) -> int | None:
+def _int_param(params: dict, name: str, default: int | None, least: int = 1) -> int | None:
     value = params.get(name, default)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise CellError(f"{name} must be an integer >= 1, got {value!r}", field=f"params.{name}")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+        raise CellError(f"{name} must be an integer >= {least}, got {value!r}", field=f"params.{name}")
     return value
 
 
@@ -289,7 +289,7 @@ def _settings(resolved: Any) -> _Settings:
         text=_text_params(p, release) if release in TEXT_RELEASES else {},
         attackers=_list_param(p, "attackers", ATTACKERS, DEFAULT_ATTACKERS),
         training=training,
-        config={"epochs": _int_param(p, "epochs", 150), "hidden": _int_param(p, "hidden", 256), "standardize": _bool_param(p, "standardize")},
+        config={"epochs": _int_param(p, "epochs", 150), "hidden": _int_param(p, "hidden", 256, least=0), "standardize": _bool_param(p, "standardize")},
         train_limit=_int_param(p, "train_limit", None),
         threads=_int_param(p, "threads", None),
         threat=threat,
