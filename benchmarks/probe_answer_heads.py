@@ -50,8 +50,7 @@ def padded(slots: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
 
 def main() -> None:
     args = probe_parser(__doc__.splitlines()[0]).parse_args()
-    scored, train, train_answers, ytr, test, yte = probe_data(args)
-    classes = sorted(set(train_answers))
+    scored, classes, train, train_answers, ytr, test, yte = probe_data(args)
     mech = L2Laplace(args.epsilon)
 
     center = torch.stack([s.double().mean(dim=0) for s in train]).mean(dim=0).float()

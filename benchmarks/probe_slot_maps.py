@@ -88,9 +88,10 @@ def probe_parser(description: str) -> argparse.ArgumentParser:
     return ap
 
 
-def probe_data(args) -> tuple[str, list[torch.Tensor], list[str], torch.Tensor, list[torch.Tensor], torch.Tensor]:
-    """The part scored ("heldout" or "validation"); the training prompts' unit slots, answers and class indices;
-    the scored prompts' slots and class indices (-1: an answer never seen in training, never right)."""
+def probe_data(args) -> tuple[str, list[str], list[torch.Tensor], list[str], torch.Tensor, list[torch.Tensor], torch.Tensor]:
+    """The part scored ("heldout" or "validation"); the classes (the training answers, sorted); the training
+    prompts' unit slots, answers and class indices; the scored prompts' slots and class indices (-1: an answer never
+    seen in training, never right)."""
     split = ppft_split(args.dataset, validation=args.validation)
     scored = "validation" if args.validation else "heldout"
     encoder = ContextualEncoder.from_pretrained(args.encoder, max_length=args.max_tokens)
@@ -99,7 +100,7 @@ def probe_data(args) -> tuple[str, list[torch.Tensor], list[str], torch.Tensor, 
     classes = sorted(set(train_answers))
     ytr = torch.tensor([classes.index(a) for a in train_answers])
     yte = torch.tensor([classes.index(a) if a in classes else -1 for a in test_answers])
-    return scored, train, train_answers, ytr, test, yte
+    return scored, classes, train, train_answers, ytr, test, yte
 
 
 def main() -> None:
@@ -108,8 +109,7 @@ def main() -> None:
     ap.add_argument("--fit-passes", type=int, default=12, help="noisy passes the class subspace is fitted from")
     args = ap.parse_args()
 
-    scored, train, train_answers, ytr, test, yte = probe_data(args)
-    classes = sorted(set(train_answers))
+    scored, classes, train, train_answers, ytr, test, yte = probe_data(args)
     mech = L2Laplace(args.epsilon)
 
     center = torch.stack([s.double().mean(dim=0) for s in train]).mean(dim=0).float()
