@@ -307,6 +307,10 @@ def test_stage2_answer_head_settings_are_checked(stage1_run, fixture_data, tmp_p
             _stage2_cfg(tmp_path / "h", run1, answer_head=True, answer_head_hidden=bad)
     with pytest.raises(ValueError, match="answer_head_hidden needs answer_head: true"):
         _stage2_cfg(tmp_path / "h", run1, answer_head_hidden=0)
+    with pytest.raises(ValueError, match="answer_head_options must be true or false, got 'no'"):
+        _stage2_cfg(tmp_path / "o", run1, answer_head=True, answer_head_options="no")
+    with pytest.raises(ValueError, match="answer_head_options needs answer_head: true"):
+        _stage2_cfg(tmp_path / "o", run1, answer_head_options=True)
 
 
 def test_answer_classes_are_the_repeated_targets_most_frequent_first():
@@ -347,13 +351,14 @@ def test_cli_stage1_stage2_ask_evaluate(fixture_data, tmp_path, tiny_encoder_dir
     s1, s2 = tmp_path / "s1", tmp_path / "s2"
     run("train-stage1", "--decoder", tiny_decoder_dir, "--encoder", tiny_encoder_dir, "--out", s1, "--max-steps", 2, "--k", 2)
     run("train-stage2", "--from", s1, "--dataset", "pri-ddx", "--epsilon", 75, "--k", 4, "--out", s2, "--epochs", 1, "--summary-slots", 1,
-        "--answer-head", "--answer-head-epochs", 2, "--answer-head-standardize", "--answer-head-hidden", 0, "--center-mu", 1)
+        "--answer-head", "--answer-head-epochs", 2, "--answer-head-standardize", "--answer-head-hidden", 0, "--answer-head-options",
+        "--center-mu", 1)
     saved = json.loads((s2 / "textfree_config.json").read_text())
     assert saved["k"] == 4 and saved["summary_slots"] == 1  # ask and evaluate below read payloads with the summary vector
     assert saved["center_mu"] == 1.0 and len(saved["center_sha256"]) == 64 and (s2 / "slot_center.safetensors").is_file()  # ... centred
     head = json.loads((s2 / "projection" / "config.json").read_text())
     assert len(head["answer_classes"]) == 3 and head["answer_standardize"] is True  # ... and the standardised answer head,
-    assert head["answer_hidden"] == 0  # linear: evaluate and ask below load and run it
+    assert head["answer_hidden"] == 0 and head["answer_options"] is True  # linear, over the options: evaluate and ask run it
     out = run("evaluate", "--model", s2, "--dataset", "pri-ddx", "--task", "open_head", "--out", tmp_path / "head.json")
     assert "open_head" in out and json.loads((tmp_path / "head.json").read_text())["task"] == "open_head"
     out = run("ask", "--model", s2, "A 46-year-old man with a history of cluster headaches", "--public", "Options:\nA. Cluster headache",

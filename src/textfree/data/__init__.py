@@ -24,6 +24,7 @@ from .prompts import (
     mcqa_prompt,
     open_answer_prompt,
     options_block,
+    parse_options_block,
     private_text,
 )
 from .pupa import load_pupa
@@ -84,6 +85,7 @@ __all__ = [
     "blind_prompt",
     "open_answer_prompt",
     "options_block",
+    "parse_options_block",
     "private_text",
     "answer_target",
     "normalize_answer",

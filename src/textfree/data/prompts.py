@@ -31,6 +31,7 @@ __all__ = [
     "OPEN_INSTRUCTION",
     "option_labels",
     "options_block",
+    "parse_options_block",
     "private_text",
     "mcqa_prompt",
     "blind_prompt",
@@ -73,6 +74,22 @@ def options_block(options: list[str]) -> str:
     """``"Options:\\nA. <opt>\\nB. <opt>..."`` (labels are always A, B, C... in record order)."""
     lines = [f"{label}. {text}" for label, text in zip(option_labels(len(options)), options)]
     return "Options:\n" + "\n".join(lines)
+
+
+def parse_options_block(text: str) -> list[str]:
+    """The option texts of the last :func:`options_block` in ``text`` (its inverse: a line ``"Options:"`` followed by
+    lines ``"A. <opt>"``, ``"B. <opt>"``... in label order), or ``[]`` when ``text`` has none. Used by a server
+    that reads the public part of a prompt; it never sees the private part."""
+    lines = text.split("\n")
+    starts = [i for i, line in enumerate(lines) if line.strip() == "Options:"]
+    if not starts:
+        return []
+    out: list[str] = []
+    for label, line in zip(option_labels(26), lines[starts[-1] + 1 :]):
+        if not line.startswith(f"{label}. "):
+            break
+        out.append(line[len(label) + 2 :])
+    return out
 
 
 def private_text(record: MCQARecord) -> str:

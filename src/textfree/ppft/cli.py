@@ -110,6 +110,7 @@ def train_stage2_cmd(
     answer_head_epochs: int = typer.Option(100, "--answer-head-epochs", help="With --answer-head: passes over the training rows, fresh noise each."),
     answer_head_standardize: bool = typer.Option(False, "--answer-head-standardize", help="With --answer-head: standardise the mean slot before the head's MLP (recommended at low eps; off: the head of the runs before 2026-11-25)."),
     answer_head_hidden: int = typer.Option(256, "--answer-head-hidden", help="With --answer-head: width of the head's 2-layer MLP; 0: a linear head."),
+    answer_head_options: bool = typer.Option(False, "--answer-head-options", help="With --answer-head: on rows whose public text has an options block, weigh the class vectors over the classes it names only."),
     fixed_slots: _Optional[bool] = typer.Option(None, "--fixed-slots/--no-fixed-slots", help="The client pads every payload to ceil(max_private_tokens / k) slots, hiding the prompt's length (default: the init run's; off as PPFT)."),
     center_mu: _Optional[float] = typer.Option(None, "--center-mu", help="Client side, beyond the paper: centre every unit slot on the training prompts' mean slot, estimated once with mu-GDP Gaussian noise at this mu, before the noise (default: the init run's centre, none as PPFT)."),
     subspace_epochs: _Optional[int] = typer.Option(None, "--subspace-epochs", help="Client side, beyond the paper, with --center-mu: also project every centred slot onto the span of the training targets' mean payload slots, fitted by the server from this many passes of fresh payloads, and renormalise it before the noise (default: none)."),
@@ -133,7 +134,7 @@ def train_stage2_cmd(
         noise_match=noise_match, tasks=list(task or ("mcqa", "open")), blind=blind, epochs=epochs, max_steps=max_steps,
         batch_size=batch_size, lr=lr, limit=limit, max_private_tokens=max_private_tokens, summary_slots=summary_slots,
         count_vectors=count_vectors, count_dropout=count_dropout, answer_head=answer_head, answer_head_epochs=answer_head_epochs,
-        answer_head_standardize=answer_head_standardize, answer_head_hidden=answer_head_hidden,
+        answer_head_standardize=answer_head_standardize, answer_head_hidden=answer_head_hidden, answer_head_options=answer_head_options,
         fixed_slots=fixed_slots, center_mu=center_mu, subspace_epochs=subspace_epochs, slot_insert=slot_insert, slot_drop=slot_drop,
         slot_augment_epochs=slot_augment_epochs, validation=validation, seed=seed, save_every=save_every, resume=resume, cpu=cpu,
     )

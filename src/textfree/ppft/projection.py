@@ -29,6 +29,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..attacks.attributes import AttributeAttackConfig, AttributeClassifier, AttributeSpec
+from ..data import normalize_answer, parse_options_block
 
 __all__ = ["ProjectionConfig", "Projection", "PROJECTION_KINDS", "check_dropout"]
 
@@ -57,6 +58,7 @@ class ProjectionConfig:
     answer_hidden: int = field(default=256, metadata={"help": "Answer head: width of its 2-layer MLP; 0: a linear reader of the mean slot and the count."})
     answer_max_count: int = field(default=1, metadata={"help": "Answer head: slot counts 1..N are one-hot (larger counts share the N-th); set from its training payloads."})
     answer_standardize: bool = field(default=False, metadata={"help": "Answer head: standardise the mean slot before its MLP (AttributeAttackConfig.standardize)."})
+    answer_options: bool = field(default=False, metadata={"help": "Answer head: where a row's public text has an options block, weigh the class vectors by the head's probabilities renormalised over the classes it names (public text; the decoder still writes the answer). False: over all classes."})
 
     def __post_init__(self) -> None:
         for name in ("in_dim", "out_dim"):
@@ -81,8 +83,11 @@ class ProjectionConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < least:
                 raise ValueError(f"ProjectionConfig.{name} must be an integer >= {least}, got {v!r}")
-        if not isinstance(self.answer_standardize, bool):
-            raise ValueError(f"ProjectionConfig.answer_standardize must be true or false, got {self.answer_standardize!r}")
+        for name in ("answer_standardize", "answer_options"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"ProjectionConfig.{name} must be true or false, got {getattr(self, name)!r}")
+        if self.answer_options and not classes:
+            raise ValueError("ProjectionConfig.answer_options needs an answer head (answer_classes)")
 
     def answer_head_config(self) -> AttributeAttackConfig:
         """The answer head's architecture as an attacker config (mean pooling, count one-hot)."""
@@ -159,22 +164,39 @@ class Projection(torch.nn.Module):
         p = self.answer_probabilities(slots.to(self.answer_embed.device))
         return None if p is None else self.config.answer_classes[int(p.argmax())]
 
-    def answer_vector(self, slots: torch.Tensor) -> torch.Tensor | None:
-        """[1, d_d]: the class vectors weighted by the answer head's probabilities (None without a head or for
-        n = 0)."""
-        p = self.answer_probabilities(slots)
-        return None if p is None else (p @ self.answer_embed).unsqueeze(0)
+    def option_classes(self, public: str | None) -> list[int]:
+        """Indices of the answer classes named (by normalised text) in the options block of ``public``; [] without
+        ``answer_options``, an options block or a named class."""
+        if not self.config.answer_options or not public:
+            return []
+        named = {normalize_answer(o) for o in parse_options_block(public)}
+        return [i for i, c in enumerate(self.config.answer_classes) if normalize_answer(c) in named]
 
-    def with_answer_head(self, head: AttributeClassifier, class_vectors: torch.Tensor) -> "Projection":
+    def answer_vector(self, slots: torch.Tensor, public: str | None = None) -> torch.Tensor | None:
+        """[1, d_d]: the class vectors weighted by the answer head's probabilities (None without a head or for
+        n = 0). With ``answer_options`` and a ``public`` text whose options block names some classes, the
+        probabilities are renormalised over those classes (the head's choice among the options shown)."""
+        p = self.answer_probabilities(slots)
+        if p is None:
+            return None
+        shown = self.option_classes(public)
+        if shown:
+            keep = torch.zeros_like(p)
+            keep[shown] = 1.0
+            p = p * keep / (p * keep).sum().clamp_min(1e-30)
+        return (p @ self.answer_embed).unsqueeze(0)
+
+    def with_answer_head(self, head: AttributeClassifier, class_vectors: torch.Tensor, *, options: bool = False) -> "Projection":
         """A copy of this projection with a trained answer ``head`` (one categorical attribute; its classes become
-        ``answer_classes``) and initial class vectors [C, d_d]; the other weights kept."""
+        ``answer_classes``) and initial class vectors [C, d_d]; the other weights kept. ``options``: the
+        copy's ``answer_options``."""
         if len(head.specs) != 1 or head.specs[0].kind != "categorical" or not head.max_count or head.pooling != "mean":
             raise ValueError("an answer head is a classifier of one categorical attribute that reads the mean slot and the slot count")
         classes = head.specs[0].classes
         if tuple(class_vectors.shape) != (len(classes), self.config.out_dim):
             raise ValueError(f"class_vectors must be [{len(classes)}, {self.config.out_dim}], got {tuple(class_vectors.shape)}")
         config = replace(self.config, answer_classes=tuple(classes), answer_hidden=head.hidden, answer_max_count=head.max_count,
-                         answer_standardize=head.standardize)
+                         answer_standardize=head.standardize, answer_options=options)
         out = Projection(config).to(next(self.parameters()).device)
         state = {k: v for k, v in self.state_dict().items() if not k.startswith("answer")}
         out.load_state_dict(state, strict=False)

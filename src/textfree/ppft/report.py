@@ -180,10 +180,11 @@ def _get(e: Entry, key: str) -> Any:
         return int(e.params.get("summary_slots") or 0)
     if key == "fixed":
         return bool(e.params.get("fixed_slots") or False)
-    if key == "answer":  # the server's answer head: 0 none (PPFT); else 1, + 1 reading a standardised mean slot, + 2 linear
+    if key == "answer":  # the server's answer head: False none (PPFT); else (linear, standardised, over the options, width)
         if not e.params.get("answer_head"):
-            return 0
-        return 1 + bool(e.params.get("answer_head_standardize")) + 2 * (e.params.get("answer_head_hidden", 256) == 0)
+            return False
+        hidden = int(e.params.get("answer_head_hidden", 256))
+        return hidden == 0, bool(e.params.get("answer_head_standardize")), bool(e.params.get("answer_head_options")), hidden
     if key == "center":  # the client's slot centre: the mu of its private estimate, None without one
         mu = e.params.get("center_mu")
         return None if mu is None else float(mu)
@@ -412,9 +413,16 @@ def _augment_layout(value: tuple[float, float, int]) -> str:
     return "server " + ", then ".join(parts) + (f" in the first {epochs} training epochs" if epochs else " in training")
 
 
-def _answer_layout(v: int) -> str:
-    """Name of an answer-head layout (1: the head, 2: reading a standardised mean slot, 3: linear, 4: both)."""
-    return "answer vector" + {1: "", 2: " (standardised head)", 3: " (linear head)", 4: " (standardised linear head)"}[v]
+def _answer_layout(v: tuple[bool, bool, bool, int]) -> str:
+    """Name of an answer-head layout (linear, standardised, weighed over the options shown, MLP width)."""
+    linear, standardised, options, hidden = v
+    words = (["standardised"] if standardised else []) + (["linear"] if linear else [])
+    if hidden not in (0, 256):
+        words.append(f"{hidden}-wide")
+    head = f"{' '.join(words)} head" if words else ""
+    if options:
+        head += (", " if head else "") + "over the options shown"
+    return "answer vector" + (f" ({head})" if head else "")
 
 
 def _subspace_layout(v: tuple[Any, Any]) -> str:
@@ -464,7 +472,10 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
       "trains P_psi + LoRA as PPFT does (`answer_head`). \"Answer head alone\": its most probable class on the",
       "open-answer payloads, or the option it ranks highest on the 4-option ones, no decoder. Post-processing of",
       "the payload: the client and its guarantee are unchanged. \"Standardised head\": the head standardises the mean",
-      "slot before its MLP (`answer_head_standardize`); \"linear head\": no hidden layer (`answer_head_hidden: 0`).",
+      "slot before its MLP (`answer_head_standardize`); \"linear head\": no hidden layer (`answer_head_hidden: 0`);",
+      "\"over the options shown\": on a 4-option prompt the class vectors are weighed by the head's probabilities",
+      "renormalised over the classes its public options block names (`answer_head_options`), in training and at",
+      "inference.",
       "The tables above use PPFT's layout."]),
     ("augment", _augment_layout, "the server blurs the slot count in training",
      ["At eps 28 PPFT's decoder answers open questions mostly from the slot count (see \"random slots\"). In",

@@ -164,6 +164,7 @@ class Stage2Config(LoopConfig):
     answer_head_epochs: int = field(default=100, metadata={"help": "With answer_head: passes over the training rows, each with fresh noise."})
     answer_head_standardize: bool = field(default=False, metadata={"help": "With answer_head: standardise the mean slot (zero mean, unit variance over its coordinates) before the head's MLP, so the short mean of many noisy slots does not lose to the one-hot slot count. False: the head of the runs before 2026-11-25."})
     answer_head_hidden: int = field(default=256, metadata={"help": "With answer_head: width of the head's 2-layer MLP; 0: a linear reader of the mean slot and the one-hot count (fewer weights to overfit a few hundred training prompts with)."})
+    answer_head_options: bool = field(default=False, metadata={"help": "With answer_head: on a row whose public text has an options block (the 4-option prompts), weigh the class vectors by the head's probabilities renormalised over the classes the options name (ProjectionConfig.answer_options), in training and at inference; the decoder still writes the answer. False: over all classes."})
     slot_insert: float | None = field(default=None, metadata={"help": "Beyond the paper, training only: the server adds m random unit slots at random positions to each training payload row of n slots, m uniform in 0..ceil(slot_insert * n), fresh every epoch, so the slot count stops naming the answer (textfree.ppft.slot_augment). Post-processing of payloads: the client and its guarantee are PPFT's; answers are never augmented. null or 0: off, as PPFT."})
     slot_drop: float | None = field(default=None, metadata={"help": "Beyond the paper, training only: the server drops each slot of a training payload row with this probability (at least one kept), before slot_insert. null or 0: off, as PPFT."})
     slot_augment_epochs: int | None = field(default=None, metadata={"help": "With slot_insert / slot_drop: augment only the first this many epochs, then train on the rows as sent (null: every epoch)."})
@@ -192,6 +193,10 @@ class Stage2Config(LoopConfig):
             raise ValueError(f"answer_head_hidden must be an integer >= 0 (0: a linear head), got {self.answer_head_hidden!r}")
         if self.answer_head_hidden != 256 and not self.answer_head:
             raise ValueError("answer_head_hidden needs answer_head: true")
+        if not isinstance(self.answer_head_options, bool):
+            raise ValueError(f"answer_head_options must be true or false, got {self.answer_head_options!r}")
+        if self.answer_head_options and not self.answer_head:
+            raise ValueError("answer_head_options needs answer_head: true")
         for name in ("train_decoder", "fixed_slots"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true, false or null, got {getattr(self, name)!r}")
@@ -665,13 +670,14 @@ def _fit_answer_head(cfg: Stage2Config, run: Path, server, cache: ClientCache, p
         t0 = time.time()
         head = train_answer_head(cache, privatizer, epochs=cfg.answer_head_epochs, noise_generator=noise_generator,
                                  generator=seeded_generator(cfg.seed + 7919, warn=False), standardize=cfg.answer_head_standardize, hidden=cfg.answer_head_hidden)
-        server.projection = server.projection.with_answer_head(head, class_vectors(server, head.specs[0].classes))
+        server.projection = server.projection.with_answer_head(head, class_vectors(server, head.specs[0].classes), options=cfg.answer_head_options)
         server.projection.save(saved)
         log.info("answer head trained in %.1f s", time.time() - t0)
     accuracy = head_accuracy(server.projection, cache.privatize(privatizer, generator=noise_generator(-1)))
     log.info("answer head: %.3f of the training rows on a fresh draw", accuracy)
     return {"classes": len(server.projection.config.answer_classes), "epochs": cfg.answer_head_epochs,
             "standardize": server.projection.config.answer_standardize, "hidden": server.projection.config.answer_hidden,
+            "options": server.projection.config.answer_options,
             "train_accuracy_fresh_draw": accuracy}
 
 

@@ -107,7 +107,7 @@ class PromptEmbedder:
         out = []
         for i in range(b):
             tokens = self.table[torch.tensor(head + pub[i], dtype=torch.long)]
-            prefix = slot_prefix(self.projection, vectors[i, : int(lengths[i])], self.config.summary_slots)
+            prefix = slot_prefix(self.projection, vectors[i, : int(lengths[i])], self.config.summary_slots, None if public is None else public[i])
             out.append(torch.cat([tokens[: len(head)], prefix, tokens[len(head):]]))
         return out
 
