@@ -18,6 +18,8 @@ from textfree.data import (
     mcqa_prompt,
     normalize_answer,
     open_answer_prompt,
+    options_block,
+    parse_options_block,
     shared_data_dir,
 )
 
@@ -62,6 +64,19 @@ def test_blind_and_open_prompts() -> None:
     assert "Options" not in opened.public and "Stable angina" not in opened.public
     public_qa = MCQARecord("q", "", "Where is milk kept?", ["fridge", "oven"], 0)
     assert mcqa_prompt(public_qa).private == "Where is milk kept?"
+
+
+def test_parse_options_block_reads_back_the_options_of_an_mcqa_prompt() -> None:
+    assert parse_options_block(mcqa_prompt(RECORD).public) == RECORD.options
+    tricky = ["Theft. Or not", "B. Fraud", "Robbery\tarmed"]  # a label-like start and dots inside an option are text
+    assert parse_options_block(options_block(tricky)) == tricky
+    assert parse_options_block("Answer the question. Output only the answer.") == []
+    assert parse_options_block("") == [] and parse_options_block("Options:") == []
+    # the last block counts; reading stops at the first line that is not the next label
+    text = "Options:\nA. old\n" + options_block(["x", "y"]) + "\nC is not an option\nD. nor this"
+    assert parse_options_block(text) == ["x", "y"]
+    assert parse_options_block("Options:\nB. out of order") == []
+    assert parse_options_block(options_block([f"o{i}" for i in range(26)])) == [f"o{i}" for i in range(26)]
 
 
 def test_answer_target_is_option_text() -> None:

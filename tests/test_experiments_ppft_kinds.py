@@ -216,6 +216,7 @@ def test_stage2_cell_trains_once_evaluates_per_seed_and_reuses_the_run(fixture_d
     assert _metric(data, "slot_epsilon")["values"] == [56.0, 56.0]  # L2-Laplace: 2 * eps per unit slot
     assert _metric(data, "prompt_epsilon")["mean"] >= 56.0 and _metric(data, "prompt_epsilon")["mean"] % 56.0 == 0
     assert _metric(data, "reused")["values"] == [0.0, 0.0]
+    assert "provenance" not in data["results"][0]  # the init was never trained as a stage-1 run: no build to name
     assert _metric(data, "train_steps")["values"] == [2.0, 2.0]  # 4 records, batch 2, 1 epoch
     assert math.isfinite(_metric(data, "train_final_loss")["mean"])
 
@@ -257,15 +258,26 @@ def test_stage2_settings_are_checked_when_the_cell_loads(change, message):
 def test_a_finished_stage2_run_is_not_reused_after_its_init_was_rebuilt_at_the_same_path(fixture_data, init_run, tmp_path, count_training, caplog):
     import shutil
 
+    from textfree.ppft.checkpoint import run_fingerprint, stage1_build
+
     init = tmp_path / "stage1"
     shutil.copytree(init_run, init)
+    (init / "summary.json").write_text(json.dumps({"stage": "stage1"}))  # as train_stage1 leaves it
+    build = run_fingerprint(init)
     run = tmp_path / "runs" / "s2"
     cell = {"name": "tiny_ppft_stage2_init", "kind": "ppft_stage2", "dataset": "pri-ddx",
             "params": {"init": str(init), "out": str(run), "k": 4, "epochs": 1, "batch_size": 2, "limit": 4,
                        "eval_limit": 3, "tasks": ["mcqa"], "eval_tasks": ["mcqa"], "epsilon": 28}, "seeds": [0]}
-    run_cell(cell, tmp_path / "results", progress=False)
+    first = json.loads(run_cell(cell, tmp_path / "results", progress=False).read_text())
     summary = json.loads((run / "summary.json").read_text())
     assert len(summary["init_fingerprint"]) == 64
+    # the result names the stage-1 build, and so does an evaluation of the stage-2 run or of the stage-1 run itself
+    assert first["results"][0]["provenance"] == {"stage1_build": build} and stage1_build(run) == build
+    for model in (run, init):
+        evaluate = {"name": "tiny_ppft_eval_build", "kind": "ppft_evaluate", "dataset": "pri-ddx",
+                    "params": {"model": str(model), "eval_tasks": ["blind_mcqa"]}, "seeds": [0]}
+        ev = json.loads(run_cell(evaluate, tmp_path / "results", progress=False).read_text())
+        assert ev["results"][0]["provenance"] == {"stage1_build": build}, model
     again = json.loads(run_cell(cell, tmp_path / "results", progress=False).read_text())
     assert _metric(again, "reused")["values"] == [1.0] and len(count_training) == 1
 
@@ -283,6 +295,7 @@ def test_a_finished_stage2_run_is_not_reused_after_its_init_was_rebuilt_at_the_s
     from safetensors.torch import load_file, save_file
     tensors = load_file(weights)
     save_file({k: v + 0.01 for k, v in tensors.items()}, weights)
+    assert stage1_build(run) is None and stage1_build(init) != build  # the run's build is gone; the path holds another
     with pytest.raises(CellError, match="was trained from another .*stage1"):
         run_cell(cell, tmp_path / "results", progress=False)
     assert len(count_training) == 1 and (run / "summary.json").is_file()

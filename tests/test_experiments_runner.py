@@ -230,6 +230,42 @@ def test_git_is_recorded_when_the_run_starts(scratch_registry, tmp_path, monkeyp
     assert data["git"] == {"commit": "a" * 40, "dirty": False}
 
 
+def test_provenance_is_recorded_per_point_and_checked(scratch_registry, tmp_path):
+    @register_cell_kind("noting")
+    def noting(cell, point, seed, context):
+        if point["params.x"] == 1:
+            context.record("built_from", f"run-{point['params.x']}")
+        return {"v": 1.0}
+
+    cell = {"name": "n", "kind": "noting", "grid": {"params.x": [1, 2]}, "seeds": [0, 1]}
+    path = run_cell(cell, tmp_path, progress=False)
+    rows = load_results(path)["results"]
+    assert rows[0]["provenance"] == {"built_from": "run-1"}
+    assert "provenance" not in rows[1]  # reset for every point: the second recorded nothing
+
+    @register_cell_kind("fickle")
+    def fickle(cell, point, seed, context):
+        context.record("built_from", f"run-{seed}")
+        return {"v": 1.0}
+
+    with pytest.raises(ValueError, match="provenance 'built_from' differs between the seeds of one point: 'run-0' and 'run-1'"):
+        run_cell({"name": "f", "kind": "fickle", "seeds": [0, 1]}, tmp_path, progress=False)
+
+    @register_cell_kind("numeric")
+    def numeric(cell, point, seed, context):
+        context.record("steps", 3)
+        return {"v": 1.0}
+
+    with pytest.raises(TypeError, match="provenance is a non-empty name and a string value, got 'steps': 3"):
+        run_cell({"name": "m", "kind": "numeric", "seeds": [0]}, tmp_path, progress=False)
+    broken = json.loads(path.read_text())
+    broken["results"][0]["provenance"] = {"built_from": 7}
+    bad = tmp_path / "bad_provenance.json"
+    bad.write_text(json.dumps(broken))
+    with pytest.raises(ResultsError, match=r"results\[0\]\.provenance': must be an object of strings"):
+        load_results(bad)
+
+
 def test_custom_kind_without_grid_and_bad_return(scratch_registry, tmp_path):
     @register_cell_kind("const")
     def const(cell, point, seed, context):

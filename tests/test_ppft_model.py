@@ -549,6 +549,38 @@ def test_answer_head_config_is_checked_and_round_trips(tmp_path):
     torch.testing.assert_close(loaded.answer_vector(slots), proj.answer_vector(slots))
 
 
+def test_answer_vector_over_the_options_shown_renormalises_the_heads_probabilities(tmp_path):
+    from textfree.data import options_block
+    from textfree.ppft.projection import Projection, ProjectionConfig
+
+    embed = torch.randn(3, 3, generator=torch.Generator().manual_seed(2))
+    head = _answer_head(4)  # classes flu, cold, otitis
+    plain = Projection(ProjectionConfig(4, 3)).with_answer_head(head, embed)
+    proj = Projection(ProjectionConfig(4, 3)).with_answer_head(head, embed, options=True)
+    assert proj.config.answer_options and not plain.config.answer_options
+    slots = torch.randn(3, 4, generator=torch.Generator().manual_seed(3))
+    p = proj.answer_probabilities(slots).detach()
+    public = "Choose the correct option.\n" + options_block(["Cold", "measles", " otitis"])  # named by normalised text
+    assert proj.option_classes(public) == [1, 2]
+    want = (p[1] * embed[1] + p[2] * embed[2]) / (p[1] + p[2])
+    torch.testing.assert_close(proj.answer_vector(slots, public)[0], want)
+    full = p @ embed
+    torch.testing.assert_close(proj.answer_vector(slots)[0], full)  # no public text: every class
+    torch.testing.assert_close(proj.answer_vector(slots, "Answer the question.")[0], full)  # no options block
+    torch.testing.assert_close(proj.answer_vector(slots, options_block(["measles", "mumps"]))[0], full)  # no class named
+    torch.testing.assert_close(plain.answer_vector(slots, public)[0], full)  # off: every class, options or not
+    assert plain.option_classes(public) == []
+    # one class named: its vector alone
+    torch.testing.assert_close(proj.answer_vector(slots, options_block(["FLU", "mumps"]))[0], embed[0])
+    loaded = Projection.load(proj.save(tmp_path / "options"))
+    assert loaded.config.answer_options and loaded.config == proj.config
+    torch.testing.assert_close(loaded.answer_vector(slots, public), proj.answer_vector(slots, public))
+    with pytest.raises(ValueError, match="answer_options must be true or false, got 1"):
+        ProjectionConfig(4, 3, answer_classes=("a", "b"), answer_options=1)
+    with pytest.raises(ValueError, match="answer_options needs an answer head"):
+        ProjectionConfig(4, 3, answer_options=True)
+
+
 def test_answer_vector_goes_after_the_count_vector_and_before_the_slots(lm):
     from textfree.ppft.server import slot_prefix
 
@@ -570,5 +602,14 @@ def test_answer_vector_goes_after_the_count_vector_and_before_the_slots(lm):
         assert all(p.grad is None for p in proj.answer.parameters())
         # a blind row (no slots): neither vector
         assert slot_prefix(proj, torch.zeros(0, vectors.shape[-1]), 0).shape[0] == 0
+        # over the options shown: each row's own public text reaches the answer vector, in training and generation
+        seen = []
+        lm.server.projection = proj = proj.with_answer_head(proj.answer, proj.answer_embed.detach(), options=True)
+        answer_vector = proj.answer_vector
+        proj.answer_vector = lambda slots, public=None: seen.append(public) or answer_vector(slots, public)
+        lm.server(vectors, mask, public=PUBLIC, targets=TARGETS)
+        assert seen == PUBLIC
+        row = slot_prefix(proj, vectors[0, :n], 0, PUBLIC[0])
+        torch.testing.assert_close(row[1], answer_vector(vectors[0, :n], PUBLIC[0])[0])
     finally:
         lm.server.projection = saved

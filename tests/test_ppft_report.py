@@ -15,13 +15,15 @@ def _metric(values):
     return {"mean": mean, "stderr": 0.0, "values": list(values)}
 
 
-def _result_file(path: Path, kind: str, dataset: str, points: list[tuple[dict, dict]], *, date: str, seeds=(0, 1, 2), split=None) -> Path:
+def _result_file(path: Path, kind: str, dataset: str, points: list[tuple[dict, dict]], *, date: str, seeds=(0, 1, 2), split=None,
+                 build: str | None = None) -> Path:
     cell = {"name": path.stem, "kind": kind, "dataset": dataset, "split": split, "params": {}, "grid": {}, "seeds": list(seeds)}
     data = {
         "format": "textfree.results", "format_version": 1, "cell": cell, "cell_source": None, "kind": kind,
         "grid_axes": [], "seeds": list(seeds),
         "results": [{"point": {}, "resolved": {"mechanism": None, "params": params, "attack": None},
-                     "metrics": {k: _metric(v) for k, v in metrics.items()}} for params, metrics in points],
+                     "metrics": {k: _metric(v) for k, v in metrics.items()}} | ({"provenance": {"stage1_build": build}} if build else {})
+                    for params, metrics in points],
         "versions": {"python": "3.11"}, "git": {"commit": "abc1234567890", "dirty": False}, "date": date,
         "elapsed_s": 1.0, "host": {"platform": "test"},
     }
@@ -709,3 +711,49 @@ def test_a_linear_answer_head_is_a_row_of_its_own(tmp_path):
     assert any(l.startswith(f"- {name} (standardised head): eps 28, open-answer") and "63.9% of the upper bound 0.9700" in l for l in lines)
     assert any(l.startswith(f"- {name} (standardised linear head): eps 28, open-answer") and "86.3% of the upper bound 0.9500" in l
                and not l.endswith("**NOT met**") for l in lines)
+
+
+def test_answer_heads_over_the_options_or_of_another_width_are_rows_of_their_own(tmp_path):
+    """answer_head_options and an MLP width other than 256: neither shares a row with the heads above."""
+    d = _fixture(tmp_path)
+    sub = {"k": 4, "center_mu": 1.0, "subspace_epochs": 12, "answer_head": True, "epochs": 12, "answer_head_standardize": True}
+    _result_file(d / "heads.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, **sub, "answer_head_hidden": 0}, _eval([0.70] * 3, [0.80, 0.82, 0.84])),
+        ({"epsilon": None, **sub, "answer_head_hidden": 0}, _eval([0.80] * 3, [0.95] * 3)),
+        ({"epsilon": 28, **sub, "answer_head_hidden": 0, "answer_head_options": True}, _eval([0.88, 0.90, 0.92], [0.80] * 3)),
+        ({"epsilon": None, **sub, "answer_head_hidden": 0, "answer_head_options": True}, _eval([0.97] * 3, [0.95] * 3)),
+        ({"epsilon": 28, **sub, "answer_head_hidden": 64}, _eval([0.60] * 3, [0.50] * 3)),
+        ({"epsilon": None, **sub, "answer_head_hidden": 64}, _eval([0.90] * 3, [0.90] * 3)),
+    ], date="2026-01-03T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+    name = "slots centred (centre 1-GDP) on the class subspace (12 passes) + answer vector"
+    # 4-option: 0.70 / 0.80 = 87.5% as before; over the options shown 0.90 / 0.97 = 92.8%; 64 wide 0.60 / 0.90 = 66.7%
+    assert any(l.startswith(f"- {name} (standardised linear head): eps 28, 4-option") and "87.5% of the upper bound 0.8000" in l
+               for l in lines)
+    assert any(l.startswith(f"- {name} (standardised linear head, over the options shown): eps 28, 4-option")
+               and "92.8% of the upper bound 0.9700" in l for l in lines)
+    assert any(l.startswith(f"- {name} (standardised 64-wide head): eps 28, 4-option") and "66.7% of the upper bound 0.9000" in l
+               and l.endswith("**NOT met**") for l in lines)
+    assert not any(f"{name} (standardised head)" in l for l in lines)  # the 64-wide head is not the 256-wide one
+
+
+def test_result_files_name_their_stage1_build_and_a_verdict_says_when_its_bound_is_of_another(tmp_path):
+    d = _fixture(tmp_path)  # files without a recorded build
+    text = build_report([d])
+    assert "| `main.json` | 2026-01-01T00:00:00+00:00 | abc1234567 | not recorded |" in text
+    assert "another stage-1 build" not in text
+    a, b = "a" * 64, "b" * 64
+    _result_file(d / "main2.json", "ppft_stage2", "pri-ddx", [({"epsilon": 28, "k": 4}, _eval([0.80] * 3, [0.60] * 3))],
+                 date="2026-01-05T00:00:00+00:00", build=a)
+    _result_file(d / "bounds2.json", "ppft_stage2", "pri-ddx", [({"epsilon": None, "k": 4, "blind": False}, _eval([0.95], [0.80]))],
+                 date="2026-01-05T00:00:01+00:00", seeds=(0,), build=b)
+    lines = build_report([d]).splitlines()
+    assert f"| `main2.json` | 2026-01-05T00:00:00+00:00 | abc1234567 | {a[:12]} |" in lines
+    assert f"| `bounds2.json` | 2026-01-05T00:00:01+00:00 | abc1234567 | {b[:12]} |" in lines
+    four = next(l for l in lines if l.startswith("- 4-option: PPFT 0.8000"))
+    assert four.endswith("**NOT met** (the upper bound from another stage-1 build)")
+    # the same build: no note
+    _result_file(d / "bounds3.json", "ppft_stage2", "pri-ddx", [({"epsilon": None, "k": 4, "blind": False}, _eval([0.95], [0.80]))],
+                 date="2026-01-05T00:00:02+00:00", seeds=(0,), build=a)
+    four = next(l for l in build_report([d]).splitlines() if l.startswith("- 4-option: PPFT 0.8000"))
+    assert four.endswith("**NOT met**")

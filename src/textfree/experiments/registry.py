@@ -54,6 +54,17 @@ class RunContext:
     cell: Any
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("textfree.experiments"))
     cache: dict = field(default_factory=dict)
+    provenance: dict = field(default_factory=dict)  # of the grid point being run; the runner resets it per point
+
+    def record(self, name: str, value: str) -> None:
+        """Note a fact about the grid point being run that is not a metric (e.g. the fingerprint of the run it
+        started from); the runner writes the point's notes beside its metrics as ``provenance``. Every seed of a
+        point must record the same value."""
+        if not isinstance(name, str) or not name or not isinstance(value, str):
+            raise TypeError(f"provenance is a non-empty name and a string value, got {name!r}: {value!r}")
+        if self.provenance.get(name, value) != value:
+            raise ValueError(f"provenance {name!r} differs between the seeds of one point: {self.provenance[name]!r} and {value!r}")
+        self.provenance[name] = value
 
     def cached(self, key: Any, factory: Callable[[], Any]) -> Any:
         """``cache[key]``, computed once by ``factory()``."""

@@ -12,7 +12,8 @@ everything needed to read, re-plot and reproduce the run::
       "results": [
         {"point": {"mechanism.epsilon": 10, "params.k": 4},
          "resolved": {"mechanism": {...}, "params": {...}, "attack": null},
-         "metrics": {"cosine": {"mean": 0.41, "stderr": 0.003, "values": [0.41, 0.40, 0.42]}, ...}},
+         "metrics": {"cosine": {"mean": 0.41, "stderr": 0.003, "values": [0.41, 0.40, 0.42]}, ...},
+         "provenance": {"stage1_build": "<sha256>"}},   # optional: what the kind recorded (RunContext.record)
         ...
       ],
       "versions": {"python": ..., "torch": ..., "transformers": ..., "numpy": ..., "textfree": ...},
@@ -245,6 +246,7 @@ def run_cell(
     results = []
     with tqdm(total=len(points) * len(cell.seeds), desc=cell.name, unit="run", disable=not progress) as bar:
         for point in points:
+            context.provenance = {}
             per_seed = []
             for seed in cell.seeds:
                 bar.set_postfix_str(", ".join(f"{k.split('.')[-1]}={v}" for k, v in point.items()) + f", seed={seed}")
@@ -258,6 +260,7 @@ def run_cell(
                     "resolved": {"mechanism": resolved.mechanism, "params": resolved.params, "attack": resolved.attack},
                     "metrics": metrics,
                 }
+                | ({"provenance": dict(context.provenance)} if context.provenance else {})
             )
             log.info(
                 "%s %s: %s",
@@ -343,6 +346,9 @@ def load_results(path: str | os.PathLike) -> dict[str, Any]:
         where = f"results[{i}]"
         if not isinstance(row, dict) or not isinstance(row.get("point"), dict) or not isinstance(row.get("metrics"), dict):
             raise _fail(p, where, "must be an object with 'point' and 'metrics' objects")
+        prov = row.get("provenance", {})
+        if not isinstance(prov, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in prov.items()):
+            raise _fail(p, f"{where}.provenance", "must be an object of strings")
         if sorted(row["point"]) != sorted(axes):
             raise _fail(p, f"{where}.point", f"keys {sorted(row['point'])} do not match the grid axes {sorted(axes)}")
         for name, agg in row["metrics"].items():

@@ -36,7 +36,12 @@ from safetensors.torch import load_file, save_file
 
 from ..encoders.loading import state_dict_sha256
 
+#: A run's training config (beside its weights), with the fingerprint of the run it started from.
+TRAIN_CONFIG = "train_config.json"
+
 __all__ = [
+    "TRAIN_CONFIG",
+    "stage1_build",
     "write_json",
     "read_json",
     "finished_run",
@@ -112,6 +117,24 @@ def run_fingerprint(run: str | os.PathLike) -> str:
     for path in files:
         h.update(f"{path.relative_to(root).as_posix()}\0{_sha256_file(path)}\n".encode())
     return h.hexdigest()
+
+
+def stage1_build(run: str | os.PathLike) -> str | None:
+    """The :func:`run_fingerprint` of the stage-1 run that ``run`` descends from: ``run`` itself for a stage-1 run;
+    for a stage-2 run the build of the ``init`` it was trained from (its train_config.json), provided that ``init``
+    still has the fingerprint the run recorded of it. None where the chain cannot be followed: no summary.json, no
+    recorded init, or an init rebuilt since (a stage-2 run of a rebuilt stage 1 has no build to name)."""
+    run = Path(run)
+    summary = run / "summary.json"
+    if not summary.is_file():
+        return None
+    if read_json(summary).get("stage") == "stage1":
+        return run_fingerprint(run)
+    saved = read_json(run / TRAIN_CONFIG) if (run / TRAIN_CONFIG).is_file() else {}
+    init, recorded = saved.get("config", {}).get("init"), saved.get("init_fingerprint")
+    if not init or not recorded or not Path(init).is_dir() or run_fingerprint(init) != recorded:
+        return None
+    return stage1_build(init)
 
 
 class InitChanged(ValueError):

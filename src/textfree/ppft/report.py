@@ -89,8 +89,9 @@ def collect(paths: Iterable[str | Path]) -> list[Entry]:
         cell = data["cell"]
         git = (data.get("git") or {}).get("commit")
         for r in data["results"]:
+            build = r.get("provenance", {}).get("stage1_build")
             entries.append(Entry(data["kind"], str(cell.get("dataset") or ""), dict(r["resolved"]["params"]), r["metrics"],
-                                 f.name, data["date"], git, {"split": cell.get("split")}))
+                                 f.name, data["date"], git, {"split": cell.get("split"), "build": build}))
     entries.sort(key=lambda e: e.date)
     return entries
 
@@ -269,6 +270,19 @@ def _targets(stage2, blind, upper, lower, ds) -> list[str]:
     return lines
 
 
+def _build(e: Entry | None) -> str | None:
+    """The fingerprint of the stage-1 run ``e``'s model descends from (None: not recorded, as in files before
+    2026-11-25)."""
+    return None if e is None else e.extra.get("build")
+
+
+def _other_builds(row: Entry, **refs: Entry | None) -> str:
+    """" (the upper bound from another stage-1 build)" when a reference row's recorded build differs from ``row``'s;
+    "" when they agree or either was not recorded."""
+    names = [name.replace("_", " ") for name, ref in refs.items() if _build(row) and _build(ref) and _build(ref) != _build(row)]
+    return f" ({' and '.join(names)} from another stage-1 build)" if names else ""
+
+
 def _meets(p: float, u: float, b: float, lo: float) -> bool:
     """The issue's target: keep >= 85% of the upper bound ``u`` and beat the blind row ``b`` and the lower bound
     ``lo`` by the clear margin (a missing control fails)."""
@@ -311,7 +325,7 @@ def _verdicts(prefix: str, ppft: Entry, upper: Entry, blind: Entry | None, low: 
         lo = low.mean(f"acc_{task}") if low else math.nan
         verdict = "met" if _meets(p, u, b, lo) else "NOT met"
         lines.append(f"- {prefix + ', ' if prefix else ''}{name}: PPFT {p:.4f} = {_ratio(p, u)} of the upper bound {u:.4f}; "
-                     f"blind {b:.4f}; lower bound {lo:.4f} -> **{verdict}**")
+                     f"blind {b:.4f}; lower bound {lo:.4f} -> **{verdict}**" + _other_builds(ppft, the_upper_bound=upper))
     return lines
 
 
@@ -336,7 +350,8 @@ def _training_verdicts(prefix: str, trainings: Sequence[Entry], upper: Entry, bl
         b = blind.mean(f"acc_blind_{task}") if blind else math.nan
         lo = low.mean(f"acc_{task}") if low else math.nan
         lines.append(f"  - {name}: PPFT {p:.4f} (trainings: {', '.join(f'{m:.4f}' for m in means)}) = {_ratio(p, u)} of the upper "
-                     f"bound {u:.4f} -> **{'met' if _meets(p, u, b, lo) else 'NOT met'}**")
+                     f"bound {u:.4f} -> **{'met' if _meets(p, u, b, lo) else 'NOT met'}**"
+                     + next((note for note in (_other_builds(t, the_upper_bound=upper) for t in trainings) if note), ""))
     return lines
 
 
@@ -752,6 +767,9 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) ->
     everything = collect(paths)
     entries, selection = split_selection(everything)  # runs that held back a validation part: their own section only
     sources = sorted({(e.source, e.date, e.git) for e in everything})
+    builds: dict[str, set[str]] = {}
+    for e in everything:
+        builds.setdefault(e.source, set()).add((_build(e) or "not recorded")[:12])
     lines = [
         "# PPFT at this scale: results",
         "",
@@ -817,8 +835,12 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) ->
         lines += ["", "## Default pipeline time (2 CPU cores)", ""] + timing
     if figures:
         lines += ["", "## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures]
-    lines += ["", "## Result files", "", "| file | date | git commit |", "|---|---|---|"]
-    lines += [f"| `{s}` | {d} | {(g or 'unknown')[:10]} |" for s, d, g in sources]
+    lines += ["", "## Result files", "",
+              "\"Stage-1 build\": the fingerprint of the stage-1 run the file's models descend from (weights and configs;",
+              "`runs/stage1` rebuilt is another build at the same path), recorded since 2026-11-25. A verdict whose",
+              "upper bound comes from another recorded build says so.", "",
+              "| file | date | git commit | stage-1 build |", "|---|---|---|---|"]
+    lines += [f"| `{s}` | {d} | {(g or 'unknown')[:10]} | {', '.join(sorted(builds[s]))} |" for s, d, g in sources]
     return "\n".join(lines) + "\n"
 
 

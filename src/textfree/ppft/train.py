@@ -52,6 +52,7 @@ from .checkpoint import (
     load_training_checkpoint,
     read_json,
     run_fingerprint,
+    TRAIN_CONFIG,
     same_init,
     save_center,
     save_training_checkpoint,
@@ -66,7 +67,6 @@ __all__ = ["LoopConfig", "Stage1Config", "Stage2Config", "train_stage1", "train_
 
 log = logging.getLogger("textfree.ppft")
 
-TRAIN_CONFIG = "train_config.json"
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
 ANSWER_HEAD = "answer_head"  # the projection with its trained answer head, before the stage-2 loop

@@ -21,7 +21,9 @@
 Training kinds reuse a finished run: when ``out`` already holds a ``summary.json`` written under the same training
 config, the model is loaded instead of retrained and ``reused`` is 1 (the recorded wall time is the original
 run's). A ``ppft_stage2`` run is reused only while its ``init`` run is the one it was trained from (its recorded
-``init_fingerprint``). Evaluation metrics are always computed afresh.
+``init_fingerprint``). Evaluation metrics are always computed afresh. The stage-1, stage-2 and evaluate kinds record
+the fingerprint of the stage-1 run their model descends from as the point's ``stage1_build`` provenance
+(:func:`~textfree.ppft.checkpoint.stage1_build`): ``runs/stage1`` rebuilt is another build at the same path.
 
 Metrics of the evaluating kinds, per task ``T`` in ``eval_tasks`` (mcqa, open, blind_mcqa, blind_open, the
 option-ranked mcqa_rank, blind_mcqa_rank, the label-ranked open_rank, blind_open_rank, the slot-count-only controls
@@ -252,6 +254,17 @@ def _check_same_init(run: Path, summary: dict[str, Any], init: str, name: str, c
                                "is unchanged", name, run, init, init)
 
 
+def record_build(context: RunContext, run: str | Path) -> None:
+    """Record, as the point's ``stage1_build`` provenance, the fingerprint of the stage-1 run that ``run`` descends
+    from (:func:`textfree.ppft.checkpoint.stage1_build`; computed once per run), so a report can tell rows of two
+    stage-1 builds at the same path apart. Nothing where the chain cannot be followed."""
+    from ...ppft.checkpoint import stage1_build
+
+    build = context.cached(("stage1_build", str(run)), lambda: stage1_build(run))
+    if build is not None:
+        context.record("stage1_build", build)
+
+
 def stage2_model(cfg, name: str, context: RunContext):
     """(model, training metrics) of stage 2 under ``cfg``: a finished run with the same config is reused, else trained;
     cached for the rest of the cell run."""
@@ -279,6 +292,7 @@ def ppft_stage2(cell, point, seed: int, context: RunContext) -> dict[str, float]
     p = cell.resolve(point).params
     cfg = _stage2_config(cell, p)
     lm, train_metrics = stage2_model(cfg, cell.name, context)
+    record_build(context, cfg.out)
     tasks = p.get("eval_tasks") or _default_tasks(cell.dataset, cfg.blind)
     metrics = _evaluate(lm, cell, seed, context, tasks=tasks, epsilon=cfg.epsilon, k=cfg.k, mechanism=cfg.mechanism,
                         noise_match=cfg.noise_match, limit=p.get("eval_limit"), validation=cfg.validation)
@@ -297,6 +311,7 @@ def ppft_evaluate(cell, point, seed: int, context: RunContext) -> dict[str, floa
 
     p = cell.resolve(point).params
     lm = context.cached(("model", p["model"]), lambda: TextFreeLM.load(p["model"]))
+    record_build(context, p["model"])
     epsilon = p["epsilon"] if "epsilon" in p else lm.config.epsilon
     tasks = p.get("eval_tasks") or _default_tasks(cell.dataset, False)
     return _evaluate(lm, cell, seed, context, tasks=tasks, epsilon=epsilon, k=p.get("k"), mechanism=p.get("mechanism"),
@@ -328,9 +343,11 @@ def ppft_stage1(cell, point, seed: int, context: RunContext) -> dict[str, float]
     cfg = dataclasses.replace(_stage1_config(cell.resolve(point).params), seed=seed)
     run = Path(cfg.out)
     if _reusable(run, cfg.to_dict(), {"progress", "resume", "cpu", "log_every"}):
+        record_build(context, run)
         return _train_metrics(read_json(run / "summary.json"), True)
     summary = train_stage1(cfg)
     summary.pop("model")
+    record_build(context, run)
     return _train_metrics(summary, False)
 
 
