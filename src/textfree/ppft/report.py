@@ -276,11 +276,11 @@ def _build(e: Entry | None) -> str | None:
     return None if e is None else e.extra.get("build")
 
 
-def _other_builds(row: Entry, **refs: Entry | None) -> str:
-    """" (the upper bound from another stage-1 build)" when a reference row's recorded build differs from ``row``'s;
-    "" when they agree or either was not recorded."""
-    names = [name.replace("_", " ") for name, ref in refs.items() if _build(row) and _build(ref) and _build(ref) != _build(row)]
-    return f" ({' and '.join(names)} from another stage-1 build)" if names else ""
+def _bound_of_another_build(row: Entry, upper: Entry | None) -> str:
+    """" (the upper bound from another stage-1 build)" when ``upper``'s recorded build differs from ``row``'s; ""
+    when they agree or either was not recorded."""
+    differs = _build(row) and _build(upper) and _build(upper) != _build(row)
+    return " (the upper bound from another stage-1 build)" if differs else ""
 
 
 def _meets(p: float, u: float, b: float, lo: float) -> bool:
@@ -325,7 +325,7 @@ def _verdicts(prefix: str, ppft: Entry, upper: Entry, blind: Entry | None, low: 
         lo = low.mean(f"acc_{task}") if low else math.nan
         verdict = "met" if _meets(p, u, b, lo) else "NOT met"
         lines.append(f"- {prefix + ', ' if prefix else ''}{name}: PPFT {p:.4f} = {_ratio(p, u)} of the upper bound {u:.4f}; "
-                     f"blind {b:.4f}; lower bound {lo:.4f} -> **{verdict}**" + _other_builds(ppft, the_upper_bound=upper))
+                     f"blind {b:.4f}; lower bound {lo:.4f} -> **{verdict}**" + _bound_of_another_build(ppft, upper))
     return lines
 
 
@@ -351,7 +351,7 @@ def _training_verdicts(prefix: str, trainings: Sequence[Entry], upper: Entry, bl
         lo = low.mean(f"acc_{task}") if low else math.nan
         lines.append(f"  - {name}: PPFT {p:.4f} (trainings: {', '.join(f'{m:.4f}' for m in means)}) = {_ratio(p, u)} of the upper "
                      f"bound {u:.4f} -> **{'met' if _meets(p, u, b, lo) else 'NOT met'}**"
-                     + next((note for note in (_other_builds(t, the_upper_bound=upper) for t in trainings) if note), ""))
+                     + next((note for note in (_bound_of_another_build(t, upper) for t in trainings) if note), ""))
     return lines
 
 
