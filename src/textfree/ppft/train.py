@@ -185,18 +185,15 @@ class Stage2Config(LoopConfig):
             raise ValueError("answer_head reads the payload's slots to predict an answer: not for blind or restore runs")
         if isinstance(self.answer_head_epochs, bool) or not isinstance(self.answer_head_epochs, int) or self.answer_head_epochs < 1:
             raise ValueError(f"answer_head_epochs must be an integer >= 1, got {self.answer_head_epochs!r}")
-        if not isinstance(self.answer_head_standardize, bool):
-            raise ValueError(f"answer_head_standardize must be true or false, got {self.answer_head_standardize!r}")
-        if self.answer_head_standardize and not self.answer_head:
-            raise ValueError("answer_head_standardize needs answer_head: true")
+        for name in ("answer_head_standardize", "answer_head_options"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+            if getattr(self, name) and not self.answer_head:
+                raise ValueError(f"{name} needs answer_head: true")
         if isinstance(self.answer_head_hidden, bool) or not isinstance(self.answer_head_hidden, int) or self.answer_head_hidden < 0:
             raise ValueError(f"answer_head_hidden must be an integer >= 0 (0: a linear head), got {self.answer_head_hidden!r}")
         if self.answer_head_hidden != 256 and not self.answer_head:
             raise ValueError("answer_head_hidden needs answer_head: true")
-        if not isinstance(self.answer_head_options, bool):
-            raise ValueError(f"answer_head_options must be true or false, got {self.answer_head_options!r}")
-        if self.answer_head_options and not self.answer_head:
-            raise ValueError("answer_head_options needs answer_head: true")
         for name in ("train_decoder", "fixed_slots"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true, false or null, got {getattr(self, name)!r}")
