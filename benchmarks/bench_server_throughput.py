@@ -68,7 +68,7 @@ def throughput(server, *, batch: int, slots: int, new_tokens: int, rounds: int) 
     vectors = torch.nn.functional.normalize(torch.randn(batch, slots, d_e), dim=-1)  # what noisy, renormalised slots are
     mask = torch.ones(batch, slots, dtype=torch.bool)
     public = [PUBLIC] * batch
-    n_public = len(server._public_ids(public, 1)[0])
+    n_public = len(server._public_rows(public, 1)[0][0])
     length = 1 + slots + n_public  # BOS + slots + public tokens (+ suffix)
     specials = set(tok.all_special_ids)
     pool = torch.tensor([i for i in range(len(tok)) if i not in specials])

@@ -4,6 +4,7 @@ Tiny random models (encoder from make_tiny_encoder_dir, Llama decoder from make_
 """
 
 import inspect
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -611,5 +612,32 @@ def test_answer_vector_goes_after_the_count_vector_and_before_the_slots(lm):
         assert seen == PUBLIC
         row = slot_prefix(proj, vectors[0, :n], 0, PUBLIC[0])
         torch.testing.assert_close(row[1], answer_vector(vectors[0, :n], PUBLIC[0])[0])
+        # a public text cut to max_public_tokens: its row's answer vector weighs over no options (every class)
+        config = lm.server.config
+        first = len(lm.server.tokenizer(PUBLIC[0], add_special_tokens=False)["input_ids"])
+        last = len(lm.server.tokenizer(PUBLIC[2], add_special_tokens=False)["input_ids"])
+        assert last < first
+        lm.server.config = replace(config, template=replace(config.template, max_public_tokens=last))
+        try:
+            seen.clear()
+            lm.server(vectors, mask, public=PUBLIC, targets=TARGETS)
+        finally:
+            lm.server.config = config
+        assert seen == [None, "", PUBLIC[2]]
     finally:
         lm.server.projection = saved
+
+
+def test_public_rows_cuts_public_text_and_says_which_rows_the_answer_head_may_read(lm):
+    from textfree.ppft.config import PromptTemplate
+    from textfree.ppft.server import public_rows
+
+    tok = lm.server.tokenizer
+    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in PUBLIC]
+    suffix = tok("\nAnswer:", add_special_tokens=False)["input_ids"]
+    cut = len(ids[2])
+    rows, seen = public_rows(tok, PromptTemplate(max_public_tokens=cut), PUBLIC, 3)
+    assert rows == [ids[0][:cut] + suffix, suffix, ids[2] + suffix]
+    assert seen == [None, "", PUBLIC[2]]  # the first is cut; the others are read whole
+    rows, seen = public_rows(tok, PromptTemplate(), None, 2)
+    assert rows == [suffix, suffix] and seen == [None, None]

@@ -58,7 +58,7 @@ class ProjectionConfig:
     answer_hidden: int = field(default=256, metadata={"help": "Answer head: width of its 2-layer MLP; 0: a linear reader of the mean slot and the count."})
     answer_max_count: int = field(default=1, metadata={"help": "Answer head: slot counts 1..N are one-hot (larger counts share the N-th); set from its training payloads."})
     answer_standardize: bool = field(default=False, metadata={"help": "Answer head: standardise the mean slot before its MLP (AttributeAttackConfig.standardize)."})
-    answer_options: bool = field(default=False, metadata={"help": "Answer head: where a row's public text has an options block, weigh the class vectors by the head's probabilities renormalised over the classes it names (public text; the decoder still writes the answer). False: over all classes."})
+    answer_options: bool = field(default=False, metadata={"help": "Answer head: where a row's public text has an options block, weigh the class vectors by the head's probabilities renormalised over the classes it names (public text; the decoder still writes the answer; a public text cut at max_public_tokens is weighed over all classes). False: over all classes."})
 
     def __post_init__(self) -> None:
         for name in ("in_dim", "out_dim"):

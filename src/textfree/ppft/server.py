@@ -33,7 +33,7 @@ from .decoder import load_decoder, load_decoder_tokenizer
 from .generate import greedy_generate
 from .projection import Projection, ProjectionConfig
 
-__all__ = ["ServerModel", "ServerOutput", "PayloadMismatchError", "IGNORE_INDEX", "public_token_ids", "slot_prefix", "summary_vectors", "verify_decoder_sha"]
+__all__ = ["ServerModel", "ServerOutput", "PayloadMismatchError", "IGNORE_INDEX", "public_rows", "slot_prefix", "summary_vectors", "verify_decoder_sha"]
 
 IGNORE_INDEX = -100
 PROJECTION_DIR = "projection"
@@ -84,13 +84,17 @@ def _require_strings(name: str, value: Any, n: int) -> list[str] | None:
     return list(value)
 
 
-def public_token_ids(tokenizer, template: PromptTemplate, public: list[str] | None, b: int) -> list[list[int]]:
-    """Per row, the token ids after the slots: the public text (cut to ``max_public_tokens``) + the public suffix."""
+def public_rows(tokenizer, template: PromptTemplate, public: list[str] | None, b: int) -> tuple[list[list[int]], list[str | None]]:
+    """Per row, the token ids after the slots (the public text cut to ``max_public_tokens``, then the public suffix),
+    and the public text the answer head may read options from: the row's whole text, or None where the cut dropped
+    part of it (the head then weighs over no options block the decoder may not see in full)."""
     suffix = tokenizer(template.public_suffix, add_special_tokens=False)["input_ids"] if template.public_suffix else []
     if public is None:
-        return [list(suffix) for _ in range(b)]
+        return [list(suffix) for _ in range(b)], [None] * b
     bodies = tokenizer(public, add_special_tokens=False)["input_ids"]
-    return [list(ids[: template.max_public_tokens]) + list(suffix) for ids in bodies]
+    ids = [list(body[: template.max_public_tokens]) + list(suffix) for body in bodies]
+    seen = [text if len(body) <= template.max_public_tokens else None for text, body in zip(public, bodies)]
+    return ids, seen
 
 
 def summary_vectors(slots: torch.Tensor, groups: int) -> torch.Tensor:
@@ -112,7 +116,7 @@ def slot_prefix(projection: Projection, slots: torch.Tensor, summary_slots: int,
     an answer head; both none for a row without slots), then P_psi of its ``summary_slots`` summary vectors and of
     its real slots [n, d_e], in that order: [c + a + min(summary_slots, n) + n, d_d], c = 1 with a count vector,
     a = 1 with an answer head (weighed over the classes named in the row's ``public`` options block with
-    ``answer_options``). The one place the layout is built, for :class:`ServerModel` and the vLLM gateway's
+    ``answer_options``; pass None for a public text the decoder sees cut, as :func:`public_rows` does). The one place the layout is built, for :class:`ServerModel` and the vLLM gateway's
     :class:`~textfree.server.prompt_embeds.PromptEmbedder`."""
     slots = slots.to(torch.float32)
     n = slots.shape[0]
@@ -287,8 +291,8 @@ class ServerModel(torch.nn.Module):
         return {n: p for n, p in self.decoder.named_parameters() if self.trains_base or "lora_" in n}
 
     # ------------------------------------------------------------------ sequence assembly
-    def _public_ids(self, public: list[str] | None, b: int) -> list[list[int]]:
-        return public_token_ids(self.tokenizer, self.config.template, public, b)
+    def _public_rows(self, public: list[str] | None, b: int) -> tuple[list[list[int]], list[str | None]]:
+        return public_rows(self.tokenizer, self.config.template, public, b)
 
     def _target_ids(self, targets: list[str]) -> list[list[int]]:
         tpl = self.config.template
@@ -311,7 +315,7 @@ class ServerModel(torch.nn.Module):
         dev, dtype = self.device, self.embed_dtype
         lengths = mask.sum(dim=1).tolist()
         bos = self.tokenizer.bos_token_id if self.config.template.add_bos else None
-        pub = self._public_ids(public, b)
+        pub, seen = self._public_rows(public, b)
         tgt = self._target_ids(targets) if targets is not None else [[] for _ in range(b)]
         rows, labels = [], []
         for i in range(b):
@@ -319,8 +323,7 @@ class ServerModel(torch.nn.Module):
             token_ids = torch.tensor(head + pub[i] + tgt[i], dtype=torch.long, device=dev)
             tok_emb = embed(token_ids)
             n_head = len(head)
-            row_public = None if public is None else public[i]
-            slots = slot_prefix(self.projection, vectors[i, : int(lengths[i])].to(dev), self.config.summary_slots, row_public).to(dtype)
+            slots = slot_prefix(self.projection, vectors[i, : int(lengths[i])].to(dev), self.config.summary_slots, seen[i]).to(dtype)
             parts = [tok_emb[:n_head], slots, tok_emb[n_head:]]
             rows.append(torch.cat(parts, dim=0))
             labels.append([IGNORE_INDEX] * (n_head + slots.shape[0] + len(pub[i])) + tgt[i])

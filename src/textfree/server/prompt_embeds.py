@@ -35,7 +35,7 @@ from ..ppft.checkpoint import read_json
 from ..ppft.config import TextFreeConfig
 from ..ppft.decoder import EMBEDDING_KEYS, load_decoder_tokenizer, load_input_embeddings
 from ..ppft.projection import Projection
-from ..ppft.server import ADAPTER_DIR, CONFIG_NAME, DECODER_REF, PROJECTION_DIR, public_token_ids, slot_prefix, verify_decoder_sha
+from ..ppft.server import ADAPTER_DIR, CONFIG_NAME, DECODER_REF, PROJECTION_DIR, public_rows, slot_prefix, verify_decoder_sha
 
 __all__ = ["PromptEmbedder", "encode_embeds", "TORCH_DTYPES"]
 
@@ -101,13 +101,13 @@ class PromptEmbedder:
         b = vectors.shape[0]
         lengths = mask.to(torch.bool).sum(dim=1).tolist()
         with self._tokenizer_lock:
-            pub = public_token_ids(self.tokenizer, self.config.template, public, b)
+            pub, seen = public_rows(self.tokenizer, self.config.template, public, b)
         bos = self.tokenizer.bos_token_id if self.config.template.add_bos else None
         head = [bos] if bos is not None else []
         out = []
         for i in range(b):
             tokens = self.table[torch.tensor(head + pub[i], dtype=torch.long)]
-            prefix = slot_prefix(self.projection, vectors[i, : int(lengths[i])], self.config.summary_slots, None if public is None else public[i])
+            prefix = slot_prefix(self.projection, vectors[i, : int(lengths[i])], self.config.summary_slots, seen[i])
             out.append(torch.cat([tokens[: len(head)], prefix, tokens[len(head):]]))
         return out
 
