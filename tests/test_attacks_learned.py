@@ -157,15 +157,26 @@ def test_tiny_unaligned_inverter_trains_and_restoration_runs(shared_data, tiny_r
     # an inverter of padded payloads: every payload has ceil(96 / 4) = 24 slots, and the result says so
     padded = Cell.from_dict({**cell.to_dict(), "name": "inv_tiny_padded",
                              "params": {**cell.params, "out": str(tmp_path / "inv-padded-{epsilon}"), "fixed_slots": True, "max_private_tokens": 96}})
-    m = {k: v["mean"] for k, v in load_results(run_cell(padded, out_dir=tmp_path, progress=False))["results"][0]["metrics"].items()}
+    (row,) = load_results(run_cell(padded, out_dir=tmp_path, progress=False))["results"]
+    m = {k: v["mean"] for k, v in row["metrics"].items()}
+    assert "provenance" not in row  # its init is an encoder and a decoder, no PPFT run: no build to name
     assert m["padded_slots"] == 24.0 and m["prompt_epsilon"] == 150.0 * 24 and m["n_eval"] == 3
     assert json.loads((tmp_path / "inv-padded-75" / "textfree_config.json").read_text())["fixed_slots"] is True
+    # restoration from a served run that a stage-1 summary marks as a build: the result names that build
+    import shutil
+
+    from textfree.ppft.checkpoint import run_fingerprint
+
+    served = tmp_path / "served"
+    shutil.copytree(tiny_run_dir, served)
+    (served / "summary.json").write_text('{"stage": "stage1"}')
     restoration = Cell.from_dict({"name": "rest_tiny", "kind": "learned_inversion", "dataset": "pri-ddx",
-                                  "params": {"variant": "restoration", "model": str(tiny_run_dir), "epsilon": 75,
+                                  "params": {"variant": "restoration", "model": str(served), "epsilon": 75,
                                              "eval_limit": 2, "max_new_tokens": 4, "prior_sample": 5},
                                   "attack": {"threat": {}}, "seeds": [0]})
-    r = load_results(run_cell(restoration, out_dir=tmp_path, progress=False))["results"][0]["metrics"]
-    assert r["n_eval"]["mean"] == 2.0 and "train_steps" not in r
+    (row,) = load_results(run_cell(restoration, out_dir=tmp_path, progress=False))["results"]
+    assert row["metrics"]["n_eval"]["mean"] == 2.0 and "train_steps" not in row["metrics"]
+    assert row["provenance"] == {"stage1_build": run_fingerprint(served)}
 
 
 @pytest.mark.shared_data

@@ -415,3 +415,25 @@ def test_a_cell_whose_attackers_are_linear_says_so_in_its_heading(tmp_path):
                   [(28, _attr(0.67, 0.5, "slot_epsilon", 56.0))], mechanism=LAPLACE, seeds=(0,))
     assert ("### `attr_lin` (pri-ddx, encoder `default`; release: PPFT slots; attackers read the pooled vector standardised;"
             " linear attackers (no hidden layer))" in build_report([tmp_path]).splitlines())
+
+
+def test_payload_result_files_name_the_stage1_builds_their_points_read(tmp_path):
+    inv = {"rouge_l": [0.3], "slot_epsilon": [150.0], "prompt_epsilon": [2250.0], "n_eval": [10.0]}
+    one = _payload_file(tmp_path, "inv_one", "learned_inversion", {"variant": "aware", "k": 4, "init": "runs/stage1"},
+                        [(75, inv), (28, inv)], seeds=(0,))
+    two = _payload_file(tmp_path, "inv_two", "learned_inversion", {"variant": "aware", "k": 4, "init": "runs/stage1"},
+                        [(75, inv), (28, inv)], seeds=(0,))
+    old = _payload_file(tmp_path, "inv_old", "learned_inversion", {"variant": "aware", "k": 4, "init": "runs/stage1"},
+                        [(75, inv)], seeds=(0,))
+    for path, builds in ((one, ["a" * 64, "a" * 64]), (two, ["b" * 64, "c" * 64 + ", " + "d" * 64])):
+        data = json.loads(path.read_text())
+        data["git"] = {"commit": "0123456789abcdef", "dirty": False}
+        for row, build in zip(data["results"], builds):
+            row["provenance"] = {"stage1_build": build}
+        path.write_text(json.dumps(data))
+    text = build_report([tmp_path])
+    assert "## Result files of the payload attacks" in text
+    assert f"| `inv_one` | learned_inversion | `{one.name}` | 2026-01-01T00:00:00+00:00 | 0123456789 | {'a' * 12} |" in text
+    # points of two builds (one of them reading two runs of different builds): each named once, sorted
+    assert f"| `inv_two` | learned_inversion | `{two.name}` | 2026-01-01T00:00:00+00:00 | 0123456789 | {'b' * 12}, {'c' * 12}, {'d' * 12} |" in text
+    assert f"| `inv_old` | learned_inversion | `{old.name}` | 2026-01-01T00:00:00+00:00 | unknown | not recorded |" in text

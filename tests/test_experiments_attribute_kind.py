@@ -115,8 +115,16 @@ def test_unaware_only_needs_no_mechanism_knowledge():
 
 @pytest.mark.shared_data
 def test_pri_ddx_run_reports_attackers_references_and_guarantee(shared_data, tiny_encoder_dir, tmp_path):
-    cell = Cell.from_dict(_cell(str(tiny_encoder_dir), params={"k": 4, "epochs": 2, "hidden": 16, "threads": 1, "train_limit": 120}))
+    import shutil
+
+    from textfree.ppft.checkpoint import run_fingerprint
+
+    run = tmp_path / "stage1"  # the encoder of a stage-1 run, as the Pri-* attack cells read runs/stage1/encoder
+    shutil.copytree(tiny_encoder_dir, run / "encoder")
+    (run / "summary.json").write_text('{"stage": "stage1"}')
+    cell = Cell.from_dict(_cell(str(run / "encoder"), params={"k": 4, "epochs": 2, "hidden": 16, "threads": 1, "train_limit": 120}))
     result = load_results(run_cell(cell, out_dir=tmp_path, progress=False))
+    assert result["results"][0]["provenance"] == {"stage1_build": run_fingerprint(run)}
     m = {k: v["mean"] for k, v in result["results"][0]["metrics"].items()}
     assert m["n_train"] == 120 and m["n_test"] > 300
     # the formal guarantee: 2*eps per unit slot, times the slots of each prompt

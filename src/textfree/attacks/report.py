@@ -319,12 +319,14 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) ->
 
 def _payload_sections(paths: list, matrix_figure: str | None = None) -> str:
     from .report_matrix import collect_matrix, matrix_section
-    from .report_payloads import attribute_section, collect_kind, inversion_section, substitution_section
+    from .report_payloads import attribute_section, collect_kind, files_section, inversion_section, substitution_section
 
-    lines = attribute_section(collect_kind(paths, "attribute_inference"))
-    lines += inversion_section(collect_kind(paths, "learned_inversion"))
-    lines += substitution_section(collect_kind(paths, "substitution_inversion"))
+    cells = {kind: collect_kind(paths, kind) for kind in ("attribute_inference", "learned_inversion", "substitution_inversion")}
+    lines = attribute_section(cells["attribute_inference"])
+    lines += inversion_section(cells["learned_inversion"])
+    lines += substitution_section(cells["substitution_inversion"])
     lines += matrix_section(collect_matrix(paths), matrix_figure)
+    lines += files_section([c for found in cells.values() for c in found])
     return "\n".join(lines) + "\n"
 
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 
 from .report import Point, result_files
 
-__all__ = ["PayloadCell", "collect_kind", "attribute_section", "attribute_release", "token_noise_label", "inversion_section", "substitution_section",
+__all__ = ["PayloadCell", "collect_kind", "files_section", "attribute_section", "attribute_release", "token_noise_label", "inversion_section", "substitution_section",
            "PAPER_ATTRIBUTE_RECALL", "PAPER_AWARE_ROUGE_L", "TARGET_UNAWARE_ROUGE_L"]
 
 #: PPFT Table 3 (attribute recall of its attacker at eps 75, k 4): sex, symptoms, antecedents.
@@ -35,6 +35,8 @@ class PayloadCell:
     points: list[tuple[dict, Point]]  # (grid point, its metrics)
     source: str
     date: str
+    git: str | None = None
+    builds: tuple[str, ...] = ()  # the stage-1 builds its points recorded (provenance ``stage1_build``), sorted
 
 
 def collect_kind(paths: Iterable[str | Path], kind: str) -> list[PayloadCell]:
@@ -48,7 +50,9 @@ def collect_kind(paths: Iterable[str | Path], kind: str) -> list[PayloadCell]:
             continue
         points = [(r["point"], Point(None, {n: [math.nan if v is None else float(v) for v in m.get("values", [])]
                                             for n, m in r["metrics"].items()})) for r in data["results"]]
-        c = PayloadCell(data["cell"]["name"], data["cell"], points, f.name, data["date"])
+        recorded = [r.get("provenance", {}).get("stage1_build") or "" for r in data["results"]]
+        builds = tuple(sorted({b for value in recorded for b in value.split(", ") if b}))  # a point may read runs of several
+        c = PayloadCell(data["cell"]["name"], data["cell"], points, f.name, data["date"], (data.get("git") or {}).get("commit"), builds)
         if c.name not in cells or c.date >= cells[c.name].date:
             cells[c.name] = c
     return [cells[k] for k in sorted(cells)]
@@ -356,3 +360,21 @@ def substitution_section(cells: list[PayloadCell]) -> list[str]:
                          f"{_fmt(p, 'kept_rate', True)} | " + " | ".join(_fmt(p, f"word_recovery_{a}", True) for a, _ in readers)
                          + " | " + " | ".join(_fmt(p, f"rouge_l_{a}") for a, _ in readers) + " |")
     return lines
+
+
+def files_section(cells: list[PayloadCell]) -> list[str]:
+    """The result files behind the PPFT-payload sections: cell, kind, file, date, commit and the stage-1 builds of
+    the PPFT runs its points read (the encoder, the served or init run; "not recorded" before 2026-11-25 and for
+    cells that read no PPFT run)."""
+    if not cells:
+        return []
+    lines = ["", "## Result files of the payload attacks", "",
+             "\"Stage-1 build\": the fingerprint of the stage-1 run the PPFT runs a cell read descend from (its encoder,",
+             "the served model or the inverter's init; `runs/stage1` rebuilt is another build at the same path), recorded",
+             "since 2026-11-25. Compare rows of one build with docs/results/ppft.md's rows of the same build.", "",
+             "| cell | kind | file | date | git commit | stage-1 build |", "|---|---|---|---|---|---|"]
+    for c in sorted(cells, key=lambda c: (c.cell.get("kind", ""), c.name)):
+        build = ", ".join(b[:12] for b in c.builds) or "not recorded"
+        lines.append(f"| `{c.name}` | {c.cell.get('kind', '')} | `{c.source}` | {c.date} | {(c.git or 'unknown')[:10]} | {build} |")
+    return lines
+

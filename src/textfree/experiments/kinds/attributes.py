@@ -105,6 +105,7 @@ from ...rng import seeded_generator
 from ..cell import CellError
 from ..inputs import load_cell_encoder, record_private_text
 from ..registry import RunContext, register_cell_kind
+from ._builds import record_read_builds
 from ._grant import granted_threat
 from ._t2t import T2T_PARAMS, check_t2t_params, t2t_guarantee, t2t_mechanism
 from ._threads import torch_threads
@@ -533,6 +534,7 @@ _RELEASE_BUILDERS = {"slots": _slots_release, "tokens": _tokens_release, "t2t": 
 def attribute_inference(cell: Any, point: dict, seed: int, context: RunContext) -> dict[str, float]:
     resolved = cell.resolve(point)
     s = _settings(resolved)
+    record_read_builds(context, cell.encoder, dict(resolved.params))
     with torch_threads(s.threads):
         return _run(cell, resolved, s, seed, context)
 

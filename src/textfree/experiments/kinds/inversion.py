@@ -56,6 +56,7 @@ from ...rng import seeded_generator
 from ..cell import CellError
 from ..inputs import record_private_text
 from ..registry import RunContext, register_cell_kind
+from ._builds import record_read_builds
 from ._grant import granted_threat, is_ppft_dataset
 from .ppft import _TRAIN, stage2_model
 
@@ -347,6 +348,7 @@ def learned_inversion(cell: Any, point: dict, seed: int, context: RunContext) ->
 
     p = _params(cell, point)
     threat = _threat(cell, point, p)
+    record_read_builds(context, cell.encoder, p)
     if p["inverter"] == "slot_tokens":
         lm, inverter, train_metrics = _slot_model(cell, p, context)
     else:

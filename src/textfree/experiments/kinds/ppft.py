@@ -42,6 +42,7 @@ from typing import Any
 
 from ..cell import CellError
 from ..registry import RunContext, register_cell_kind
+from ._builds import record_build
 
 __all__ = ["EVAL_TASKS", "eval_metric_names", "STAGE2_PARAMS", "STAGE1_PARAMS", "EVALUATE_PARAMS", "PRETRAIN_PARAMS"]
 
@@ -252,17 +253,6 @@ def _check_same_init(run: Path, summary: dict[str, Any], init: str, name: str, c
     if not checked:
         context.logger.warning("%s: %s records no fingerprint of its init run %s; reusing it without checking that %s "
                                "is unchanged", name, run, init, init)
-
-
-def record_build(context: RunContext, run: str | Path) -> None:
-    """Record, as the point's ``stage1_build`` provenance, the fingerprint of the stage-1 run that ``run`` descends
-    from (:func:`textfree.ppft.checkpoint.stage1_build`; computed once per run), so a report can tell rows of two
-    stage-1 builds at the same path apart. Nothing where the chain cannot be followed."""
-    from ...ppft.checkpoint import stage1_build
-
-    build = context.cached(("stage1_build", str(run)), lambda: stage1_build(run))
-    if build is not None:
-        context.record("stage1_build", build)
 
 
 def stage2_model(cfg, name: str, context: RunContext):
