@@ -116,7 +116,8 @@ def slot_prefix(projection: Projection, slots: torch.Tensor, summary_slots: int,
     an answer head; both none for a row without slots), then P_psi of its ``summary_slots`` summary vectors and of
     its real slots [n, d_e], in that order: [c + a + min(summary_slots, n) + n, d_d], c = 1 with a count vector,
     a = 1 with an answer head (weighed over the classes named in the row's ``public`` options block with
-    ``answer_options``; pass None for a public text the decoder sees cut, as :func:`public_rows` does). The one place the layout is built, for :class:`ServerModel` and the vLLM gateway's
+    ``answer_options``; pass None for a public text the decoder sees cut, as :func:`public_rows` does). The one
+    place the layout is built, for :class:`ServerModel` and the vLLM gateway's
     :class:`~textfree.server.prompt_embeds.PromptEmbedder`."""
     slots = slots.to(torch.float32)
     n = slots.shape[0]
