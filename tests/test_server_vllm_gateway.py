@@ -100,6 +100,24 @@ def test_prompt_rows_are_the_in_process_servers_rows(tiny_run_dir, tiny_lm, payl
     assert [r.shape[0] for r in ours] == [r.shape[0] + 2 for r in plain]
     for a, b in zip(ours, theirs):
         torch.testing.assert_close(a, b.float(), rtol=0, atol=1e-6)
+    # ... weighed over the options shown, with a public text the template cuts: the gateway weighs as the server does,
+    # over the options of the whole text and over every class for the cut row
+    from textfree.data import options_block
+
+    lm.server.projection = lm.server.projection.with_answer_head(head, lm.server.projection.answer_embed.detach(), options=True)
+    shown = [options_block(["Cold", "otitis"]), "a long preamble " * 40 + "\n" + options_block(["flu", "cold"])]
+    lm.server.config = lm.server.config.replace(template=lm.server.config.template.__class__(max_public_tokens=64))
+    embedder = PromptEmbedder.load(lm.save(tmp_path / "options-run"))
+    ours, (theirs, _) = embedder.rows(vectors, mask, shown), lm.server._rows(vectors, mask, shown, None)
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b.float(), rtol=0, atol=1e-6)
+    proj = lm.server.projection
+    for i, public in enumerate([shown[0], None]):  # row 1 is cut: weighed over all classes
+        n_i = int(mask[i].sum())
+        torch.testing.assert_close(ours[i][2], proj.answer_vector(vectors[i, :n_i], public)[0].detach(), rtol=0, atol=1e-6)
+    for i, public in enumerate(shown):  # the weighing matters for both rows, so the checks above can fail
+        n_i = int(mask[i].sum())
+        assert not torch.allclose(proj.answer_vector(vectors[i, :n_i], public), proj.answer_vector(vectors[i, :n_i]))
 
 
 def test_only_the_embedding_table_is_read_and_it_is_the_decoders(tiny_run_dir, tiny_lm, tmp_path):
