@@ -757,3 +757,34 @@ def test_result_files_name_their_stage1_build_and_a_verdict_says_when_its_bound_
                  date="2026-01-05T00:00:02+00:00", seeds=(0,), build=a)
     four = next(l for l in build_report([d]).splitlines() if l.startswith("- 4-option: PPFT 0.8000"))
     assert four.endswith("**NOT met**")
+
+
+def test_a_layouts_run_at_the_gdp_matched_eps_is_a_row_of_its_section_with_informative_verdicts(tmp_path):
+    d = _fixture(tmp_path)
+    _result_file(d / "answer.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "answer_head": True, "epochs": 12}, _eval([0.97] * 3, [0.80, 0.80, 0.80])),
+        ({"epsilon": None, "k": 4, "answer_head": True, "epochs": 12}, _eval([0.99] * 3, [1.0] * 3)),
+    ], date="2026-01-02T00:00:00+00:00")
+    section = build_report([d]).splitlines()
+    section = section[section.index("### Pri-DDX: an answer head before the slots (beyond the paper)"):]
+    assert not any("eps 46" in l for l in section[:40])  # no eps-46 run of the layout: no row, no verdicts
+    _result_file(d / "answer_mu.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 46, "k": 4, "answer_head": True, "epochs": 12}, _eval([0.98] * 3, [0.86, 0.90, 0.94])),
+        ({"epsilon": 46, "k": 4, "answer_head": True, "epochs": 8}, _eval([0.10] * 3, [0.10] * 3)),  # another length
+    ], date="2026-01-03T00:00:00+00:00")
+    _result_file(d / "lower_mu.json", "ppft_evaluate", "pri-ddx", [
+        ({"model": "runs/stage1", "epsilon": 46, "k": 4}, _eval([0.30] * 3, [0.0] * 3))], date="2026-01-03T00:00:01+00:00")
+    lines = build_report([d]).splitlines()
+    section = lines[lines.index("### Pri-DDX: an answer head before the slots (beyond the paper)"):]
+    section = section[: next(i for i, l in enumerate(section[1:], 1) if l.startswith("#"))]
+    rows = [l for l in section if l.startswith("| answer vector + slots |")]
+    assert [r.split(" | ")[1] for r in rows] == ["eps 28 (width-matched), k=4", "eps 46 (GDP-matched), k=4", "upper bound (no noise)"]
+    assert "| 0.900 ± 0.040 (3) |" in rows[1]  # the 12-epoch run, as the eps-28 row; not the 8-epoch one
+    assert not any(l.startswith("| PPFT (slots only) | eps 46") for l in section)  # PPFT's eps 46 is in its own section
+    # eps 28 stays the judged verdict (0.80 of 1.0 -> not met); eps 46 is informative: 0.90 of 1.0, blind 0.10, lower 0.0
+    assert "**NOT met**" in next(l for l in section if l.startswith("- answer vector + slots: eps 28, open-answer:"))
+    intro = section.index(next(l for l in section if l.startswith("The same criteria at the GDP-matched eps 46")))
+    opened = next(l for l in section[intro:] if l.startswith("- answer vector + slots: eps 46, open-answer:"))
+    assert "90.0% of the upper bound 1.0000" in opened and "lower bound 0.0000" in opened and "**met**" in opened
+    # the layouts that meet both targets are judged at eps 28 only: none here
+    assert not any(l.startswith("- beyond the paper, layouts that meet both") for l in lines)
