@@ -384,7 +384,8 @@ def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[
     if not values:
         return []
     blind = _latest(every, blind=True)
-    low = _latest([e for e in entries if e.kind == "ppft_evaluate" and e.dataset.lower() == ds], epsilon=WIDTH_MATCHED, k=4)
+    evaluations = [e for e in entries if e.kind == "ppft_evaluate" and e.dataset.lower() == ds]
+    low, gdp_low = (_latest(evaluations, epsilon=eps, k=4) for eps in (WIDTH_MATCHED, GDP_MATCHED))
 
     def row_at(v: Any, **length: Any) -> tuple[Any, Entry | None, Entry | None]:
         return v, _latest(stage2, **_TABLE1_PPFT, **{key: v}, **length), _latest(stage2, epsilon=None, **{key: v}, **length)
@@ -418,7 +419,6 @@ def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[
             verdicts += _verdicts(f"{layout}: eps {WIDTH_MATCHED:g}", noisy, upper, blind, low)
             verdicts += _training_verdicts(layout, _trainings(stage2, noisy.params.get("epochs"), **{key: v}), upper, blind, low)
         if gdp is not None and upper is not None:
-            gdp_low = _latest([e for e in entries if e.kind == "ppft_evaluate" and e.dataset.lower() == ds], epsilon=GDP_MATCHED, k=4)
             informative += _verdicts(f"{layout}: eps {GDP_MATCHED:g}", gdp, upper, blind, gdp_low)
     if verdicts:
         out += ["", "Each layout against its own upper bound (same criteria as the targets above):", ""] + verdicts
