@@ -788,3 +788,18 @@ def test_a_layouts_run_at_the_gdp_matched_eps_is_a_row_of_its_section_with_infor
     assert "90.0% of the upper bound 1.0000" in opened and "lower bound 0.0000" in opened and "**met**" in opened
     # the layouts that meet both targets are judged at eps 28 only: none here
     assert not any(l.startswith("- beyond the paper, layouts that meet both") for l in lines)
+    assert not any("eps 46: the verdicts above" in l for l in section)  # one training: no line over trainings
+    # a second training at eps 46: the informative verdict over both (0.90 and 0.70 -> 0.80 of 1.0, not met), and the
+    # training-seed table (the width-matched rows the targets are judged on) stays without it
+    _result_file(d / "answer_mu_ts1.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 46, "k": 4, "answer_head": True, "epochs": 12, "train_seed": 1}, _eval([0.96] * 3, [0.70] * 3)),
+    ], date="2026-01-04T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+    section = lines[lines.index("### Pri-DDX: an answer head before the slots (beyond the paper)"):]
+    section = section[: next(i for i, l in enumerate(section[1:], 1) if l.startswith("#"))]
+    assert "| 0.900 ± 0.040 (3) |" in next(l for l in section if l.startswith("| answer vector + slots | eps 46"))  # seed 0's
+    over = section.index("- answer vector + slots, eps 46: the verdicts above are one training's (training seed 0). "
+                         "Over the 2 trainings of this row:")
+    assert section[over + 2] == ("  - open-answer: PPFT 0.8000 (trainings: 0.9000, 0.7000) = 80.0% of the upper bound "
+                                 "1.0000 -> **NOT met**")
+    assert not any("answer_mu_ts1" in l for l in lines if l.startswith("| answer vector + slots, eps"))

@@ -335,13 +335,16 @@ def _training_means(trainings: Sequence[Entry], metric: str) -> list[float] | No
     return means if trainings and len(means) == len(trainings) else None
 
 
-def _training_verdicts(prefix: str, trainings: Sequence[Entry], upper: Entry, blind: Entry | None, low: Entry | None) -> list[str]:
+def _training_verdicts(prefix: str, trainings: Sequence[Entry], upper: Entry, blind: Entry | None, low: Entry | None,
+                       *, judged: bool = True) -> list[str]:
     """When a row was trained more than once: the 4-option and open-answer verdicts over its trainings (the verdicts
-    of :func:`_verdicts` are training seed 0's)."""
+    of :func:`_verdicts` are training seed 0's). ``judged``: a row the targets are judged on (the width-matched one,
+    listed in the training-seed table); else an informative row."""
     if len(trainings) < 2:
         return []
-    lines = [f"- {prefix + ': ' if prefix else ''}the verdicts above are one training's (training seed 0). Over the {len(trainings)} "
-             "trainings of this row (the training-seed table), which is what the targets are judged on:"]
+    where = ("trainings of this row (the training-seed table), which is what the targets are judged on:" if judged
+             else "trainings of this row:")
+    lines = [f"- {prefix + ': ' if prefix else ''}the verdicts above are one training's (training seed 0). Over the {len(trainings)} {where}"]
     for task, name in (("mcqa", "4-option"), ("open", "open-answer")):
         means = _training_means(trainings, f"acc_{task}")
         if means is None:
@@ -377,7 +380,7 @@ def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[
     the variants were trained for, at the width-matched eps and k=4. ``name(value)`` names a layout. "Answer head alone"
     columns (open-answer, 4-option) appear when a row measured them. A variant run at the GDP-matched eps too (k=4,
     the width-matched row's length, training seed 0) gets a row beside it and informative verdicts after the judged
-    ones."""
+    ones, over its trainings where there are several."""
     every = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
     stage2 = [e for e in every if not _get(e, "blind")]
     values = _layout_values(stage2, key)
@@ -420,11 +423,13 @@ def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[
             verdicts += _training_verdicts(layout, _trainings(stage2, noisy.params.get("epochs"), **{key: v}), upper, blind, low)
         if gdp is not None and upper is not None:
             informative += _verdicts(f"{layout}: eps {GDP_MATCHED:g}", gdp, upper, blind, gdp_low)
+            informative += _training_verdicts(f"{layout}, eps {GDP_MATCHED:g}", _trainings(
+                stage2, gdp.params.get("epochs"), epsilon=GDP_MATCHED, **{key: v}), upper, blind, gdp_low, judged=False)
     if verdicts:
         out += ["", "Each layout against its own upper bound (same criteria as the targets above):", ""] + verdicts
     if informative:
         out += ["", f"The same criteria at the GDP-matched eps {GDP_MATCHED:g} (the paper's privacy level at MiniLM's width; "
-                f"informative only: the issue judges its targets at eps {WIDTH_MATCHED:g}; one training each):", ""] + informative
+                f"informative only: the issue judges its targets at eps {WIDTH_MATCHED:g}):", ""] + informative
     return out
 
 
@@ -557,10 +562,10 @@ def _table_epochs(entries: Sequence[Entry], ds: str) -> list[str]:
     return out if lengths > 1 else []
 
 
-def _trainings(stage2: Sequence[Entry], epochs: Any, **layout: Any) -> list[Entry]:
-    """Every training (``train_seed``) of the width-matched k=4 row of ``layout`` (PPFT's unless given) at ``epochs``
-    stage-2 epochs, the newest run per training seed, seed 0 first."""
-    row = _PPFT_LAYOUT | _expand(layout) | _TABLE1_PPFT | {"epochs": epochs}
+def _trainings(stage2: Sequence[Entry], epochs: Any, *, epsilon: float = WIDTH_MATCHED, **layout: Any) -> list[Entry]:
+    """Every training (``train_seed``) of the k=4 row of ``layout`` (PPFT's unless given) at ``epsilon`` (the
+    width-matched one unless given) and ``epochs`` stage-2 epochs, the newest run per training seed, seed 0 first."""
+    row = _PPFT_LAYOUT | _expand(layout) | _TABLE1_PPFT | {"epsilon": epsilon, "epochs": epochs}
     newest: dict[int, Entry] = {}
     for e in stage2:  # oldest first: a later run of the same training seed replaces an earlier one
         if all(_get(e, k) == v for k, v in row.items() if k != "train_seed"):
