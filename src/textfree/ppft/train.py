@@ -46,13 +46,13 @@ from .batches import (
 )
 from .checkpoint import (
     CENTER_FILE,
+    TRAIN_CONFIG,
     InitChanged,
     latest_checkpoint,
     load_center_file,
     load_training_checkpoint,
     read_json,
     run_fingerprint,
-    TRAIN_CONFIG,
     same_init,
     save_center,
     save_training_checkpoint,
