@@ -803,3 +803,26 @@ def test_a_layouts_run_at_the_gdp_matched_eps_is_a_row_of_its_section_with_infor
     assert section[over + 2] == ("  - open-answer: PPFT 0.8000 (trainings: 0.9000, 0.7000) = 80.0% of the upper bound "
                                  "1.0000 -> **NOT met**")
     assert not any("answer_mu_ts1" in l for l in lines if l.startswith("| answer vector + slots, eps"))
+
+
+def test_weight_averaged_runs_stay_out_of_ppft_tables_and_get_their_own_section_and_selection_name(tmp_path):
+    d = _fixture(tmp_path)
+    assert "averages its weights" not in build_report([d])
+    _result_file(d / "ema.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "ema_decay": 0.999, "epochs": 12}, _eval([0.97] * 3, [0.84, 0.85, 0.86])),
+        ({"epsilon": None, "k": 4, "ema_decay": 0.999, "epochs": 12}, _eval([0.99] * 3, [0.98] * 3)),
+    ], date="2026-01-02T00:00:00+00:00")
+    _result_file(d / "sel.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 12, "validation": 0.2}, _eval([0.99] * 3, [0.70, 0.72, 0.74])),
+        ({"epsilon": 28, "k": 4, "epochs": 12, "validation": 0.2, "ema_decay": 0.999}, _eval([0.99] * 3, [0.75, 0.76, 0.77])),
+    ], date="2026-01-03T00:00:00+00:00", split="validation")
+    lines = build_report([d]).splitlines()
+    # Table 1's PPFT row and upper bound are still the last step's weights (0.82 / 0.95), not the averaged runs
+    assert "0.820 ± 0.020 (3)" in next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4"))
+    assert "0.950" in next(l for l in lines if l.startswith("| upper bound (stage 2 without noise)"))
+    # 0.85 / 0.98 = 86.7% and clear of the blind row (0.10) and the lower bound (0.0) -> met
+    _assert_layout_met(lines, "### Pri-DDX: the server averages its weights in training (beyond the paper)", "server training",
+                       "PPFT (last step's weights)", "PPFT, weights averaged (decay 0.999)", "0.850 ± 0.010 (3)",
+                       "86.7% of the upper bound 0.9800", "PPFT, weights averaged (decay 0.999) (0.9700 / 0.8500 of 0.9900 / 0.9800, one training)")
+    choice = next(l for l in lines if l.startswith("- eps 28 (width-matched), k=4: validation open-answer"))
+    assert "PPFT, weights averaged (decay 0.999), 12 epochs 0.7600; PPFT, 12 epochs 0.7200" in choice

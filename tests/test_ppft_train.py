@@ -349,10 +349,12 @@ def test_cli_stage1_stage2_ask_evaluate(fixture_data, tmp_path, tiny_encoder_dir
         return result.output
 
     s1, s2 = tmp_path / "s1", tmp_path / "s2"
-    run("train-stage1", "--decoder", tiny_decoder_dir, "--encoder", tiny_encoder_dir, "--out", s1, "--max-steps", 2, "--k", 2)
+    run("train-stage1", "--decoder", tiny_decoder_dir, "--encoder", tiny_encoder_dir, "--out", s1, "--max-steps", 2, "--k", 2, "--ema-decay", 0.9)
     run("train-stage2", "--from", s1, "--dataset", "pri-ddx", "--epsilon", 75, "--k", 4, "--out", s2, "--epochs", 1, "--summary-slots", 1,
         "--answer-head", "--answer-head-epochs", 2, "--answer-head-standardize", "--answer-head-hidden", 0, "--answer-head-options",
-        "--center-mu", 1)
+        "--center-mu", 1, "--ema-decay", 0.99)
+    for run_dir, decay in ((s1, 0.9), (s2, 0.99)):  # the weight average reaches both stages' configs
+        assert json.loads((run_dir / "train_config.json").read_text())["config"]["ema_decay"] == decay
     saved = json.loads((s2 / "textfree_config.json").read_text())
     assert saved["k"] == 4 and saved["summary_slots"] == 1  # ask and evaluate below read payloads with the summary vector
     assert saved["center_mu"] == 1.0 and len(saved["center_sha256"]) == 64 and (s2 / "slot_center.safetensors").is_file()  # ... centred
@@ -387,6 +389,8 @@ def test_cli_stage1_stage2_ask_evaluate(fixture_data, tmp_path, tiny_encoder_dir
     assert bad.exit_code == 2 and "slot_drop must be a number in [0, 0.9], got 0.95" in bad.output
     bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "r"), "--slot-augment-epochs", "2"])
     assert bad.exit_code == 2 and "slot_augment_epochs (2) needs slot_insert or slot_drop" in bad.output
+    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "p"), "--ema-decay", "1"])
+    assert bad.exit_code == 2 and "ema_decay must be a number strictly between 0 and 1 (e.g. 0.999) or null, got 1.0" in bad.output
     bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "q"), "--validation", "1"])
     assert bad.exit_code == 2 and "validation must be a number in [0, 1) or null, got 1.0" in bad.output
     # model selection: train without the validation part (fixture at 0.6: 2 of 5 training rows), score that part (3 rows)

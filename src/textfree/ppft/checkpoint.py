@@ -56,6 +56,7 @@ __all__ = [
     "set_rng_state",
     "save_training_checkpoint",
     "load_training_checkpoint",
+    "load_average",
     "latest_checkpoint",
     "CHECKPOINTS_DIR",
     "CENTER_FILE",
@@ -66,6 +67,7 @@ __all__ = [
 
 CHECKPOINTS_DIR = "checkpoints"
 CENTER_FILE = "slot_center.safetensors"
+EMA_FILE = "ema.safetensors"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -265,8 +267,10 @@ def save_training_checkpoint(
     trainer_state: dict[str, Any],
     *,
     keep: int = 1,
+    average: dict[str, torch.Tensor] | None = None,
 ) -> Path:
-    """Write ``checkpoints/step-<step>`` atomically; keep only the newest ``keep`` checkpoints."""
+    """Write ``checkpoints/step-<step>`` atomically; keep only the newest ``keep`` checkpoints. ``average``: the
+    weight average of the trained parameters (:mod:`textfree.ppft.ema`), written to ``ema.safetensors``."""
     root = Path(run_dir) / CHECKPOINTS_DIR
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:06d}"
@@ -276,6 +280,8 @@ def save_training_checkpoint(
     tmp.mkdir()
     save_file({k: v.detach().contiguous().cpu() for k, v in trainable.items()}, str(tmp / "trainable.safetensors"))
     save_optimizer_state(optimizer, tmp)
+    if average is not None:
+        save_file(average, str(tmp / EMA_FILE))
     tensors, plain = rng_state()
     save_file(tensors, str(tmp / "rng.safetensors"))
     write_json(tmp / "rng.json", plain)
@@ -321,6 +327,12 @@ def load_training_checkpoint(
     load_optimizer_state(optimizer, d)
     set_rng_state(load_file(str(d / "rng.safetensors")), read_json(d / "rng.json"))
     return read_json(d / "trainer_state.json")
+
+
+def load_average(directory: str | os.PathLike) -> dict[str, torch.Tensor] | None:
+    """The weight average saved with a training checkpoint (``ema.safetensors``), or None when it has none."""
+    path = Path(directory) / EMA_FILE
+    return load_file(str(path)) if path.is_file() else None
 
 
 def save_center(run: str | os.PathLike, center: torch.Tensor) -> Path:

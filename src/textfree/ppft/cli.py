@@ -61,6 +61,7 @@ def train_stage1_cmd(
     batch_size: int = typer.Option(8, help="Examples per step."),
     lr: float = typer.Option(1e-3, help="Learning rate of projection + LoRA."),
     encoder_lr: float = typer.Option(5e-5, help="Learning rate of the encoder."),
+    ema_decay: _Optional[float] = typer.Option(None, "--ema-decay", help="Keep an exponential moving average of the trained weights (this decay per step, e.g. 0.999) and save it as the run's weights; default: the last step's weights."),
     max_private_tokens: int = typer.Option(256, help="The client cuts private text to this many encoder tokens."),
     max_target_tokens: int = typer.Option(64, help="Cut targets to this many decoder tokens."),
     seed: int = typer.Option(0, help="Seed (init, dropout, data order)."),
@@ -77,7 +78,7 @@ def train_stage1_cmd(
         Stage1Config, out=str(out), decoder=decoder, encoder=encoder, data=list(data or DEFAULT_GENERAL_SOURCES),
         limit_per_source=limit_per_source, restore_fraction=restore_fraction, k=k, projection=projection, epochs=epochs,
         max_steps=max_steps, batch_size=batch_size, lr=lr, encoder_lr=encoder_lr, max_private_tokens=max_private_tokens,
-        max_target_tokens=max_target_tokens,
+        max_target_tokens=max_target_tokens, ema_decay=ema_decay,
         seed=seed, save_every=save_every, resume=resume, cpu=cpu,
     )
     summary = _ppft_run(train_stage1, cfg)
@@ -101,6 +102,7 @@ def train_stage2_cmd(
     max_steps: _Optional[int] = typer.Option(None, help="Stop after this many optimizer steps."),
     batch_size: int = typer.Option(8, help="Payload rows per step."),
     lr: float = typer.Option(1e-3, help="Learning rate of projection + LoRA."),
+    ema_decay: _Optional[float] = typer.Option(None, "--ema-decay", help="Keep an exponential moving average of the trained weights (this decay per step, e.g. 0.999) and save it as the run's weights; default: the last step's weights."),
     limit: _Optional[int] = typer.Option(None, help="Use only the first N training records."),
     max_private_tokens: _Optional[int] = typer.Option(None, help="Client truncation of private text in encoder tokens (default: the init run's)."),
     summary_slots: _Optional[int] = typer.Option(None, "--summary-slots", help="Server-side summary vectors before the slots: unit-normalised means of the payload's slots in N groups (default: the init run's, 0 = PPFT's layout)."),
@@ -132,7 +134,7 @@ def train_stage2_cmd(
     cfg = _ppft_run(
         Stage2Config, out=str(out), init=str(init), dataset=dataset, epsilon=eps, k=k, mechanism=mechanism,
         noise_match=noise_match, tasks=list(task or ("mcqa", "open")), blind=blind, epochs=epochs, max_steps=max_steps,
-        batch_size=batch_size, lr=lr, limit=limit, max_private_tokens=max_private_tokens, summary_slots=summary_slots,
+        batch_size=batch_size, lr=lr, ema_decay=ema_decay, limit=limit, max_private_tokens=max_private_tokens, summary_slots=summary_slots,
         count_vectors=count_vectors, count_dropout=count_dropout, answer_head=answer_head, answer_head_epochs=answer_head_epochs,
         answer_head_standardize=answer_head_standardize, answer_head_hidden=answer_head_hidden, answer_head_options=answer_head_options,
         fixed_slots=fixed_slots, center_mu=center_mu, subspace_epochs=subspace_epochs, slot_insert=slot_insert, slot_drop=slot_drop,

@@ -132,9 +132,9 @@ def _eps_label(eps: float | None) -> str:
 
 #: PPFT's own layout: no server-side summary vectors, the slot count released as it is (no padding).
 _PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": (0, 0.0), "answer": False, "center": None, "subspace": None, "augment": (0.0, 0.0, 0),
-                "train_seed": 0}  # every table but the training-seed one shows training seed 0
+                "ema": None, "train_seed": 0}  # every table but the training-seed one shows training seed 0
 _TABLE1_PPFT = dict(family="l2_laplace", blind=False, epsilon=WIDTH_MATCHED, k=4)  # Table 1's PPFT row at the target point
-_LAYOUT_HEADER = {"summary": "server layout", "fixed": "client", "count": "server layout", "answer": "server layout", "center": "client",
+_LAYOUT_HEADER = {"summary": "server layout", "ema": "server training", "fixed": "client", "count": "server layout", "answer": "server layout", "center": "client",
                   "augment": "server training", "center+augment": "client + server training",
                   "center+answer": "client + server layout", "center+subspace": "client",
                   "center+subspace+answer": "client + server layout"}
@@ -194,6 +194,9 @@ def _get(e: Entry, key: str) -> Any:
         return None if n is None else int(n)
     if key == "augment":  # the server's training-only slot-count augmentation: (slot_insert, slot_drop, its epochs; 0: all)
         return float(e.params.get("slot_insert") or 0.0), float(e.params.get("slot_drop") or 0.0), int(e.params.get("slot_augment_epochs") or 0)
+    if key == "ema":  # the decay of the weight average the run saved, None: the last step's weights (PPFT)
+        decay = e.params.get("ema_decay")
+        return None if decay is None else float(decay)
     if key == "train_seed":  # the server's training seed (the cell's seeds are evaluation noise seeds)
         return int(e.params.get("train_seed") or 0)
     if key == "count":  # (count vectors, their training dropout)
@@ -519,6 +522,12 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
       "answer alone (with `slot_augment_epochs`: in the first epochs only). Training only, on payloads the client",
       "already privatized: the client, its payloads, their guarantee and the answering path are PPFT's. The tables",
       "above use PPFT's training rows as sent."]),
+    ("ema", lambda d: "PPFT (last step's weights)" if d is None else f"PPFT, weights averaged (decay {d:g})",
+     "the server averages its weights in training",
+     ["The client, the payloads, the layout and the answering path are PPFT's; only stage 2's training recipe",
+      "changes: the server keeps an exponential moving average of the projection and LoRA weights over its steps",
+      "(`ema_decay`; textfree.ppft.ema) and saves it instead of the last step's weights, which follow the last",
+      "batches' noise. The tables above use the last step's weights."]),
     ("center+augment", lambda v: "PPFT (slots as encoded, training rows as sent)" if v == (None, (0.0, 0.0, 0))
      else f"slots centred (centre {v[0]:g}-GDP) + " + _augment_layout(v[1]), "centred slots and a count-blurring curriculum",
      ["Both at once: the client centres its slots (above), and the server blurs the slot count of its training rows",

@@ -49,6 +49,7 @@ from .checkpoint import (
     TRAIN_CONFIG,
     InitChanged,
     latest_checkpoint,
+    load_average,
     load_center_file,
     load_training_checkpoint,
     read_json,
@@ -59,6 +60,7 @@ from .checkpoint import (
     write_json,
 )
 from .config import LoraSettings, PromptTemplate, check_center_mu
+from .ema import WeightAverage, check_ema_decay
 from .model import TextFreeLM
 from .projection import check_dropout
 from .slot_augment import SlotCountAugment
@@ -87,6 +89,7 @@ class LoopConfig:
     min_lr_ratio: float = field(default=0.1, metadata={"help": "Cosine decay ends at lr * min_lr_ratio."})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
     grad_clip: float = field(default=1.0, metadata={"help": "Clip the gradient norm to this (0: no clipping)."})
+    ema_decay: float | None = field(default=None, metadata={"help": "Keep an exponential moving average of the trained parameters (this decay per step; e.g. 0.999 averages over the last ~1000 steps), save it with each checkpoint and make it the run's weights at the end. Null: the last step's weights."})
     seed: int = field(default=0, metadata={"help": "Seeds initialisation, dropout, data order (and stage-2 noise unless noise_seed is set)."})
     log_every: int = field(default=10, metadata={"help": "Log the mean loss every this many steps (metrics.jsonl + log)."})
     save_every: int = field(default=200, metadata={"help": "Write a resumable checkpoint every this many steps (and at the end)."})
@@ -103,6 +106,7 @@ class LoopConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1 or null, got {self.max_steps}")
+        check_ema_decay(self.ema_decay)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -321,6 +325,7 @@ def fit(
         state = load_training_checkpoint(ckpt, model, optimizer)
         log.info("resumed from %s (step %d)", ckpt, state["step"])
         _truncate_metrics(run / METRICS, state["step"])
+    average = _start_average(cfg, model, ckpt)
     model, optimizer = accelerator.prepare(model, optimizer)
 
     step = state["step"]
@@ -353,6 +358,8 @@ def fit(
                 accelerator.clip_grad_norm_(trainable, cfg.grad_clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            if average is not None:
+                average.update(_trained(accelerator.unwrap_model(model)))
             step += 1
             batch_in_epoch += 1
             # bookkeeping: log, checkpoint
@@ -374,14 +381,17 @@ def fit(
                 accelerator.wait_for_everyone()
                 if accelerator.is_main_process:
                     unwrapped = accelerator.unwrap_model(model)
-                    weights = {n: p for n, p in unwrapped.named_parameters() if p.requires_grad}
-                    save_training_checkpoint(run, step, weights, optimizer, position, keep=cfg.keep_checkpoints)
+                    save_training_checkpoint(run, step, _trained(unwrapped), optimizer, position, keep=cfg.keep_checkpoints,
+                                             average=None if average is None else average.state())
             if on_step is not None:
                 on_step(step, value)
             if step >= total_steps:
                 break
     bar.close()
     accelerator.wait_for_everyone()
+    if average is not None:
+        # the run's weights are the average (the checkpoints keep the last step's, to resume from)
+        average.copy_to(_trained(accelerator.unwrap_model(model)))
     return {
         "steps": step,
         "total_steps": total_steps,
@@ -391,6 +401,23 @@ def fit(
         "wall_s": round(time.time() - started, 2),
         "model": accelerator.unwrap_model(model),
     }
+
+
+def _trained(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p for n, p in model.named_parameters() if p.requires_grad}
+
+
+def _start_average(cfg: LoopConfig, model: torch.nn.Module, ckpt: Path | None) -> WeightAverage | None:
+    """The weight average of ``cfg.ema_decay`` (None when off): the checkpoint's when resuming, else the weights now."""
+    if cfg.ema_decay is None:
+        return None
+    average = WeightAverage.start(cfg.ema_decay, _trained(model))
+    if ckpt is not None:
+        saved = load_average(ckpt)
+        if saved is None:
+            raise ValueError(f"checkpoint {str(ckpt)!r} holds no weight average (ema.safetensors) though ema_decay is set")
+        average.load(saved, where=str(ckpt))
+    return average
 
 
 def _truncate_metrics(path: Path, step: int) -> None:
