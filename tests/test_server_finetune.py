@@ -24,7 +24,7 @@ PRIVATE = ["the patient reports chest pain", "a rash after hiking", "fever and c
 PUBLIC = ["Options: angina, gout"] * 3 + [""] * 3
 TARGETS = ["angina", "lyme disease", "influenza", "retinal detachment", "sciatica", "scabies"]
 # 6 rows, batch 2, 2 epochs: 6 steps; a checkpoint every 2
-HP = {"epochs": 2, "batch_size": 2, "lr": 0.05, "warmup_steps": 1, "save_every": 2, "log_every": 1, "seed": 0}
+HP = {"epochs": 2, "batch_size": 2, "lr": 0.05, "warmup_steps": 1, "save_every": 2, "log_every": 1, "seed": 0, "ema_decay": 0.5}
 OCTET = {"Content-Type": "application/octet-stream"}
 
 
@@ -103,6 +103,7 @@ def test_a_job_trains_an_adapter_that_generate_serves(env, reference):
     run = reference["dir"]
     assert (run / "adapter").is_dir() and (run / "projection").is_dir()
     assert not (run / "encoder").exists() and not (run / "checkpoints").exists()
+    assert json.loads((run / "train_config.json").read_text())["config"]["ema_decay"] == 0.5  # the saved weights are the average
     base, tuned = weights(env["run"]), weights(run)
     assert base.keys() == tuned.keys() and all(not torch.equal(base[k], tuned[k]) for k in base if "lora_B" in k or "projection" in k)
     adapted = ServerModel.load(run)
@@ -174,6 +175,7 @@ def test_job_validation_limits_queue_cancel_and_idempotency(env, reference, tmp_
             ({"model": "tiny", "datasets": [ds], "hyperparameters": {"epochs": 0}}, 422, "epochs"),
             ({"model": "tiny", "datasets": [ds], "hyperparameters": {"lr": -1}}, 422, "lr"),
             ({"model": "tiny", "datasets": [ds], "hyperparameters": {"learning_rate": 0.1}}, 422, "learning_rate"),
+            ({"model": "tiny", "datasets": [ds], "hyperparameters": {"ema_decay": 1}}, 422, "ema_decay"),
             ({"model": "tiny", "datasets": [ds], "hyperparameters": {"epochs": 100, "batch_size": 1}}, 422, "600 steps"),
             ({"model": "tiny", "datasets": [ds, ds]}, 422, "listed twice"),
             ({"model": "tiny", "datasets": []}, 422, "datasets"),

@@ -301,7 +301,7 @@ class Client:
 
     def create_fine_tuning_job(self, *, model: str, datasets: str | Sequence[str], **hyperparameters: Any) -> dict:
         """Start a job adapting ``model`` to your ``datasets`` (ids); ``hyperparameters``: epochs, lr, batch_size,
-        max_steps, warmup_steps, weight_decay, grad_clip, seed, save_every, log_every (docs/server.md)."""
+        max_steps, warmup_steps, weight_decay, grad_clip, ema_decay, seed, save_every, log_every (docs/server.md)."""
         ids = [datasets] if isinstance(datasets, str) else list(datasets)
         body = {"model": model, "datasets": ids, "hyperparameters": hyperparameters}
         return self._request("POST", "/v1/fine_tuning/jobs", json=body, headers={"Idempotency-Key": uuid.uuid4().hex})

@@ -42,6 +42,7 @@ class Hyperparameters(BaseModel):
     warmup_steps: int = Field(20, ge=0, le=1_000_000, description="Linear warm-up steps, then cosine decay.")
     weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW weight decay.")
     grad_clip: float = Field(1.0, ge=0, le=1e6, description="Gradient-norm clip (0: none).")
+    ema_decay: float | None = Field(None, gt=0, lt=1, description="Save an exponential moving average of the trained weights (this decay per step) instead of the last step's (default: none).")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Initialisation, dropout and data order.")
     save_every: int = Field(50, ge=1, le=1_000_000, description="Checkpoint every this many steps: a restarted server resumes from the newest.")
     log_every: int = Field(10, ge=1, le=1_000_000, description="A progress event (mean loss) every this many steps.")
@@ -186,7 +187,7 @@ class JobManager:
         cfg = AdaptConfig(
             out=str(run), init=init, data=list(job["datasets"]), epochs=hp["epochs"], max_steps=hp.get("max_steps"),
             batch_size=hp["batch_size"], lr=hp["lr"], warmup_steps=hp["warmup_steps"], weight_decay=hp["weight_decay"],
-            grad_clip=hp["grad_clip"], seed=hp["seed"], log_every=hp["log_every"], save_every=hp["save_every"],
+            grad_clip=hp["grad_clip"], ema_decay=hp.get("ema_decay"), seed=hp["seed"], log_every=hp["log_every"], save_every=hp["save_every"],
             cpu=self.config.device == "cpu", progress=False,
         )
         window: list[float] = []
