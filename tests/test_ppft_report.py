@@ -826,3 +826,33 @@ def test_weight_averaged_runs_stay_out_of_ppft_tables_and_get_their_own_section_
                        "86.7% of the upper bound 0.9800", "PPFT, weights averaged (decay 0.999) (0.9700 / 0.8500 of 0.9900 / 0.9800, one training)")
     choice = next(l for l in lines if l.startswith("- eps 28 (width-matched), k=4: validation open-answer"))
     assert "PPFT, weights averaged (decay 0.999), 12 epochs 0.7600; PPFT, 12 epochs 0.7200" in choice
+
+
+def _seed_rows(lines: list[str]) -> list[str]:
+    section = lines[lines.index("### Pri-DDX: training seeds (the spread over trainings)"):]
+    return [l for l in section if l.startswith("| PPFT, eps 28 (width-matched), k=4 | 12 |")]
+
+
+def test_the_training_seed_table_names_each_trainings_build_and_a_verdict_over_mixed_builds_says_so(tmp_path):
+    d = _fixture(tmp_path)
+    a = "a" * 64
+    _result_file(d / "bound12.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": None, "k": 4, "epochs": 12}, _eval([0.99], [0.99]))], date="2026-01-02T00:00:00+00:00", seeds=(0,))
+    _result_file(d / "ts0.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 12}, _eval([0.97] * 3, [0.85, 0.86, 0.87]))], date="2026-01-02T00:00:01+00:00", build=a)
+    _result_file(d / "ts1.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 12, "train_seed": 1}, _eval([0.97] * 3, [0.79, 0.80, 0.81]))],
+        date="2026-01-03T00:00:00+00:00", build=a)
+    lines = build_report([d]).splitlines()
+    rows = _seed_rows(lines)
+    assert [r.split(" | ")[-2] for r in rows[:-1]] == [a[:12], a[:12]] and rows[-1].endswith(" | | |")
+    over = next(l for l in lines if l.startswith("  - open-answer: PPFT 0.8300"))
+    assert over.endswith("-> **NOT met**")  # one build: no note
+    # a third training whose file records no build: it may come from any build, so the verdict says so
+    _result_file(d / "ts2.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 12, "train_seed": 2}, _eval([0.97] * 3, [0.80] * 3))], date="2026-01-04T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+    rows = _seed_rows(lines)
+    assert [r.split(" | ")[-2] for r in rows[:-1]] == [a[:12], a[:12], "not recorded"]
+    over = next(l for l in lines if l.startswith("  - open-answer: PPFT 0.8200"))
+    assert over.endswith("**NOT met** (the trainings do not all record the same stage-1 build: see the training-seed table)")

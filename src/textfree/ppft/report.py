@@ -357,8 +357,16 @@ def _training_verdicts(prefix: str, trainings: Sequence[Entry], upper: Entry, bl
         lo = low.mean(f"acc_{task}") if low else math.nan
         lines.append(f"  - {name}: PPFT {p:.4f} (trainings: {', '.join(f'{m:.4f}' for m in means)}) = {_ratio(p, u)} of the upper "
                      f"bound {u:.4f} -> **{'met' if _meets(p, u, b, lo) else 'NOT met'}**"
-                     + next((note for note in (_bound_of_another_build(t, upper) for t in trainings) if note), ""))
+                     + next((note for note in (_bound_of_another_build(t, upper) for t in trainings) if note), "")
+                     + _mixed_builds(trainings))
     return lines
+
+
+def _mixed_builds(trainings: Sequence[Entry]) -> str:
+    """A note when ``trainings`` do not all record the same stage-1 build (a file that records none counts as
+    another: it may come from any build)."""
+    builds = {_build(t) for t in trainings}
+    return "" if len(builds) == 1 else " (the trainings do not all record the same stage-1 build: see the training-seed table)"
 
 
 def _layout_values(entries: Sequence[Entry], key: str) -> list[Any]:
@@ -591,8 +599,8 @@ def _table_train_seeds(entries: Sequence[Entry], ds: str) -> list[str]:
     rows: list[tuple[str, dict[str, Any]]] = [("PPFT", {})]
     rows += [(name(v), {key: v}) for key, name, _, _ in _LAYOUT_SECTIONS for v in _layout_values([e for e in stage2 if not _get(e, "blind")], key)]
     metrics = ("acc_mcqa", "acc_open", "acc_open_no_leak", "acc_length_open")
-    out = ["| row | stage-2 epochs | training seed | 4-option acc | open-answer acc | open, no name | open, random slots (count only) | result file |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = ["| row | stage-2 epochs | training seed | 4-option acc | open-answer acc | open, no name | open, random slots (count only) | "
+           "stage-1 build | result file |", "|---|---|---|---|---|---|---|---|---|"]
     found = False
     for row, layout in rows:
         label = f"{row}, eps {_eps_label(WIDTH_MATCHED)}, k=4"
@@ -602,9 +610,10 @@ def _table_train_seeds(entries: Sequence[Entry], ds: str) -> list[str]:
                 continue
             found = True
             for e in trainings:
-                out.append(f"| {label} | {n} | {_get(e, 'train_seed')} | " + " | ".join(_fmt(e, m) for m in metrics) + f" | `{e.source}` |")
+                out.append(f"| {label} | {n} | {_get(e, 'train_seed')} | " + " | ".join(_fmt(e, m) for m in metrics)
+                           + f" | {(_build(e) or 'not recorded')[:12]} | `{e.source}` |")
             means = [_over_trainings(trainings, m) for m in metrics]
-            out.append(f"| {label} | {n} | mean over {len(trainings)} trainings | " + " | ".join(means) + " | |")
+            out.append(f"| {label} | {n} | mean over {len(trainings)} trainings | " + " | ".join(means) + " | | |")
     return out if found else []
 
 
