@@ -32,9 +32,9 @@ class WeightAverage:
     average: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        check_ema_decay(self.decay)
         if self.decay is None:
             raise ValueError("ema_decay must be a number strictly between 0 and 1, got None")
+        check_ema_decay(self.decay)
 
     @classmethod
     def start(cls, decay: float, params: Mapping[str, torch.Tensor]) -> WeightAverage:
