@@ -856,3 +856,42 @@ def test_the_training_seed_table_names_each_trainings_build_and_a_verdict_over_m
     assert [r.split(" | ")[-2] for r in rows[:-1]] == [a[:12], a[:12], "not recorded"]
     over = next(l for l in lines if l.startswith("  - open-answer: PPFT 0.8200"))
     assert over.endswith("**NOT met** (the trainings do not all record the same stage-1 build: see the training-seed table)")
+
+
+def test_table1_reads_ppfts_row_at_the_length_selected_on_validation_and_its_bound_at_that_length(tmp_path):
+    d = _fixture(tmp_path)
+    _result_file(d / "held.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 16}, _eval([0.97] * 3, [0.84, 0.85, 0.86])),
+        ({"epsilon": None, "k": 4, "epochs": 16}, _eval([0.99] * 3, [0.99] * 3)),
+    ], date="2026-01-02T00:00:00+00:00")
+    _result_file(d / "held24.json", "ppft_stage2", "pri-ddx", [  # newer, longer, worse
+        ({"epsilon": 28, "k": 4, "epochs": 24}, _eval([0.96] * 3, [0.70, 0.70, 0.70])),
+        ({"epsilon": None, "k": 4, "epochs": 24}, _eval([0.98] * 3, [0.90] * 3)),
+    ], date="2026-01-03T00:00:00+00:00")
+
+    def table1(lines):
+        return (next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4 |")),
+                next(l for l in lines if l.startswith("| upper bound (stage 2 without noise) |")))
+
+    lines = build_report([d]).splitlines()  # no validation runs: the newest run and the bound of its length
+    row, upper = table1(lines)
+    assert "| 24 |" in row and "| 24 |" in upper and "0.980" in upper
+    assert not any(l.startswith("PPFT's eps-28 row is read at") for l in lines)
+    # one PPFT length on validation (beside another layout) selects no length: still the newest run
+    _result_file(d / "sel16.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 16, "validation": 0.2}, _eval([0.99] * 3, [0.80, 0.80, 0.80])),
+        ({"epsilon": 28, "k": 4, "epochs": 16, "validation": 0.2, "center_mu": 1.0}, _eval([0.99] * 3, [0.90] * 3)),
+    ], date="2026-01-04T00:00:00+00:00", split="validation")
+    assert "| 24 |" in table1(build_report([d]).splitlines())[0]
+    # two PPFT lengths on validation, 16 the better: Table 1 and the verdicts read 16 epochs and the 16-epoch bound
+    _result_file(d / "sel24.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 24, "validation": 0.2}, _eval([0.99] * 3, [0.75, 0.75, 0.75]))],
+        date="2026-01-05T00:00:00+00:00", split="validation")
+    lines = build_report([d]).splitlines()
+    row, upper = table1(lines)
+    assert "| 16 | 0.970" in row and "| 16 | 0.990" in upper
+    assert any(l.startswith("PPFT's eps-28 row is read at 16 stage-2 epochs") for l in lines)
+    assert "85.9% of the upper bound 0.9900" in next(l for l in lines if l.startswith("- open-answer: PPFT 0.8500"))
+    # the 24-epoch runs stay listed in the every-length table
+    start = lines.index("### Pri-DDX: every stage-2 length run for these rows")
+    assert any(l.startswith("| PPFT, eps 28 (width-matched), k=4 | 24 |") and "`held24.json`" in l for l in lines[start:])

@@ -212,11 +212,21 @@ def _ratio(a: float, b: float) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ tables
-def _table1(entries: Sequence[Entry], ds: str) -> list[str]:
+def _table1_ppft(stage2: Sequence[Entry], length: Any = None) -> tuple[Entry | None, Entry | None]:
+    """(Table 1's PPFT row at the targets' point, its upper bound). The row: the newest run at ``length`` stage-2
+    epochs (the length selected on validation, :func:`~textfree.ppft.report_selection.selected_length`) when one was
+    run, else the newest run. Its bound: the newest clean run of the row's length, else the newest clean run."""
+    ppft = (_latest(stage2, **_TABLE1_PPFT, epochs=length) if length is not None else None) or _latest(stage2, **_TABLE1_PPFT)
+    upper = _latest(stage2, blind=False, epsilon=None, epochs=ppft.params.get("epochs")) if ppft is not None else None
+    return ppft, upper or _latest(stage2, blind=False, epsilon=None)
+
+
+def _table1(entries: Sequence[Entry], ds: str, length: Any = None) -> list[str]:
     stage2 = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
     lower = [e for e in entries if e.kind == "ppft_evaluate" and e.dataset.lower() == ds]
     blind = _latest(stage2, blind=True)
-    upper = _latest(stage2, blind=False, epsilon=None)
+    target, upper = _table1_ppft(stage2, length)
+    ppft_at = {eps: _latest(stage2, **_TABLE1_PPFT | {"epsilon": eps}) for eps in (PAPER_EPSILON, WIDTH_MATCHED)} | {WIDTH_MATCHED: target}
     rows: list[tuple[str, str, Entry | None, tuple[str, str]]] = []
     paper = PAPER_TABLE1.get(ds, (None, None, None))
     rows.append(("blind (public options only, no private prefix)", "—", blind, ("blind_mcqa", "blind_open")))
@@ -225,9 +235,9 @@ def _table1(entries: Sequence[Entry], ds: str) -> list[str]:
                      _latest(lower, epsilon=eps, k=4), ("mcqa", "open")))
     for eps in (PAPER_EPSILON, WIDTH_MATCHED):
         rows.append((f"PPFT, eps {_eps_label(eps)}, k=4", "{:.4f}".format(paper[1]) if paper[1] and eps == PAPER_EPSILON else "",
-                     _latest(stage2, family="l2_laplace", blind=False, epsilon=eps, k=4), ("mcqa", "open")))
+                     ppft_at[eps], ("mcqa", "open")))
     for eps in (PAPER_EPSILON, WIDTH_MATCHED):
-        e = _latest(stage2, family="l2_laplace", blind=False, epsilon=eps, k=4)
+        e = ppft_at[eps]
         if e is not None and e.values("acc_length_open"):
             rows.append((f"slot count only: the eps {eps:g} PPFT model given random unit slots, the payload's count", "", e,
                          ("length_mcqa", "length_open")))
@@ -248,12 +258,15 @@ def _table1(entries: Sequence[Entry], ds: str) -> list[str]:
         out.append(f"Held-out records: {int(ref.mean('n_heldout'))} ({int(ref.mean('n_no_leak'))} whose private text does not "
                    f"name the answer). Majority-answer baseline (the option most often gold in training): "
                    f"{ref.mean('majority_baseline'):.4f}.")
-    out += _targets(stage2, blind, upper, lower, ds)
+    if length is not None and target is not None and target.params.get("epochs") == length:
+        out += ["", f"PPFT's eps-{WIDTH_MATCHED:g} row is read at {length} stage-2 epochs, the length of PPFT's own layout "
+                "selected on the validation part (the model-selection section below), and the upper bound at the same "
+                "length where it was run; the verdicts use those."]
+    out += _targets(stage2, target, blind, upper, lower)
     return out
 
 
-def _targets(stage2, blind, upper, lower, ds) -> list[str]:
-    ppft = _latest(stage2, **_TABLE1_PPFT)
+def _targets(stage2, ppft, blind, upper, lower) -> list[str]:
     low = _latest(lower, epsilon=WIDTH_MATCHED, k=4)
     if ppft is None or upper is None:
         return []
@@ -800,7 +813,7 @@ def _table_time(entries: Sequence[Entry]) -> list[str]:
 
 def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) -> str:
     """Markdown for docs/results/ppft.md from the ppft_* result files in ``paths``."""
-    from .report_selection import split_selection, table_selection
+    from .report_selection import selected_length, split_selection, table_selection
 
     everything = collect(paths)
     entries, selection = split_selection(everything)  # runs that held back a validation part: their own section only
@@ -839,12 +852,14 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) ->
     for ds, title in (("pri-ddx", "Pri-DDX"), ("pri-slja", "Pri-SLJA")):
         if not any(e.dataset.lower() == ds for e in entries):
             continue
-        lines += ["", f"## {title}: Table 1 shape (held-out split)", ""] + _table1(entries, ds)
+        length = selected_length(selection, ds)
+        lines += ["", f"## {title}: Table 1 shape (held-out split)", ""] + _table1(entries, ds, length)
         epoch_rows = _table_epochs(entries, ds)
         if epoch_rows:
             lines += ["", f"### {title}: every stage-2 length run for these rows", "",
-                      "Table 1 shows the newest run of each row; the verdicts use those. Earlier runs with another number",
-                      "of stage-2 epochs stay listed here.", ""] + epoch_rows
+                      "Table 1 shows the newest run of each row (PPFT's eps-28 row: at the length selected on validation,",
+                      "where lengths were compared there; the upper bound: at the PPFT row's length where it was run); the",
+                      "verdicts use those. Runs with another number of stage-2 epochs stay listed here.", ""] + epoch_rows
         seed_rows = _table_train_seeds(entries, ds)
         if seed_rows:
             lines += ["", f"### {title}: training seeds (the spread over trainings)", "",

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from .report import (_LAYOUT_SECTIONS, _PPFT_LAYOUT, WIDTH_MATCHED, Entry, _differs_from_ppft, _eps_label, _fmt, _get, _latest,
                      _ratio, _training_means, _trainings)
 
-__all__ = ["split_selection", "table_selection"]
+__all__ = ["split_selection", "table_selection", "selected_length"]
 
 _METRICS = ("acc_mcqa", "acc_open", "acc_open_no_leak", "acc_length_open")
 
@@ -40,15 +40,40 @@ def layout_of(e: Entry) -> tuple[str, dict[str, Any]]:
     return "PPFT", {}
 
 
+def _newest_candidates(selection: Sequence[Entry], ds: str) -> dict[tuple, Entry]:
+    """The newest file of each candidate run of dataset ``ds``, by (layout, epochs, training seed, eps, k, share held
+    back, part evaluated on)."""
+    newest: dict[tuple, Entry] = {}
+    for e in selection:  # entries are oldest first: the newest file of each candidate wins
+        if e.kind == "ppft_stage2" and e.dataset.lower() == ds and not _get(e, "blind"):
+            newest[(layout_of(e)[0], e.params.get("epochs"), _get(e, "train_seed"), _get(e, "epsilon"), _get(e, "k"),
+                    validation_share(e), _part(e))] = e
+    return newest
+
+
+def _validation_means(validated: Sequence[Entry], eps: Any, k: Any) -> dict[tuple[str, Any], float]:
+    """Mean validation open-answer accuracy over each candidate's trainings at (eps, k), by (layout name, epochs)."""
+    scores: dict[tuple[str, Any], list[float]] = {}
+    for e in validated:
+        if (_get(e, "epsilon"), _get(e, "k")) == (eps, k) and e.values("acc_open"):
+            scores.setdefault((layout_of(e)[0], e.params.get("epochs")), []).append(e.mean("acc_open"))
+    return {c: sum(v) / len(v) for c, v in scores.items()}
+
+
+def selected_length(selection: Sequence[Entry], ds: str) -> Any | None:
+    """The stage-2 length of PPFT's own layout that scored the best validation open-answer accuracy at the targets'
+    point (width-matched eps, k=4), when candidates of two or more lengths were run there; None otherwise. Table 1's
+    PPFT row at that point, and so the issue's verdicts, are read at this length instead of the newest run's."""
+    validated = [e for e in _newest_candidates(selection, ds).values() if _part(e) == "validation"]
+    mean = {ep: m for (name, ep), m in _validation_means(validated, WIDTH_MATCHED, 4).items() if name == "PPFT"}
+    return max(mean, key=lambda ep: mean[ep]) if len(mean) >= 2 else None
+
+
 def table_selection(selection: Sequence[Entry], heldout: Sequence[Entry], ds: str) -> list[str]:
     """The section's table and its choice per (eps, k) for dataset ``ds``; empty when no such run exists."""
-    runs = [e for e in selection if e.kind == "ppft_stage2" and e.dataset.lower() == ds and not _get(e, "blind")]
-    if not runs:
+    newest = _newest_candidates(selection, ds)
+    if not newest:
         return []
-    newest: dict[tuple, Entry] = {}
-    for e in runs:  # entries are oldest first: the newest file of each candidate wins
-        newest[(layout_of(e)[0], e.params.get("epochs"), _get(e, "train_seed"), _get(e, "epsilon"), _get(e, "k"),
-                validation_share(e), _part(e))] = e
     out = ["| candidate | stage-2 epochs | training seed | eps | k | held back | evaluated on (records) | 4-option acc | "
            "open-answer acc | open, no name | open, random slots (count only) | result file |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -70,18 +95,14 @@ def _choices(validated: Sequence[Entry], heldout: Sequence[Entry], ds: str) -> l
     stage2 = [e for e in heldout if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
     lines = []
     for eps, k in sorted({(_get(e, "epsilon"), _get(e, "k")) for e in validated}, key=str):
-        scores: dict[tuple[str, Any], list[Entry]] = {}
-        for e in validated:
-            if (_get(e, "epsilon"), _get(e, "k")) == (eps, k) and e.values("acc_open"):
-                scores.setdefault((layout_of(e)[0], e.params.get("epochs")), []).append(e)
-        if len(scores) < 2:
+        mean = _validation_means(validated, eps, k)
+        if len(mean) < 2:
             continue
-        mean = {c: sum(e.mean("acc_open") for e in es) / len(es) for c, es in scores.items()}
-        (name, epochs), best = max(mean.items(), key=lambda item: item[1])
+        (name, epochs), _ = max(mean.items(), key=lambda item: item[1])
         ranking = "; ".join(f"{n}, {ep} epochs {m:.4f}" for (n, ep), m in sorted(mean.items(), key=lambda item: -item[1]))
         lines.append(f"- eps {_eps_label(eps)}, k={k}: validation open-answer (mean over the candidate's trainings): {ranking}. "
                      f"**Selected: {name}, {epochs} epochs.**")
-        layout = layout_of(scores[(name, epochs)][0])[1]
+        layout = next(layout_of(e)[1] for e in validated if (layout_of(e)[0], e.params.get("epochs")) == (name, epochs))
         if (eps, k) == (WIDTH_MATCHED, 4):  # the targets' point, the one row _trainings reads
             lines.append("  - " + _heldout_line(stage2, _trainings(stage2, epochs, **layout), epochs, layout))
     return lines
