@@ -891,6 +891,8 @@ def test_table1_reads_ppfts_row_at_the_length_selected_on_validation_and_its_bou
     row, upper = table1(lines)
     assert "| 16 | 0.970" in row and "| 16 | 0.990" in upper
     assert any(l.startswith("PPFT's eps-28 row is read at 16 stage-2 epochs") for l in lines)
+    assert ("- PPFT's own layout alone, eps 28 (width-matched), k=4: validation open-answer by stage-2 length 16 epochs 0.8000; "
+            "24 epochs 0.7500. **Table 1's PPFT row and the issue's verdicts are read at 16 epochs**") in "\n".join(lines)
     assert "85.9% of the upper bound 0.9900" in next(l for l in lines if l.startswith("- open-answer: PPFT 0.8500"))
     # the 24-epoch runs stay listed in the every-length table
     start = lines.index("### Pri-DDX: every stage-2 length run for these rows")

@@ -60,12 +60,17 @@ def _validation_means(validated: Sequence[Entry], eps: Any, k: Any) -> dict[tupl
     return {c: sum(v) / len(v) for c, v in scores.items()}
 
 
+def _ppft_length_means(validated: Sequence[Entry]) -> dict[Any, float]:
+    """Validation open-answer accuracy of PPFT's own layout at the targets' point (width-matched eps, k=4), by
+    stage-2 length."""
+    return {ep: m for (name, ep), m in _validation_means(validated, WIDTH_MATCHED, 4).items() if name == "PPFT"}
+
+
 def selected_length(selection: Sequence[Entry], ds: str) -> Any | None:
     """The stage-2 length of PPFT's own layout that scored the best validation open-answer accuracy at the targets'
     point (width-matched eps, k=4), when candidates of two or more lengths were run there; None otherwise. Table 1's
     PPFT row at that point, and so the issue's verdicts, are read at this length instead of the newest run's."""
-    validated = [e for e in _newest_candidates(selection, ds).values() if _part(e) == "validation"]
-    mean = {ep: m for (name, ep), m in _validation_means(validated, WIDTH_MATCHED, 4).items() if name == "PPFT"}
+    mean = _ppft_length_means([e for e in _newest_candidates(selection, ds).values() if _part(e) == "validation"])
     return max(mean, key=lambda ep: mean[ep]) if len(mean) >= 2 else None
 
 
@@ -81,7 +86,15 @@ def table_selection(selection: Sequence[Entry], heldout: Sequence[Entry], ds: st
         n = int(e.mean("n_heldout")) if e.values("n_heldout") else "?"
         out.append(f"| {name} | {epochs} | {seed} | {_eps_label(eps)} | {k} | {share:.0%} | {part} ({n}) | "
                    + " | ".join(_fmt(e, m) for m in _METRICS) + f" | `{e.source}` |")
-    choices = _choices([e for e in newest.values() if _part(e) == "validation"], heldout, ds)
+    validated = [e for e in newest.values() if _part(e) == "validation"]
+    choices = _choices(validated, heldout, ds)
+    lengths = _ppft_length_means(validated)
+    if len(lengths) >= 2:
+        ranked = sorted(lengths.items(), key=lambda item: -item[1])
+        choices.append(f"- PPFT's own layout alone, eps {_eps_label(WIDTH_MATCHED)}, k=4: validation open-answer by stage-2 length "
+                       + "; ".join(f"{ep} epochs {m:.4f}" for ep, m in ranked)
+                       + f". **Table 1's PPFT row and the issue's verdicts are read at {ranked[0][0]} epochs** where that row was run "
+                       "on every training row.")
     return out + ([""] + choices if choices else [])
 
 
