@@ -226,7 +226,7 @@ def _table1(entries: Sequence[Entry], ds: str, length: Any = None) -> list[str]:
     lower = [e for e in entries if e.kind == "ppft_evaluate" and e.dataset.lower() == ds]
     blind = _latest(stage2, blind=True)
     target, upper = _table1_ppft(stage2, length)
-    ppft_at = {eps: _latest(stage2, **_TABLE1_PPFT | {"epsilon": eps}) for eps in (PAPER_EPSILON, WIDTH_MATCHED)} | {WIDTH_MATCHED: target}
+    ppft_at = {PAPER_EPSILON: _latest(stage2, **_TABLE1_PPFT | {"epsilon": PAPER_EPSILON}), WIDTH_MATCHED: target}
     rows: list[tuple[str, str, Entry | None, tuple[str, str]]] = []
     paper = PAPER_TABLE1.get(ds, (None, None, None))
     rows.append(("blind (public options only, no private prefix)", "—", blind, ("blind_mcqa", "blind_open")))
