@@ -2,7 +2,8 @@
 
 The client maps each unit slot before the noise: as encoded (PPFT), centred (``unit(unit(v) - c)``), centred on
 the class subspace fitted from noisy or from clean payloads (:mod:`textfree.mechanisms.subspace`), or centred on
-the top principal directions of the centred slots (no labels). For each map a logistic regression on the mean of a
+the top principal directions of the centred slots (no labels); with --ranks also on the strongest m directions of
+the noisy-pass class subspace alone (does a smaller subspace, with less of the noise in it, read better?). For each map a logistic regression on the mean of a
 prompt's noisy renormalised slots is trained with fresh noise on every pass over the training prompts and scored
 on the held-out prompts (with --validation: on a validation part of the training rows instead) over a few noise
 draws (a prompt whose answer never occurs in training counts as wrong).
@@ -12,6 +13,7 @@ map gives a reader, not a release. Prints one accuracy per map.
     python benchmarks/probe_slot_maps.py --dataset slja --encoder runs/stage1/encoder --max-tokens 192
     python benchmarks/probe_slot_maps.py --dataset ddx --encoder runs/stage1/encoder --max-tokens 128
     python benchmarks/probe_slot_maps.py --dataset slja --max-tokens 192 --validation 0.2   # choose without the held-out part
+    python benchmarks/probe_slot_maps.py --dataset slja --validation 0.2 --ranks 4,8,16,24,32
 
 Needs the Pri-* data (``TEXTFREE_DATA``) and an encoder directory.
 """
@@ -74,6 +76,17 @@ def reader_accuracy(train, ytr, test, yte, smap, mech, n_classes: int, passes: i
     return sum(accs) / len(accs)
 
 
+def _ranks(text: str) -> tuple[int, ...]:
+    """``--ranks``: comma-separated positive integers."""
+    try:
+        ranks = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--ranks takes comma-separated integers, got {text!r}") from None
+    if any(m < 1 for m in ranks):
+        raise argparse.ArgumentTypeError(f"--ranks must be positive, got {text!r}")
+    return ranks
+
+
 def probe_parser(description: str) -> argparse.ArgumentParser:
     """The options every probe takes: data, encoder, client and the part scored."""
     ap = argparse.ArgumentParser(description=description)
@@ -107,6 +120,8 @@ def main() -> None:
     ap = probe_parser(__doc__.splitlines()[0])
     ap.add_argument("--passes", type=int, default=60, help="passes of fresh noise over the training prompts")
     ap.add_argument("--fit-passes", type=int, default=12, help="noisy passes the class subspace is fitted from")
+    ap.add_argument("--ranks", type=_ranks, default=(),
+                    help="comma-separated m: add the noisy-pass class subspace cut to its strongest m directions")
     args = ap.parse_args()
 
     scored, classes, train, train_answers, ytr, test, yte = probe_data(args)
@@ -120,10 +135,13 @@ def main() -> None:
     gen = torch.Generator().manual_seed(args.seed + 5)
     noisy = torch.cat([noisy_means(centred, None, mech, gen) for _ in range(args.fit_passes)])
     clean = torch.stack([s.mean(dim=0) for s in centred])
+    subspace = class_subspace(noisy, train_answers * args.fit_passes)
     maps = {
         "as encoded (PPFT)": None,
         "centred": center,
-        f"centred, class subspace from {args.fit_passes} noisy passes": torch.cat([center[None], class_subspace(noisy, train_answers * args.fit_passes)]),
+        f"centred, class subspace from {args.fit_passes} noisy passes": torch.cat([center[None], subspace]),
+        **{f"centred, its strongest {m} directions": torch.cat([center[None], subspace[:m]])
+           for m in args.ranks if m < subspace.shape[0]},
         "centred, class subspace from clean slots": torch.cat([center[None], class_subspace(clean, train_answers)]),
         **{f"centred, top {m} principal directions": torch.cat([center[None], pcs[:m]]) for m in (32, 64, 128)},
     }
