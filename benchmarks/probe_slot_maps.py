@@ -3,10 +3,11 @@
 The client maps each unit slot before the noise: as encoded (PPFT), centred (``unit(unit(v) - c)``), centred on
 the class subspace fitted from noisy or from clean payloads (:mod:`textfree.mechanisms.subspace`), or centred on
 the top principal directions of the centred slots (no labels); with --ranks also on the strongest m directions of
-the noisy-pass class subspace alone (does a smaller subspace, with less of the noise in it, read better?). For each map a logistic regression on the mean of a
-prompt's noisy renormalised slots is trained with fresh noise on every pass over the training prompts and scored
-on the held-out prompts (with --validation: on a validation part of the training rows instead) over a few noise
-draws (a prompt whose answer never occurs in training counts as wrong).
+the noisy-pass class subspace alone (does a smaller subspace, with less of the noise in it, read better?).
+For each map a logistic regression on the mean of a prompt's noisy renormalised slots is trained with fresh noise
+on every pass over the training prompts and scored on the held-out prompts (with --validation: on a validation part
+of the training rows instead) over a few noise draws (a prompt whose answer never occurs in training counts as
+wrong).
 The centre and the bases come from the training prompts without privacy noise of their own: this measures what a
 map gives a reader, not a release. Prints one accuracy per map.
 
@@ -136,6 +137,9 @@ def main() -> None:
     noisy = torch.cat([noisy_means(centred, None, mech, gen) for _ in range(args.fit_passes)])
     clean = torch.stack([s.mean(dim=0) for s in centred])
     subspace = class_subspace(noisy, train_answers * args.fit_passes)
+    if whole := [m for m in args.ranks if m >= subspace.shape[0]]:
+        print(f"--ranks {whole}: not below the subspace's rank {subspace.shape[0]}; "
+              "the whole-subspace row stands for them")
     maps = {
         "as encoded (PPFT)": None,
         "centred": center,
