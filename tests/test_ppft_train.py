@@ -543,6 +543,61 @@ def test_stage2_center_settings_are_checked(stage1_run, fixture_data, tmp_path):
             _stage2_cfg(tmp_path / "s", run1, center_mu=1.0, subspace_epochs=bad)
 
 
+def test_stage2_prompt_variants_rewrite_the_clients_training_prompts_before_encoding(stage1_run, fixture_data, tmp_path, monkeypatch):
+    """prompt_variants: each epoch the client encodes fresh rewrites of some training prompts (same items, another
+    order) and privatizes them; the server still gets payload rows only; the cache it started from is untouched;
+    the summary records the setting; runs it cannot apply to refuse it by name."""
+    encoded, sent = [], []
+    original_replaced = ClientCache.replaced
+    original_forward = ServerModel.forward
+
+    def spy_replaced(self, texts, **kwargs):
+        before = list(self.private)
+        copy = original_replaced(self, texts, **kwargs)
+        assert self.private == before  # the cache of the prompts as written is not changed
+        encoded.append(dict(texts))
+        for i, text in texts.items():
+            assert copy.private[i] == text and copy.hidden[i] is not self.hidden[i]
+            assert text != self.private[i]
+        untouched = [i for i in range(len(self)) if i not in texts]
+        assert all(copy.hidden[i] is self.hidden[i] for i in untouched)
+        return copy
+
+    def spy_forward(self, vectors, mask, **kwargs):
+        assert isinstance(vectors, torch.Tensor) and not any(isinstance(v, str) for v in kwargs.values())
+        sent.append(int(mask.sum()))
+        return original_forward(self, vectors, mask, **kwargs)
+
+    monkeypatch.setattr(ClientCache, "replaced", spy_replaced)
+    monkeypatch.setattr(ServerModel, "forward", spy_forward)
+    run1, _ = stage1_run
+    summary = train_stage2(_stage2_cfg(tmp_path / "var", run1, prompt_variants=1.0))
+    assert summary["prompt_variants"] == {"prob": 1.0, "shuffle": True, "drop": 0.0}
+    assert len(encoded) == 3 and all(encoded)  # one set of rewrites per epoch, every epoch some
+    assert encoded[0] != encoded[1] or encoded[1] != encoded[2]  # fresh each epoch
+    records = ppft_split("ddx")["train"]
+    originals = [mcqa_prompt(r).private for r in records]
+    for rewrites in encoded:
+        for i, text in rewrites.items():  # the same items in another order: the same words
+            words = lambda t: sorted(t.replace(",", "").replace(".", "").split())  # noqa: E731
+            assert words(text) == words(originals[i])
+    assert sent  # the server trained on payload rows
+    encoded.clear()
+    again = train_stage2(_stage2_cfg(tmp_path / "var2", run1, prompt_variants=1.0))
+    assert again["final_loss"] == summary["final_loss"] and len(encoded) == 3  # seeded: the same rewrites, the same run
+    assert train_stage2(_stage2_cfg(tmp_path / "plain", run1))["prompt_variants"] is None
+    with pytest.raises(ValueError, match="no prompt rewriter for dataset 'slja'"):
+        _stage2_cfg(tmp_path / "s", run1, dataset="slja", prompt_variants=0.5)
+    with pytest.raises(ValueError, match="not for blind runs, restore_text or the 'restore' task"):
+        _stage2_cfg(tmp_path / "r", run1, tasks=["mcqa", "restore"], prompt_variants=0.5)
+    with pytest.raises(ValueError, match="not for blind runs"):
+        _stage2_cfg(tmp_path / "b", run1, epsilon=None, blind=True, prompt_variants=0.5)
+    with pytest.raises(ValueError, match="prompt_variant_drop / prompt_variant_shuffle need prompt_variants > 0"):
+        _stage2_cfg(tmp_path / "d", run1, prompt_variant_drop=0.2)
+    with pytest.raises(ValueError, match=r"prompt_variants must be a number in \[0, 1.0\], got 2"):
+        _stage2_cfg(tmp_path / "p", run1, prompt_variants=2)
+
+
 def test_stage2_slot_augment_blurs_the_count_of_the_servers_training_rows_only(stage1_run, fixture_data, tmp_path, monkeypatch):
     """slot_insert: the server's training batches hold more slots than the client's payloads (never fewer), the
     client's payloads are untouched, the summary records the setting; blind and restore runs refuse it."""

@@ -173,20 +173,28 @@ class ClientCache:
     """
 
     def __init__(self, encoder, examples: Sequence[TextExample], *, batch_size: int = 32, progress: bool = False):
-        from tqdm.auto import tqdm
-
         self.encoder = encoder
-        self.hidden: list[torch.Tensor] = []
+        self.private = [ex.private for ex in examples]
         self.public = [ex.public for ex in examples]
         self.targets = [ex.target for ex in examples]
-        starts = range(0, len(examples), batch_size)
-        for start in tqdm(starts, desc="client: encoding prompts", unit="batch", disable=not progress):
-            batch = encoder.encode([ex.private for ex in examples[start : start + batch_size]])
-            for h, m in zip(batch.hidden, batch.mask):
-                self.hidden.append(h[m].detach().cpu().clone())
+        self.hidden = _encode(encoder, self.private, batch_size=batch_size, progress=progress)
 
     def __len__(self) -> int:
         return len(self.hidden)
+
+    def replaced(self, texts: dict[int, str], *, batch_size: int = 32) -> "ClientCache":
+        """A copy in which example ``i`` carries ``texts[i]`` as its private text (encoded now); public texts,
+        targets and every other example's states are shared with this cache (client side: prompt variants)."""
+        bad = [i for i in texts if not 0 <= i < len(self.hidden)]
+        if bad:
+            raise IndexError(f"no cached examples at {bad[:5]} (the cache has {len(self.hidden)})")
+        copy = object.__new__(ClientCache)
+        copy.encoder, copy.public, copy.targets = self.encoder, self.public, self.targets
+        copy.private, copy.hidden = list(self.private), list(self.hidden)
+        order = sorted(texts)
+        for i, h in zip(order, _encode(self.encoder, [texts[i] for i in order], batch_size=batch_size, progress=False)):
+            copy.private[i], copy.hidden[i] = texts[i], h
+        return copy
 
     def privatize(self, privatizer: Privatizer, *, generator: torch.Generator | None, batch_size: int = 64) -> list[PayloadExample]:
         """Fresh payloads for every cached prompt (one noise draw each from ``generator``)."""
@@ -206,6 +214,19 @@ class ClientCache:
             for i, n in enumerate(payload.lengths):
                 out.append(PayloadExample(payload.vectors[i, :n].clone(), payload.public[i], self.targets[start + i]))
         return out
+
+
+def _encode(encoder, texts: Sequence[str], *, batch_size: int, progress: bool) -> list[torch.Tensor]:
+    """Clean token states [tokens, d] of each text (client side), in order."""
+    from tqdm.auto import tqdm
+
+    out: list[torch.Tensor] = []
+    starts = range(0, len(texts), batch_size)
+    for start in tqdm(starts, desc="client: encoding prompts", unit="batch", disable=not progress):
+        batch = encoder.encode(list(texts[start : start + batch_size]))
+        for h, m in zip(batch.hidden, batch.mask):
+            out.append(h[m].detach().cpu().clone())
+    return out
 
 
 # --------------------------------------------------------------------------- collation

@@ -119,6 +119,9 @@ def train_stage2_cmd(
     slot_insert: _Optional[float] = typer.Option(None, "--slot-insert", help="Server side, training only, beyond the paper: add 0..ceil(f n) random unit slots at random positions to each training row of n slots (blurs the slot count; answers are never augmented)."),
     slot_drop: _Optional[float] = typer.Option(None, "--slot-drop", help="Server side, training only, beyond the paper: drop each slot of a training row with this probability (at least one kept), before --slot-insert."),
     slot_augment_epochs: _Optional[int] = typer.Option(None, "--slot-augment-epochs", help="With --slot-insert / --slot-drop: augment only the first N epochs."),
+    prompt_variants: _Optional[float] = typer.Option(None, "--prompt-variants", help="Client side, training only, beyond the paper: per example and epoch, send a fresh rewrite of the training prompt with this probability (list items reordered and/or left out; Pri-DDX)."),
+    prompt_variant_drop: float = typer.Option(0.0, "--prompt-variant-drop", help="With --prompt-variants: leave out each list item of a rewrite with this probability (one per list kept)."),
+    prompt_variant_shuffle: bool = typer.Option(True, "--prompt-variant-shuffle/--no-prompt-variant-shuffle", help="With --prompt-variants: reorder the items of each list."),
     validation: _Optional[float] = typer.Option(None, "--validation", help="Model selection: hold back this share of the training rows' private-text groups and train on the rest; with --eval, score that validation part instead of the held-out one."),
     seed: int = typer.Option(0, help="Seed (dropout, data order, noise: experiments only)."),
     save_every: int = typer.Option(200, help="Checkpoint every N steps."),
@@ -138,7 +141,8 @@ def train_stage2_cmd(
         count_vectors=count_vectors, count_dropout=count_dropout, answer_head=answer_head, answer_head_epochs=answer_head_epochs,
         answer_head_standardize=answer_head_standardize, answer_head_hidden=answer_head_hidden, answer_head_options=answer_head_options,
         fixed_slots=fixed_slots, center_mu=center_mu, subspace_epochs=subspace_epochs, slot_insert=slot_insert, slot_drop=slot_drop,
-        slot_augment_epochs=slot_augment_epochs, validation=validation, seed=seed, save_every=save_every, resume=resume, cpu=cpu,
+        slot_augment_epochs=slot_augment_epochs, prompt_variants=prompt_variants, prompt_variant_drop=prompt_variant_drop,
+        prompt_variant_shuffle=prompt_variant_shuffle, validation=validation, seed=seed, save_every=save_every, resume=resume, cpu=cpu,
     )
     summary = _ppft_run(train_stage2, cfg)
     typer.echo(f"stage 2 done: {summary['steps']} steps, loss {summary['first_loss']:.4f} -> {summary['final_loss']:.4f}, "

@@ -63,6 +63,7 @@ from .config import LoraSettings, PromptTemplate, check_center_mu
 from .ema import WeightAverage, check_ema_decay
 from .model import TextFreeLM
 from .projection import check_dropout
+from .prompt_variants import PromptVariants, rewriter_for
 from .slot_augment import SlotCountAugment
 
 __all__ = ["LoopConfig", "Stage1Config", "Stage2Config", "train_stage1", "train_stage2", "fit", "lr_multiplier"]
@@ -172,6 +173,9 @@ class Stage2Config(LoopConfig):
     slot_insert: float | None = field(default=None, metadata={"help": "Beyond the paper, training only: the server adds m random unit slots at random positions to each training payload row of n slots, m uniform in 0..ceil(slot_insert * n), fresh every epoch, so the slot count stops naming the answer (textfree.ppft.slot_augment). Post-processing of payloads: the client and its guarantee are PPFT's; answers are never augmented. null or 0: off, as PPFT."})
     slot_drop: float | None = field(default=None, metadata={"help": "Beyond the paper, training only: the server drops each slot of a training payload row with this probability (at least one kept), before slot_insert. null or 0: off, as PPFT."})
     slot_augment_epochs: int | None = field(default=None, metadata={"help": "With slot_insert / slot_drop: augment only the first this many epochs, then train on the rows as sent (null: every epoch)."})
+    prompt_variants: float | None = field(default=None, metadata={"help": "Beyond the paper, training only, client side: the chance, per training example and epoch, that the client sends a fresh rewrite of the private prompt instead of the prompt (textfree.ppft.prompt_variants: the items of each list reordered and/or some left out; from the training rows themselves, before encoding; the server still gets payloads only). Needs a dataset with a registered rewriter (Pri-DDX). null or 0: off, as PPFT."})
+    prompt_variant_drop: float = field(default=0.0, metadata={"help": "With prompt_variants: a rewrite leaves out each list item with this probability (at least one per list kept), so a shorter prompt has fewer slots because it says less."})
+    prompt_variant_shuffle: bool = field(default=True, metadata={"help": "With prompt_variants: a rewrite reorders the items of each list."})
     train_decoder: bool | None = field(default=None, metadata={"help": "Only with tasks ['restore']: also train every base-decoder weight (full fine-tuning), a stronger learned inversion attacker; null/false: LoRA + projection only, as PPFT."})
 
     def __post_init__(self) -> None:
@@ -233,6 +237,18 @@ class Stage2Config(LoopConfig):
         _check_optional_int("subspace_epochs", self.subspace_epochs, 1)
         if self.subspace_epochs is not None and self.center_mu is None:
             raise ValueError("subspace_epochs projects centred slots: it needs center_mu")
+
+        variants = self.variants()  # validates the three prompt_variant fields
+        if variants.active:
+            if self.blind or self.restore_text is not None or "restore" in self.tasks:
+                raise ValueError("prompt_variants rewrites the private prompts of answer-training rows: not for blind runs, restore_text or the 'restore' task (its target is the prompt)")
+            rewriter_for(self.dataset)
+        elif self.prompt_variant_drop != 0.0 or self.prompt_variant_shuffle is not True:
+            raise ValueError("prompt_variant_drop / prompt_variant_shuffle need prompt_variants > 0")
+
+    def variants(self) -> PromptVariants:
+        """The client's training-only prompt variants (inactive unless prompt_variants is set)."""
+        return PromptVariants(0.0 if self.prompt_variants is None else self.prompt_variants, self.prompt_variant_shuffle, self.prompt_variant_drop)
 
     def slot_augment(self) -> SlotCountAugment:
         """The server's training-only slot-count augmentation (inactive unless slot_insert or slot_drop is set)."""
@@ -572,12 +588,19 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
             log.warning("stage 2 without noise (epsilon=None): the server sees clean embeddings; an upper bound, not private")
 
         augment = cfg.slot_augment()
+        variants = cfg.variants()
+        rewriter = rewriter_for(cfg.dataset) if variants.active else None
 
         def epoch_payloads(epoch: int):
             gen = None
             if cfg.epsilon is not None:
                 gen = secure_generator() if cfg.secure_noise else seeded_generator(noise_seed * 100_003 + epoch)
-            payloads = cache.privatize(privatizer, generator=gen)
+            sent = cache
+            if variants.active:  # client side, before encoding: this epoch's rewrites of the training prompts
+                rewrites = variants.epoch_rewrites(cache.private, rewriter, seed=cfg.seed * 100_003 + epoch + 15_013)
+                sent = cache.replaced(rewrites)
+                log.info("epoch %d: the client sends %d of %d training prompts rewritten", epoch, len(rewrites), len(cache))
+            payloads = sent.privatize(privatizer, generator=gen)
             if augment.active and (cfg.slot_augment_epochs is None or epoch < cfg.slot_augment_epochs):  # server side, on payloads already privatized; its randomness is not the noise's
                 payloads = augment.apply(payloads, generator=seeded_generator(cfg.seed * 100_003 + epoch + 7_919, warn=False))
             return payloads
@@ -598,7 +621,7 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
              "summary_slots": lm.config.summary_slots, "fixed_slots": lm.config.fixed_slots,
              "count_vectors": lm.server.projection.config.count_vectors, "count_dropout": lm.server.projection.config.count_dropout,
              "answer_head": head_info, "center": center_info, "slot_augment": cfg.slot_augment().to_dict(), "slot_augment_epochs": cfg.slot_augment_epochs,
-             "validation": cfg.validation, "init_fingerprint": init_fingerprint, "total_wall_s": round(time.time() - t0, 2)}
+             "prompt_variants": cfg.variants().to_dict(), "validation": cfg.validation, "init_fingerprint": init_fingerprint, "total_wall_s": round(time.time() - t0, 2)}
     return _write_summary(run, summary, extra) | {"model": lm}
 
 
