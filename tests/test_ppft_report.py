@@ -828,6 +828,30 @@ def test_weight_averaged_runs_stay_out_of_ppft_tables_and_get_their_own_section_
     assert "PPFT, weights averaged (decay 0.999), 12 epochs 0.7600; PPFT, 12 epochs 0.7200" in choice
 
 
+def test_prompt_variant_runs_stay_out_of_ppft_tables_and_get_their_own_section_and_selection_name(tmp_path):
+    d = _fixture(tmp_path)
+    assert "rewrites its training prompts" not in build_report([d])
+    _result_file(d / "var.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "prompt_variants": 0.5, "prompt_variant_drop": 0.1, "epochs": 12}, _eval([0.97] * 3, [0.84, 0.85, 0.86])),
+        ({"epsilon": None, "k": 4, "prompt_variants": 0.5, "prompt_variant_drop": 0.1, "epochs": 12}, _eval([0.99] * 3, [0.98] * 3)),
+    ], date="2026-01-02T00:00:00+00:00")
+    _result_file(d / "sel.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 12, "validation": 0.2}, _eval([0.99] * 3, [0.70, 0.72, 0.74])),
+        ({"epsilon": 28, "k": 4, "epochs": 12, "validation": 0.2, "prompt_variants": 0.5}, _eval([0.99] * 3, [0.75, 0.76, 0.77])),
+    ], date="2026-01-03T00:00:00+00:00", split="validation")
+    lines = build_report([d]).splitlines()
+    # Table 1's PPFT row and upper bound are still the prompts as written (0.82 / 0.95), not the rewritten runs
+    assert "0.820 ± 0.020 (3)" in next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4"))
+    assert "0.950" in next(l for l in lines if l.startswith("| upper bound (stage 2 without noise)"))
+    name = "client sends 50% of training prompts rewritten (list items reordered and each item left out with p 0.1)"
+    _assert_layout_met(lines, "### Pri-DDX: the client rewrites its training prompts (beyond the paper)", "client training",
+                       "PPFT (training prompts as written)", name, "0.850 ± 0.010 (3)",
+                       "86.7% of the upper bound 0.9800", f"{name} (0.9700 / 0.8500 of 0.9900 / 0.9800, one training)")
+    choice = next(l for l in lines if l.startswith("- eps 28 (width-matched), k=4: validation open-answer"))
+    assert ("client sends 50% of training prompts rewritten (list items reordered), 12 epochs 0.7600; PPFT, 12 epochs 0.7200"
+            in choice)
+
+
 def _seed_rows(lines: list[str]) -> list[str]:
     section = lines[lines.index("### Pri-DDX: training seeds (the spread over trainings)"):]
     return [l for l in section if l.startswith("| PPFT, eps 28 (width-matched), k=4 | 12 |")]

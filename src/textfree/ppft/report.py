@@ -132,10 +132,10 @@ def _eps_label(eps: float | None) -> str:
 
 #: PPFT's own layout: no server-side summary vectors, the slot count released as it is (no padding).
 _PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": (0, 0.0), "answer": False, "center": None, "subspace": None, "augment": (0.0, 0.0, 0),
-                "ema": None, "train_seed": 0}  # every table but the training-seed one shows training seed 0
+                "ema": None, "variants": None, "train_seed": 0}  # every table but the training-seed one shows training seed 0
 _TABLE1_PPFT = dict(family="l2_laplace", blind=False, epsilon=WIDTH_MATCHED, k=4)  # Table 1's PPFT row at the target point
 _LAYOUT_HEADER = {"summary": "server layout", "ema": "server training", "fixed": "client", "count": "server layout", "answer": "server layout", "center": "client",
-                  "augment": "server training", "center+augment": "client + server training",
+                  "augment": "server training", "variants": "client training", "center+augment": "client + server training",
                   "center+answer": "client + server layout", "center+subspace": "client",
                   "center+subspace+answer": "client + server layout"}
 
@@ -194,6 +194,11 @@ def _get(e: Entry, key: str) -> Any:
         return None if n is None else int(n)
     if key == "augment":  # the server's training-only slot-count augmentation: (slot_insert, slot_drop, its epochs; 0: all)
         return float(e.params.get("slot_insert") or 0.0), float(e.params.get("slot_drop") or 0.0), int(e.params.get("slot_augment_epochs") or 0)
+    if key == "variants":  # the client's training-only prompt rewrites: (prob, shuffle, drop), None without (PPFT)
+        prob = e.params.get("prompt_variants")
+        if not prob:
+            return None
+        return float(prob), bool(e.params.get("prompt_variant_shuffle", True)), float(e.params.get("prompt_variant_drop") or 0.0)
     if key == "ema":  # the decay of the weight average the run saved, None: the last step's weights (PPFT)
         decay = e.params.get("ema_decay")
         return None if decay is None else float(decay)
@@ -472,6 +477,14 @@ def _augment_layout(value: tuple[float, float, int]) -> str:
     return "server " + ", then ".join(parts) + (f" in the first {epochs} training epochs" if epochs else " in training")
 
 
+def _variants_layout(value: tuple[float, bool, float] | None) -> str:
+    if value is None:
+        return "PPFT (training prompts as written)"
+    prob, shuffle, drop = value
+    how = " and ".join((["list items reordered"] if shuffle else []) + ([f"each item left out with p {drop:g}"] if drop else []))
+    return f"client sends {prob:.0%} of training prompts rewritten ({how})"
+
+
 def _answer_layout(v: tuple[bool, bool, bool, int]) -> str:
     """Name of an answer-head layout (linear, standardised, weighed over the options shown, MLP width)."""
     linear, standardised, options, hidden = v
@@ -543,6 +556,14 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
       "answer alone (with `slot_augment_epochs`: in the first epochs only). Training only, on payloads the client",
       "already privatized: the client, its payloads, their guarantee and the answering path are PPFT's. The tables",
       "above use PPFT's training rows as sent."]),
+    ("variants", _variants_layout, "the client rewrites its training prompts",
+     ["In stage 2 the client sends, for each training example and epoch with probability p, a fresh rewrite of its",
+      "private prompt instead of the prompt (`prompt_variants`; textfree.ppft.prompt_variants): the items of each of",
+      "its lists in another order and, with `prompt_variant_drop`, some of them left out, so the slot count and the",
+      "slots' content stay consistent. From the training rows themselves, before encoding; the server still gets",
+      "payloads only, the layout and the answering path are PPFT's, and each epoch still releases one payload per",
+      "training example. Training only: questions are answered as written. The tables above use the prompts as",
+      "written."]),
     ("ema", lambda d: "PPFT (last step's weights)" if d is None else f"PPFT, weights averaged (decay {d:g})",
      "the server averages its weights in training",
      ["The client, the payloads, the layout and the answering path are PPFT's; only stage 2's training recipe",
