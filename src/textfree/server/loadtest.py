@@ -43,6 +43,8 @@ class LoadTestConfig:
     clients: int = field(default=16, metadata={"help": "Concurrent clients (threads, each with its own connection)."})
     seconds: float = field(default=60.0, metadata={"help": "How long the clients send, back to back."})
     warmup_s: float = field(default=2.0, metadata={"help": "The same load before the clock starts (not counted): the server reaches its working set first."})
+    warmup_requests: int = field(default=0, metadata={"help": "The warm-up also lasts until at least this many requests were sent (capped at max_warmup_s): on a busy machine a warm-up of warmup_s seconds covers fewer requests, and the working set is reached by requests, not by seconds."})
+    max_warmup_s: float = field(default=120.0, metadata={"help": "Longest warm-up when warmup_requests are not reached (a server that answers nothing)."})
     max_requests: int = field(default=100_000, metadata={"help": "Upper bound on requests in all (the test stops at whichever comes first)."})
     max_new_tokens: int = field(default=8, metadata={"help": "Generation length asked per request."})
     payloads: int = field(default=32, metadata={"help": "Distinct payloads privatized before the clock starts (each a fresh noise draw); clients cycle through them."})
@@ -52,6 +54,10 @@ class LoadTestConfig:
     def __post_init__(self) -> None:
         if self.clients < 1 or self.seconds <= 0 or self.warmup_s < 0 or self.max_requests < 1 or self.payloads < 1:
             raise ValueError("LoadTestConfig needs clients >= 1, seconds > 0, warmup_s >= 0, max_requests >= 1, payloads >= 1")
+        if isinstance(self.warmup_requests, bool) or not isinstance(self.warmup_requests, int) or self.warmup_requests < 0:
+            raise ValueError(f"warmup_requests must be an integer >= 0, got {self.warmup_requests!r}")
+        if not self.max_warmup_s >= self.warmup_s:
+            raise ValueError(f"max_warmup_s ({self.max_warmup_s!r}) must be at least warmup_s ({self.warmup_s!r})")
 
 
 @dataclass
@@ -167,6 +173,19 @@ class _Budget:
             return self.left >= 0
 
 
+def _warm_up(url: str, query: dict, payloads: list[bytes], config: LoadTestConfig) -> int:
+    """The same load for ``warmup_s`` seconds and until ``warmup_requests`` were answered (at most ``max_warmup_s``);
+    how many requests it sent."""
+    start = time.monotonic()
+    sent = 0
+    if config.warmup_s > 0:
+        sent += len(_drive(url, query, payloads, config, start + config.warmup_s, _Budget(config.max_requests)))
+    while sent < config.warmup_requests and time.monotonic() - start < config.max_warmup_s:
+        stop_at = min(time.monotonic() + 0.5, start + config.max_warmup_s)
+        sent += len(_drive(url, query, payloads, config, stop_at, _Budget(config.warmup_requests - sent)))
+    return sent
+
+
 def run_load_test(url: str, pid: int, *, model_id: str = "m", encoder: str | os.PathLike | None = None,
                   config: LoadTestConfig = LoadTestConfig()) -> LoadTestResult:
     """Drive the server at ``url`` (process ``pid``) with ``config.clients`` clients for ``config.seconds``."""
@@ -177,8 +196,7 @@ def run_load_test(url: str, pid: int, *, model_id: str = "m", encoder: str | os.
     warm = httpx.post(f"{url}/v1/generate", params=query, content=payloads[0], headers={"Content-Type": "application/octet-stream"}, timeout=120)
     warm.raise_for_status()
     idle = rss_bytes(pid) / 2**20
-    if config.warmup_s > 0:
-        _drive(url, query, payloads, config, time.monotonic() + config.warmup_s, _Budget(config.max_requests))
+    _warm_up(url, query, payloads, config)
     samples, done = [], threading.Event()
     start = time.monotonic()
     stop_at = start + config.seconds
