@@ -17,12 +17,13 @@ Rewriters are registered per dataset (:data:`REWRITERS`); a dataset without one 
 
 from __future__ import annotations
 
-import math
 import os
 import random
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from .slot_augment import _check_fraction
 
 __all__ = ["PromptVariants", "REWRITERS", "rewrite_ddx", "rewriter_for"]
 
@@ -90,9 +91,8 @@ class PromptVariants:
     drop: float = 0.0
 
     def __post_init__(self) -> None:
-        for name, value, high in (("prompt_variants", self.prob, 1.0), ("prompt_variant_drop", self.drop, 0.9)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 <= value <= high:
-                raise ValueError(f"{name} must be a number in [0, {high}], got {value!r}")
+        _check_fraction("prompt_variants", self.prob, 1.0)
+        _check_fraction("prompt_variant_drop", self.drop, 0.9)
         if not isinstance(self.shuffle, bool):
             raise ValueError(f"prompt_variant_shuffle must be true or false, got {self.shuffle!r}")
         if self.prob > 0 and not self.shuffle and self.drop == 0:

@@ -174,7 +174,7 @@ class _Budget:
 
 
 def _warm_up(url: str, query: dict, payloads: list[bytes], config: LoadTestConfig) -> int:
-    """The same load for ``warmup_s`` seconds and until ``warmup_requests`` were answered (at most ``max_warmup_s``);
+    """The same load for ``warmup_s`` seconds and until ``warmup_requests`` were sent (at most ``max_warmup_s``);
     how many requests it sent."""
     start = time.monotonic()
     sent = 0
