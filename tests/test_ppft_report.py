@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from textfree.ppft.report import build_report, collect, write_report
@@ -805,51 +807,49 @@ def test_a_layouts_run_at_the_gdp_matched_eps_is_a_row_of_its_section_with_infor
     assert not any("answer_mu_ts1" in l for l in lines if l.startswith("| answer vector + slots, eps"))
 
 
-def test_weight_averaged_runs_stay_out_of_ppft_tables_and_get_their_own_section_and_selection_name(tmp_path):
+_VARIANT = "client sends 50% of training prompts rewritten (list items reordered and each item left out with p 0.1)"
+_TRAINING_RECIPES = {  # id: (the recipe's params, its section heading, its header, PPFT's name there, the recipe's name)
+    "ema": ({"ema_decay": 0.999}, "the server averages its weights in training", "server training",
+            "PPFT (last step's weights)", "PPFT, weights averaged (decay 0.999)"),
+    "variants": ({"prompt_variants": 0.5, "prompt_variant_drop": 0.1}, "the client rewrites its training prompts",
+                 "client training", "PPFT (training prompts as written)", _VARIANT),
+    "lr": ({"lr": 5e-4}, "the server's stage-2 optimiser settings", "server training",
+           "PPFT (stage-2 lr 0.001, no weight decay)", "PPFT, stage-2 lr 0.0005"),
+    "weight_decay": ({"weight_decay": 0.1, "lr": 1e-3}, "the server's stage-2 optimiser settings", "server training",
+                     "PPFT (stage-2 lr 0.001, no weight decay)", "PPFT, weight decay 0.1"),
+}
+
+
+@pytest.mark.parametrize("recipe", sorted(_TRAINING_RECIPES))
+def test_a_training_recipe_stays_out_of_ppft_tables_and_gets_its_own_section_and_selection_name(tmp_path, recipe):
+    params, heading, header, ppft_name, name = _TRAINING_RECIPES[recipe]
     d = _fixture(tmp_path)
-    assert "averages its weights" not in build_report([d])
-    _result_file(d / "ema.json", "ppft_stage2", "pri-ddx", [
-        ({"epsilon": 28, "k": 4, "ema_decay": 0.999, "epochs": 12}, _eval([0.97] * 3, [0.84, 0.85, 0.86])),
-        ({"epsilon": None, "k": 4, "ema_decay": 0.999, "epochs": 12}, _eval([0.99] * 3, [0.98] * 3)),
+    assert heading not in build_report([d])
+    _result_file(d / "recipe.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 12} | params, _eval([0.97] * 3, [0.84, 0.85, 0.86])),
+        ({"epsilon": None, "k": 4, "epochs": 12} | params, _eval([0.99] * 3, [0.98] * 3)),
     ], date="2026-01-02T00:00:00+00:00")
     _result_file(d / "sel.json", "ppft_stage2", "pri-ddx", [
         ({"epsilon": 28, "k": 4, "epochs": 12, "validation": 0.2}, _eval([0.99] * 3, [0.70, 0.72, 0.74])),
-        ({"epsilon": 28, "k": 4, "epochs": 12, "validation": 0.2, "ema_decay": 0.999}, _eval([0.99] * 3, [0.75, 0.76, 0.77])),
+        ({"epsilon": 28, "k": 4, "epochs": 12, "validation": 0.2} | params, _eval([0.99] * 3, [0.75, 0.76, 0.77])),
     ], date="2026-01-03T00:00:00+00:00", split="validation")
     lines = build_report([d]).splitlines()
-    # Table 1's PPFT row and upper bound are still the last step's weights (0.82 / 0.95), not the averaged runs
+    # Table 1's PPFT row and upper bound are still PPFT's recipe (0.82 / 0.95), not the recipe's runs
     assert "0.820 ± 0.020 (3)" in next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4"))
     assert "0.950" in next(l for l in lines if l.startswith("| upper bound (stage 2 without noise)"))
     # 0.85 / 0.98 = 86.7% and clear of the blind row (0.10) and the lower bound (0.0) -> met
-    _assert_layout_met(lines, "### Pri-DDX: the server averages its weights in training (beyond the paper)", "server training",
-                       "PPFT (last step's weights)", "PPFT, weights averaged (decay 0.999)", "0.850 ± 0.010 (3)",
-                       "86.7% of the upper bound 0.9800", "PPFT, weights averaged (decay 0.999) (0.9700 / 0.8500 of 0.9900 / 0.9800, one training)")
-    choice = next(l for l in lines if l.startswith("- eps 28 (width-matched), k=4: validation open-answer"))
-    assert "PPFT, weights averaged (decay 0.999), 12 epochs 0.7600; PPFT, 12 epochs 0.7200" in choice
-
-
-def test_prompt_variant_runs_stay_out_of_ppft_tables_and_get_their_own_section_and_selection_name(tmp_path):
-    d = _fixture(tmp_path)
-    assert "rewrites its training prompts" not in build_report([d])
-    _result_file(d / "var.json", "ppft_stage2", "pri-ddx", [
-        ({"epsilon": 28, "k": 4, "prompt_variants": 0.5, "prompt_variant_drop": 0.1, "epochs": 12}, _eval([0.97] * 3, [0.84, 0.85, 0.86])),
-        ({"epsilon": None, "k": 4, "prompt_variants": 0.5, "prompt_variant_drop": 0.1, "epochs": 12}, _eval([0.99] * 3, [0.98] * 3)),
-    ], date="2026-01-02T00:00:00+00:00")
-    _result_file(d / "sel.json", "ppft_stage2", "pri-ddx", [
-        ({"epsilon": 28, "k": 4, "epochs": 12, "validation": 0.2}, _eval([0.99] * 3, [0.70, 0.72, 0.74])),
-        ({"epsilon": 28, "k": 4, "epochs": 12, "validation": 0.2, "prompt_variants": 0.5}, _eval([0.99] * 3, [0.75, 0.76, 0.77])),
-    ], date="2026-01-03T00:00:00+00:00", split="validation")
-    lines = build_report([d]).splitlines()
-    # Table 1's PPFT row and upper bound are still the prompts as written (0.82 / 0.95), not the rewritten runs
-    assert "0.820 ± 0.020 (3)" in next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4"))
-    assert "0.950" in next(l for l in lines if l.startswith("| upper bound (stage 2 without noise)"))
-    name = "client sends 50% of training prompts rewritten (list items reordered and each item left out with p 0.1)"
-    _assert_layout_met(lines, "### Pri-DDX: the client rewrites its training prompts (beyond the paper)", "client training",
-                       "PPFT (training prompts as written)", name, "0.850 ± 0.010 (3)",
+    _assert_layout_met(lines, f"### Pri-DDX: {heading} (beyond the paper)", header, ppft_name, name, "0.850 ± 0.010 (3)",
                        "86.7% of the upper bound 0.9800", f"{name} (0.9700 / 0.8500 of 0.9900 / 0.9800, one training)")
     choice = next(l for l in lines if l.startswith("- eps 28 (width-matched), k=4: validation open-answer"))
-    assert ("client sends 50% of training prompts rewritten (list items reordered), 12 epochs 0.7600; PPFT, 12 epochs 0.7200"
-            in choice)
+    assert f"{name}, 12 epochs 0.7600; PPFT, 12 epochs 0.7200" in choice
+
+
+def test_the_optimiser_layouts_default_is_stage2s():
+    from textfree.ppft.report import _PPFT_LAYOUT
+    from textfree.ppft.train import Stage2Config
+
+    defaults = {f.name: f.default for f in dataclasses.fields(Stage2Config)}
+    assert _PPFT_LAYOUT["optim"] == (defaults["lr"], defaults["weight_decay"])
 
 
 def _seed_rows(lines: list[str]) -> list[str]:

@@ -132,9 +132,9 @@ def _eps_label(eps: float | None) -> str:
 
 #: PPFT's own layout: no server-side summary vectors, the slot count released as it is (no padding).
 _PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": (0, 0.0), "answer": False, "center": None, "subspace": None, "augment": (0.0, 0.0, 0),
-                "ema": None, "variants": None, "train_seed": 0}  # every table but the training-seed one shows training seed 0
+                "ema": None, "variants": None, "optim": (1e-3, 0.0), "train_seed": 0}  # every table but the training-seed one shows training seed 0
 _TABLE1_PPFT = dict(family="l2_laplace", blind=False, epsilon=WIDTH_MATCHED, k=4)  # Table 1's PPFT row at the target point
-_LAYOUT_HEADER = {"summary": "server layout", "ema": "server training", "fixed": "client", "count": "server layout", "answer": "server layout", "center": "client",
+_LAYOUT_HEADER = {"summary": "server layout", "ema": "server training", "optim": "server training", "fixed": "client", "count": "server layout", "answer": "server layout", "center": "client",
                   "augment": "server training", "variants": "client training", "center+augment": "client + server training",
                   "center+answer": "client + server layout", "center+subspace": "client",
                   "center+subspace+answer": "client + server layout"}
@@ -202,6 +202,9 @@ def _get(e: Entry, key: str) -> Any:
     if key == "ema":  # the decay of the weight average the run saved, None: the last step's weights (PPFT)
         decay = e.params.get("ema_decay")
         return None if decay is None else float(decay)
+    if key == "optim":  # stage 2's optimiser: (peak lr, weight decay), PPFT's (Stage2Config's defaults) unless set
+        lr, wd = e.params.get("lr"), e.params.get("weight_decay")
+        return float(1e-3 if lr is None else lr), float(wd or 0.0)
     if key == "train_seed":  # the server's training seed (the cell's seeds are evaluation noise seeds)
         return int(e.params.get("train_seed") or 0)
     if key == "count":  # (count vectors, their training dropout)
@@ -485,6 +488,12 @@ def _variants_layout(value: tuple[float, bool, float] | None) -> str:
     return f"client sends {prob:.0%} of training prompts rewritten ({how})"
 
 
+def _optim_layout(value: tuple[float, float]) -> str:
+    lr, wd = value
+    parts = ([f"stage-2 lr {lr:g}"] if lr != _PPFT_LAYOUT["optim"][0] else []) + ([f"weight decay {wd:g}"] if wd else [])
+    return "PPFT, " + ", ".join(parts) if parts else "PPFT (stage-2 lr 0.001, no weight decay)"
+
+
 def _answer_layout(v: tuple[bool, bool, bool, int]) -> str:
     """Name of an answer-head layout (linear, standardised, weighed over the options shown, MLP width)."""
     linear, standardised, options, hidden = v
@@ -570,6 +579,10 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
       "changes: the server keeps an exponential moving average of the projection and LoRA weights over its steps",
       "(`ema_decay`; textfree.ppft.ema) and saves it instead of the last step's weights, which follow the last",
       "batches' noise. The tables above use the last step's weights."]),
+    ("optim", _optim_layout, "the server's stage-2 optimiser settings",
+     ["The client, the payloads, the layout and the answering path are PPFT's; only stage 2's optimiser changes: its",
+      "peak learning rate for the projection and LoRA (`lr`, default 1e-3) or AdamW's weight decay (`weight_decay`,",
+      "default 0). The tables above use the defaults."]),
     ("center+augment", lambda v: "PPFT (slots as encoded, training rows as sent)" if v == (None, (0.0, 0.0, 0))
      else f"slots centred (centre {v[0]:g}-GDP) + " + _augment_layout(v[1]), "centred slots and a count-blurring curriculum",
      ["Both at once: the client centres its slots (above), and the server blurs the slot count of its training rows",
