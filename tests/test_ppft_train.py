@@ -287,6 +287,21 @@ def test_stage2_answer_head_trains_first_stays_frozen_and_is_reused_on_resume(st
     _assert_same_run(tmp_path / "full", tmp_path / "cut")
 
 
+@pytest.mark.parametrize("name, bad, message", [
+    ("lr", 0, "lr must be a number > 0, got 0"), ("lr", float("inf"), "lr must be a number > 0, got inf"),
+    ("lr", "1e-3", "lr must be a number > 0, got '1e-3'"), ("weight_decay", -0.1, "weight_decay must be a number >= 0, got -0.1"),
+    ("grad_clip", -1.0, r"grad_clip must be a number >= 0 \(0: no clipping\), got -1.0"),
+    ("min_lr_ratio", 1.5, r"min_lr_ratio must be a number in \[0, 1\], got 1.5"),
+    ("warmup_steps", 2.5, "warmup_steps must be an integer >= 0, got 2.5"), ("encoder_lr", -1e-5, "encoder_lr must be a number >= 0, got -1e-05"),
+])
+def test_optimiser_settings_are_checked_by_name(tmp_path, name, bad, message):
+    cls = Stage1Config if name == "encoder_lr" else Stage2Config
+    base = {"decoder": "d"} if cls is Stage1Config else {"init": "i"}
+    with pytest.raises(ValueError, match=message):
+        cls(out=str(tmp_path), **base, **{name: bad})
+    assert getattr(cls(out=str(tmp_path), **base, weight_decay=0.1), "weight_decay") == 0.1
+
+
 def test_stage2_answer_head_settings_are_checked(stage1_run, fixture_data, tmp_path):
     run1, _ = stage1_run
     with pytest.raises(ValueError, match="not for blind or restore runs"):
@@ -352,9 +367,10 @@ def test_cli_stage1_stage2_ask_evaluate(fixture_data, tmp_path, tiny_encoder_dir
     run("train-stage1", "--decoder", tiny_decoder_dir, "--encoder", tiny_encoder_dir, "--out", s1, "--max-steps", 2, "--k", 2, "--ema-decay", 0.9)
     run("train-stage2", "--from", s1, "--dataset", "pri-ddx", "--epsilon", 75, "--k", 4, "--out", s2, "--epochs", 1, "--summary-slots", 1,
         "--answer-head", "--answer-head-epochs", 2, "--answer-head-standardize", "--answer-head-hidden", 0, "--answer-head-options",
-        "--center-mu", 1, "--ema-decay", 0.99)
+        "--center-mu", 1, "--ema-decay", 0.99, "--weight-decay", 0.01)
     for run_dir, decay in ((s1, 0.9), (s2, 0.99)):  # the weight average reaches both stages' configs
         assert json.loads((run_dir / "train_config.json").read_text())["config"]["ema_decay"] == decay
+    assert json.loads((s2 / "train_config.json").read_text())["config"]["weight_decay"] == 0.01
     saved = json.loads((s2 / "textfree_config.json").read_text())
     assert saved["k"] == 4 and saved["summary_slots"] == 1  # ask and evaluate below read payloads with the summary vector
     assert saved["center_mu"] == 1.0 and len(saved["center_sha256"]) == 64 and (s2 / "slot_center.safetensors").is_file()  # ... centred
@@ -391,6 +407,8 @@ def test_cli_stage1_stage2_ask_evaluate(fixture_data, tmp_path, tiny_encoder_dir
     assert bad.exit_code == 2 and "slot_augment_epochs (2) needs slot_insert or slot_drop" in bad.output
     bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "p"), "--ema-decay", "1"])
     assert bad.exit_code == 2 and "ema_decay must be a number strictly between 0 and 1 (e.g. 0.999) or null, got 1.0" in bad.output
+    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "o"), "--weight-decay", "-1"])
+    assert bad.exit_code == 2 and "weight_decay must be a number >= 0, got -1.0" in bad.output
     bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "q"), "--validation", "1"])
     assert bad.exit_code == 2 and "validation must be a number in [0, 1) or null, got 1.0" in bad.output
     # model selection: train without the validation part (fixture at 0.6: 2 of 5 training rows), score that part (3 rows)

@@ -102,6 +102,7 @@ def train_stage2_cmd(
     max_steps: _Optional[int] = typer.Option(None, help="Stop after this many optimizer steps."),
     batch_size: int = typer.Option(8, help="Payload rows per step."),
     lr: float = typer.Option(1e-3, help="Learning rate of projection + LoRA."),
+    weight_decay: float = typer.Option(0.0, "--weight-decay", help="AdamW weight decay of projection + LoRA."),
     ema_decay: _Optional[float] = typer.Option(None, "--ema-decay", help="Keep an exponential moving average of the trained weights (this decay per step, e.g. 0.999) and save it as the run's weights; default: the last step's weights."),
     limit: _Optional[int] = typer.Option(None, help="Use only the first N training records."),
     max_private_tokens: _Optional[int] = typer.Option(None, help="Client truncation of private text in encoder tokens (default: the init run's)."),
@@ -137,7 +138,7 @@ def train_stage2_cmd(
     cfg = _ppft_run(
         Stage2Config, out=str(out), init=str(init), dataset=dataset, epsilon=eps, k=k, mechanism=mechanism,
         noise_match=noise_match, tasks=list(task or ("mcqa", "open")), blind=blind, epochs=epochs, max_steps=max_steps,
-        batch_size=batch_size, lr=lr, ema_decay=ema_decay, limit=limit, max_private_tokens=max_private_tokens, summary_slots=summary_slots,
+        batch_size=batch_size, lr=lr, weight_decay=weight_decay, ema_decay=ema_decay, limit=limit, max_private_tokens=max_private_tokens, summary_slots=summary_slots,
         count_vectors=count_vectors, count_dropout=count_dropout, answer_head=answer_head, answer_head_epochs=answer_head_epochs,
         answer_head_standardize=answer_head_standardize, answer_head_hidden=answer_head_hidden, answer_head_options=answer_head_options,
         fixed_slots=fixed_slots, center_mu=center_mu, subspace_epochs=subspace_epochs, slot_insert=slot_insert, slot_drop=slot_drop,

@@ -107,6 +107,7 @@ class LoopConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1 or null, got {self.max_steps}")
+        _check_optimiser(self)
         check_ema_decay(self.ema_decay)
 
     def to_dict(self) -> dict[str, Any]:
@@ -253,6 +254,21 @@ class Stage2Config(LoopConfig):
     def slot_augment(self) -> SlotCountAugment:
         """The server's training-only slot-count augmentation (inactive unless slot_insert or slot_drop is set)."""
         return SlotCountAugment(0.0 if self.slot_insert is None else self.slot_insert, 0.0 if self.slot_drop is None else self.slot_drop)
+
+
+def _check_optimiser(cfg: LoopConfig) -> None:
+    """The optimiser settings of a training loop: finite, the learning rates > 0, the rest in range."""
+    checks = (("lr", lambda v: v > 0, "a number > 0"), ("weight_decay", lambda v: v >= 0, "a number >= 0"),
+              ("grad_clip", lambda v: v >= 0, "a number >= 0 (0: no clipping)"),
+              ("min_lr_ratio", lambda v: 0 <= v <= 1, "a number in [0, 1]"), ("encoder_lr", lambda v: v >= 0, "a number >= 0"))
+    for name, ok, what in checks:
+        if not hasattr(cfg, name):  # encoder_lr: stage 1 only
+            continue
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not ok(value):
+            raise ValueError(f"{name} must be {what}, got {value!r}")
+    if isinstance(cfg.warmup_steps, bool) or not isinstance(cfg.warmup_steps, int) or cfg.warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be an integer >= 0, got {cfg.warmup_steps!r}")
 
 
 def _check_optional_int(name: str, value: Any, low: int) -> None:
