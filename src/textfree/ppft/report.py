@@ -204,7 +204,7 @@ def _get(e: Entry, key: str) -> Any:
         return None if decay is None else float(decay)
     if key == "optim":  # stage 2's optimiser: (peak lr, weight decay), PPFT's (Stage2Config's defaults) unless set
         lr, wd = e.params.get("lr"), e.params.get("weight_decay")
-        return float(1e-3 if lr is None else lr), float(wd or 0.0)
+        return float(_PPFT_LAYOUT["optim"][0] if lr is None else lr), float(wd or 0.0)
     if key == "train_seed":  # the server's training seed (the cell's seeds are evaluation noise seeds)
         return int(e.params.get("train_seed") or 0)
     if key == "count":  # (count vectors, their training dropout)
