@@ -283,7 +283,7 @@ def test_answer_head_runs_get_their_own_table_with_the_head_alone_column(tmp_pat
     open_ = next(l for l in section if l.startswith("- answer vector + slots: eps 28, open-answer:"))
     assert "86.0% of the upper bound 1.0000" in open_ and "**met**" in open_
     # the targets block under Table 1 names it (PPFT's own layout misses there: 0.60 / 0.80 = 75%)
-    met = next(l for l in lines if l.startswith("- beyond the paper, layouts that meet both"))
+    met = next(l for l in lines if l.startswith(_MET_BEYOND))
     assert met.endswith(": answer vector + slots (0.9700 / 0.8600 of 0.9900 / 1.0000, one training).")
     # without an answer-head run there is no such table or column
     (tmp_path / "other").mkdir()
@@ -406,10 +406,15 @@ def _centred_run(d: Path) -> None:
     ], date="2026-01-02T00:00:00+00:00")
 
 
+_MET_BEYOND = "- beyond the paper, layouts that meet both"
+_MET_TUNED = "- PPFT's own client, payloads and layout with other stage-2 optimisation settings, that meet both"
+
+
 def _assert_layout_met(lines: list[str], heading: str, header: str, ppft_name: str, layout: str, open_cell: str,
-                       keep: str, met_entry: str) -> None:
+                       keep: str, met_entry: str, summary: str = _MET_BEYOND) -> None:
     """The section ``heading`` shows PPFT's layout (the fixture's eps-28 run) and ``layout``'s run with its open-answer
-    ``open_cell``, says its open answer keeps ``keep`` and is met, and the summary lists ``met_entry``."""
+    ``open_cell``, says its open answer keeps ``keep`` and is met, and the summary line ``summary`` lists ``met_entry``
+    (and the other summary line does not)."""
     section = lines[lines.index(heading):]
     assert next(l for l in section if l.startswith(f"| {header} | row |"))
     assert any(l.startswith(f"| {ppft_name} | eps 28 (width-matched), k=4 | — | 0.820 ± 0.020 (3)") for l in section)
@@ -417,8 +422,10 @@ def _assert_layout_met(lines: list[str], heading: str, header: str, ppft_name: s
     assert f"| {open_cell} |" in row
     open_ = next(l for l in section if l.startswith(f"- {layout}: eps 28, open-answer:"))
     assert keep in open_ and "**met**" in open_
-    met = next(l for l in lines if l.startswith("- beyond the paper, layouts that meet both"))
+    met = next(l for l in lines if l.startswith(summary))
     assert met_entry in met
+    other = _MET_TUNED if summary == _MET_BEYOND else _MET_BEYOND
+    assert not any(l.startswith(other) and met_entry in l for l in lines)
 
 
 def test_centred_client_runs_stay_out_of_ppft_tables_and_get_their_own_verdicts(tmp_path):
@@ -596,7 +603,7 @@ def test_the_targets_are_judged_over_the_trainings_of_the_row_when_there_are_sev
 def test_a_second_training_of_a_layout_is_tabled_and_judged_over_its_trainings(tmp_path):
     d = _fixture(tmp_path)
     _centred_run(d)  # training seed 0: open 0.85 of the upper bound 0.98 (86.7%), met
-    assert any(l.startswith("- beyond the paper, layouts that meet both") and "slots centred" in l for l in build_report([d]).splitlines())
+    assert any(l.startswith(_MET_BEYOND) and "slots centred" in l for l in build_report([d]).splitlines())
     _result_file(d / "center_ts1.json", "ppft_stage2", "pri-ddx", [
         ({"epsilon": 28, "k": 4, "center_mu": 1.0, "epochs": 12, "train_seed": 1}, _eval([0.97] * 3, [0.78, 0.79, 0.80]))],
         date="2026-01-03T00:00:00+00:00")
@@ -607,7 +614,7 @@ def test_a_second_training_of_a_layout_is_tabled_and_judged_over_its_trainings(t
     # (0.85 + 0.79) / 2 = 0.82 = 83.7% of 0.98
     assert "(trainings: 0.8500, 0.7900) = 83.7% of the upper bound 0.9800 -> **NOT met**" in next(
         l for l in centre if l.startswith("  - open-answer: PPFT 0.8200"))
-    assert not any(l.startswith("- beyond the paper, layouts that meet both") for l in lines)
+    assert not any(l.startswith(_MET_BEYOND) for l in lines)
     seeds = lines[lines.index("### Pri-DDX: training seeds (the spread over trainings)"):]
     rows = [l for l in seeds if l.startswith("| slots centred (centre 1-GDP), eps 28 (width-matched), k=4 | 12 |")]
     assert [r.split(" | ")[2] for r in rows] == ["0", "1", "mean over 2 trainings"]
@@ -789,7 +796,7 @@ def test_a_layouts_run_at_the_gdp_matched_eps_is_a_row_of_its_section_with_infor
     opened = next(l for l in section[intro:] if l.startswith("- answer vector + slots: eps 46, open-answer:"))
     assert "90.0% of the upper bound 1.0000" in opened and "lower bound 0.0000" in opened and "**met**" in opened
     # the layouts that meet both targets are judged at eps 28 only: none here
-    assert not any(l.startswith("- beyond the paper, layouts that meet both") for l in lines)
+    assert not any(l.startswith(_MET_BEYOND) for l in lines)
     assert not any("eps 46: the verdicts above" in l for l in section)  # one training: no line over trainings
     # a second training at eps 46: the informative verdict over both (0.90 and 0.70 -> 0.80 of 1.0, not met), and the
     # training-seed table (the width-matched rows the targets are judged on) stays without it
@@ -808,21 +815,22 @@ def test_a_layouts_run_at_the_gdp_matched_eps_is_a_row_of_its_section_with_infor
 
 
 _VARIANT = "client sends 50% of training prompts rewritten (list items reordered and each item left out with p 0.1)"
-_TRAINING_RECIPES = {  # id: (the recipe's params, its section heading, its header, PPFT's name there, the recipe's name)
+_TRAINING_RECIPES = {  # id: (the recipe's params, its section heading, its header, PPFT's name there, the recipe's name,
+    # the summary line that lists it when it meets both targets: optimisation settings are PPFT's own hyperparameters)
     "ema": ({"ema_decay": 0.999}, "the server averages its weights in training", "server training",
-            "PPFT (last step's weights)", "PPFT, weights averaged (decay 0.999)"),
+            "PPFT (last step's weights)", "PPFT, weights averaged (decay 0.999)", _MET_TUNED),
     "variants": ({"prompt_variants": 0.5, "prompt_variant_drop": 0.1}, "the client rewrites its training prompts",
-                 "client training", "PPFT (training prompts as written)", _VARIANT),
+                 "client training", "PPFT (training prompts as written)", _VARIANT, _MET_BEYOND),
     "lr": ({"lr": 5e-4}, "the server's stage-2 optimiser settings", "server training",
-           "PPFT (stage-2 lr 0.001, no weight decay)", "PPFT, stage-2 lr 0.0005"),
+           "PPFT (stage-2 lr 0.001, no weight decay)", "PPFT, stage-2 lr 0.0005", _MET_TUNED),
     "weight_decay": ({"weight_decay": 0.1, "lr": 1e-3}, "the server's stage-2 optimiser settings", "server training",
-                     "PPFT (stage-2 lr 0.001, no weight decay)", "PPFT, weight decay 0.1"),
+                     "PPFT (stage-2 lr 0.001, no weight decay)", "PPFT, weight decay 0.1", _MET_TUNED),
 }
 
 
 @pytest.mark.parametrize("recipe", sorted(_TRAINING_RECIPES))
 def test_a_training_recipe_stays_out_of_ppft_tables_and_gets_its_own_section_and_selection_name(tmp_path, recipe):
-    params, heading, header, ppft_name, name = _TRAINING_RECIPES[recipe]
+    params, heading, header, ppft_name, name, summary = _TRAINING_RECIPES[recipe]
     d = _fixture(tmp_path)
     assert heading not in build_report([d])
     _result_file(d / "recipe.json", "ppft_stage2", "pri-ddx", [
@@ -839,7 +847,7 @@ def test_a_training_recipe_stays_out_of_ppft_tables_and_gets_its_own_section_and
     assert "0.950" in next(l for l in lines if l.startswith("| upper bound (stage 2 without noise)"))
     # 0.85 / 0.98 = 86.7% and clear of the blind row (0.10) and the lower bound (0.0) -> met
     _assert_layout_met(lines, f"### Pri-DDX: {heading} (beyond the paper)", header, ppft_name, name, "0.850 ± 0.010 (3)",
-                       "86.7% of the upper bound 0.9800", f"{name} (0.9700 / 0.8500 of 0.9900 / 0.9800, one training)")
+                       "86.7% of the upper bound 0.9800", f"{name} (0.9700 / 0.8500 of 0.9900 / 0.9800, one training)", summary)
     choice = next(l for l in lines if l.startswith("- eps 28 (width-matched), k=4: validation open-answer"))
     assert f"{name}, 12 epochs 0.7600; PPFT, 12 epochs 0.7200" in choice
 
