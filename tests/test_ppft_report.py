@@ -837,19 +837,30 @@ def test_a_training_recipe_stays_out_of_ppft_tables_and_gets_its_own_section_and
         ({"epsilon": 28, "k": 4, "epochs": 12} | params, _eval([0.97] * 3, [0.84, 0.85, 0.86])),
         ({"epsilon": None, "k": 4, "epochs": 12} | params, _eval([0.99] * 3, [0.98] * 3)),
     ], date="2026-01-02T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+    # no validation runs: Table 1's PPFT row and upper bound are PPFT's recipe (0.82 / 0.95), not the recipe's runs
+    assert "0.820 ± 0.020 (3)" in next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4 |"))
+    assert "0.950" in next(l for l in lines if l.startswith("| upper bound (stage 2 without noise) |"))
+    # 0.85 / 0.98 = 86.7% and clear of the blind row (0.10) and the lower bound (0.0) -> met
+    _assert_layout_met(lines, f"### Pri-DDX: {heading} (beyond the paper)", header, ppft_name, name, "0.850 ± 0.010 (3)",
+                       "86.7% of the upper bound 0.9800", f"{name} (0.9700 / 0.8500 of 0.9900 / 0.9800, one training)", summary)
     _result_file(d / "sel.json", "ppft_stage2", "pri-ddx", [
         ({"epsilon": 28, "k": 4, "epochs": 12, "validation": 0.2}, _eval([0.99] * 3, [0.70, 0.72, 0.74])),
         ({"epsilon": 28, "k": 4, "epochs": 12, "validation": 0.2} | params, _eval([0.99] * 3, [0.75, 0.76, 0.77])),
     ], date="2026-01-03T00:00:00+00:00", split="validation")
     lines = build_report([d]).splitlines()
-    # Table 1's PPFT row and upper bound are still PPFT's recipe (0.82 / 0.95), not the recipe's runs
-    assert "0.820 ± 0.020 (3)" in next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4"))
-    assert "0.950" in next(l for l in lines if l.startswith("| upper bound (stage 2 without noise)"))
-    # 0.85 / 0.98 = 86.7% and clear of the blind row (0.10) and the lower bound (0.0) -> met
-    _assert_layout_met(lines, f"### Pri-DDX: {heading} (beyond the paper)", header, ppft_name, name, "0.850 ± 0.010 (3)",
-                       "86.7% of the upper bound 0.9800", f"{name} (0.9700 / 0.8500 of 0.9900 / 0.9800, one training)", summary)
     choice = next(l for l in lines if l.startswith("- eps 28 (width-matched), k=4: validation open-answer"))
     assert f"{name}, 12 epochs 0.7600; PPFT, 12 epochs 0.7200" in choice
+    row = next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4"))
+    upper = next(l for l in lines if l.startswith("| upper bound (stage 2 without noise"))
+    if summary == _MET_TUNED:  # an optimisation setting that wins on validation becomes Table 1's PPFT row, its bound too
+        settings = name.removeprefix("PPFT, ")
+        assert row.startswith(f"| PPFT, eps 28 (width-matched), k=4 ({settings}) | 12 |") and "0.850 ± 0.010 (3)" in row
+        assert upper.startswith(f"| upper bound (stage 2 without noise, {settings}) | 12 | 0.990")
+        assert not any(l.startswith(_MET_TUNED) for l in lines)  # Table 1's own row is not listed again
+    else:  # a change to what the client sends never does
+        assert row.startswith("| PPFT, eps 28 (width-matched), k=4 |") and "0.820 ± 0.020 (3)" in row
+        assert "0.950" in upper
 
 
 def test_the_optimiser_layouts_default_is_stage2s():
@@ -923,9 +934,52 @@ def test_table1_reads_ppfts_row_at_the_length_selected_on_validation_and_its_bou
     row, upper = table1(lines)
     assert "| 16 | 0.970" in row and "| 16 | 0.990" in upper
     assert any(l.startswith("PPFT's eps-28 row is read at 16 stage-2 epochs") for l in lines)
-    assert ("- PPFT's own layout alone, eps 28 (width-matched), k=4: validation open-answer by stage-2 length 16 epochs 0.8000; "
-            "24 epochs 0.7500. **Table 1's PPFT row and the issue's verdicts are read at 16 epochs**") in "\n".join(lines)
+    assert ("- PPFT's own client and layout alone, eps 28 (width-matched), k=4: validation open-answer (4-option, the tie-break) "
+            "by stage-2 length and optimisation settings: 16 epochs 0.8000 (0.9900); 24 epochs 0.7500 (0.9900). **Table 1's PPFT "
+            "row and the issue's verdicts are read at 16 epochs**") in "\n".join(lines)
     assert "85.9% of the upper bound 0.9900" in next(l for l in lines if l.startswith("- open-answer: PPFT 0.8500"))
     # the 24-epoch runs stay listed in the every-length table
     start = lines.index("### Pri-DDX: every stage-2 length run for these rows")
     assert any(l.startswith("| PPFT, eps 28 (width-matched), k=4 | 24 |") and "`held24.json`" in l for l in lines[start:])
+
+
+def test_table1_reads_the_optimisation_settings_selected_on_validation_only_with_their_own_bound_and_ties_go_to_4_option(tmp_path):
+    d = _fixture(tmp_path)
+    _result_file(d / "held.json", "ppft_stage2", "pri-ddx", [  # PPFT's defaults at 24 epochs, two trainings, and their bound
+        ({"epsilon": 28, "k": 4, "epochs": 24}, _eval([0.97] * 3, [0.80] * 3)),
+        ({"epsilon": 28, "k": 4, "epochs": 24, "train_seed": 1}, _eval([0.97] * 3, [0.82] * 3)),
+        ({"epsilon": None, "k": 4, "epochs": 24}, _eval([0.99] * 3, [1.0] * 3)),
+    ], date="2026-01-02T00:00:00+00:00")
+    _result_file(d / "lr.json", "ppft_stage2", "pri-ddx", [  # lr 5e-4 and lr 2.5e-4 on every training row, no bound yet
+        ({"epsilon": 28, "k": 4, "epochs": 24, "lr": 5e-4}, _eval([0.98] * 3, [0.86] * 3)),
+        ({"epsilon": 28, "k": 4, "epochs": 24, "lr": 2.5e-4}, _eval([0.95] * 3, [0.70] * 3)),
+    ], date="2026-01-02T00:00:01+00:00")
+    _result_file(d / "sel.json", "ppft_stage2", "pri-ddx", [  # 5e-4 and 2.5e-4 tie in open-answer; 5e-4 the better 4-option
+        ({"epsilon": 28, "k": 4, "epochs": 24, "validation": 0.2}, _eval([0.97] * 3, [0.70] * 3)),
+        ({"epsilon": 28, "k": 4, "epochs": 24, "validation": 0.2, "lr": 2.5e-4}, _eval([0.95] * 3, [0.80] * 3)),
+        ({"epsilon": 28, "k": 4, "epochs": 24, "validation": 0.2, "lr": 5e-4}, _eval([0.96] * 3, [0.80] * 3)),
+    ], date="2026-01-03T00:00:00+00:00", split="validation")
+
+    def table1(lines):
+        return next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4"))
+
+    lines = build_report([d]).splitlines()
+    choice = next(l for l in lines if l.startswith("- PPFT's own client and layout alone"))
+    assert ("24 epochs, stage-2 lr 0.0005 0.8000 (0.9600); 24 epochs, stage-2 lr 0.00025 0.8000 (0.9500); 24 epochs 0.7000 "
+            "(0.9700). **Table 1's PPFT row and the issue's verdicts are read at 24 epochs, stage-2 lr 0.0005**") in choice
+    # selected, but without its own upper bound: Table 1 stays at PPFT's defaults (24 epochs, 0.80), no default-settings block
+    assert table1(lines).startswith("| PPFT, eps 28 (width-matched), k=4 | 24 |") and table1(lines).split(" | ")[5].startswith("0.800")
+    assert not any(l.startswith("- at PPFT's default stage-2 optimisation settings instead") for l in lines)
+    _result_file(d / "lr_bound.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": None, "k": 4, "epochs": 24, "lr": 5e-4}, _eval([0.99] * 3, [0.98] * 3))], date="2026-01-04T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+    assert table1(lines).startswith("| PPFT, eps 28 (width-matched), k=4 (stage-2 lr 0.0005) | 24 |")
+    assert table1(lines).split(" | ")[5].startswith("0.860")  # the open-answer column
+    assert any(l.startswith("PPFT's eps-28 row is read at 24 stage-2 epochs with stage-2 lr 0.0005 instead of") for l in lines)
+    # the verdicts: 0.86 / 0.98 = 87.8% -> met; then PPFT's defaults over their two trainings against their own bound:
+    # (0.80 + 0.82) / 2 = 0.81 of 1.0 -> not met
+    assert "87.8% of the upper bound 0.9800" in next(l for l in lines if l.startswith("- open-answer: PPFT 0.8600"))
+    block = lines.index(next(l for l in lines if l.startswith("- at PPFT's default stage-2 optimisation settings instead")))
+    assert "24 epochs, against their own upper bound, over 2 training(s):" in lines[block]
+    assert lines[block + 2] == ("  - open-answer: PPFT 0.8100 (trainings: 0.8000, 0.8200) = 81.0% of the upper bound 1.0000 "
+                                "-> **NOT met**")

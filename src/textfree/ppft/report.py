@@ -220,20 +220,42 @@ def _ratio(a: float, b: float) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ tables
-def _table1_ppft(stage2: Sequence[Entry], length: Any = None) -> tuple[Entry | None, Entry | None]:
-    """(Table 1's PPFT row at the targets' point, its upper bound). The row: the newest run at ``length`` stage-2
-    epochs (the length selected on validation, :func:`~textfree.ppft.report_selection.selected_length`) when one was
-    run, else the newest run. Its bound: the newest clean run of the row's length, else the newest clean run."""
+def _table1_ppft(stage2: Sequence[Entry], recipe: tuple[Any, dict[str, Any]] | None = None
+                 ) -> tuple[Entry | None, Entry | None, dict[str, Any]]:
+    """(Table 1's PPFT row at the targets' point, its upper bound, the optimisation settings they were trained with:
+    ``{}`` for PPFT's defaults). ``recipe``: the (stage-2 length, optimisation settings) selected on validation
+    (:func:`~textfree.ppft.report_selection.selected_recipe`). The row: the newest run of that recipe when it was run
+    on every training row and has its own upper bound; else, with PPFT's default settings, the newest run at that
+    length when one was run, else the newest run. Its bound: the newest clean run of the row's settings and length,
+    else (default settings only) the newest clean run."""
+    length, layout = recipe or (None, {})
+    if layout:
+        ppft = _latest(stage2, **_TABLE1_PPFT, epochs=length, **layout)
+        upper = _latest(stage2, blind=False, epsilon=None, epochs=length, **layout) if ppft is not None else None
+        if ppft is not None and upper is not None:
+            return ppft, upper, layout
     ppft = (_latest(stage2, **_TABLE1_PPFT, epochs=length) if length is not None else None) or _latest(stage2, **_TABLE1_PPFT)
     upper = _latest(stage2, blind=False, epsilon=None, epochs=ppft.params.get("epochs")) if ppft is not None else None
-    return ppft, upper or _latest(stage2, blind=False, epsilon=None)
+    return ppft, upper or _latest(stage2, blind=False, epsilon=None), {}
 
 
-def _table1(entries: Sequence[Entry], ds: str, length: Any = None) -> list[str]:
+def settings_name(layout: dict[str, Any]) -> str:
+    """"stage-2 lr 0.0005" for one optimisation setting of PPFT's own layout (``{"optim": (5e-4, 0.0)}``)."""
+    (key, value), = layout.items()
+    return next(n for k, n, _, _ in _LAYOUT_SECTIONS if k == key)(value).removeprefix("PPFT, ")
+
+
+def _settings_label(layout: dict[str, Any]) -> str:
+    """" (stage-2 lr 0.0005)" for a row trained with other optimisation settings than PPFT's defaults, "" for those."""
+    return f" ({settings_name(layout)})" if layout else ""
+
+
+def _table1(entries: Sequence[Entry], ds: str, recipe: tuple[Any, dict[str, Any]] | None = None) -> list[str]:
     stage2 = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
     lower = [e for e in entries if e.kind == "ppft_evaluate" and e.dataset.lower() == ds]
     blind = _latest(stage2, blind=True)
-    target, upper = _table1_ppft(stage2, length)
+    target, upper, settings = _table1_ppft(stage2, recipe)
+    length = recipe[0] if recipe else None
     ppft_at = {PAPER_EPSILON: _latest(stage2, **_TABLE1_PPFT | {"epsilon": PAPER_EPSILON}), WIDTH_MATCHED: target}
     rows: list[tuple[str, str, Entry | None, tuple[str, str]]] = []
     paper = PAPER_TABLE1.get(ds, (None, None, None))
@@ -242,14 +264,15 @@ def _table1(entries: Sequence[Entry], ds: str, length: Any = None) -> list[str]:
         rows.append((f"lower bound (stage 1 only), eps {_eps_label(eps)}", "{:.4f}".format(paper[0]) if paper[0] and eps == PAPER_EPSILON else "",
                      _latest(lower, epsilon=eps, k=4), ("mcqa", "open")))
     for eps in (PAPER_EPSILON, WIDTH_MATCHED):
-        rows.append((f"PPFT, eps {_eps_label(eps)}, k=4", "{:.4f}".format(paper[1]) if paper[1] and eps == PAPER_EPSILON else "",
-                     ppft_at[eps], ("mcqa", "open")))
+        rows.append((f"PPFT, eps {_eps_label(eps)}, k=4" + (_settings_label(settings) if eps == WIDTH_MATCHED else ""),
+                     "{:.4f}".format(paper[1]) if paper[1] and eps == PAPER_EPSILON else "", ppft_at[eps], ("mcqa", "open")))
     for eps in (PAPER_EPSILON, WIDTH_MATCHED):
         e = ppft_at[eps]
         if e is not None and e.values("acc_length_open"):
             rows.append((f"slot count only: the eps {eps:g} PPFT model given random unit slots, the payload's count", "", e,
                          ("length_mcqa", "length_open")))
-    rows.append(("upper bound (stage 2 without noise)", "{:.4f}".format(paper[2]) if paper[2] else "", upper, ("mcqa", "open")))
+    rows.append((f"upper bound (stage 2 without noise{', ' + settings_name(settings) if settings else ''})",
+                 "{:.4f}".format(paper[2]) if paper[2] else "", upper, ("mcqa", "open")))
     out = [
         "| row | stage-2 epochs | 4-option acc | 4-option, prompt does not name the answer | 4-option, ranked | open-answer acc | open-answer, no name | open-answer, label-ranked | paper 4-option (Llama-3.2-1B) |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -266,30 +289,44 @@ def _table1(entries: Sequence[Entry], ds: str, length: Any = None) -> list[str]:
         out.append(f"Held-out records: {int(ref.mean('n_heldout'))} ({int(ref.mean('n_no_leak'))} whose private text does not "
                    f"name the answer). Majority-answer baseline (the option most often gold in training): "
                    f"{ref.mean('majority_baseline'):.4f}.")
-    if length is not None and target is not None and target.params.get("epochs") == length:
+    if settings:
+        out += ["", f"PPFT's eps-{WIDTH_MATCHED:g} row is read at {length} stage-2 epochs with {settings_name(settings)} "
+                "instead of PPFT's default stage-2 optimisation settings: the recipe of PPFT's own client and layout selected on the "
+                "validation part (the model-selection section below); the upper bound is that recipe's own. The client, "
+                "payloads, layout and answering path are PPFT's. The verdicts use those; the same length at the default "
+                "settings is judged below them."]
+    elif length is not None and target is not None and target.params.get("epochs") == length:
         out += ["", f"PPFT's eps-{WIDTH_MATCHED:g} row is read at {length} stage-2 epochs, the length of PPFT's own layout "
                 "selected on the validation part (the model-selection section below), and the upper bound at the same "
                 "length where it was run; the verdicts use those."]
-    out += _targets(stage2, target, blind, upper, lower)
+    out += _targets(stage2, target, blind, upper, lower, settings)
     return out
 
 
-def _targets(stage2, ppft, blind, upper, lower) -> list[str]:
+def _targets(stage2, ppft, blind, upper, lower, settings: dict[str, Any]) -> list[str]:
     low = _latest(lower, epsilon=WIDTH_MATCHED, k=4)
     if ppft is None or upper is None:
         return []
     lines = ["", f"Targets at the width-matched eps {WIDTH_MATCHED:g}, k=4 (issue: keep >= {_TARGET_RETENTION:.0%} of the upper bound, "
              f"beat the blind row and the lower bound clearly, read here as by at least {_CLEAR_MARGIN:.2f}):", ""]
     lines += _verdicts("", ppft, upper, blind, low)
-    lines += _training_verdicts("", _trainings(stage2, ppft.params.get("epochs")), upper, blind, low)
+    epochs = ppft.params.get("epochs")
+    lines += _training_verdicts("", _trainings(stage2, epochs, **settings), upper, blind, low)
+    default_upper = _latest(stage2, blind=False, epsilon=None, epochs=epochs)
+    if settings and default_upper is not None:  # the row Table 1 would read without the selection, judged the same way
+        trainings = _trainings(stage2, epochs)
+        head = (f"- at PPFT's default stage-2 optimisation settings instead (stage-2 lr {_PPFT_LAYOUT['optim'][0]:g}, weight decay {_PPFT_LAYOUT['optim'][1]:g}, the last "
+                f"step's weights), "
+                f"{epochs} epochs, against their own upper bound, over {len(trainings)} training(s):")
+        lines += _training_verdicts("", trainings, default_upper, blind, low, header=head, at_least=1)
     if ppft.values("acc_length_open"):
         n, p = ppft.mean("acc_length_open"), ppft.mean("acc_open")
         lines.append(f"- the slot count alone (the same model given random unit slots with each payload's count): open-answer "
                      f"{n:.4f}, so the slots' content adds {p - n:+.4f} to PPFT's {p:.4f}. The mechanism does not hide the count "
                      "(a client with `fixed_slots` does: the slot-count table below, when it was run).")
     met = _layouts_meeting_targets(stage2, blind, low)
-    tuned = [text for key, text in met if key in _OPTIMISATION_KEYS]
-    beyond = [text for key, text in met if key not in _OPTIMISATION_KEYS]
+    tuned = [text for key, value, text in met if key in _OPTIMISATION_KEYS and settings != {key: value}]  # not Table 1's own
+    beyond = [text for key, _, text in met if key not in _OPTIMISATION_KEYS]
     if tuned:
         lines.append("- PPFT's own client, payloads and layout with other stage-2 optimisation settings, that meet both the "
                      "4-option and the open-answer target against their own upper bound (4-option / open-answer; their "
@@ -326,8 +363,8 @@ def _meets(p: float, u: float, b: float, lo: float) -> bool:
 _OPTIMISATION_KEYS = frozenset({"optim", "ema"})
 
 
-def _layouts_meeting_targets(stage2: Sequence[Entry], blind: Entry | None, low: Entry | None) -> list[tuple[str, str]]:
-    """(layout key, description) of each layout section's row whose width-matched run meets the 4-option and the
+def _layouts_meeting_targets(stage2: Sequence[Entry], blind: Entry | None, low: Entry | None) -> list[tuple[str, Any, str]]:
+    """(layout key, its value, description) of each layout section's row whose width-matched run meets the 4-option and the
     open-answer target against its own upper bound (over the trainings of the run when it was trained more than
     once)."""
     names = []
@@ -342,7 +379,7 @@ def _layouts_meeting_targets(stage2: Sequence[Entry], blind: Entry | None, low: 
             acc = {t: None if m is None else sum(m) / len(m) for t, m in means.items()}
             if all(a is not None and _meets(a, upper.mean(f"acc_{t}"), blind.mean(f"acc_blind_{t}"), low.mean(f"acc_{t}"))
                    for t, a in acc.items()):
-                names.append((key, f"{name(v)} ({acc['mcqa']:.4f} / {acc['open']:.4f} of "
+                names.append((key, v, f"{name(v)} ({acc['mcqa']:.4f} / {acc['open']:.4f} of "
                              f"{upper.mean('acc_mcqa'):.4f} / {upper.mean('acc_open'):.4f}"
                              + (f", over {len(trainings)} trainings)" if len(trainings) > 1 else ", one training)")))
     return names
@@ -372,15 +409,16 @@ def _training_means(trainings: Sequence[Entry], metric: str) -> list[float] | No
 
 
 def _training_verdicts(prefix: str, trainings: Sequence[Entry], upper: Entry, blind: Entry | None, low: Entry | None,
-                       *, judged: bool = True) -> list[str]:
-    """When a row was trained more than once: the 4-option and open-answer verdicts over its trainings (the verdicts
-    of :func:`_verdicts` are training seed 0's). ``judged``: a row the targets are judged on (the width-matched one,
-    listed in the training-seed table); else an informative row."""
-    if len(trainings) < 2:
+                       *, judged: bool = True, header: str | None = None, at_least: int = 2) -> list[str]:
+    """When a row was trained at least ``at_least`` times (by default more than once): the 4-option and open-answer
+    verdicts over its trainings (the verdicts of :func:`_verdicts` are training seed 0's). ``judged``: a row the
+    targets are judged on (the width-matched one, listed in the training-seed table); else an informative row.
+    ``header``: the line before the verdicts, instead of the one that says what they add to seed 0's."""
+    if len(trainings) < at_least or not trainings:
         return []
     where = ("trainings of this row (the training-seed table), which is what the targets are judged on:" if judged
              else "trainings of this row:")
-    lines = [f"- {prefix + ': ' if prefix else ''}the verdicts above are one training's (training seed 0). Over the {len(trainings)} {where}"]
+    lines = [header or f"- {prefix + ': ' if prefix else ''}the verdicts above are one training's (training seed 0). Over the {len(trainings)} {where}"]
     for task, name in (("mcqa", "4-option"), ("open", "open-answer")):
         means = _training_means(trainings, f"acc_{task}")
         if means is None:
@@ -859,7 +897,7 @@ def _table_time(entries: Sequence[Entry]) -> list[str]:
 
 def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) -> str:
     """Markdown for docs/results/ppft.md from the ppft_* result files in ``paths``."""
-    from .report_selection import selected_length, split_selection, table_selection
+    from .report_selection import selected_recipe, split_selection, table_selection
 
     everything = collect(paths)
     entries, selection = split_selection(everything)  # runs that held back a validation part: their own section only
@@ -898,8 +936,7 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) ->
     for ds, title in (("pri-ddx", "Pri-DDX"), ("pri-slja", "Pri-SLJA")):
         if not any(e.dataset.lower() == ds for e in entries):
             continue
-        length = selected_length(selection, ds)
-        lines += ["", f"## {title}: Table 1 shape (held-out split)", ""] + _table1(entries, ds, length)
+        lines += ["", f"## {title}: Table 1 shape (held-out split)", ""] + _table1(entries, ds, selected_recipe(selection, ds))
         epoch_rows = _table_epochs(entries, ds)
         if epoch_rows:
             lines += ["", f"### {title}: every stage-2 length run for these rows", "",
