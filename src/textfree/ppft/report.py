@@ -315,9 +315,9 @@ def _targets(stage2, ppft, blind, upper, lower, settings: dict[str, Any]) -> lis
     default_upper = _latest(stage2, blind=False, epsilon=None, epochs=epochs)
     if settings and default_upper is not None:  # the row Table 1 would read without the selection, judged the same way
         trainings = _trainings(stage2, epochs)
-        head = (f"- at PPFT's default stage-2 optimisation settings instead (stage-2 lr {_PPFT_LAYOUT['optim'][0]:g}, weight decay {_PPFT_LAYOUT['optim'][1]:g}, the last "
-                f"step's weights), "
-                f"{epochs} epochs, against their own upper bound, over {len(trainings)} training(s):")
+        lr, decay = _PPFT_LAYOUT["optim"]
+        head = (f"- at PPFT's default stage-2 optimisation settings instead (stage-2 lr {lr:g}, weight decay {decay:g}, the "
+                f"last step's weights), {epochs} epochs, against their own upper bound, over {len(trainings)} training(s):")
         lines += _training_verdicts("", trainings, default_upper, blind, low, header=head, at_least=1)
     if ppft.values("acc_length_open"):
         n, p = ppft.mean("acc_length_open"), ppft.mean("acc_open")
