@@ -983,3 +983,15 @@ def test_table1_reads_the_optimisation_settings_selected_on_validation_only_with
     assert "24 epochs, against their own upper bound, over 2 training(s):" in lines[block]
     assert lines[block + 2] == ("  - open-answer: PPFT 0.8100 (trainings: 0.8000, 0.8200) = 81.0% of the upper bound 1.0000 "
                                 "-> **NOT met**")
+
+
+
+def test_a_tie_in_validation_open_answer_is_a_tie_to_the_last_bits(tmp_path):
+    # the same three seed accuracies in another order: means 0.20000000000000004 and 0.19999999999999998 in floats
+    d = _fixture(tmp_path)
+    _result_file(d / "sel.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 24, "validation": 0.2, "lr": 2.5e-4}, _eval([0.90] * 3, [0.1, 0.2, 0.3])),
+        ({"epsilon": 28, "k": 4, "epochs": 24, "validation": 0.2, "lr": 5e-4}, _eval([0.95] * 3, [0.3, 0.2, 0.1])),
+    ], date="2026-01-03T00:00:00+00:00", split="validation")
+    choice = next(l for l in build_report([d]).splitlines() if l.startswith("- PPFT's own client and layout alone"))
+    assert "**Table 1's PPFT row and the issue's verdicts are read at 24 epochs, stage-2 lr 0.0005**" in choice
