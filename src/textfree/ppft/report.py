@@ -245,11 +245,6 @@ def settings_name(layout: dict[str, Any]) -> str:
     return next(n for k, n, _, _ in _LAYOUT_SECTIONS if k == key)(value).removeprefix("PPFT, ")
 
 
-def _settings_label(layout: dict[str, Any]) -> str:
-    """" (stage-2 lr 0.0005)" for a row trained with other optimisation settings than PPFT's defaults, "" for those."""
-    return f" ({settings_name(layout)})" if layout else ""
-
-
 def _table1(entries: Sequence[Entry], ds: str, recipe: tuple[Any, dict[str, Any]] | None = None) -> list[str]:
     stage2 = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
     lower = [e for e in entries if e.kind == "ppft_evaluate" and e.dataset.lower() == ds]
@@ -264,7 +259,7 @@ def _table1(entries: Sequence[Entry], ds: str, recipe: tuple[Any, dict[str, Any]
         rows.append((f"lower bound (stage 1 only), eps {_eps_label(eps)}", "{:.4f}".format(paper[0]) if paper[0] and eps == PAPER_EPSILON else "",
                      _latest(lower, epsilon=eps, k=4), ("mcqa", "open")))
     for eps in (PAPER_EPSILON, WIDTH_MATCHED):
-        rows.append((f"PPFT, eps {_eps_label(eps)}, k=4" + (_settings_label(settings) if eps == WIDTH_MATCHED else ""),
+        rows.append((f"PPFT, eps {_eps_label(eps)}, k=4" + (f" ({settings_name(settings)})" if settings and eps == WIDTH_MATCHED else ""),
                      "{:.4f}".format(paper[1]) if paper[1] and eps == PAPER_EPSILON else "", ppft_at[eps], ("mcqa", "open")))
     for eps in (PAPER_EPSILON, WIDTH_MATCHED):
         e = ppft_at[eps]
@@ -312,8 +307,8 @@ def _targets(stage2, ppft, blind, upper, lower, settings: dict[str, Any]) -> lis
     lines += _verdicts("", ppft, upper, blind, low)
     epochs = ppft.params.get("epochs")
     lines += _training_verdicts("", _trainings(stage2, epochs, **settings), upper, blind, low)
-    default_upper = _latest(stage2, blind=False, epsilon=None, epochs=epochs)
-    if settings and default_upper is not None:  # the row Table 1 would read without the selection, judged the same way
+    default_upper = _latest(stage2, blind=False, epsilon=None, epochs=epochs) if settings else None
+    if default_upper is not None:  # the row Table 1 would read without the selection, judged the same way
         trainings = _trainings(stage2, epochs)
         lr, decay = _PPFT_LAYOUT["optim"]
         head = (f"- at PPFT's default stage-2 optimisation settings instead (stage-2 lr {lr:g}, weight decay {decay:g}, the "
@@ -414,7 +409,7 @@ def _training_verdicts(prefix: str, trainings: Sequence[Entry], upper: Entry, bl
     verdicts over its trainings (the verdicts of :func:`_verdicts` are training seed 0's). ``judged``: a row the
     targets are judged on (the width-matched one, listed in the training-seed table); else an informative row.
     ``header``: the line before the verdicts, instead of the one that says what they add to seed 0's."""
-    if len(trainings) < at_least or not trainings:
+    if len(trainings) < max(at_least, 1):
         return []
     where = ("trainings of this row (the training-seed table), which is what the targets are judged on:" if judged
              else "trainings of this row:")
