@@ -829,7 +829,7 @@ _TRAINING_RECIPES = {  # id: (the recipe's params, its section heading, its head
 
 
 @pytest.mark.parametrize("recipe", sorted(_TRAINING_RECIPES))
-def test_a_training_recipe_stays_out_of_ppft_tables_and_gets_its_own_section_and_selection_name(tmp_path, recipe):
+def test_a_training_recipe_gets_its_own_section_and_only_an_optimisation_setting_won_on_validation_enters_table1(tmp_path, recipe):
     params, heading, header, ppft_name, name, summary = _TRAINING_RECIPES[recipe]
     d = _fixture(tmp_path)
     assert heading not in build_report([d])
