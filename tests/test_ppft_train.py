@@ -3,6 +3,7 @@ server input, fresh noise per epoch, resumption, the CLI; one slow test on real 
 
 import dataclasses
 import json
+import math
 import time
 from pathlib import Path
 
@@ -224,6 +225,50 @@ def test_stage2_resumes_exactly_after_an_interruption(stage1_run, fixture_data, 
     resumed = train_stage2(_stage2_cfg(tmp_path / "cut", run1))
     assert resumed["resumed_from_step"] == 4 and resumed["steps"] == full["steps"] == 9
     _assert_same_run(tmp_path / "full", tmp_path / "cut")
+
+
+def test_a_resumed_run_reports_the_whole_runs_first_loss_and_training_time(stage1_run, fixture_data, tmp_path, caplog):
+    """The checkpoint carries the training time so far and the first loss; a resumed run adds its own time to that
+    one and reports the first session's first loss, not the resumed part's. A checkpoint without the record resumes
+    and reports both as unknown; a corrupt record is refused by name."""
+    import shutil
+
+    from textfree.experiments.kinds.ppft import _train_metrics
+
+    run1, _ = stage1_run
+    full = train_stage2(_stage2_cfg(tmp_path / "full", run1))
+    cut = tmp_path / "cut"
+    with pytest.raises(Interrupt):
+        train_stage2(_stage2_cfg(cut, run1), on_step=_interrupt_at(5))
+    state_file = cut / "checkpoints" / "step-000004" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    assert state["first_loss"] == full["first_loss"] and state["elapsed_s"] > 0
+    shutil.copytree(cut, tmp_path / "pristine")  # the interrupted run, to resume again with another record
+
+    def interrupted_again(record: dict) -> None:  # (a run resumes only from its own directory: `out` is a setting)
+        shutil.rmtree(cut)
+        shutil.copytree(tmp_path / "pristine", cut)
+        state_file.write_text(json.dumps(record))
+
+    state_file.write_text(json.dumps(state | {"elapsed_s": 1000.0}))  # as if the first session had trained 1,000 s
+    resumed = train_stage2(_stage2_cfg(cut, run1))
+    assert resumed["resumed_from_step"] == 4 and resumed["first_loss"] == full["first_loss"]
+    assert 1000.0 < resumed["wall_s"] <= resumed["total_wall_s"] < 1000.0 + full["total_wall_s"] + 60
+    logged = [json.loads(x) for x in (cut / "metrics.jsonl").read_text().splitlines()]
+    assert [r["elapsed_s"] > 1000.0 for r in logged] == [r["step"] > 4 for r in logged]
+    assert json.loads((cut / "summary.json").read_text())["total_wall_s"] == resumed["total_wall_s"]
+
+    interrupted_again({k: v for k, v in state.items() if k not in ("elapsed_s", "first_loss")})  # an older checkpoint
+    with caplog.at_level("WARNING", logger="textfree.ppft"):
+        old = train_stage2(_stage2_cfg(cut, run1))
+    assert any("records no training time or first loss" in r.getMessage() for r in caplog.records)
+    assert old["steps"] == 9 and old["first_loss"] is None and old["wall_s"] is None and old["total_wall_s"] is None
+    metrics = _train_metrics(old, reused=False)
+    assert math.isnan(metrics["train_first_loss"]) and math.isnan(metrics["train_wall_s"]) and metrics["train_steps"] == 9
+
+    interrupted_again(state | {"elapsed_s": -3})
+    with pytest.raises(ValueError, match="elapsed_s must be a finite number >= 0 or null, got -3"):
+        train_stage2(_stage2_cfg(cut, run1))
 
 
 def test_stage2_resumes_only_from_the_init_run_it_started_from(stage1_run, fixture_data, tmp_path, caplog):

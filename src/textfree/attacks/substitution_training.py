@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..ppft.checkpoint import CHECKPOINTS_DIR
-from ..ppft.train import LoopConfig, _prepare_run_dir, _write_summary, fit
+from ..ppft.train import LoopConfig, _prepare_run_dir, _total_wall_s, _write_summary, fit
 from .substitution_learned import SubstitutionInverter
 
 __all__ = ["InverterConfig", "release", "train_substitution_inverter"]
@@ -102,5 +102,5 @@ def train_substitution_inverter(
     if not cfg.keep_final_checkpoint:
         shutil.rmtree(run / CHECKPOINTS_DIR, ignore_errors=True)
     extra = {"stage": "substitution_inverter", "texts": len(texts), "mechanism": dict(cfg.mechanism),
-             "total_wall_s": round(time.time() - t0, 2)}
+             "total_wall_s": _total_wall_s(summary, t0)}
     return _write_summary(run, summary, extra) | {"model": inverter}

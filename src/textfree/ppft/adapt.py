@@ -25,7 +25,7 @@ import torch
 from .batches import PayloadExample, collate_payloads
 from .checkpoint import CHECKPOINTS_DIR
 from .server import ServerModel
-from .train import LoopConfig, _prepare_run_dir, _write_summary, fit, payload_loss, server_optimizer
+from .train import LoopConfig, _prepare_run_dir, _total_wall_s, _write_summary, fit, payload_loss, server_optimizer
 
 __all__ = ["AdaptConfig", "train_adapter"]
 
@@ -70,5 +70,5 @@ def train_adapter(
     server.save(run)
     if not cfg.keep_final_checkpoint:
         shutil.rmtree(run / CHECKPOINTS_DIR, ignore_errors=True)
-    extra = {"stage": "adapt", "examples": len(examples), "data": list(cfg.data), "total_wall_s": round(time.time() - t0, 2)}
+    extra = {"stage": "adapt", "examples": len(examples), "data": list(cfg.data), "total_wall_s": _total_wall_s(summary, t0)}
     return _write_summary(run, summary, extra) | {"model": server}

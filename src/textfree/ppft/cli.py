@@ -46,6 +46,16 @@ def _ppft_run(fn, *args, **kwargs):
         _ppft_fail(str(exc))
 
 
+def _stage_line(summary: dict) -> str:
+    """'N steps, loss a -> b, T s' of a training summary; 'unknown' for what it records as None (a run resumed from
+    a checkpoint that predates the record of first loss and training time)."""
+    def fmt(value, spec: str) -> str:
+        return "unknown" if value is None else format(value, spec)
+
+    return (f"{summary['steps']} steps, loss {fmt(summary['first_loss'], '.4f')} -> {fmt(summary['final_loss'], '.4f')}, "
+            f"{fmt(summary['total_wall_s'], '.0f')} s")
+
+
 @app.command("train-stage1")
 def train_stage1_cmd(
     decoder: str = typer.Option(..., "--decoder", help="Base decoder: a local directory (e.g. runs/decoder-small) or any HF causal LM name."),
@@ -82,8 +92,7 @@ def train_stage1_cmd(
         seed=seed, save_every=save_every, resume=resume, cpu=cpu,
     )
     summary = _ppft_run(train_stage1, cfg)
-    typer.echo(f"stage 1 done: {summary['steps']} steps, loss {summary['first_loss']:.4f} -> {summary['final_loss']:.4f}, "
-               f"{summary['total_wall_s']:.0f} s; model in {out}")
+    typer.echo(f"stage 1 done: {_stage_line(summary)}; model in {out}")
 
 
 @app.command("train-stage2")
@@ -146,8 +155,7 @@ def train_stage2_cmd(
         prompt_variant_shuffle=prompt_variant_shuffle, validation=validation, seed=seed, save_every=save_every, resume=resume, cpu=cpu,
     )
     summary = _ppft_run(train_stage2, cfg)
-    typer.echo(f"stage 2 done: {summary['steps']} steps, loss {summary['first_loss']:.4f} -> {summary['final_loss']:.4f}, "
-               f"{summary['total_wall_s']:.0f} s; model in {out}")
+    typer.echo(f"stage 2 done: {_stage_line(summary)}; model in {out}")
     if evaluate:
         t = "blind_mcqa" if blind else "mcqa"
         result = _ppft_evaluate(out, dataset, eps, None, None, seed, 32, out / "eval.json", task=t, validation=validation)

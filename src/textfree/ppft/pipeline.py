@@ -109,6 +109,11 @@ def _stage2_config(cfg: PipelineConfig, init: str):
                         seed=cfg.seed, progress=cfg.progress)
 
 
+def _or_nan(value: float | None) -> float:
+    """A recorded time, or nan where the run records it as unknown (None)."""
+    return float("nan") if value is None else value
+
+
 def _timed(fn) -> tuple[Any, float]:
     t0 = time.perf_counter()
     value = fn()
@@ -178,7 +183,7 @@ def run_pipeline(cfg: PipelineConfig) -> dict[str, Any]:
         step_cfg = stage_cfgs[name]
         if finished_run(step_cfg.out, step_cfg.to_dict(), _VOLATILE):
             summary = read_json(Path(step_cfg.out) / "summary.json")
-            steps[name] = {"dir": step_cfg.out, "reused": True, "wall_s": summary.get("total_wall_s", float("nan")),
+            steps[name] = {"dir": step_cfg.out, "reused": True, "wall_s": _or_nan(summary.get("total_wall_s")),
                            "final_loss": summary.get("final_loss")}
             lm = None
         else:

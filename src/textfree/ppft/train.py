@@ -357,13 +357,14 @@ def fit(
         state = load_training_checkpoint(ckpt, model, optimizer)
         log.info("resumed from %s (step %d)", ckpt, state["step"])
         _truncate_metrics(run / METRICS, state["step"])
+    carried_s, first_loss = _carried_record(state, ckpt)
     average = _start_average(cfg, model, ckpt)
     model, optimizer = accelerator.prepare(model, optimizer)
 
     step = state["step"]
     losses: list[float] = []
     window: list[float] = []
-    started = time.time()
+    started = time.time() - (carried_s or 0.0)  # the clock runs on from the checkpoint's (its training time so far)
     bar = tqdm(total=total_steps, initial=step, desc=f"train {run.name}", unit="step", disable=not (cfg.progress and accelerator.is_main_process))
     model.train()
     for epoch in range(state["epoch"], cfg.epochs):
@@ -397,6 +398,8 @@ def fit(
             # bookkeeping: log, checkpoint
             value = accelerator.reduce(loss.detach(), "mean").item()
             losses.append(value)
+            if state["step"] == 0 and len(losses) == 1:
+                first_loss = value
             window.append(value)
             bar.update(1)
             bar.set_postfix(loss=f"{value:.4f}", epoch=epoch)
@@ -409,7 +412,9 @@ def fit(
                         fh.write(json.dumps(record) + "\n")
             if step % cfg.save_every == 0 or step == total_steps:
                 end_of_epoch = batch_in_epoch >= steps_per_epoch
-                position = {"epoch": epoch + 1 if end_of_epoch else epoch, "batch_in_epoch": 0 if end_of_epoch else batch_in_epoch}
+                position = {"epoch": epoch + 1 if end_of_epoch else epoch, "batch_in_epoch": 0 if end_of_epoch else batch_in_epoch,
+                            "elapsed_s": None if carried_s is None else round(time.time() - started, 2),
+                            "first_loss": first_loss}
                 accelerator.wait_for_everyone()
                 if accelerator.is_main_process:
                     unwrapped = accelerator.unwrap_model(model)
@@ -428,11 +433,31 @@ def fit(
         "steps": step,
         "total_steps": total_steps,
         "resumed_from_step": state["step"],
-        "first_loss": losses[0] if losses else None,
+        "first_loss": first_loss,
         "final_loss": sum(losses[-cfg.log_every :]) / len(losses[-cfg.log_every :]) if losses else None,
-        "wall_s": round(time.time() - started, 2),
+        "wall_s": None if carried_s is None else round(time.time() - started, 2),
+        "carried_wall_s": carried_s,
         "model": accelerator.unwrap_model(model),
     }
+
+
+def _carried_record(state: dict[str, Any], ckpt: Path | None) -> tuple[float | None, float | None]:
+    """(training seconds, first loss) of the sessions before this one: ``(0.0, None)`` for a fresh run, else what the
+    checkpoint resumed from recorded, so that a resumed run reports the whole run's time and first loss. A checkpoint
+    written before these were recorded (or one that recorded them unknown) gives None: unknown, never the resumed
+    part's figure passed off as the run's."""
+    if ckpt is None:
+        return 0.0, None
+    if "elapsed_s" not in state:
+        log.warning("checkpoint %s records no training time or first loss: this run reports both as unknown", ckpt)
+        return None, None
+    carried, first = state["elapsed_s"], state.get("first_loss")
+    for name, value in (("elapsed_s", carried), ("first_loss", first)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                                  or (name == "elapsed_s" and value < 0)):
+            raise ValueError(f"checkpoint {str(ckpt)!r}: trainer_state.json {name} must be a finite number"
+                             f"{' >= 0' if name == 'elapsed_s' else ''} or null, got {value!r}")
+    return (None if carried is None else float(carried)), (None if first is None else float(first))
 
 
 def _trained(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -474,6 +499,12 @@ def server_optimizer(server: torch.nn.Module, cfg: LoopConfig) -> torch.optim.Op
 def payload_loss(model: torch.nn.Module, batch: dict) -> torch.Tensor:
     """The server part's loss on a batch of payload rows (:func:`~textfree.ppft.batches.collate_payloads`)."""
     return model(batch["vectors"], batch["mask"], public=batch["public"], targets=batch["targets"]).loss
+
+
+def _total_wall_s(summary: dict[str, Any], t0: float) -> float | None:
+    """This call's seconds since ``t0`` plus the training time of the sessions before it (None: unknown)."""
+    carried = summary["carried_wall_s"]
+    return None if carried is None else round(time.time() - t0 + carried, 2)
 
 
 def _write_summary(run: Path, summary: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -535,7 +566,7 @@ def train_stage1(cfg: Stage1Config, *, on_step: Callable[[int, float], None] | N
     lm = summary["model"]
     lm.server.config = lm.config.replace(stage="stage1", epsilon=None)
     lm.save(run)
-    extra = {"stage": "stage1", "examples": len(examples), "total_wall_s": round(time.time() - t0, 2)}
+    extra = {"stage": "stage1", "examples": len(examples), "total_wall_s": _total_wall_s(summary, t0)}
     return _write_summary(run, summary, extra) | {"model": lm}
 
 
@@ -637,7 +668,7 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
              "summary_slots": lm.config.summary_slots, "fixed_slots": lm.config.fixed_slots,
              "count_vectors": lm.server.projection.config.count_vectors, "count_dropout": lm.server.projection.config.count_dropout,
              "answer_head": head_info, "center": center_info, "slot_augment": cfg.slot_augment().to_dict(), "slot_augment_epochs": cfg.slot_augment_epochs,
-             "prompt_variants": cfg.variants().to_dict(), "validation": cfg.validation, "init_fingerprint": init_fingerprint, "total_wall_s": round(time.time() - t0, 2)}
+             "prompt_variants": cfg.variants().to_dict(), "validation": cfg.validation, "init_fingerprint": init_fingerprint, "total_wall_s": _total_wall_s(summary, t0)}
     return _write_summary(run, summary, extra) | {"model": lm}
 
 

@@ -104,12 +104,19 @@ def _reusable(run: Path, config: dict[str, Any], volatile: set[str]) -> bool:
 
 
 def _train_metrics(summary: dict[str, Any], reused: bool) -> dict[str, float]:
-    nan = float("nan")
+    """The run's training figures; nan where the summary has none or records one as unknown (null: a run resumed from
+    a checkpoint that predates the record of training time and first loss)."""
+    def number(*keys: str) -> float:
+        for key in keys:
+            if key in summary:
+                return float("nan") if summary[key] is None else summary[key]
+        return float("nan")
+
     return {
-        "train_first_loss": summary.get("first_loss") if summary.get("first_loss") is not None else nan,
-        "train_final_loss": summary.get("final_loss") if summary.get("final_loss") is not None else nan,
-        "train_wall_s": summary.get("total_wall_s", summary.get("wall_s", nan)),
-        "train_steps": summary.get("steps", nan),
+        "train_first_loss": number("first_loss"),
+        "train_final_loss": number("final_loss"),
+        "train_wall_s": number("total_wall_s", "wall_s"),
+        "train_steps": number("steps"),
         "reused": 1.0 if reused else 0.0,
     }
 
