@@ -995,3 +995,45 @@ def test_a_tie_in_validation_open_answer_is_a_tie_to_the_last_bits(tmp_path):
     ], date="2026-01-03T00:00:00+00:00", split="validation")
     choice = next(l for l in build_report([d]).splitlines() if l.startswith("- PPFT's own client and layout alone"))
     assert "**Table 1's PPFT row and the issue's verdicts are read at 24 epochs, stage-2 lr 0.0005**" in choice
+
+
+def test_the_gdp_matched_verdicts_and_the_selected_rows_held_out_line_read_the_bound_of_the_rows_length_never_the_blind_run(tmp_path):
+    d = _fixture(tmp_path)
+    _result_file(d / "e12.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 46, "k": 4, "epochs": 12}, _eval([0.94] * 3, [0.72] * 3)),
+        ({"epsilon": 28, "k": 4, "epochs": 12}, _eval([0.91] * 3, [0.60] * 3)),
+        ({"epsilon": None, "k": 4, "epochs": 12}, _eval([0.96] * 3, [0.80] * 3)),
+    ], date="2026-01-02T00:00:00+00:00")
+    _result_file(d / "e24.json", "ppft_stage2", "pri-ddx", [  # newer and longer, with a higher bound
+        ({"epsilon": 28, "k": 4, "epochs": 24}, _eval([0.92] * 3, [0.65] * 3)),
+        ({"epsilon": None, "k": 4, "epochs": 24}, _eval([0.99] * 3, [0.99] * 3)),
+    ], date="2026-01-03T00:00:00+00:00")
+    _result_file(d / "blind12.json", "ppft_stage2", "pri-ddx", [  # the newest run at 12 epochs with no noise is blind
+        ({"epsilon": None, "k": 4, "epochs": 12, "blind": True}, {"acc_blind_mcqa": [0.93], "acc_blind_open": [0.10]}),
+    ], date="2026-01-04T00:00:00+00:00", seeds=(0,))
+    _result_file(d / "sel.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 12, "validation": 0.2}, _eval([0.99] * 3, [0.80] * 3)),
+        ({"epsilon": 28, "k": 4, "epochs": 24, "validation": 0.2}, _eval([0.99] * 3, [0.75] * 3)),
+    ], date="2026-01-05T00:00:00+00:00", split="validation")
+    lines = build_report([d]).splitlines()
+    # the eps-46 section: its eps-28 row and its bound at 12 epochs, as the eps-46 run; 0.72 / 0.80 = 90.0%
+    assert next(l for l in lines if l.startswith("| 28 (width-matched) | 13.71 | 2.86 |")).count("| 12 | 0.910 ") == 1
+    bound = lines[next(i for i, l in enumerate(lines) if l.startswith("| 46 (GDP-matched)")) + 2]
+    assert bound.startswith("| no noise (upper bound) |") and "| 12 | 0.960 " in bound
+    assert "90.0% of the upper bound 0.8000" in next(l for l in lines if l.startswith("- eps 46, open-answer"))
+    # the selected length's held-out line: the 12-epoch clean bound, not the newer blind run of that length
+    held = next(l for l in lines if l.startswith("  - its held-out figure trained on every training row"))
+    assert "4-option 0.9100 = 94.8% of its upper bound 0.9600; open-answer 0.6000 = 75.0% of its upper bound 0.8000." in held
+
+
+def test_the_selection_line_and_table1_break_a_tie_in_open_answer_the_same_way(tmp_path):
+    d = _fixture(tmp_path)  # the first candidate listed has the worse 4-option: the tie goes to the second in both lines
+    _result_file(d / "sel.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 30, "validation": 0.2}, _eval([0.40] * 3, [0.1, 0.2, 0.3])),
+        ({"epsilon": 28, "k": 4, "epochs": 60, "validation": 0.2}, _eval([0.50] * 3, [0.3, 0.2, 0.1])),
+    ], date="2026-01-03T00:00:00+00:00", split="validation")
+    lines = build_report([d]).splitlines()
+    chosen = next(l for l in lines if l.startswith("- eps 28 (width-matched), k=4: validation open-answer"))
+    assert "ties: the better 4-option): PPFT, 60 epochs 0.2000; PPFT, 30 epochs 0.2000. **Selected: PPFT, 60 epochs.**" in chosen
+    table1 = next(l for l in lines if l.startswith("- PPFT's own client and layout alone"))
+    assert "60 epochs 0.2000 (0.5000); 30 epochs 0.2000 (0.4000). **Table 1's PPFT row and the issue's verdicts are read at 60 epochs**" in table1

@@ -796,18 +796,20 @@ def _table_mu(entries: Sequence[Entry], ds: str) -> list[str]:
     gdp = _latest(stage2, family="l2_laplace", blind=False, epsilon=GDP_MATCHED, k=4)
     if gdp is None:
         return []
+    # every row and the upper bound at the GDP-matched row's length where they were run there (else their newest)
+    length = {"epochs": gdp.params.get("epochs"), "max_private_tokens": gdp.params.get("max_private_tokens")}
     paper_mu = _paper_mu()
     out = ["| eps | expected noise norm | slot mu | best-test error, antipodal slots | stage-2 epochs | 4-option acc | open-answer acc | open, no name | result file |",
            "|---|---|---|---|---|---|---|---|---|",
            f"| the paper: {PAPER_EPSILON:g} at d = {PAPER_ENCODER_DIM} | {PAPER_ENCODER_DIM / PAPER_EPSILON:.2f} | {paper_mu:.2f} | {gdp_equal_error(paper_mu):.4f} | — | — | — | — | — |"]
     for eps in (WIDTH_MATCHED, GDP_MATCHED, PAPER_EPSILON):
-        e = _latest(stage2, family="l2_laplace", blind=False, epsilon=eps, k=4)
+        e = _latest(stage2, family="l2_laplace", blind=False, epsilon=eps, k=4, **length) or _latest(stage2, family="l2_laplace", blind=False, epsilon=eps, k=4)
         if e is None:
             continue
         norm, mu = _noise_norm_and_mu("l2_laplace", eps)
         out.append(f"| {_eps_label(eps)} | {norm:.2f} | {mu:.2f} | {gdp_equal_error(mu):.4f} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | "
                    f"{_fmt(e, 'acc_open')} | {_fmt(e, 'acc_open_no_leak')} | `{e.source}` |")
-    upper = _latest(stage2, blind=False, epsilon=None)
+    upper = _latest(stage2, blind=False, epsilon=None, **length) or _latest(stage2, blind=False, epsilon=None)
     if upper is not None:
         out.append(f"| no noise (upper bound) | 0 | — | — | {_epochs(upper)} | {_fmt(upper, 'acc_mcqa')} | {_fmt(upper, 'acc_open')} | "
                    f"{_fmt(upper, 'acc_open_no_leak')} | `{upper.source}` |")

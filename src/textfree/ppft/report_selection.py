@@ -51,13 +51,21 @@ def _newest_candidates(selection: Sequence[Entry], ds: str) -> dict[tuple, Entry
     return newest
 
 
-def _validation_means(validated: Sequence[Entry], eps: Any, k: Any) -> dict[tuple[str, Any], float]:
-    """Mean validation open-answer accuracy over each candidate's trainings at (eps, k), by (layout name, epochs)."""
-    scores: dict[tuple[str, Any], list[float]] = {}
+def _validation_means(validated: Sequence[Entry], eps: Any, k: Any) -> dict[tuple[str, Any], tuple[float, float]]:
+    """Mean validation (open-answer, 4-option) accuracy over each candidate's trainings at (eps, k), by (layout name,
+    epochs)."""
+    scores: dict[tuple[str, Any], list[tuple[float, float]]] = {}
     for e in validated:
         if (_get(e, "epsilon"), _get(e, "k")) == (eps, k) and e.values("acc_open"):
-            scores.setdefault((layout_of(e)[0], e.params.get("epochs")), []).append(e.mean("acc_open"))
-    return {c: sum(v) / len(v) for c, v in scores.items()}
+            mcqa = e.mean("acc_mcqa") if e.values("acc_mcqa") else float("nan")
+            scores.setdefault((layout_of(e)[0], e.params.get("epochs")), []).append((e.mean("acc_open"), mcqa))
+    return {c: (sum(o for o, _ in v) / len(v), sum(m for _, m in v) / len(v)) for c, v in scores.items()}
+
+
+def _best_first(scores: dict[Any, tuple[float, float]]) -> list[tuple[Any, tuple[float, float]]]:
+    """Candidates best first: by validation open-answer, ties by 4-option (the other target). Means of the same
+    prompt counts over different seeds can differ in the last bits: open-answer is compared to 9 decimals."""
+    return sorted(scores.items(), key=lambda item: (-round(item[1][0], 9), -item[1][1]))
 
 
 def _recipe_name(epochs: Any, layout: dict[str, Any]) -> str:
@@ -82,9 +90,8 @@ def _ppft_recipe_scores(validated: Sequence[Entry]) -> dict[tuple[Any, tuple], t
 
 
 def _ranked_recipes(validated: Sequence[Entry]) -> list[tuple[tuple[Any, tuple], tuple[float, float]]]:
-    """:func:`_ppft_recipe_scores`, best first: by open-answer, ties by 4-option (the other target). Means of the
-    same prompt counts over different seeds can differ in the last bits: open-answer is compared to 9 decimals."""
-    return sorted(_ppft_recipe_scores(validated).items(), key=lambda item: (-round(item[1][0], 9), -item[1][1]))
+    """:func:`_ppft_recipe_scores`, best first (:func:`_best_first`)."""
+    return _best_first(_ppft_recipe_scores(validated))
 
 
 def selected_recipe(selection: Sequence[Entry], ds: str) -> tuple[Any, dict[str, Any]] | None:
@@ -139,9 +146,10 @@ def _choices(validated: Sequence[Entry], heldout: Sequence[Entry], ds: str) -> l
         mean = _validation_means(validated, eps, k)
         if len(mean) < 2:
             continue
-        (name, epochs), _ = max(mean.items(), key=lambda item: item[1])
-        ranking = "; ".join(f"{n}, {ep} epochs {m:.4f}" for (n, ep), m in sorted(mean.items(), key=lambda item: -item[1]))
-        lines.append(f"- eps {_eps_label(eps)}, k={k}: validation open-answer (mean over the candidate's trainings): {ranking}. "
+        ranked = _best_first(mean)
+        (name, epochs), _ = ranked[0]
+        ranking = "; ".join(f"{n}, {ep} epochs {o:.4f}" for (n, ep), (o, _) in ranked)
+        lines.append(f"- eps {_eps_label(eps)}, k={k}: validation open-answer (mean over the candidate's trainings; ties: the better 4-option): {ranking}. "
                      f"**Selected: {name}, {epochs} epochs.**")
         layout = next(layout_of(e)[1] for e in validated if (layout_of(e)[0], e.params.get("epochs")) == (name, epochs))
         if (eps, k) == (WIDTH_MATCHED, 4):  # the targets' point, the one row _trainings reads
@@ -152,7 +160,7 @@ def _choices(validated: Sequence[Entry], heldout: Sequence[Entry], ds: str) -> l
 def _heldout_line(stage2: Sequence[Entry], trainings: Sequence[Entry], epochs: Any, layout: dict[str, Any]) -> str:
     if not trainings:
         return "its held-out figure trained on every training row: not run at this length."
-    upper = _latest(stage2, epsilon=None, epochs=epochs, **layout) or _latest(stage2, epsilon=None, **layout)
+    upper = _latest(stage2, blind=False, epsilon=None, epochs=epochs, **layout) or _latest(stage2, blind=False, epsilon=None, **layout)
     parts = []
     for task, label in (("mcqa", "4-option"), ("open", "open-answer")):
         means = _training_means(trainings, f"acc_{task}")
