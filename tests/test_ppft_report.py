@@ -966,13 +966,16 @@ def test_table1_reads_the_optimisation_settings_selected_on_validation_only_with
     lines = build_report([d]).splitlines()
     choice = next(l for l in lines if l.startswith("- PPFT's own client and layout alone"))
     assert ("24 epochs, stage-2 lr 0.0005 0.8000 (0.9600); 24 epochs, stage-2 lr 0.00025 0.8000 (0.9500); 24 epochs 0.7000 "
-            "(0.9700). **Table 1's PPFT row and the issue's verdicts are read at 24 epochs, stage-2 lr 0.0005**") in choice
+            "(0.9700). Selected: 24 epochs, stage-2 lr 0.0005. **It has not been run on every training row with its own upper "
+            "bound, so Table 1's PPFT row and the issue's verdicts stay at PPFT's default optimisation settings, 24 epochs**") in choice
     # selected, but without its own upper bound: Table 1 stays at PPFT's defaults (24 epochs, 0.80), no default-settings block
     assert table1(lines).startswith("| PPFT, eps 28 (width-matched), k=4 | 24 |") and table1(lines).split(" | ")[5].startswith("0.800")
     assert not any(l.startswith("- at PPFT's default stage-2 optimisation settings instead") for l in lines)
     _result_file(d / "lr_bound.json", "ppft_stage2", "pri-ddx", [
         ({"epsilon": None, "k": 4, "epochs": 24, "lr": 5e-4}, _eval([0.99] * 3, [0.98] * 3))], date="2026-01-04T00:00:00+00:00")
     lines = build_report([d]).splitlines()
+    assert "**Table 1's PPFT row and the issue's verdicts are read at 24 epochs, stage-2 lr 0.0005** where" in next(
+        l for l in lines if l.startswith("- PPFT's own client and layout alone"))
     assert table1(lines).startswith("| PPFT, eps 28 (width-matched), k=4 (stage-2 lr 0.0005) | 24 |")
     assert table1(lines).split(" | ")[5].startswith("0.860")  # the open-answer column
     assert any(l.startswith("PPFT's eps-28 row is read at 24 stage-2 epochs with stage-2 lr 0.0005 instead of") for l in lines)
@@ -994,7 +997,7 @@ def test_a_tie_in_validation_open_answer_is_a_tie_to_the_last_bits(tmp_path):
         ({"epsilon": 28, "k": 4, "epochs": 24, "validation": 0.2, "lr": 5e-4}, _eval([0.95] * 3, [0.3, 0.2, 0.1])),
     ], date="2026-01-03T00:00:00+00:00", split="validation")
     choice = next(l for l in build_report([d]).splitlines() if l.startswith("- PPFT's own client and layout alone"))
-    assert "**Table 1's PPFT row and the issue's verdicts are read at 24 epochs, stage-2 lr 0.0005**" in choice
+    assert "Selected: 24 epochs, stage-2 lr 0.0005. **It has not been run on every training row" in choice
 
 
 def test_the_gdp_matched_verdicts_and_the_selected_rows_held_out_line_read_the_bound_of_the_rows_length_never_the_blind_run(tmp_path):
@@ -1037,3 +1040,32 @@ def test_the_selection_line_and_table1_break_a_tie_in_open_answer_the_same_way(t
     assert "ties: the better 4-option): PPFT, 60 epochs 0.2000; PPFT, 30 epochs 0.2000. **Selected: PPFT, 60 epochs.**" in chosen
     table1 = next(l for l in lines if l.startswith("- PPFT's own client and layout alone"))
     assert "60 epochs 0.2000 (0.5000); 30 epochs 0.2000 (0.4000). **Table 1's PPFT row and the issue's verdicts are read at 60 epochs**" in table1
+
+
+def test_the_selection_says_when_the_chosen_settings_have_no_held_out_run_and_table1_stays_at_the_defaults(tmp_path):
+    d = _fixture(tmp_path)
+    _result_file(d / "held.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 24}, _eval([0.97] * 3, [0.84] * 3)),
+        ({"epsilon": None, "k": 4, "epochs": 24}, _eval([0.99] * 3, [0.99] * 3)),
+    ], date="2026-01-02T00:00:00+00:00")
+    _result_file(d / "sel.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 24, "validation": 0.2}, _eval([0.99] * 3, [0.80] * 3)),
+        ({"epsilon": 28, "k": 4, "epochs": 24, "validation": 0.2, "lr": 5e-4}, _eval([0.99] * 3, [0.85] * 3)),
+    ], date="2026-01-03T00:00:00+00:00", split="validation")
+
+    def choice_and_row():
+        lines = build_report([d]).splitlines()
+        return (next(l for l in lines if l.startswith("- PPFT's own client and layout alone")),
+                next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4")))
+
+    choice, row = choice_and_row()
+    assert ("Selected: 24 epochs, stage-2 lr 0.0005. **It has not been run on every training row with its own upper bound, so "
+            "Table 1's PPFT row and the issue's verdicts stay at PPFT's default optimisation settings, 24 epochs**") in choice
+    assert "| 24 | 0.970" in row and "lr" not in row
+    _result_file(d / "held_lr.json", "ppft_stage2", "pri-ddx", [  # the chosen settings on every training row, with their bound
+        ({"epsilon": 28, "k": 4, "epochs": 24, "lr": 5e-4}, _eval([0.96] * 3, [0.88] * 3)),
+        ({"epsilon": None, "k": 4, "epochs": 24, "lr": 5e-4}, _eval([0.99] * 3, [0.99] * 3)),
+    ], date="2026-01-04T00:00:00+00:00")
+    choice, row = choice_and_row()
+    assert "**Table 1's PPFT row and the issue's verdicts are read at 24 epochs, stage-2 lr 0.0005** where" in choice
+    assert row.startswith("| PPFT, eps 28 (width-matched), k=4 (stage-2 lr 0.0005) | 24 | 0.960")

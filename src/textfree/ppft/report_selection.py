@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .report import (_LAYOUT_SECTIONS, _OPTIMISATION_KEYS, _PPFT_LAYOUT, WIDTH_MATCHED, Entry, _differs_from_ppft, _eps_label, _fmt,
-                     _get, _latest, _ratio, _training_means, _trainings, settings_name)
+                     _get, _latest, _ratio, _table1_ppft, _training_means, _trainings, settings_name)
 
 __all__ = ["split_selection", "table_selection", "selected_recipe"]
 
@@ -125,11 +125,19 @@ def table_selection(selection: Sequence[Entry], heldout: Sequence[Entry], ds: st
     choices = _choices(validated, heldout, ds)
     ranked = _ranked_recipes(validated)
     if len(ranked) >= 2:
+        (length, layout), best = ranked[0][0], _recipe_name(ranked[0][0][0], dict(ranked[0][0][1]))
+        stage2 = [e for e in heldout if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
+        if layout and not _table1_ppft(stage2, (length, dict(layout)))[2]:  # Table 1 fell back to the default settings
+            read = (f"Selected: {best}. **It has not been run on every training row with its own upper bound, so Table 1's "
+                    f"PPFT row and the issue's verdicts stay at PPFT's default optimisation settings, {length} epochs** where "
+                    "that row was run.")
+        else:
+            read = (f"**Table 1's PPFT row and the issue's verdicts are read at {best}** where that row was run on every "
+                    "training row with its own upper bound.")
         choices.append(f"- PPFT's own client and layout alone, eps {_eps_label(WIDTH_MATCHED)}, k=4: validation open-answer "
                        "(4-option, the tie-break) by stage-2 length and optimisation settings: "
                        + "; ".join(f"{_recipe_name(ep, dict(lay))} {o:.4f} ({m:.4f})" for (ep, lay), (o, m) in ranked)
-                       + f". **Table 1's PPFT row and the issue's verdicts are read at {_recipe_name(ranked[0][0][0], dict(ranked[0][0][1]))}** "
-                       "where that row was run on every training row with its own upper bound.")
+                       + ". " + read)
     return out + ([""] + choices if choices else [])
 
 
@@ -159,7 +167,7 @@ def _choices(validated: Sequence[Entry], heldout: Sequence[Entry], ds: str) -> l
 
 def _heldout_line(stage2: Sequence[Entry], trainings: Sequence[Entry], epochs: Any, layout: dict[str, Any]) -> str:
     if not trainings:
-        return "its held-out figure trained on every training row: not run at this length."
+        return "its held-out figure trained on every training row: not run with these settings at this length."
     upper = _latest(stage2, blind=False, epsilon=None, epochs=epochs, **layout) or _latest(stage2, blind=False, epsilon=None, **layout)
     parts = []
     for task, label in (("mcqa", "4-option"), ("open", "open-answer")):
