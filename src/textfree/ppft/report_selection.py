@@ -10,7 +10,7 @@ trained on every training row (the tables above), over every training of that ro
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .report import (_LAYOUT_SECTIONS, _OPTIMISATION_KEYS, _PPFT_LAYOUT, WIDTH_MATCHED, Entry, _differs_from_ppft, _eps_label, _fmt,
                      _get, _latest, _ratio, _table1_ppft, _training_means, _trainings, settings_name)
@@ -51,15 +51,21 @@ def _newest_candidates(selection: Sequence[Entry], ds: str) -> dict[tuple, Entry
     return newest
 
 
-def _validation_means(validated: Sequence[Entry], eps: Any, k: Any) -> dict[tuple[str, Any], tuple[float, float]]:
-    """Mean validation (open-answer, 4-option) accuracy over each candidate's trainings at (eps, k), by (layout name,
-    epochs)."""
-    scores: dict[tuple[str, Any], list[tuple[float, float]]] = {}
+def _mean_scores(validated: Sequence[Entry], key: Callable[[Entry], Any]) -> dict[Any, tuple[float, float]]:
+    """Validation (open-answer, 4-option) accuracy, each the mean over the trainings that share ``key``; runs without
+    an open-answer figure are left out."""
+    scores: dict[Any, list[tuple[float, float]]] = {}
     for e in validated:
-        if (_get(e, "epsilon"), _get(e, "k")) == (eps, k) and e.values("acc_open"):
+        if e.values("acc_open"):
             mcqa = e.mean("acc_mcqa") if e.values("acc_mcqa") else float("nan")
-            scores.setdefault((layout_of(e)[0], e.params.get("epochs")), []).append((e.mean("acc_open"), mcqa))
+            scores.setdefault(key(e), []).append((e.mean("acc_open"), mcqa))
     return {c: (sum(o for o, _ in v) / len(v), sum(m for _, m in v) / len(v)) for c, v in scores.items()}
+
+
+def _validation_means(validated: Sequence[Entry], eps: Any, k: Any) -> dict[tuple[str, Any], tuple[float, float]]:
+    """:func:`_mean_scores` of each candidate at (eps, k), by (layout name, epochs)."""
+    return _mean_scores([e for e in validated if (_get(e, "epsilon"), _get(e, "k")) == (eps, k)],
+                        lambda e: (layout_of(e)[0], e.params.get("epochs")))
 
 
 def _best_first(scores: dict[Any, tuple[float, float]]) -> list[tuple[Any, tuple[float, float]]]:
@@ -77,16 +83,9 @@ def _ppft_recipe_scores(validated: Sequence[Entry]) -> dict[tuple[Any, tuple], t
     """Validation (open-answer, 4-option) accuracy, each the mean over the candidate's trainings, of PPFT's own client
     and layout at the targets' point (width-matched eps, k=4), by (stage-2 length, optimisation settings: ``()`` for
     PPFT's defaults, else the one :data:`~textfree.ppft.report._OPTIMISATION_KEYS` layout item it sets)."""
-    scores: dict[tuple[Any, tuple], list[tuple[float, float]]] = {}
-    for e in validated:
-        name, layout = layout_of(e)
-        if (_get(e, "epsilon"), _get(e, "k")) != (WIDTH_MATCHED, 4) or not e.values("acc_open"):
-            continue
-        if layout and not set(layout) <= _OPTIMISATION_KEYS:
-            continue
-        mcqa = e.mean("acc_mcqa") if e.values("acc_mcqa") else float("nan")
-        scores.setdefault((e.params.get("epochs"), tuple(layout.items())), []).append((e.mean("acc_open"), mcqa))
-    return {c: (sum(o for o, _ in v) / len(v), sum(m for _, m in v) / len(v)) for c, v in scores.items()}
+    ppft = [e for e in validated if (_get(e, "epsilon"), _get(e, "k")) == (WIDTH_MATCHED, 4)
+            and set(layout_of(e)[1]) <= _OPTIMISATION_KEYS]
+    return _mean_scores(ppft, lambda e: (e.params.get("epochs"), tuple(layout_of(e)[1].items())))
 
 
 def _ranked_recipes(validated: Sequence[Entry]) -> list[tuple[tuple[Any, tuple], tuple[float, float]]]:
@@ -125,7 +124,8 @@ def table_selection(selection: Sequence[Entry], heldout: Sequence[Entry], ds: st
     choices = _choices(validated, heldout, ds)
     ranked = _ranked_recipes(validated)
     if len(ranked) >= 2:
-        (length, layout), best = ranked[0][0], _recipe_name(ranked[0][0][0], dict(ranked[0][0][1]))
+        (length, layout), _ = ranked[0]
+        best = _recipe_name(length, dict(layout))
         stage2 = [e for e in heldout if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
         if layout and not _table1_ppft(stage2, (length, dict(layout)))[2]:  # Table 1 fell back to the default settings
             read = (f"Selected: {best}. **It has not been run on every training row with its own upper bound, so Table 1's "
