@@ -40,3 +40,19 @@ def test_accuracy_and_seed_spread_hand_values():
     assert s["mean"] == pytest.approx(0.6) and s["std"] == pytest.approx(0.1)
     assert s["min"] == 0.5 and s["max"] == 0.7 and s["n"] == 3
     assert math.isnan(seed_spread([0.4])["std"])
+
+
+def test_mean_interval_hand_values():
+    from textfree.metrics import mean_interval
+
+    # mean 0.85, sample sd 0.05, n 3: half-width t_{0.975, 2} * 0.05 / sqrt(3) = 4.302653 * 0.0288675 = 0.124207
+    lo, hi = mean_interval([0.80, 0.85, 0.90])
+    assert lo == pytest.approx(0.85 - 0.124207, abs=1e-6) and hi == pytest.approx(0.85 + 0.124207, abs=1e-6)
+    # 90%: t_{0.95, 2} = 2.919986 -> half-width 0.084293
+    lo, hi = mean_interval([0.80, 0.85, 0.90], confidence=0.90)
+    assert hi - 0.85 == pytest.approx(0.084293, abs=1e-6)
+    assert mean_interval([0.5, 0.5, 0.5]) == (0.5, 0.5)
+    with pytest.raises(ValueError, match="at least two values, got 1"):
+        mean_interval([0.4])
+    with pytest.raises(ValueError, match="confidence must lie in"):
+        mean_interval([0.4, 0.5], confidence=1.0)

@@ -600,6 +600,28 @@ def test_the_targets_are_judged_over_the_trainings_of_the_row_when_there_are_sev
     assert "-> **met**" in next(l for l in lines if l.startswith("  - 4-option: PPFT 0.9700"))
 
 
+def test_three_or_more_trainings_place_the_bar_against_the_95_percent_interval_of_their_mean(tmp_path):
+    d = _fixture(tmp_path)
+    _result_file(d / "bound12.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": None, "k": 4, "epochs": 12}, _eval([0.99], [0.99]))], date="2026-01-02T00:00:00+00:00", seeds=(0,))
+    for seed, opens in enumerate(([0.85, 0.86, 0.87], [0.79, 0.80, 0.81])):
+        _result_file(d / f"ts{seed}.json", "ppft_stage2", "pri-ddx", [
+            ({"epsilon": 28, "k": 4, "epochs": 12, "train_seed": seed}, _eval([0.97] * 3, opens))],
+            date=f"2026-01-02T00:00:0{seed}+00:00")
+    assert not any("95% t-interval" in l for l in build_report([d]).splitlines())  # two trainings: no interval
+    _result_file(d / "ts2.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 12, "train_seed": 2}, _eval([0.97] * 3, [0.83, 0.84, 0.85]))],
+        date="2026-01-02T00:00:03+00:00")
+    lines = build_report([d]).splitlines()
+    over = lines.index(next(l for l in lines if l.startswith("  - open-answer: PPFT 0.8333")))
+    # training means 0.86, 0.80, 0.84: sample sd 0.030551, t_{0.975, 2} 4.302653 -> half-width 0.075891;
+    # the bar 0.85 * 0.99 = 0.8415 lies inside [0.7574, 0.9092] and above the mean
+    assert lines[over + 1] == ("    - 95% t-interval of the mean over the 3 trainings: 0.7574 to 0.9092 (76.5% to 91.8% of the "
+                               "bound); the 85% bar 0.8415 lies inside it: the mean misses the bar, but not with 95% confidence")
+    four = lines.index(next(l for l in lines if l.startswith("  - 4-option: PPFT 0.9700")))
+    assert lines[four + 1].endswith("the 85% bar 0.8415 lies below it: the bar is met with 95% confidence")
+
+
 def test_a_second_training_of_a_layout_is_tabled_and_judged_over_its_trainings(tmp_path):
     d = _fixture(tmp_path)
     _centred_run(d)  # training seed 0: open 0.85 of the upper bound 0.98 (86.7%), met
@@ -1069,3 +1091,13 @@ def test_the_selection_says_when_the_chosen_settings_have_no_held_out_run_and_ta
     choice, row = choice_and_row()
     assert "**Table 1's PPFT row and the issue's verdicts are read at 24 epochs, stage-2 lr 0.0005** where" in choice
     assert row.startswith("| PPFT, eps 28 (width-matched), k=4 (stage-2 lr 0.0005) | 24 | 0.960")
+
+
+def test_the_interval_line_names_each_place_of_the_bar():
+    from textfree.ppft.report import _interval_line
+
+    # means 0.60, 0.62, 0.64: mean 0.62, sd 0.02, half-width 4.302653 * 0.02 / sqrt(3) = 0.049683
+    assert _interval_line([0.60, 0.62, 0.64], 1.0).endswith(  # bar 0.85 above [0.5703, 0.6697]
+        "(57.0% to 67.0% of the bound); the 85% bar 0.8500 lies above it: the bar is missed with 95% confidence")
+    assert _interval_line([0.60, 0.62, 0.64], 0.72).endswith(  # bar 0.612 inside, below the mean 0.62
+        "the 85% bar 0.6120 lies inside it: the mean meets the bar, but not with 95% confidence")

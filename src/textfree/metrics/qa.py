@@ -1,4 +1,5 @@
-"""Question-answering metrics for PPFT's evaluation: 4-option accuracy, open-answer accuracy, seed spread.
+"""Question-answering metrics for PPFT's evaluation: 4-option accuracy, open-answer accuracy, seed spread, the
+confidence interval of a mean over trainings.
 
 * 4-option accuracy (PPFT Appendix D.1): a generation is correct if the normalised gold option text occurs in it
   (:func:`textfree.data.prompts.is_correct`).
@@ -15,7 +16,7 @@ from typing import Sequence
 
 from ..data.normalize import normalize_answer
 
-__all__ = ["first_mentioned", "open_answer_correct", "accuracy", "seed_spread"]
+__all__ = ["first_mentioned", "open_answer_correct", "accuracy", "seed_spread", "mean_interval"]
 
 
 def _spans(text: str, label: str) -> list[int]:
@@ -66,3 +67,17 @@ def seed_spread(values: Sequence[float]) -> dict[str, float]:
     mean = sum(values) / n
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else math.nan
     return {"mean": mean, "std": std, "min": min(values), "max": max(values), "n": n}
+
+
+def mean_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Two-sided Student-t confidence interval of the mean of ``values`` (independent runs, e.g. one figure per
+    training): mean -/+ t_{(1+confidence)/2, n-1} * sd / sqrt(n), with the sample standard deviation (n - 1)."""
+    from scipy.stats import t
+
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence!r}")
+    spread = seed_spread(values)
+    if spread["n"] < 2:
+        raise ValueError(f"mean_interval needs at least two values, got {spread['n']}")
+    half = float(t.ppf((1.0 + confidence) / 2.0, spread["n"] - 1)) * spread["std"] / math.sqrt(spread["n"])
+    return spread["mean"] - half, spread["mean"] + half

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from ..metrics import seed_spread
+from ..metrics import mean_interval, seed_spread
 
 __all__ = ["PAPER_TABLE1", "WIDTH_MATCHED", "GDP_MATCHED", "PAPER_EPSILON", "Entry", "collect", "build_report", "write_report"]
 
@@ -425,7 +425,22 @@ def _training_verdicts(prefix: str, trainings: Sequence[Entry], upper: Entry, bl
                      f"bound {u:.4f} -> **{'met' if _meets(p, u, b, lo) else 'NOT met'}**"
                      + next((note for note in (_bound_of_another_build(t, upper) for t in trainings) if note), "")
                      + _mixed_builds(trainings))
+        if len(means) >= 3:
+            lines.append(_interval_line(means, u))
     return lines
+
+
+def _interval_line(means: Sequence[float], u: float) -> str:
+    """Where the issue's bar (85% of the upper bound ``u``, the bound taken as fixed: it is one deterministic
+    training) lies against the 95% t-interval of the mean over the trainings' ``means``."""
+    lo, hi = mean_interval(means, 0.95)
+    bar = _TARGET_RETENTION * u
+    where = ("below it: the bar is met with 95% confidence" if bar < lo else
+             "above it: the bar is missed with 95% confidence" if bar > hi else
+             "inside it: the mean meets the bar, but not with 95% confidence" if sum(means) / len(means) >= bar else
+             "inside it: the mean misses the bar, but not with 95% confidence")
+    return (f"    - 95% t-interval of the mean over the {len(means)} trainings: {lo:.4f} to {hi:.4f} ({_ratio(lo, u)} to "
+            f"{_ratio(hi, u)} of the bound); the {_TARGET_RETENTION:.0%} bar {bar:.4f} lies {where}")
 
 
 def _mixed_builds(trainings: Sequence[Entry]) -> str:
