@@ -314,8 +314,36 @@ def test_the_run_fingerprint_covers_weights_and_configs_not_checkpoints_logs_or_
     (b / "checkpoints" / "step-000010" / "state.json").write_text("{}")
     (b / "metrics.jsonl").write_text('{"step": 1}\n')
     assert run_fingerprint(b) == run_fingerprint(a)
+    # how the training went (summary.json: times, losses) is not what the run is; the legacy fingerprint included it
+    (b / "summary.json").write_text(json.dumps({"stage": "stage1", "wall_s": 1.0}))
+    (a / "summary.json").write_text(json.dumps({"stage": "stage1", "wall_s": 2.0}))
+    assert run_fingerprint(b) == run_fingerprint(a)
+    assert run_fingerprint(b, legacy=True) != run_fingerprint(a, legacy=True)
     (b / "textfree_config.json").write_text((b / "textfree_config.json").read_text() + " ")
     assert run_fingerprint(b) != run_fingerprint(a)
+
+
+def test_a_run_that_recorded_the_legacy_fingerprint_of_its_init_still_names_its_build(init_run, tmp_path):
+    """Runs trained before 2026-11-27 recorded their init's fingerprint with its summary.json: they still pass
+    ``same_init`` and name the init's (new) fingerprint as their build; a changed init is still refused."""
+    import shutil
+
+    from textfree.ppft.checkpoint import TRAIN_CONFIG, InitChanged, run_fingerprint, same_init, stage1_build
+
+    init = tmp_path / "stage1"
+    shutil.copytree(init_run, init)
+    (init / "summary.json").write_text(json.dumps({"stage": "stage1", "wall_s": 3.5}))
+    run = tmp_path / "s2"
+    run.mkdir()
+    legacy = run_fingerprint(init, legacy=True)
+    assert legacy != run_fingerprint(init)
+    (run / TRAIN_CONFIG).write_text(json.dumps({"config": {"init": str(init)}, "init_fingerprint": legacy}))
+    (run / "summary.json").write_text(json.dumps({"stage": "stage2"}))
+    assert same_init(run, legacy, init) and stage1_build(run) == run_fingerprint(init)
+    (init / "summary.json").write_text(json.dumps({"stage": "stage1", "wall_s": 4.5}))  # its legacy fingerprint moves
+    assert stage1_build(run) is None
+    with pytest.raises(InitChanged, match="was trained from another"):
+        same_init(run, legacy, init)
 
 
 # ------------------------------------------------------------------------------------------------ validation part

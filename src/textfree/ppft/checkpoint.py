@@ -108,13 +108,21 @@ def finished_run(run: str | os.PathLike, config: dict[str, Any], volatile: set[s
         and not differing_settings(run, config, volatile)
 
 
-def run_fingerprint(run: str | os.PathLike) -> str:
+#: The file of a run that records how its training went (times, losses, steps), not what the run is: left out of
+#: its fingerprint, so a run rebuilt with the same weights and configs (a deterministic rebuild, a resumed one) keeps it.
+_OUTCOME_FILE = "summary.json"
+
+
+def run_fingerprint(run: str | os.PathLike, *, legacy: bool = False) -> str:
     """sha256 over a saved run's weights and configs: every ``.safetensors`` and ``.json`` file outside
-    ``checkpoints/``, by relative path. A run started from ``run`` records it, so a rebuilt ``run`` at the same path
-    is told apart from the one it was trained from."""
+    ``checkpoints/``, by relative path, but the top-level ``summary.json`` (its training times differ between two
+    builds of the same weights). A run started from ``run`` records it, so a rebuilt ``run`` at the same path is told
+    apart from the one it was trained from when its weights or configs differ. ``legacy``: the fingerprint as
+    recorded until 2026-11-27, with ``summary.json`` (:func:`same_init` accepts either)."""
     root = Path(run).resolve()
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in {".safetensors", ".json"}
-                   and CHECKPOINTS_DIR not in p.relative_to(root).parts)
+                   and CHECKPOINTS_DIR not in p.relative_to(root).parts
+                   and (legacy or p.relative_to(root).as_posix() != _OUTCOME_FILE))
     h = hashlib.sha256()
     for path in files:
         h.update(f"{path.relative_to(root).as_posix()}\0{_sha256_file(path)}\n".encode())
@@ -134,9 +142,15 @@ def stage1_build(run: str | os.PathLike) -> str | None:
         return run_fingerprint(run)
     saved = read_json(run / TRAIN_CONFIG) if (run / TRAIN_CONFIG).is_file() else {}
     init, recorded = saved.get("config", {}).get("init"), saved.get("init_fingerprint")
-    if not init or not recorded or not Path(init).is_dir() or run_fingerprint(init) != recorded:
+    if not init or not recorded or not Path(init).is_dir() or not _is_fingerprint_of(recorded, init):
         return None
     return stage1_build(init)
+
+
+def _is_fingerprint_of(recorded: str, init: str | os.PathLike, current: str | None = None) -> bool:
+    """Whether ``recorded`` is ``init``'s fingerprint (``current``, when the caller has it already), or its legacy
+    one (with summary.json) for a run that recorded it before 2026-11-27."""
+    return recorded == (current or run_fingerprint(init)) or recorded == run_fingerprint(init, legacy=True)
 
 
 class InitChanged(ValueError):
@@ -146,14 +160,15 @@ class InitChanged(ValueError):
 def same_init(run: str | os.PathLike, recorded: str | None, init: str | os.PathLike, *, current: str | None = None) -> bool:
     """Whether ``init`` still is the run that ``run`` started from, by the fingerprint ``run`` recorded of it.
 
-    True when :func:`run_fingerprint` of ``init`` (``current``, when the caller has it already) is ``recorded``;
+    True when :func:`run_fingerprint` of ``init`` (``current``, when the caller has it already) is ``recorded`` (or
+    its legacy fingerprint, for a run that recorded one before 2026-11-27);
     False when ``recorded`` is None (a run from before fingerprints were recorded: unchecked, the caller says so);
     raises :class:`InitChanged` otherwise. Configs name ``init`` by path only, so without this a rebuilt ``init``
     would pass for the old one."""
     if recorded is None:
         return False
     current = current or run_fingerprint(init)
-    if current != recorded:
+    if not _is_fingerprint_of(recorded, init, current):
         raise InitChanged(f"{str(run)!r} was trained from another {str(init)!r} (init fingerprint {recorded[:12]}, now {current[:12]})")
     return True
 
