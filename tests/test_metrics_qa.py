@@ -56,3 +56,18 @@ def test_mean_interval_hand_values():
         mean_interval([0.4])
     with pytest.raises(ValueError, match="confidence must lie in"):
         mean_interval([0.4, 0.5], confidence=1.0)
+
+
+def test_welch_test_hand_values():
+    from textfree.metrics import welch_test
+
+    # a: mean 2, var 1, n 3; b: mean 5.5, var 5/3, n 4. se^2 = 1/3 + (5/3)/4 = 0.75, t = -3.5 / sqrt(0.75) = -4.041452;
+    # df = 0.75^2 / ((1/3)^2 / 2 + (5/12)^2 / 3) = 0.5625 / 0.113426 = 4.959184
+    w = welch_test([1, 2, 3], [4, 5, 6, 7])
+    assert w["t"] == pytest.approx(-4.041452, abs=1e-6) and w["df"] == pytest.approx(4.959184, abs=1e-6)
+    assert w["p"] == pytest.approx(0.0100769, abs=1e-6)  # the t distribution's two-sided tail (scipy's ttest_ind agrees)
+    assert welch_test([4, 5, 6, 7], [1, 2, 3])["t"] == pytest.approx(4.041452, abs=1e-6)
+    with pytest.raises(ValueError, match="at least two values on each side, got 1 and 3"):
+        welch_test([1], [1, 2, 3])
+    with pytest.raises(ValueError, match="needs some spread"):
+        welch_test([1, 1], [1, 1])

@@ -1101,3 +1101,19 @@ def test_the_interval_line_names_each_place_of_the_bar():
         "(57.0% to 67.0% of the bound); the 85% bar 0.8500 lies above it: the bar is missed with 95% confidence")
     assert _interval_line([0.60, 0.62, 0.64], 0.72).endswith(  # bar 0.612 inside, below the mean 0.62
         "the 85% bar 0.6120 lies inside it: the mean meets the bar, but not with 95% confidence")
+
+
+def test_the_selected_settings_are_tested_against_the_default_ones_per_task_over_their_trainings():
+    from textfree.ppft.report import Entry, _welch_lines
+
+    def training(mcqa: float, open_: float) -> Entry:
+        return Entry("ppft_stage2", "pri-ddx", {"epsilon": 28}, {"acc_mcqa": {"values": [mcqa]}, "acc_open": {"values": [open_]}},
+                     "f.json", "2026-01-01")
+
+    selected = [training(0.97, o) for o in (1, 2, 3)]
+    default = [training(0.97, o) for o in (4, 5, 6, 7)]
+    # 4-option: the same 0.97 everywhere, no spread: no line; open-answer: Welch t -4.04 (df 5.0), p 0.010 (test_metrics_qa)
+    assert _welch_lines(selected, default) == [
+        "- the selected settings against the default ones, open-answer: -3.5000 over 3 and 4 trainings; Welch t -4.04 "
+        "(df 5.0), two-sided p 0.010: significant at 0.05"]
+    assert _welch_lines(selected[:1], default) == []  # one training: no test

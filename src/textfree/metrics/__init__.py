@@ -13,7 +13,7 @@ from .privacy import (
     multilabel_prf,
     pii_recovery,
 )
-from .qa import accuracy, first_mentioned, mean_interval, open_answer_correct, seed_spread
+from .qa import accuracy, first_mentioned, mean_interval, open_answer_correct, seed_spread, welch_test
 from .text import PRF, BleuScore, UnicodeTokenizer, corpus_bleu, corpus_rouge_l, normalized_tokens, rouge_l, score_gain
 
 __all__ = [
@@ -39,5 +39,6 @@ __all__ = [
     "score_gain",
     "seed_spread",
     "mean_interval",
+    "welch_test",
     "token_recovery_rate",
 ]

@@ -1,5 +1,5 @@
 """Question-answering metrics for PPFT's evaluation: 4-option accuracy, open-answer accuracy, seed spread, the
-confidence interval of a mean over trainings.
+confidence interval of a mean over trainings, Welch's test between two sets of trainings.
 
 * 4-option accuracy (PPFT Appendix D.1): a generation is correct if the normalised gold option text occurs in it
   (:func:`textfree.data.prompts.is_correct`).
@@ -16,7 +16,7 @@ from typing import Sequence
 
 from ..data.normalize import normalize_answer
 
-__all__ = ["first_mentioned", "open_answer_correct", "accuracy", "seed_spread", "mean_interval"]
+__all__ = ["first_mentioned", "open_answer_correct", "accuracy", "seed_spread", "mean_interval", "welch_test"]
 
 
 def _spans(text: str, label: str) -> list[int]:
@@ -81,3 +81,19 @@ def mean_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[fl
         raise ValueError(f"mean_interval needs at least two values, got {spread['n']}")
     half = float(t.ppf((1.0 + confidence) / 2.0, spread["n"] - 1)) * spread["std"] / math.sqrt(spread["n"])
     return spread["mean"] - half, spread["mean"] + half
+
+
+def welch_test(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
+    """Welch's unequal-variances t-test of mean(a) - mean(b) (e.g. one figure per training of two recipes): ``t``,
+    the Welch-Satterthwaite degrees of freedom ``df`` and the two-sided ``p``."""
+    from scipy.stats import t as student
+
+    sa, sb = seed_spread(a), seed_spread(b)
+    if sa["n"] < 2 or sb["n"] < 2:
+        raise ValueError(f"welch_test needs at least two values on each side, got {sa['n']} and {sb['n']}")
+    va, vb = sa["std"] ** 2 / sa["n"], sb["std"] ** 2 / sb["n"]
+    if va + vb == 0:
+        raise ValueError("welch_test needs some spread: every value on both sides is the same")
+    t = (sa["mean"] - sb["mean"]) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (sa["n"] - 1) + vb**2 / (sb["n"] - 1))
+    return {"t": t, "df": df, "p": float(2.0 * student.sf(abs(t), df))}

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from ..metrics import mean_interval, seed_spread
+from ..metrics import mean_interval, seed_spread, welch_test
 
 __all__ = ["PAPER_TABLE1", "WIDTH_MATCHED", "GDP_MATCHED", "PAPER_EPSILON", "Entry", "collect", "build_report", "write_report"]
 
@@ -314,6 +314,7 @@ def _targets(stage2, ppft, blind, upper, lower, settings: dict[str, Any]) -> lis
         head = (f"- at PPFT's default stage-2 optimisation settings instead (stage-2 lr {lr:g}, weight decay {decay:g}, the "
                 f"last step's weights), {epochs} epochs, against their own upper bound, over {len(trainings)} training(s):")
         lines += _training_verdicts("", trainings, default_upper, blind, low, header=head, at_least=1)
+        lines += _welch_lines(_trainings(stage2, epochs, **settings), trainings)
     if ppft.values("acc_length_open"):
         n, p = ppft.mean("acc_length_open"), ppft.mean("acc_open")
         lines.append(f"- the slot count alone (the same model given random unit slots with each payload's count): open-answer "
@@ -427,6 +428,21 @@ def _training_verdicts(prefix: str, trainings: Sequence[Entry], upper: Entry, bl
                      + _mixed_builds(trainings))
         if len(means) >= 3:
             lines.append(_interval_line(means, u))
+    return lines
+
+
+def _welch_lines(selected: Sequence[Entry], default: Sequence[Entry]) -> list[str]:
+    """Per task, whether the selected settings' trainings differ from the default settings' ones: Welch's t-test
+    over the per-training means (two or more trainings on each side), at the 0.05 level."""
+    lines = []
+    for task, name in (("mcqa", "4-option"), ("open", "open-answer")):
+        a, b = _training_means(selected, f"acc_{task}"), _training_means(default, f"acc_{task}")
+        if a is None or b is None or len(a) < 2 or len(b) < 2 or len(set(a) | set(b)) < 2:
+            continue
+        w = welch_test(a, b)
+        lines.append(f"- the selected settings against the default ones, {name}: {sum(a) / len(a) - sum(b) / len(b):+.4f} over "
+                     f"{len(a)} and {len(b)} trainings; Welch t {w['t']:.2f} (df {w['df']:.1f}), two-sided p {w['p']:.3f}: "
+                     + ("significant at 0.05" if w["p"] < 0.05 else "not significant at 0.05"))
     return lines
 
 
