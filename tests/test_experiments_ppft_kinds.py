@@ -323,6 +323,29 @@ def test_the_run_fingerprint_covers_weights_and_configs_not_checkpoints_logs_or_
     assert run_fingerprint(b) != run_fingerprint(a)
 
 
+def test_the_run_fingerprint_names_the_base_decoder_by_its_weights_not_by_where_it_lies(init_run, tmp_path):
+    """decoder_ref.json records a local decoder by absolute path: a clone elsewhere (or a copied runs/ folder) builds
+    the same run, so the path is left out where the weights' hash is recorded; another decoder still changes it."""
+    import shutil
+
+    from textfree.ppft.checkpoint import run_fingerprint
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(init_run, a)
+    shutil.copytree(init_run, b)
+    ref = json.loads((b / "decoder_ref.json").read_text())
+    assert ref["sha256"] and Path(ref["name_or_path"]).is_absolute()
+    (b / "decoder_ref.json").write_text(json.dumps({**ref, "name_or_path": "/elsewhere/runs/decoder-small"}))
+    assert run_fingerprint(b) == run_fingerprint(a)
+    assert run_fingerprint(b, legacy=True) != run_fingerprint(a, legacy=True)  # the legacy one hashed the bytes
+    (b / "decoder_ref.json").write_text(json.dumps({**ref, "sha256": "0" * 64}))
+    assert run_fingerprint(b) != run_fingerprint(a)
+    # a hub name without a hash of its weights: the name is all that identifies the decoder, so it counts
+    (a / "decoder_ref.json").write_text(json.dumps({**ref, "name_or_path": "org/decoder-a", "sha256": None}))
+    (b / "decoder_ref.json").write_text(json.dumps({**ref, "name_or_path": "org/decoder-b", "sha256": None}))
+    assert run_fingerprint(b) != run_fingerprint(a)
+
+
 def test_a_run_that_recorded_the_legacy_fingerprint_of_its_init_still_names_its_build(init_run, tmp_path):
     """Runs trained before 2026-11-27 recorded their init's fingerprint with its summary.json: they still pass
     ``same_init`` and name the init's (new) fingerprint as their build; a changed init is still refused."""

@@ -111,22 +111,40 @@ def finished_run(run: str | os.PathLike, config: dict[str, Any], volatile: set[s
 #: The file of a run that records how its training went (times, losses, steps), not what the run is: left out of
 #: its fingerprint, so a run rebuilt with the same weights and configs (a deterministic rebuild, a resumed one) keeps it.
 _OUTCOME_FILE = "summary.json"
+#: Where a run records its base decoder (name or absolute path + weights' hash): fingerprinted by what it names.
+_DECODER_REF_FILE = "decoder_ref.json"
 
 
 def run_fingerprint(run: str | os.PathLike, *, legacy: bool = False) -> str:
     """sha256 over a saved run's weights and configs: every ``.safetensors`` and ``.json`` file outside
     ``checkpoints/``, by relative path, but the top-level ``summary.json`` (its training times differ between two
-    builds of the same weights). A run started from ``run`` records it, so a rebuilt ``run`` at the same path is told
-    apart from the one it was trained from when its weights or configs differ. ``legacy``: the fingerprint as
-    recorded until 2026-11-27, with ``summary.json`` (:func:`same_init` accepts either)."""
+    builds of the same weights), and ``decoder_ref.json`` without the local decoder's path where its weights' hash is
+    recorded (:func:`_decoder_ref_sha256`: a clone elsewhere builds the same run). A run started from ``run`` records
+    it, so a rebuilt ``run`` at the same path is told apart from the one it was trained from when its weights or
+    configs differ. ``legacy``: the fingerprint as recorded until 2026-11-27, every file's bytes with ``summary.json``
+    (:func:`same_init` accepts either)."""
     root = Path(run).resolve()
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in {".safetensors", ".json"}
                    and CHECKPOINTS_DIR not in p.relative_to(root).parts
                    and (legacy or p.relative_to(root).as_posix() != _OUTCOME_FILE))
     h = hashlib.sha256()
     for path in files:
-        h.update(f"{path.relative_to(root).as_posix()}\0{_sha256_file(path)}\n".encode())
+        rel = path.relative_to(root).as_posix()
+        digest = _sha256_file(path) if legacy or rel != _DECODER_REF_FILE else _decoder_ref_sha256(path)
+        h.update(f"{rel}\0{digest}\n".encode())
     return h.hexdigest()
+
+
+def _decoder_ref_sha256(path: Path) -> str:
+    """sha256 of a decoder_ref.json as what it names, not where: a local decoder is recorded by its absolute path, so
+    the same decoder at another path (a clone elsewhere, a copied runs/ folder) is left out where the weights' hash
+    identifies it; a hub name without a hash is kept, as it is the only identity there is."""
+    ref = read_json(path)
+    if not isinstance(ref, dict):
+        return _sha256_file(path)
+    if ref.get("sha256"):
+        ref = {key: value for key, value in ref.items() if key != "name_or_path"}
+    return hashlib.sha256(json.dumps(ref, sort_keys=True).encode()).hexdigest()
 
 
 def stage1_build(run: str | os.PathLike) -> str | None:
