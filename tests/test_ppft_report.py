@@ -175,7 +175,8 @@ def test_target_verdict_needs_the_retention_and_a_clear_margin_over_both_control
     v = verdicts(0.95, 0.81, 0.90)  # open 84.4% < 85%
     assert "84.4%" in v["open-answer"] and "NOT met" in v["open-answer"]
     v = verdicts(0.95, 0.83, 0.90, with_lower=False)  # a missing control cannot be beaten
-    assert "NOT met" in v["4-option:"] and "lower bound nan" in v["4-option:"]
+    assert "NOT met" in v["4-option:"] and "lower bound not measured" in v["4-option:"]
+    assert "(the lower bound not measured: a missing control is not beaten)" in v["4-option:"]
     v = verdicts(0.95, 0.83, 0.90, rank=0.96)  # ranked: 0.96 vs blind ranked 0.93 (+0.03), 99.0% of 0.97
     assert "**met**" in v["4-option, ranked"] and "0.9300" in v["4-option, ranked"]
 
@@ -208,7 +209,8 @@ def test_summary_layout_runs_stay_out_of_ppft_tables_and_get_their_own_verdicts(
     assert "87.5% of the upper bound 0.8000" in open_ and "**met**" in open_
     # label-ranked: 0.75 / 0.80 = 93.8%, but the blind row was never label-ranked: a missing control is not beaten
     ranked = next(l for l in section if l.startswith("- 1 summary vector + slots: eps 28, label-ranked open-answer"))
-    assert "93.8%" in ranked and "blind nan" in ranked and "**NOT met**" in ranked
+    assert "93.8%" in ranked and "blind not measured" in ranked and "**NOT met**" in ranked
+    assert "(the blind row and the lower bound not measured: a missing control is not beaten)" in ranked
     assert any(l.startswith("| 1 summary vector + slots | eps 28 (width-matched), k=4 | 12 |") and l.endswith("| 0.750 (3 seeds, all equal) | — |")
                for l in section)
 

@@ -393,9 +393,17 @@ def _verdicts(prefix: str, ppft: Entry, upper: Entry, blind: Entry | None, low: 
         b = blind.mean(f"acc_{blind_task}") if blind else math.nan
         lo = low.mean(f"acc_{task}") if low else math.nan
         verdict = "met" if _meets(p, u, b, lo) else "NOT met"
+        missing = [what for what, ref in (("the blind row", b), ("the lower bound", lo)) if math.isnan(ref)]
         lines.append(f"- {prefix + ', ' if prefix else ''}{name}: PPFT {p:.4f} = {_ratio(p, u)} of the upper bound {u:.4f}; "
-                     f"blind {b:.4f}; lower bound {lo:.4f} -> **{verdict}**" + _bound_of_another_build(ppft, upper))
+                     f"blind {_control(b)}; lower bound {_control(lo)} -> **{verdict}**"
+                     + (f" ({' and '.join(missing)} not measured: a missing control is not beaten)" if missing else "")
+                     + _bound_of_another_build(ppft, upper))
     return lines
+
+
+def _control(value: float) -> str:
+    """A control's accuracy for a verdict line, or that it was not measured (no result file, or not for this task)."""
+    return "not measured" if math.isnan(value) else f"{value:.4f}"
 
 
 def _training_means(trainings: Sequence[Entry], metric: str) -> list[float] | None:
