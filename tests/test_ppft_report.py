@@ -329,6 +329,17 @@ def test_a_pipeline_run_makes_the_time_table_with_its_verdict(tmp_path):
     d = _fixture(tmp_path)
     text = build_report([d])
     assert "| **total** |" in text and "ppft pipeline" not in text  # no pipeline run: composed from the stage cells
+    total = next(l for l in text.splitlines() if l.startswith("| **total** |"))
+    # the fixture has no pretraining or stage-1 file: a sum over the other steps is not called the pipeline's time
+    assert total.startswith("| **total** | — | not measured: no decoder pretraining, no stage 1 in these result files")
+    _result_file(d / "pre.json", "ppft_pretrain", None, [({"out": "runs/decoder-small"}, {"wall_s": [1000.0]})],
+                 date="2026-01-01T00:00:08+00:00", seeds=(0,))
+    _result_file(d / "s1.json", "ppft_stage1", None, [({"out": "runs/stage1"}, {"train_wall_s": [200.0]})],
+                 date="2026-01-01T00:00:09+00:00", seeds=(0,))
+    total = next(l for l in build_report([d]).splitlines() if l.startswith("| **total** |"))
+    assert total == "| **total** | **1390** (23.2 min; target < 60 min) | |"  # 1000 + 200 + 150 + 40, by hand
+    for name in ("pre.json", "s1.json"):
+        (d / name).unlink()
     params = {"out": "runs/pipeline", "epsilon": 28, "k": 4, "stage2_epochs": 12, "eval_tasks": ["mcqa", "open"]}
     _result_file(d / "pipe.json", "ppft_pipeline", "pri-ddx", [(params, _pipeline_point([700.0, 250.0, 900.0, 90.0]))],
                  date="2026-01-02T00:00:00+00:00", seeds=(0,))
