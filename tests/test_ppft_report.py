@@ -399,7 +399,7 @@ def test_noise_table_prints_each_mechanisms_slot_mu(tmp_path):
 
 
 def test_mu_figure_joins_only_runs_trained_like_table1(tmp_path):
-    from textfree.ppft.report import _mu_points
+    from textfree.ppft.report.figures import _mu_points
 
     d = _fixture(tmp_path)
     _result_file(d / "gauss.json", "ppft_stage2", "pri-ddx", [
@@ -902,7 +902,7 @@ def test_a_training_recipe_gets_its_own_section_and_only_an_optimisation_setting
 
 
 def test_the_optimiser_layouts_default_is_stage2s():
-    from textfree.ppft.report import _PPFT_LAYOUT
+    from textfree.ppft.report.entries import _PPFT_LAYOUT
     from textfree.ppft.train import Stage2Config
 
     defaults = {f.name: f.default for f in dataclasses.fields(Stage2Config)}
@@ -1110,7 +1110,7 @@ def test_the_selection_says_when_the_chosen_settings_have_no_held_out_run_and_ta
 
 
 def test_the_interval_line_names_each_place_of_the_bar():
-    from textfree.ppft.report import _interval_line
+    from textfree.ppft.report.verdicts import _interval_line
 
     # means 0.60, 0.62, 0.64: mean 0.62, sd 0.02, half-width 4.302653 * 0.02 / sqrt(3) = 0.049683
     assert _interval_line([0.60, 0.62, 0.64], 1.0).endswith(  # bar 0.85 above [0.5703, 0.6697]
@@ -1120,7 +1120,8 @@ def test_the_interval_line_names_each_place_of_the_bar():
 
 
 def test_the_selected_settings_are_tested_against_the_default_ones_per_task_over_their_trainings():
-    from textfree.ppft.report import Entry, _welch_lines
+    from textfree.ppft.report import Entry
+    from textfree.ppft.report.verdicts import _welch_lines
 
     def training(mcqa: float, open_: float) -> Entry:
         return Entry("ppft_stage2", "pri-ddx", {"epsilon": 28}, {"acc_mcqa": {"values": [mcqa]}, "acc_open": {"values": [open_]}},

@@ -12,10 +12,20 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from .report import (_LAYOUT_SECTIONS, _OPTIMISATION_KEYS, _PPFT_LAYOUT, WIDTH_MATCHED, Entry, _differs_from_ppft, _eps_label, _fmt,
-                     _get, _latest, _ratio, _table1_ppft, _training_means, _trainings, settings_name)
+from .entries import _PPFT_LAYOUT, WIDTH_MATCHED, Entry, _eps_label, _fmt, _get, _latest, _ratio, _trainings
+from .layouts import _LAYOUT_SECTIONS, _OPTIMISATION_KEYS, _differs_from_ppft, settings_name
+from .tables import _table1_ppft
+from .verdicts import _training_means
 
 __all__ = ["split_selection", "table_selection", "selected_recipe"]
+
+_SELECTION_INTRO = [
+    "Every other table was read off the held-out part, so a layout or a length chosen from them was chosen on the",
+    "data it is judged on. Here candidates are trained on the training rows minus a validation part (whole",
+    "private-text groups, `ppft_split(..., validation=v)`; the held-out part is untouched) and compared on that",
+    "part only. The choice is the candidate with the highest validation open-answer accuracy; its held-out figure is",
+    "the one of the same row trained on every training row, from the tables above.",
+]
 
 _METRICS = ("acc_mcqa", "acc_open", "acc_open_no_leak", "acc_length_open")
 
@@ -82,7 +92,7 @@ def _recipe_name(epochs: Any, layout: dict[str, Any]) -> str:
 def _ppft_recipe_scores(validated: Sequence[Entry]) -> dict[tuple[Any, tuple], tuple[float, float]]:
     """Validation (open-answer, 4-option) accuracy, each the mean over the candidate's trainings, of PPFT's own client
     and layout at the targets' point (width-matched eps, k=4), by (stage-2 length, optimisation settings: ``()`` for
-    PPFT's defaults, else the one :data:`~textfree.ppft.report._OPTIMISATION_KEYS` layout item it sets)."""
+    PPFT's defaults, else the one :data:`~textfree.ppft.report.layouts._OPTIMISATION_KEYS` layout item it sets)."""
     ppft = [e for e in validated if (_get(e, "epsilon"), _get(e, "k")) == (WIDTH_MATCHED, 4)
             and set(layout_of(e)[1]) <= _OPTIMISATION_KEYS]
     return _mean_scores(ppft, lambda e: (e.params.get("epochs"), tuple(layout_of(e)[1].items())))
