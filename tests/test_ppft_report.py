@@ -1134,3 +1134,24 @@ def test_the_selected_settings_are_tested_against_the_default_ones_per_task_over
         "- the selected settings against the default ones, open-answer: -3.5000 over 3 and 4 trainings; Welch t -4.04 "
         "(df 5.0), two-sided p 0.010: significant at 0.05"]
     assert _welch_lines(selected[:1], default) == []  # one training: no test
+
+
+def test_table1_says_when_its_recipe_was_selected_on_another_stage1_build(tmp_path):
+    d = _fixture(tmp_path)
+    _result_file(d / "held.json", "ppft_stage2", "pri-ddx", [  # the recipe and its bound, trained on build bbb
+        ({"epsilon": 28, "k": 4, "epochs": 24, "lr": 5e-4}, _eval([0.98] * 3, [0.86] * 3)),
+        ({"epsilon": None, "k": 4, "epochs": 24, "lr": 5e-4}, _eval([0.99] * 3, [0.98] * 3)),
+    ], date="2026-01-02T00:00:00+00:00", build="b" * 64)
+    candidates = [({"epsilon": 28, "k": 4, "epochs": 24, "validation": 0.2}, _eval([0.97] * 3, [0.70] * 3)),
+                  ({"epsilon": 28, "k": 4, "epochs": 24, "validation": 0.2, "lr": 5e-4}, _eval([0.96] * 3, [0.80] * 3))]
+    note = "The recipe was selected on validation runs of another stage-1 build (aaaaaaaaaaaa); this row is of build bbbbbbbbbbbb"
+    _result_file(d / "sel.json", "ppft_stage2", "pri-ddx", candidates, date="2026-01-03T00:00:00+00:00", split="validation",
+                 build="a" * 64)
+    lines = build_report([d]).splitlines()
+    assert next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4")).startswith(
+        "| PPFT, eps 28 (width-matched), k=4 (stage-2 lr 0.0005) | 24 |")
+    assert any(l.startswith(note) for l in lines)
+    # selected on the same build: no note
+    _result_file(d / "sel.json", "ppft_stage2", "pri-ddx", candidates, date="2026-01-03T00:00:00+00:00", split="validation",
+                 build="b" * 64)
+    assert not any("selected on validation runs of another stage-1 build" in l for l in build_report([d]).splitlines())

@@ -87,7 +87,8 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = (), co
     for ds, title in (("pri-ddx", "Pri-DDX"), ("pri-slja", "Pri-SLJA")):
         if not any(e.dataset.lower() == ds for e in entries):
             continue
-        lines += ["", f"## {title}: Table 1 shape (held-out split)", ""] + _table1(entries, ds, selected_recipe(selection, ds))
+        chosen_on = frozenset(b for e in selection if e.dataset.lower() == ds and (b := _build(e)))
+        lines += ["", f"## {title}: Table 1 shape (held-out split)", ""] + _table1(entries, ds, selected_recipe(selection, ds), chosen_on)
         epoch_rows = _table_epochs(entries, ds)
         if epoch_rows:
             lines += ["", f"### {title}: every stage-2 length run for these rows", "",

@@ -32,7 +32,10 @@ def _table1_ppft(stage2: Sequence[Entry], recipe: tuple[Any, dict[str, Any]] | N
     return ppft, upper or _latest(stage2, blind=False, epsilon=None), {}
 
 
-def _table1(entries: Sequence[Entry], ds: str, recipe: tuple[Any, dict[str, Any]] | None = None) -> list[str]:
+def _table1(entries: Sequence[Entry], ds: str, recipe: tuple[Any, dict[str, Any]] | None = None,
+            chosen_on: frozenset[str] = frozenset()) -> list[str]:
+    """Table 1's rows, notes and verdicts. ``chosen_on``: the stage-1 builds the validation runs that selected
+    ``recipe`` record (a row read with the recipe on another build says so)."""
     stage2 = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
     lower = [e for e in entries if e.kind == "ppft_evaluate" and e.dataset.lower() == ds]
     blind = _latest(stage2, blind=True)
@@ -81,6 +84,10 @@ def _table1(entries: Sequence[Entry], ds: str, recipe: tuple[Any, dict[str, Any]
         out += ["", f"PPFT's eps-{WIDTH_MATCHED:g} row is read at {length} stage-2 epochs, the length of PPFT's own layout "
                 "selected on the validation part (the model-selection section below), and the upper bound at the same "
                 "length where it was run; the verdicts use those."]
+    read_with_recipe = bool(settings) or (length is not None and target is not None and target.params.get("epochs") == length)
+    if read_with_recipe and _build(target) and chosen_on and _build(target) not in chosen_on:
+        out += ["", f"The recipe was selected on validation runs of another stage-1 build ({', '.join(sorted(b[:12] for b in chosen_on))}); "
+                f"this row is of build {_build(target)[:12]}: the recipe is carried over unchanged, not selected again on this build."]
     out += _targets(stage2, target, blind, upper, lower, settings)
     return out
 
