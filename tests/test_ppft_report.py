@@ -1016,7 +1016,8 @@ def test_table1_reads_the_optimisation_settings_selected_on_validation_only_with
         l for l in lines if l.startswith("- PPFT's own client and layout alone"))
     assert table1(lines).startswith("| PPFT, eps 28 (width-matched), k=4 (stage-2 lr 0.0005) | 24 |")
     assert table1(lines).split(" | ")[5].startswith("0.860")  # the open-answer column
-    assert any(l.startswith("PPFT's eps-28 row is read at 24 stage-2 epochs with stage-2 lr 0.0005 instead of") for l in lines)
+    assert any(l.startswith("PPFT's eps-28 row is read at 24 stage-2 epochs with stage-2 lr 0.0005 instead of")
+               and l.endswith("the same length at the default settings is judged below them.") for l in lines)
     # the verdicts: 0.86 / 0.98 = 87.8% -> met; then PPFT's defaults over their two trainings against their own bound:
     # (0.80 + 0.82) / 2 = 0.81 of 1.0 -> not met
     assert "87.8% of the upper bound 0.9800" in next(l for l in lines if l.startswith("- open-answer: PPFT 0.8600"))
@@ -1151,6 +1152,10 @@ def test_table1_says_when_its_recipe_was_selected_on_another_stage1_build(tmp_pa
     assert next(l for l in lines if l.startswith("| PPFT, eps 28 (width-matched), k=4")).startswith(
         "| PPFT, eps 28 (width-matched), k=4 (stage-2 lr 0.0005) | 24 |")
     assert any(l.startswith(note) for l in lines)
+    # no run at the default settings with its own bound here: the report does not promise their verdicts
+    assert any(l.endswith("the same length at the default settings has no upper bound of its own in these files, so it is "
+                          "not judged here.") for l in lines)
+    assert not any(l.startswith("- at PPFT's default stage-2 optimisation settings instead") for l in lines)
     # selected on the same build: no note
     _result_file(d / "sel.json", "ppft_stage2", "pri-ddx", candidates, date="2026-01-03T00:00:00+00:00", split="validation",
                  build="b" * 64)

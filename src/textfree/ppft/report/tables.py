@@ -78,8 +78,10 @@ def _table1(entries: Sequence[Entry], ds: str, recipe: tuple[Any, dict[str, Any]
         out += ["", f"PPFT's eps-{WIDTH_MATCHED:g} row is read at {length} stage-2 epochs with {settings_name(settings)} "
                 "instead of PPFT's default stage-2 optimisation settings: the recipe of PPFT's own client and layout selected on the "
                 "validation part (the model-selection section below); the upper bound is that recipe's own. The client, "
-                "payloads, layout and answering path are PPFT's. The verdicts use those; the same length at the default "
-                "settings is judged below them."]
+                "payloads, layout and answering path are PPFT's. The verdicts use those"
+                + ("; the same length at the default settings is judged below them." if
+                   _latest(stage2, blind=False, epsilon=None, epochs=target.params.get("epochs")) is not None else
+                   "; the same length at the default settings has no upper bound of its own in these files, so it is not judged here.")]
     elif length is not None and target is not None and target.params.get("epochs") == length:
         out += ["", f"PPFT's eps-{WIDTH_MATCHED:g} row is read at {length} stage-2 epochs, the length of PPFT's own layout "
                 "selected on the validation part (the model-selection section below), and the upper bound at the same "
