@@ -43,6 +43,17 @@ from .timing import _table_time
 
 __all__ = ["PAPER_TABLE1", "WIDTH_MATCHED", "GDP_MATCHED", "PAPER_EPSILON", "Entry", "collect", "build_report", "write_report"]
 
+_EPOCHS_INTRO = [
+    "Table 1 shows the newest run of each row (PPFT's eps-28 row: at the length selected on validation,",
+    "where lengths were compared there; the upper bound: at the PPFT row's length where it was run); the",
+    "verdicts use those. Runs with another number of stage-2 epochs stay listed here.",
+]
+_SEEDS_INTRO = [
+    "Every other table shows training seed 0, and its ± is over evaluation noise seeds of that one training.",
+    "Here the same row is trained again with another training seed (initialisation of the new weights, dropout,",
+    "data order, training noise).",
+]
+
 #: How docs/results/ppft.md is generated: the command a report names unless it was written from other paths.
 DEFAULT_COMMAND = "textfree ppft report results/ppft --out docs/results/ppft.md"
 
@@ -89,32 +100,19 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = (), co
             continue
         chosen_on = frozenset(b for e in selection if e.dataset.lower() == ds and (b := _build(e)))
         lines += ["", f"## {title}: Table 1 shape (held-out split)", ""] + _table1(entries, ds, selected_recipe(selection, ds), chosen_on)
-        epoch_rows = _table_epochs(entries, ds)
-        if epoch_rows:
-            lines += ["", f"### {title}: every stage-2 length run for these rows", "",
-                      "Table 1 shows the newest run of each row (PPFT's eps-28 row: at the length selected on validation,",
-                      "where lengths were compared there; the upper bound: at the PPFT row's length where it was run); the",
-                      "verdicts use those. Runs with another number of stage-2 epochs stay listed here.", ""] + epoch_rows
-        seed_rows = _table_train_seeds(entries, ds)
-        if seed_rows:
-            lines += ["", f"### {title}: training seeds (the spread over trainings)", "",
-                      "Every other table shows training seed 0, and its ± is over evaluation noise seeds of that one training.",
-                      "Here the same row is trained again with another training seed (initialisation of the new weights, dropout,",
-                      "data order, training noise).", ""] + seed_rows
-        k_rows = _table_k(entries, ds)
-        if k_rows:
-            lines += ["", f"### {title}: pooling k (Table 5 shape)", ""] + k_rows
-        for key, name, heading, intro in _LAYOUT_SECTIONS:
-            rows = _table_layouts(entries, ds, key, name)
+        sections = [
+            ("every stage-2 length run for these rows", _EPOCHS_INTRO, _table_epochs(entries, ds)),
+            ("training seeds (the spread over trainings)", _SEEDS_INTRO, _table_train_seeds(entries, ds)),
+            ("pooling k (Table 5 shape)", [], _table_k(entries, ds)),
+            *((f"{heading} (beyond the paper)", intro, _table_layouts(entries, ds, key, name))
+              for key, name, heading, intro in _LAYOUT_SECTIONS),
+            ("model selection on a validation part of the training rows", _SELECTION_INTRO, table_selection(selection, entries, ds)),
+            ("the paper's privacy level at MiniLM's width (beyond the issue)", _MU_INTRO, _table_mu(entries, ds)),
+            ("noise type", _NOISE_INTRO, _table_noise(entries, ds)),
+        ]
+        for heading, intro, rows in sections:
             if rows:
-                lines += ["", f"### {title}: {heading} (beyond the paper)", ""] + intro + [""] + rows
-        rows = table_selection(selection, entries, ds)
-        if rows:
-            lines += ["", f"### {title}: model selection on a validation part of the training rows", ""] + _SELECTION_INTRO + [""] + rows
-        for heading, intro, rows in (("the paper's privacy level at MiniLM's width (beyond the issue)", _MU_INTRO, _table_mu(entries, ds)),
-                                     ("noise type", _NOISE_INTRO, _table_noise(entries, ds))):
-            if rows:
-                lines += ["", f"### {title}: {heading}", ""] + intro + [""] + rows
+                lines += ["", f"### {title}: {heading}", ""] + intro + ([""] if intro else []) + rows
     general = _table_general(entries)
     if general:
         lines += ["", "## General-domain MCQA after domain adaptation (Table 4 shape)", ""] + general
