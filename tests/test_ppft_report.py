@@ -413,6 +413,13 @@ def test_mu_figure_joins_only_runs_trained_like_table1(tmp_path):
     out = write_report([d], tmp_path / "docs" / "ppft.md")
     assert (tmp_path / "docs" / "ppft" / "accuracy_vs_mu.png").stat().st_size > 1000
     assert "![accuracy_vs_mu](ppft/accuracy_vs_mu.png)" in out.read_text()
+    # a longer eps-28 run and the GDP-matched row at the first length: the line joins the GDP-matched row's length
+    _result_file(d / "more.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 24}, _eval([0.9] * 3, [0.9] * 3)),
+        ({"epsilon": 46, "k": 4}, _eval([0.9] * 3, [0.66] * 3)),
+    ], date="2026-01-01T00:00:08+00:00")
+    pts = _mu_points(collect([d]), "pri-ddx", "open")
+    assert [(round(m, 3), round(a, 3)) for m, a, _ in sorted(pts["L2-Laplace"])] == [(2.858, 0.6), (4.695, 0.66), (7.655, 0.72)]
 
 
 def _centred_run(d: Path) -> None:
@@ -1160,3 +1167,17 @@ def test_table1_says_when_its_recipe_was_selected_on_another_stage1_build(tmp_pa
     _result_file(d / "sel.json", "ppft_stage2", "pri-ddx", candidates, date="2026-01-03T00:00:00+00:00", split="validation",
                  build="b" * 64)
     assert not any("selected on validation runs of another stage-1 build" in l for l in build_report([d]).splitlines())
+
+
+def test_figures_leave_validation_runs_out_as_the_tables_do(tmp_path):
+    d = tmp_path / "results"
+    d.mkdir()
+    _result_file(d / "sel.json", "ppft_stage2", "pri-ddx", [  # only validation runs: nothing held-out to draw
+        ({"epsilon": 28, "k": k, "epochs": 12, "validation": 0.2}, _eval([0.9] * 3, [0.7] * 3)) for k in (4, 8)
+    ], date="2026-01-03T00:00:00+00:00", split="validation")
+    out = write_report([d], tmp_path / "r.md")
+    assert not list((tmp_path / "r").glob("*.png")) and "## Figures" not in out.read_text()
+    _result_file(d / "held.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 12}, _eval([0.9] * 3, [0.7] * 3))], date="2026-01-04T00:00:00+00:00")
+    write_report([d], tmp_path / "r.md")
+    assert sorted(f.name for f in (tmp_path / "r").glob("*.png")) == ["accuracy_vs_k.png", "accuracy_vs_mu.png"]

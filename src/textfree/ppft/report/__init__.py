@@ -135,7 +135,7 @@ def write_report(paths: Iterable[str | Path], out: str | Path, *, figures_dir: s
     out = Path(out)
     fig_dir = Path(figures_dir) if figures_dir else out.parent / out.stem
     figs = []
-    entries = collect(paths)
+    entries, _ = split_selection(collect(paths))  # like the tables: validation runs only in their own section
     for fig in (_figure_k(entries, fig_dir / "accuracy_vs_k.png"), _figure_mu(entries, fig_dir / "accuracy_vs_mu.png")):
         if fig is not None:
             figs.append(str(fig.relative_to(out.parent)) if fig.is_relative_to(out.parent) else str(fig))

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ...metrics import seed_spread
-from .entries import PAPER_EPSILON, WIDTH_MATCHED, Entry, _get, _latest, _noise_norm_and_mu, _paper_mu
+from .entries import GDP_MATCHED, PAPER_EPSILON, WIDTH_MATCHED, Entry, _get, _latest, _noise_norm_and_mu, _paper_mu
 
 
 def _seed_mean_sd(e: Entry | None, metric: str) -> tuple[float, float] | None:
@@ -64,10 +64,12 @@ def _figure_k(entries: Sequence[Entry], path: Path) -> Path | None:
 
 def _mu_points(entries: Sequence[Entry], ds: str, task: str) -> dict[str, list[tuple[float, float, float]]]:
     """(slot mu, mean, sd) of every k=4 noise row of PPFT's layout, newest run per (noise, eps), by noise label; only
-    runs trained like the dataset's Table 1 PPFT row (same stage-2 epochs and private-token cut), so a line joins
-    like with like."""
-    ref = _latest([e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds],
-                  family="l2_laplace", blind=False, epsilon=WIDTH_MATCHED, k=4)
+    runs trained like the reference row (same stage-2 epochs and private-token cut), so a line joins like with like.
+    The reference: the GDP-matched row where it was run (the privacy-level table reads every row at its length), else
+    the newest width-matched one."""
+    rows = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
+    ref = (_latest(rows, family="l2_laplace", blind=False, epsilon=GDP_MATCHED, k=4)
+           or _latest(rows, family="l2_laplace", blind=False, epsilon=WIDTH_MATCHED, k=4))
     if ref is None:
         return {}
     stage2 = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds and not _get(e, "blind")
@@ -100,5 +102,5 @@ def _figure_mu(entries: Sequence[Entry], path: Path) -> Path | None:
         ax.axvline(_paper_mu(), color="grey", lw=0.8, ls=":")
         return drawn
 
-    return _two_panel_figure(path, draw, lambda name: f"{name} (k 4, Table 1 training; dotted: the paper's mu)",
+    return _two_panel_figure(path, draw, lambda name: f"{name} (k 4, one stage-2 length; dotted: the paper's mu)",
                              "slot mu = what one slot leaks (Gaussian DP)", 6, title_size=9)
