@@ -38,7 +38,8 @@ from .entries import GDP_MATCHED, PAPER_ENCODER_DIM, PAPER_EPSILON, PAPER_TABLE1
 from .figures import _figure_k, _figure_mu
 from .layouts import _LAYOUT_SECTIONS
 from .selection import _SELECTION_INTRO, selected_recipe, split_selection, table_selection
-from .tables import _MU_INTRO, _NOISE_INTRO, _table1, _table_epochs, _table_general, _table_k, _table_layouts, _table_mu, _table_noise, _table_train_seeds
+from .tables import (_MU_INTRO, _NOISE_INTRO, _table1, _table_epochs, _table_general, _table_k, _table_layouts, _table_mu,
+                     _table_noise, _table_train_seeds)
 from .timing import _table_time
 
 __all__ = ["PAPER_TABLE1", "WIDTH_MATCHED", "GDP_MATCHED", "PAPER_EPSILON", "Entry", "collect", "build_report", "write_report"]
@@ -128,6 +129,7 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = (), co
               "| file | date | git commit | stage-1 build |", "|---|---|---|---|"]
     lines += [f"| `{s}` | {d} | {(g or 'unknown')[:10]} | {', '.join(sorted(builds[s]))} |" for s, d, g in sources]
     return "\n".join(lines) + "\n"
+
 
 def write_report(paths: Iterable[str | Path], out: str | Path, *, figures_dir: str | Path | None = None) -> Path:
     """Write the report to ``out`` (and the figures next to it, in ``<out stem>/`` unless ``figures_dir``)."""

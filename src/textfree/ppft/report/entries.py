@@ -23,6 +23,7 @@ ENCODER_DIM = 384
 _TARGET_RETENTION = 0.85
 _CLEAR_MARGIN = 0.02  # absolute accuracy by which PPFT must beat the blind row and the lower bound
 
+
 @dataclass
 class Entry:
     """One grid point of one result file."""
@@ -69,6 +70,8 @@ def collect(paths: Iterable[str | Path]) -> list[Entry]:
     return entries
 
 # ------------------------------------------------------------------------------------------------ formatting
+
+
 def _fmt(entry: Entry | None, name: str, digits: int = 3) -> str:
     if entry is None:
         return "—"
@@ -100,6 +103,7 @@ def _eps_label(eps: float | None) -> str:
     if float(eps) == GDP_MATCHED:
         return f"{eps:g} (GDP-matched)"
     return f"{eps:g}"
+
 
 #: PPFT's own layout: no server-side summary vectors, the slot count released as it is (no padding).
 _PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": (0, 0.0), "answer": False, "center": None, "subspace": None, "augment": (0.0, 0.0, 0),
@@ -185,6 +189,7 @@ def _get(e: Entry, key: str) -> Any:
 def _ratio(a: float, b: float) -> str:
     return "—" if (math.isnan(a) or math.isnan(b) or b == 0) else f"{a / b:.1%}"
 
+
 def _build(e: Entry | None) -> str | None:
     """The fingerprint of the stage-1 run ``e``'s model descends from (None: not recorded, as in files before
     2026-11-25)."""
@@ -201,6 +206,7 @@ def _trainings(stage2: Sequence[Entry], epochs: Any, *, epsilon: float = WIDTH_M
             newest[_get(e, "train_seed")] = e
     return [newest[s] for s in sorted(newest)]
 
+
 def _per_length(entries: Sequence[Entry], **want: Any) -> list[Entry]:
     """The newest entry matching ``want`` for each number of stage-2 epochs, fewest epochs first (PPFT's layout unless
     ``want`` names another)."""
@@ -208,6 +214,7 @@ def _per_length(entries: Sequence[Entry], **want: Any) -> list[Entry]:
     matching = [e for e in entries if all(_get(e, k) == v for k, v in want.items())]
     lengths = sorted({e.params.get("epochs") for e in matching}, key=lambda x: (x is None, x or 0))
     return [_latest(matching, epochs=n) for n in lengths]
+
 
 def _noise_norm_and_mu(family: str, eps: float, match: str = "budget", d: int = ENCODER_DIM) -> tuple[float, float]:
     """Expected noise norm and slot mu (textfree.mechanisms.gdp) of the client's mechanism at ``eps``."""

@@ -15,6 +15,7 @@ _LAYOUT_HEADER = {"summary": "server layout", "ema": "server training", "optim":
 #: client sends, how the server reads it or what it trains on: rows of PPFT itself with other hyperparameters.
 _OPTIMISATION_KEYS = frozenset({"optim", "ema"})
 
+
 def _layout_values(entries: Sequence[Entry], key: str) -> list[Any]:
     """The values of layout ``key`` ("center", or combined: "center+answer") among the ``entries`` that keep PPFT's
     value of every other layout key, each part differing from PPFT's, sorted: a run that changes two keys belongs to
@@ -28,6 +29,7 @@ def _differs_from_ppft(key: str, value: Any) -> bool:
     """Whether ``value`` of layout ``key`` is not PPFT's; of a combined key, whether every part differs."""
     default = _layout_default(key)
     return all(x != d for x, d in zip(value, default)) if "+" in key else value != default
+
 
 def _count_layout(value: tuple[int, float]) -> str:
     n, dropout = value
@@ -73,6 +75,7 @@ def _answer_layout(v: tuple[bool, bool, bool, int]) -> str:
 def _subspace_layout(v: tuple[Any, Any]) -> str:
     """Name of a (centre mu, subspace passes) client."""
     return f"slots centred (centre {v[0]:g}-GDP) on the class subspace ({v[1]} passes)"
+
 
 #: The beyond-the-paper layout sections: (layout key, name of a layout value, heading, introduction lines).
 _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [

@@ -128,6 +128,7 @@ def _targets(stage2, ppft, blind, upper, lower, settings: dict[str, Any]) -> lis
                      "bound (4-option / open-answer; their sections below): " + "; ".join(beyond) + ".")
     return lines
 
+
 def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[Any], str]) -> list[str]:
     """Beyond the paper: runs whose ``key`` layout (``summary``: server-side summary vectors; ``count``: count vectors
     and their dropout; ``answer``: an answer head; ``fixed``: the client pads every payload to a fixed slot count)
@@ -187,6 +188,7 @@ def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[
                 f"informative only: the issue judges its targets at eps {WIDTH_MATCHED:g}):", ""] + informative
     return out
 
+
 def _table_epochs(entries: Sequence[Entry], ds: str) -> list[str]:
     """Every stage-2 length that was run for the Table 1 rows (the newest file per length): Table 1 shows only the
     newest run of each row, this shows what the others scored, so no run is hidden by a later one."""
@@ -203,6 +205,7 @@ def _table_epochs(entries: Sequence[Entry], ds: str) -> list[str]:
         for e in runs:
             out.append(f"| {label} | {_epochs(e)} | {_fmt(e, f'acc_{t4}')} | {_fmt(e, f'acc_{to}')} | `{e.source}` |")
     return out if lengths > 1 else []
+
 
 def _table_train_seeds(entries: Sequence[Entry], ds: str) -> list[str]:
     """The width-matched k=4 rows (PPFT's layout and the beyond-the-paper ones) trained more than once
@@ -253,6 +256,7 @@ def _table_k(entries: Sequence[Entry], ds: str) -> list[str]:
                 out.append(f"| {_eps_label(eps)} | {k} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} | {_fmt(e, 'acc_open')} | {_fmt(e, 'acc_open_no_leak')} | "
                            f"{_fmt(e, 'acc_open_rank')} | {e.mean('prompt_epsilon'):.0f} |")
     return out if found else []
+
 
 def _table_noise(entries: Sequence[Entry], ds: str) -> list[str]:
     stage2 = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds and not _get(e, "blind")]

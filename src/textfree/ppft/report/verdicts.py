@@ -25,6 +25,7 @@ def _meets(p: float, u: float, b: float, lo: float) -> bool:
     clear = all(not math.isnan(ref) and p - ref >= _CLEAR_MARGIN for ref in (b, lo))
     return not math.isnan(keep) and keep >= _TARGET_RETENTION and clear
 
+
 def _layouts_meeting_targets(stage2: Sequence[Entry], blind: Entry | None, low: Entry | None) -> list[tuple[str, Any, str]]:
     """(layout key, its value, description) of each layout section's row whose width-matched run meets the 4-option and the
     open-answer target against its own upper bound (over the trainings of the run when it was trained more than
