@@ -1181,3 +1181,27 @@ def test_figures_leave_validation_runs_out_as_the_tables_do(tmp_path):
         ({"epsilon": 28, "k": 4, "epochs": 12}, _eval([0.9] * 3, [0.7] * 3))], date="2026-01-04T00:00:00+00:00")
     write_report([d], tmp_path / "r.md")
     assert sorted(f.name for f in (tmp_path / "r").glob("*.png")) == ["accuracy_vs_k.png", "accuracy_vs_mu.png"]
+
+
+def test_k_figure_joins_the_k_rows_at_the_stage2_length_most_of_them_were_run_at(tmp_path):
+    from textfree.ppft.report.figures import _k_points
+
+    d = tmp_path / "results"
+    d.mkdir()
+    _result_file(d / "k.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 4, "epochs": 12}, _eval([0.9] * 3, [0.80] * 3)),
+        ({"epsilon": 28, "k": 8, "epochs": 12}, _eval([0.9] * 3, [0.70] * 3)),
+        ({"epsilon": 28, "k": 16, "epochs": 12}, _eval([0.9] * 3, [0.60] * 3)),
+    ], date="2026-01-01T00:00:00+00:00")
+    _result_file(d / "longer.json", "ppft_stage2", "pri-ddx", [  # a newer, longer k-4 run alone
+        ({"epsilon": 28, "k": 4, "epochs": 24}, _eval([0.9] * 3, [0.85] * 3))], date="2026-01-02T00:00:00+00:00")
+    assert [(k, round(m, 2)) for k, (m, _) in _k_points(collect([d]), "pri-ddx", 28.0, "open")] == [(4, 0.8), (8, 0.7), (16, 0.6)]
+    _result_file(d / "longer_k8.json", "ppft_stage2", "pri-ddx", [  # 24 epochs now has two k, 12 still three
+        ({"epsilon": 28, "k": 8, "epochs": 24}, _eval([0.9] * 3, [0.75] * 3))], date="2026-01-03T00:00:00+00:00")
+    points = _k_points(collect([d]), "pri-ddx", 28.0, "open")
+    assert [(k, round(m, 2)) for k, (m, _) in points] == [(4, 0.8), (8, 0.7), (16, 0.6)]
+    _result_file(d / "longer_k16.json", "ppft_stage2", "pri-ddx", [  # three k at each length: the one run last
+        ({"epsilon": 28, "k": 16, "epochs": 24}, _eval([0.9] * 3, [0.65] * 3))], date="2026-01-04T00:00:00+00:00")
+    points = _k_points(collect([d]), "pri-ddx", 28.0, "open")
+    assert [(k, round(m, 2)) for k, (m, _) in points] == [(4, 0.85), (8, 0.75), (16, 0.65)]
+    assert _k_points(collect([d]), "pri-ddx", 75.0, "open") == []

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ...metrics import seed_spread
-from .entries import GDP_MATCHED, PAPER_EPSILON, WIDTH_MATCHED, Entry, _get, _latest, _noise_norm_and_mu, _paper_mu
+from .entries import GDP_MATCHED, PAPER_EPSILON, WIDTH_MATCHED, Entry, _get, _latest, _noise_norm_and_mu, _paper_mu, _per_length
 
 
 def _seed_mean_sd(e: Entry | None, metric: str) -> tuple[float, float] | None:
@@ -43,14 +43,26 @@ def _two_panel_figure(path: Path, draw: Callable[[Any, str], bool], title: Calla
     return path
 
 
+def _k_points(entries: Sequence[Entry], ds: str, eps: float, task: str) -> list[tuple[int, tuple[float, float]]]:
+    """(k, (mean, sd)) of PPFT's L2-Laplace rows at ``eps`` for k in 4, 8, 16, all at one stage-2 length: the length
+    most of those k were run at (ties: the one run last), the newest run per k there, so a line joins like with like."""
+    noisy = [x for x in entries if x.kind == "ppft_stage2" and x.dataset.lower() == ds and not _get(x, "blind")
+             and _get(x, "family") == "l2_laplace"]
+    runs = {k: _per_length(noisy, epsilon=eps, k=k) for k in (4, 8, 16)}
+    lengths = {e.params.get("epochs") for rows in runs.values() for e in rows}
+    newest = {n: max(e.date for rows in runs.values() for e in rows if e.params.get("epochs") == n) for n in lengths}
+    if not lengths:
+        return []
+    length = max(lengths, key=lambda n: (sum(any(e.params.get("epochs") == n for e in rows) for rows in runs.values()), newest[n]))
+    return [(k, ms) for k in (4, 8, 16) if (ms := _seed_mean_sd(_latest(noisy, epsilon=eps, k=k, epochs=length), f"acc_{task}"))]
+
+
 def _figure_k(entries: Sequence[Entry], path: Path) -> Path | None:
     def draw(ax, ds: str) -> bool:
         drawn = False
-        noisy = [x for x in entries if x.kind == "ppft_stage2" and x.dataset.lower() == ds and not _get(x, "blind")
-                 and _get(x, "family") == "l2_laplace"]
         for eps, style in ((PAPER_EPSILON, "-o"), (WIDTH_MATCHED, "--s")):
             for task in ("mcqa", "open"):
-                pts = [(k, ms) for k in (4, 8, 16) if (ms := _seed_mean_sd(_latest(noisy, epsilon=eps, k=k), f"acc_{task}"))]
+                pts = _k_points(entries, ds, eps, task)
                 if pts:
                     drawn = True
                     ax.errorbar([k for k, _ in pts], [m for _, (m, _) in pts], yerr=[sd for _, (_, sd) in pts], fmt=style,
