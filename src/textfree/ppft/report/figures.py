@@ -48,12 +48,15 @@ def _k_points(entries: Sequence[Entry], ds: str, eps: float, task: str) -> list[
     most of those k were run at (ties: the one run last), the newest run per k there, so a line joins like with like."""
     noisy = [x for x in entries if x.kind == "ppft_stage2" and x.dataset.lower() == ds and not _get(x, "blind")
              and _get(x, "family") == "l2_laplace"]
-    runs = {k: _per_length(noisy, epsilon=eps, k=k) for k in (4, 8, 16)}
-    lengths = {e.params.get("epochs") for rows in runs.values() for e in rows}
-    newest = {n: max(e.date for rows in runs.values() for e in rows if e.params.get("epochs") == n) for n in lengths}
-    if not lengths:
+    runs = [e for k in (4, 8, 16) for e in _per_length(noisy, epsilon=eps, k=k)]  # the newest run per (k, length)
+    if not runs:
         return []
-    length = max(lengths, key=lambda n: (sum(any(e.params.get("epochs") == n for e in rows) for rows in runs.values()), newest[n]))
+
+    def rank(n: Any) -> tuple[int, str]:  # how many k were run at length n, then when last
+        at = [e for e in runs if e.params.get("epochs") == n]
+        return len(at), max(e.date for e in at)
+
+    length = max({e.params.get("epochs") for e in runs}, key=rank)
     return [(k, ms) for k in (4, 8, 16) if (ms := _seed_mean_sd(_latest(noisy, epsilon=eps, k=k, epochs=length), f"acc_{task}"))]
 
 

@@ -74,6 +74,7 @@ def _table1(entries: Sequence[Entry], ds: str, recipe: tuple[Any, dict[str, Any]
         out.append(f"Held-out records: {int(ref.mean('n_heldout'))} ({int(ref.mean('n_no_leak'))} whose private text does not "
                    f"name the answer). Majority-answer baseline (the option most often gold in training): "
                    f"{ref.mean('majority_baseline'):.4f}.")
+    at_length = length is not None and target is not None and target.params.get("epochs") == length
     if settings:
         out += ["", f"PPFT's eps-{WIDTH_MATCHED:g} row is read at {length} stage-2 epochs with {settings_name(settings)} "
                 "instead of PPFT's default stage-2 optimisation settings: the recipe of PPFT's own client and layout selected on the "
@@ -82,12 +83,11 @@ def _table1(entries: Sequence[Entry], ds: str, recipe: tuple[Any, dict[str, Any]
                 + ("; the same length at the default settings is judged below them." if
                    _latest(stage2, blind=False, epsilon=None, epochs=target.params.get("epochs")) is not None else
                    "; the same length at the default settings has no upper bound of its own in these files, so it is not judged here.")]
-    elif length is not None and target is not None and target.params.get("epochs") == length:
+    elif at_length:
         out += ["", f"PPFT's eps-{WIDTH_MATCHED:g} row is read at {length} stage-2 epochs, the length of PPFT's own layout "
                 "selected on the validation part (the model-selection section below), and the upper bound at the same "
                 "length where it was run; the verdicts use those."]
-    read_with_recipe = bool(settings) or (length is not None and target is not None and target.params.get("epochs") == length)
-    if read_with_recipe and _build(target) and chosen_on and _build(target) not in chosen_on:
+    if (settings or at_length) and _build(target) and chosen_on and _build(target) not in chosen_on:
         out += ["", f"The recipe was selected on validation runs of another stage-1 build ({', '.join(sorted(b[:12] for b in chosen_on))}); "
                 f"this row is of build {_build(target)[:12]}: the recipe is carried over unchanged, not selected again on this build."]
     out += _targets(stage2, target, blind, upper, lower, settings)
