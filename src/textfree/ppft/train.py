@@ -358,8 +358,9 @@ def fit(
         log.info("resumed from %s (step %d)", ckpt, state["step"])
         _truncate_metrics(run / METRICS, state["step"])
     carried_s, first_loss = _carried_record(state, ckpt)
-    average = _start_average(cfg, model, ckpt)
     model, optimizer = accelerator.prepare(model, optimizer)
+    # after prepare: the average lives where the parameters now are (on a GPU, not where they were loaded)
+    average = _start_average(cfg, accelerator.unwrap_model(model), ckpt)
 
     step = state["step"]
     losses: list[float] = []
