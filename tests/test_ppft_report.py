@@ -325,20 +325,37 @@ def _pipeline_point(walls, *, one_go=1.0, acc=(0.95, 0.80)):
                 "acc_mcqa": [acc[0]], "acc_open": [acc[1]]}
 
 
+def test_the_composed_time_table_reads_stage_2_at_the_pipelines_length():
+    from textfree.ppft.pipeline import PipelineConfig
+    from textfree.ppft.report.timing import PIPELINE_STAGE2_EPOCHS
+
+    assert PIPELINE_STAGE2_EPOCHS == PipelineConfig(out="x").stage2_epochs
+
+
 def test_a_pipeline_run_makes_the_time_table_with_its_verdict(tmp_path):
     d = _fixture(tmp_path)
-    text = build_report([d])
-    assert "| **total** |" in text and "ppft pipeline" not in text  # no pipeline run: composed from the stage cells
-    total = next(l for l in text.splitlines() if l.startswith("| **total** |"))
-    # the fixture has no pretraining or stage-1 file: a sum over the other steps is not called the pipeline's time
-    assert total.startswith("| **total** | — | not measured: no decoder pretraining, no stage 1 in these result files")
+    # no pretraining, stage-1 or pipeline file, and the fixture's eps-28 run records no epochs (so it is not the
+    # pipeline's 12-epoch stage 2): no time table at all
+    assert "| **total** |" not in build_report([d])
     _result_file(d / "pre.json", "ppft_pretrain", None, [({"out": "runs/decoder-small"}, {"wall_s": [1000.0]})],
                  date="2026-01-01T00:00:08+00:00", seeds=(0,))
     _result_file(d / "s1.json", "ppft_stage1", None, [({"out": "runs/stage1"}, {"train_wall_s": [200.0]})],
                  date="2026-01-01T00:00:09+00:00", seeds=(0,))
-    total = next(l for l in build_report([d]).splitlines() if l.startswith("| **total** |"))
+    text = build_report([d])
+    assert "ppft pipeline" not in text  # no pipeline run: composed from the stage cells
+    total = next(l for l in text.splitlines() if l.startswith("| **total** |"))
+    # a sum over some steps is not called the pipeline's time
+    assert total.startswith("| **total** | — | not measured: no stage 2, no evaluation in these result files; the steps above add up to 1200 s")
+    _result_file(d / "s2.json", "ppft_stage2", "pri-ddx", [({"epsilon": 28, "k": 4, "epochs": 12}, _eval([0.8] * 3, [0.6] * 3))],
+                 date="2026-01-01T00:00:10+00:00")
+    # a newer, longer run at PPFT's settings (24 epochs, as a model-selection cell runs) is not the pipeline's stage 2
+    _result_file(d / "s2_long.json", "ppft_stage2", "pri-ddx", [({"epsilon": 28, "k": 4, "epochs": 24},
+                 _eval([0.8] * 3, [0.6] * 3) | {"train_wall_s": [2500.0] * 3})], date="2026-01-01T00:00:11+00:00")
+    lines = build_report([d]).splitlines()
+    assert "| stage 2 (Pri-DDX, eps 28, k 4, 12 epochs) | 150 |  |" in lines
+    total = next(l for l in lines if l.startswith("| **total** |"))
     assert total == "| **total** | **1390** (23.2 min; target < 60 min) | |"  # 1000 + 200 + 150 + 40, by hand
-    for name in ("pre.json", "s1.json"):
+    for name in ("pre.json", "s1.json", "s2.json", "s2_long.json"):
         (d / name).unlink()
     params = {"out": "runs/pipeline", "epsilon": 28, "k": 4, "stage2_epochs": 12, "eval_tasks": ["mcqa", "open"]}
     _result_file(d / "pipe.json", "ppft_pipeline", "pri-ddx", [(params, _pipeline_point([700.0, 250.0, 900.0, 90.0]))],
