@@ -1196,8 +1196,20 @@ def test_figures_leave_validation_runs_out_as_the_tables_do(tmp_path):
     assert not list((tmp_path / "r").glob("*.png")) and "## Figures" not in out.read_text()
     _result_file(d / "held.json", "ppft_stage2", "pri-ddx", [
         ({"epsilon": 28, "k": 4, "epochs": 12}, _eval([0.9] * 3, [0.7] * 3))], date="2026-01-04T00:00:00+00:00")
+    out = write_report([d], tmp_path / "r.md")  # one held-out point: no curve against k or mu, no figure
+    assert not list((tmp_path / "r").glob("*.png")) and "## Figures" not in out.read_text()
+    _result_file(d / "held_k8.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, "k": 8, "epochs": 12}, _eval([0.9] * 3, [0.6] * 3))], date="2026-01-04T00:00:01+00:00")
+    write_report([d], tmp_path / "r.md")
+    assert sorted(f.name for f in (tmp_path / "r").glob("*.png")) == ["accuracy_vs_k.png"]
+    _result_file(d / "held_eps75.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 75, "k": 4, "epochs": 12}, _eval([0.9] * 3, [0.8] * 3))], date="2026-01-04T00:00:02+00:00")
     write_report([d], tmp_path / "r.md")
     assert sorted(f.name for f in (tmp_path / "r").glob("*.png")) == ["accuracy_vs_k.png", "accuracy_vs_mu.png"]
+    for name in ("held_k8.json", "held_eps75.json"):  # fewer files again: the figures drawn from them go too
+        (d / name).unlink()
+    out = write_report([d], tmp_path / "r.md")
+    assert not list((tmp_path / "r").glob("*.png")) and "## Figures" not in out.read_text()
 
 
 def test_k_figure_joins_the_k_rows_at_the_stage2_length_most_of_them_were_run_at(tmp_path):

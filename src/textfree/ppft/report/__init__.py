@@ -138,8 +138,11 @@ def write_report(paths: Iterable[str | Path], out: str | Path, *, figures_dir: s
     fig_dir = Path(figures_dir) if figures_dir else out.parent / out.stem
     figs = []
     entries, _ = split_selection(collect(paths))  # like the tables: validation runs only in their own section
-    for fig in (_figure_k(entries, fig_dir / "accuracy_vs_k.png"), _figure_mu(entries, fig_dir / "accuracy_vs_mu.png")):
-        if fig is not None:
+    for draw, path in ((_figure_k, fig_dir / "accuracy_vs_k.png"), (_figure_mu, fig_dir / "accuracy_vs_mu.png")):
+        fig = draw(entries, path)
+        if fig is None:  # nothing to draw from these files: an earlier report's figure there would be stale
+            path.unlink(missing_ok=True)
+        else:
             figs.append(str(fig.relative_to(out.parent)) if fig.is_relative_to(out.parent) else str(fig))
     out.parent.mkdir(parents=True, exist_ok=True)
     command = " ".join(["textfree ppft report", *(Path(p).as_posix() for p in paths), "--out", out.as_posix()])

@@ -61,18 +61,20 @@ def _k_points(entries: Sequence[Entry], ds: str, eps: float, task: str) -> list[
 
 
 def _figure_k(entries: Sequence[Entry], path: Path) -> Path | None:
+    """Held-out accuracy against k at the paper's and the width-matched eps, both datasets. A panel shows its lines
+    only where one of them has two or more k (else it stays empty); no file where neither does."""
     def draw(ax, ds: str) -> bool:
-        drawn = False
-        for eps, style in ((PAPER_EPSILON, "-o"), (WIDTH_MATCHED, "--s")):
-            for task in ("mcqa", "open"):
-                pts = _k_points(entries, ds, eps, task)
-                if pts:
-                    drawn = True
-                    ax.errorbar([k for k, _ in pts], [m for _, (m, _) in pts], yerr=[sd for _, (_, sd) in pts], fmt=style,
-                                capsize=3, label=f"{'4-option' if task == 'mcqa' else 'open'}, eps {eps:g}")
+        lines = {(eps, style, task): _k_points(entries, ds, eps, task)
+                 for eps, style in ((PAPER_EPSILON, "-o"), (WIDTH_MATCHED, "--s")) for task in ("mcqa", "open")}
+        if not any(len(pts) > 1 for pts in lines.values()):
+            return False  # no line: one k is no curve against k (its row is in the tables)
+        for (eps, style, task), pts in lines.items():
+            if pts:
+                ax.errorbar([k for k, _ in pts], [m for _, (m, _) in pts], yerr=[sd for _, (_, sd) in pts], fmt=style,
+                            capsize=3, label=f"{'4-option' if task == 'mcqa' else 'open'}, eps {eps:g}")
         ax.set_xscale("log", base=2)
         ax.set_xticks([4, 8, 16], ["4", "8", "16"])
-        return drawn
+        return True
 
     return _two_panel_figure(path, draw, lambda name: name, "k (tokens per slot)", 7)
 
@@ -105,17 +107,19 @@ _NOISE_COLORS = {"L2-Laplace": "C0", "Gaussian, budget-matched": "C1", "Gaussian
 
 
 def _figure_mu(entries: Sequence[Entry], path: Path) -> Path | None:
-    """Held-out accuracy against the slot's mu (what a slot leaks), every noise row at k=4, both datasets."""
+    """Held-out accuracy against the slot's mu (what a slot leaks), every noise row at k=4, both datasets. A panel
+    shows its rows only where one of them was run at two or more mu (else it stays empty); no file where neither does."""
     def draw(ax, ds: str) -> bool:
-        drawn = False
+        series = {task: _mu_points(entries, ds, task) for task in ("mcqa", "open")}
+        if not any(len(pts) > 1 for by_label in series.values() for pts in by_label.values()):
+            return False  # no row at two mu: no curve against mu (its points are in the tables)
         for task, style in (("mcqa", "-"), ("open", "--")):
-            for label, pts in _mu_points(entries, ds, task).items():
+            for label, pts in series[task].items():
                 pts.sort()
-                drawn = True
                 ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], fmt=style + "o", capsize=3,
                             color=_NOISE_COLORS[label], label=f"{'4-option' if task == 'mcqa' else 'open'}, {label}")
         ax.axvline(_paper_mu(), color="grey", lw=0.8, ls=":")
-        return drawn
+        return True
 
     return _two_panel_figure(path, draw, lambda name: f"{name} (k 4, one stage-2 length; dotted: the paper's mu)",
                              "slot mu = what one slot leaks (Gaussian DP)", 6, title_size=9)
