@@ -325,7 +325,7 @@ def _pipeline_point(walls, *, one_go=1.0, acc=(0.95, 0.80)):
                 "acc_mcqa": [acc[0]], "acc_open": [acc[1]]}
 
 
-def test_the_composed_time_table_reads_stage_2_at_the_pipelines_length():
+def test_the_time_tables_stage2_length_is_the_pipelines_default():
     from textfree.ppft.pipeline import PipelineConfig
     from textfree.ppft.report.timing import PIPELINE_STAGE2_EPOCHS
 
