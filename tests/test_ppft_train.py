@@ -700,3 +700,42 @@ def test_stage2_slot_augment_blurs_the_count_of_the_servers_training_rows_only(s
         _stage2_cfg(tmp_path / "b", run1, epsilon=None, blind=True, slot_drop=0.2)
     with pytest.raises(ValueError, match="not for blind or restore runs"):
         _stage2_cfg(tmp_path / "r", run1, tasks=["restore"], slot_insert=0.5)
+
+
+def test_stage2_repeat_mean_client_sends_each_prompts_mean_slot_in_training_the_subspace_fit_and_the_saved_client(stage1_run, fixture_data, tmp_path, monkeypatch):
+    """repeat_mean: every payload the server trains on (and the class subspace is fitted from) has all of a row's
+    slots equal before the noise, and the saved model's client keeps doing it; without it (PPFT) a row's slots differ."""
+    from textfree.mechanisms.slots import SlotPrivatization
+    from textfree.mechanisms.transforms import k_pool, l2_normalize
+
+    run1, _ = stage1_run
+    seen: list[bool] = []
+    real_apply = SlotPrivatization.apply
+
+    def spy(self, hidden, mask, *, generator):
+        seen.append(self.repeat_mean)
+        return real_apply(self, hidden, mask, generator=generator)
+
+    monkeypatch.setattr(SlotPrivatization, "apply", spy)
+    summary = train_stage2(_stage2_cfg(tmp_path / "rep", run1, center_mu=2.0, subspace_epochs=1, repeat_mean=True, epochs=1))
+    assert seen and all(seen)  # the subspace fit's payloads and every epoch's
+    assert summary["repeat_mean"] is True
+    lm = TextFreeLM.load(tmp_path / "rep")
+    assert lm.config.repeat_mean is True and lm.privatizer(28.0).privatization.repeat_mean
+    text = ppft_split("ddx")["train"][0].context
+    clean = lm.privatizer(None).privatize([text])
+    n = clean.lengths[0]
+    assert n > 1
+    b = lm.encoder.encode([text])
+    pooled, m = k_pool(b.hidden, b.mask, lm.config.k)
+    from textfree.mechanisms import center_slots
+
+    want = l2_normalize(center_slots(l2_normalize(pooled[0][m[0]]), lm.center).sum(dim=0))
+    torch.testing.assert_close(clean.vectors[0, :n], want.expand(n, -1), atol=1e-5, rtol=0)
+    assert clean.privatization.repeat_mean  # the header says so
+    plain = TextFreeLM.load(run1).privatizer(None).privatize([text])
+    assert not torch.allclose(plain.vectors[0, 0], plain.vectors[0, 1]) and not plain.privatization.repeat_mean
+    with pytest.raises(ValueError, match="a blind run sends none"):
+        _stage2_cfg(tmp_path / "b", run1, epsilon=None, blind=True, repeat_mean=True)
+    with pytest.raises(ValueError, match="repeat_mean must be true, false or null, got 'yes'"):
+        _stage2_cfg(tmp_path / "y", run1, repeat_mean="yes")

@@ -208,7 +208,7 @@ class Client:
 
             noise = make_noise(card["mechanism"], eps, dim=enc.dim, match=card.get("noise_match", "budget"))
             privatizer = Privatizer(enc, noise, k=card["k"], pad_to=card["max_slots"] if card.get("fixed_slots") else None,
-                                    center=_card_center(card, model, enc.dim))
+                                    center=_card_center(card, model, enc.dim), repeat_mean=bool(card.get("repeat_mean")))
         # the payload names the encoder by the card's id, not by a local path (which could name the user)
         enc.name = card.get("encoder_id") or enc.name
         return privatizer

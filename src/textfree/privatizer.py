@@ -22,7 +22,8 @@ class Privatizer:
     mechanism: the noise (e.g. ``L2Laplace(75)``), or None for a clean (non-private) payload, which is only
     for experiments' upper bounds. ``pad_to``: release exactly that many slots per prompt, hiding its length
     (:class:`~textfree.mechanisms.SlotPrivatization`). ``center``: centre every unit slot on this public vector
-    first (:mod:`textfree.mechanisms.centering`). ``ledger`` + ``ledger_key``: charge every release to a local ledger first.
+    first (:mod:`textfree.mechanisms.centering`). ``repeat_mean``: release the prompt's unit mean slot once per slot
+    (beyond the paper; :func:`~textfree.mechanisms.slots.repeat_mean_slots`). ``ledger`` + ``ledger_key``: charge every release to a local ledger first.
     """
 
     def __init__(
@@ -36,6 +37,7 @@ class Privatizer:
         sensitivity: float | None = None,
         pad_to: int | None = None,
         center: torch.Tensor | None = None,
+        repeat_mean: bool = False,
         batch_size: int = 32,
         ledger=None,
         ledger_key: str | None = None,
@@ -47,7 +49,7 @@ class Privatizer:
         self.encoder = encoder
         self.privatization = SlotPrivatization(
             noise=mechanism, k=k, normalize=normalize, renormalize=renormalize, sensitivity=sensitivity, pad_to=pad_to,
-            center=center,
+            center=center, repeat_mean=repeat_mean,
         )
         self.batch_size = batch_size
         self.ledger = ledger

@@ -23,7 +23,7 @@ from .gdp import (
     mechanism_mu,
 )
 from .laplace import L2Laplace, sample_gamma, sample_gamma_integer_shape, sample_unit_directions
-from .slots import UNIT_SLOT_DIAMETER, SlotPrivatization
+from .slots import UNIT_SLOT_DIAMETER, SlotPrivatization, repeat_mean_slots
 from .subspace import check_basis, class_subspace, project_slots
 from .transforms import k_pool, l2_normalize, n_slots
 
@@ -65,6 +65,7 @@ __all__ = [
     "sample_gamma_integer_shape",
     "sample_unit_directions",
     "SlotPrivatization",
+    "repeat_mean_slots",
     "UNIT_SLOT_DIAMETER",
     "k_pool",
     "l2_normalize",

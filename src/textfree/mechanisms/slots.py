@@ -10,6 +10,11 @@ as exactly ``pad_to`` slots, its own followed by filler slots (the public unit v
 through the same noise. Without padding, two prompts of different slot counts are told apart with certainty (the loss
 between them is unbounded; :meth:`SlotPrivatization.count_hidden`); with it, any two prompts the client accepts differ
 in at most ``pad_to`` slots, so ``pad_to`` x the slot loss bounds every pair.
+
+With ``repeat_mean`` (beyond the paper) every slot of a prompt is replaced, before the noise, by the prompt's unit mean
+slot (:func:`repeat_mean_slots`): s noisy copies of one unit vector instead of s different ones. Every slot is still
+a unit vector, so the slot loss and the prompt loss (s x the slot loss) are unchanged; what changes is how much of the
+prompt-level budget reaches one direction: PPFT's different slots partly cancel in their mean, copies add up.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from .base import PrivacyLoss, check_positive, mechanism_from_dict, mechanism_to
 from .centering import center_sha256, center_slots, check_center
 from .transforms import k_pool, l2_normalize
 
-__all__ = ["SlotPrivatization", "UNIT_SLOT_DIAMETER", "filler_slot", "pad_slots"]
+__all__ = ["SlotPrivatization", "UNIT_SLOT_DIAMETER", "filler_slot", "pad_slots", "repeat_mean_slots"]
 
 UNIT_SLOT_DIAMETER = 2.0  # the largest L2 distance between two unit vectors
 
@@ -54,10 +59,21 @@ def pad_slots(slots: torch.Tensor, mask: torch.Tensor, pad_to: int) -> tuple[tor
     return out, torch.ones(b, pad_to, dtype=torch.bool, device=mask.device)
 
 
+def repeat_mean_slots(slots: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Unit slots [B, S, d] + mask [B, S] -> each row's real slots all replaced by the unit mean of them (the
+    direction of their sum), padding slots zero. A row whose slots sum to zero gets zero slots (norm <= 1 all the
+    same); a row with no real slot stays zero."""
+    if slots.dim() != 3 or mask.shape != slots.shape[:2]:
+        raise ValueError(f"expected slots [B, S, d] and mask [B, S], got {tuple(slots.shape)} and {tuple(mask.shape)}")
+    real = mask.unsqueeze(-1).to(slots.dtype)
+    mean = l2_normalize((slots * real).sum(dim=1, keepdim=True))
+    return mean.expand_as(slots) * real
+
+
 @dataclass(frozen=True)
 class SlotPrivatization:
-    """k-pooling -> L2 normalise -> [centre: subtract ``center``, L2 normalise] -> ``noise`` -> L2 renormalise
-    (each step but pooling optional).
+    """k-pooling -> L2 normalise -> [centre: subtract ``center``, L2 normalise] -> [``repeat_mean``: every slot the
+    prompt's unit mean slot] -> ``noise`` -> L2 renormalise (each step but pooling optional).
 
     ``center`` (a public vector, :mod:`textfree.mechanisms.centering`) keeps every slot a unit vector, so the
     guarantee is unchanged. A spec read from a payload header names the centre by ``center_sha256`` only and cannot
@@ -72,8 +88,13 @@ class SlotPrivatization:
     pad_to: int | None = None  # release exactly this many slots per prompt (filler after its own); None: ceil(tokens / k)
     center: torch.Tensor | None = field(default=None, compare=False, repr=False)
     center_sha256: str | None = None
+    repeat_mean: bool = False  # beyond the paper: release the prompt's unit mean slot once per slot (repeat_mean_slots)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.repeat_mean, bool):
+            raise ValueError(f"SlotPrivatization: repeat_mean must be true or false, got {self.repeat_mean!r}")
+        if self.repeat_mean and not self.normalize:
+            raise ValueError("SlotPrivatization: repeat_mean needs normalize=True (the repeated mean slot is a unit vector)")
         if self.center is not None:
             if not self.normalize:
                 raise ValueError("SlotPrivatization: center needs normalize=True (centred slots are renormalised to unit norm)")
@@ -120,6 +141,8 @@ class SlotPrivatization:
                 raise ValueError("this privatization spec names its centre by sha256 only (read from a payload header): "
                                  "privatizing needs the centre vector itself")
             x = center_slots(x, self.center)
+        if self.repeat_mean:
+            x = repeat_mean_slots(x, slot_mask)
         if self.pad_to is not None:
             x, slot_mask = pad_slots(x * slot_mask.unsqueeze(-1), slot_mask, self.pad_to)
         if self.noise is not None:
@@ -159,17 +182,18 @@ class SlotPrivatization:
             "sensitivity": self.sensitivity,
             "noise": None if self.noise is None else mechanism_to_dict(self.noise),
         } | ({"pad_to": self.pad_to} if self.pad_to is not None else {}) | (  # headers stay as before these options existed
-            {"center_sha256": self.center_sha256} if self.center_sha256 is not None else {})
+            {"center_sha256": self.center_sha256} if self.center_sha256 is not None else {}) | (
+            {"repeat_mean": True} if self.repeat_mean else {})
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "SlotPrivatization":
         if not isinstance(data, dict):
             raise ValueError(f"a privatization spec must be a mapping, got {type(data).__name__}")
-        known = {"k", "normalize", "renormalize", "sensitivity", "noise", "pad_to", "center_sha256"}
+        known = {"k", "normalize", "renormalize", "sensitivity", "noise", "pad_to", "center_sha256", "repeat_mean"}
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown privatization field(s) {sorted(unknown)}; known: {sorted(known)}")
-        for flag in ("normalize", "renormalize"):
+        for flag in ("normalize", "renormalize", "repeat_mean"):
             if flag in data and not isinstance(data[flag], bool):
                 raise ValueError(f"privatization.{flag} must be true or false, got {data[flag]!r}")
         noise = data.get("noise")
@@ -181,4 +205,5 @@ class SlotPrivatization:
             sensitivity=data.get("sensitivity"),
             pad_to=data.get("pad_to"),
             center_sha256=data.get("center_sha256"),
+            repeat_mean=data.get("repeat_mean", False),
         )

@@ -126,6 +126,7 @@ def train_stage2_cmd(
     fixed_slots: _Optional[bool] = typer.Option(None, "--fixed-slots/--no-fixed-slots", help="The client pads every payload to ceil(max_private_tokens / k) slots, hiding the prompt's length (default: the init run's; off as PPFT)."),
     center_mu: _Optional[float] = typer.Option(None, "--center-mu", help="Client side, beyond the paper: centre every unit slot on the training prompts' mean slot, estimated once with mu-GDP Gaussian noise at this mu, before the noise (default: the init run's centre, none as PPFT)."),
     subspace_epochs: _Optional[int] = typer.Option(None, "--subspace-epochs", help="Client side, beyond the paper, with --center-mu: also project every centred slot onto the span of the training targets' mean payload slots, fitted by the server from this many passes of fresh payloads, and renormalise it before the noise (default: none)."),
+    repeat_mean: _Optional[bool] = typer.Option(None, "--repeat-mean/--no-repeat-mean", help="Client side, beyond the paper: send each prompt's unit mean slot (after centring / the subspace) in place of every one of its slots, before the noise (default: the init run's; off as PPFT)."),
     slot_insert: _Optional[float] = typer.Option(None, "--slot-insert", help="Server side, training only, beyond the paper: add 0..ceil(f n) random unit slots at random positions to each training row of n slots (blurs the slot count; answers are never augmented)."),
     slot_drop: _Optional[float] = typer.Option(None, "--slot-drop", help="Server side, training only, beyond the paper: drop each slot of a training row with this probability (at least one kept), before --slot-insert."),
     slot_augment_epochs: _Optional[int] = typer.Option(None, "--slot-augment-epochs", help="With --slot-insert / --slot-drop: augment only the first N epochs."),
@@ -150,7 +151,7 @@ def train_stage2_cmd(
         batch_size=batch_size, lr=lr, weight_decay=weight_decay, ema_decay=ema_decay, limit=limit, max_private_tokens=max_private_tokens, summary_slots=summary_slots,
         count_vectors=count_vectors, count_dropout=count_dropout, answer_head=answer_head, answer_head_epochs=answer_head_epochs,
         answer_head_standardize=answer_head_standardize, answer_head_hidden=answer_head_hidden, answer_head_options=answer_head_options,
-        fixed_slots=fixed_slots, center_mu=center_mu, subspace_epochs=subspace_epochs, slot_insert=slot_insert, slot_drop=slot_drop,
+        fixed_slots=fixed_slots, center_mu=center_mu, subspace_epochs=subspace_epochs, repeat_mean=repeat_mean, slot_insert=slot_insert, slot_drop=slot_drop,
         slot_augment_epochs=slot_augment_epochs, prompt_variants=prompt_variants, prompt_variant_drop=prompt_variant_drop,
         prompt_variant_shuffle=prompt_variant_shuffle, validation=validation, seed=seed, save_every=save_every, resume=resume, cpu=cpu,
     )

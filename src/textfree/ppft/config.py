@@ -89,6 +89,7 @@ class TextFreeConfig:
 
     center_mu: float | None = field(default=None, metadata={"help": "Beyond the paper: the client centres every unit slot on a public centre (the domain's mean slot, estimated from the stage-2 training prompts with mu-GDP Gaussian noise at this mu) and renormalises it before the noise (textfree.mechanisms.centering); null: no centring, as PPFT. The per-slot guarantee is unchanged."})
     center_sha256: str | None = field(default=None, metadata={"help": "sha256 of the centre in slot_center.safetensors (set by training; null: no centring)."})
+    repeat_mean: bool = field(default=False, metadata={"help": "Beyond the paper: the client replaces every slot of a prompt by the prompt's unit mean slot (after centring and the subspace, before the noise), so the payload is s noisy copies of one unit vector (textfree.mechanisms.slots.repeat_mean_slots). Every slot stays a unit vector: the per-slot and per-prompt guarantees are PPFT's. The slots' order and wording are lost: for answers from a closed set. false: as PPFT."})
 
     @property
     def pad_to(self) -> int | None:
@@ -98,8 +99,9 @@ class TextFreeConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
             raise ValueError(f"TextFreeConfig.k must be an integer >= 1, got {self.k!r}")
-        if not isinstance(self.fixed_slots, bool):
-            raise ValueError(f"TextFreeConfig.fixed_slots must be true or false, got {self.fixed_slots!r}")
+        for name in ("fixed_slots", "repeat_mean"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"TextFreeConfig.{name} must be true or false, got {getattr(self, name)!r}")
         if self.noise_match not in ("budget", "norm"):
             raise ValueError(f"TextFreeConfig.noise_match must be 'budget' or 'norm', got {self.noise_match!r}")
         if not isinstance(self.summary_slots, int) or isinstance(self.summary_slots, bool) or self.summary_slots < 0:

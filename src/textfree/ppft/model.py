@@ -145,12 +145,12 @@ class TextFreeLM(torch.nn.Module):
                    fixed_slots: bool | None = None, **params) -> Privatizer:
         """The client as users run it: ``epsilon=None`` gives clean (non-private) payloads; with ``fixed_slots``
         (default: the model's) every payload has ``ceil(max_private_tokens / k)`` slots; a model with a slot centre
-        centres every slot on it.
+        centres every slot on it; a ``repeat_mean`` model's client repeats each prompt's unit mean slot.
 
         ``mechanism`` / ``match`` default to the model's (see :func:`make_noise`)."""
         noise = make_noise(mechanism or self.config.mechanism, epsilon, dim=self.encoder.dim, match=match or self.config.noise_match, **params)
         config = self.config.replace(k=k or self.config.k, fixed_slots=self.config.fixed_slots if fixed_slots is None else fixed_slots)
-        return Privatizer(self.encoder, noise, config.k, pad_to=config.pad_to, center=self.center)
+        return Privatizer(self.encoder, noise, config.k, pad_to=config.pad_to, center=self.center, repeat_mean=config.repeat_mean)
 
     # ------------------------------------------------------------------ whole pipeline
     def forward(

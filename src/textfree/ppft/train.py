@@ -166,6 +166,7 @@ class Stage2Config(LoopConfig):
     fixed_slots: bool | None = field(default=None, metadata={"help": "The client pads every payload to ceil(max_private_tokens / k) slots, hiding the prompt's length (see TextFreeConfig.fixed_slots; default: the init run's, false as PPFT)."})
     center_mu: float | None = field(default=None, metadata={"help": "Beyond the paper: the client centres its unit slots on the mean slot of the training prompts, estimated with mu-GDP Gaussian noise at this mu (each prompt counted once; textfree.mechanisms.centering), and renormalises them before the noise; the centre ships with the model. null: the init run's centre, none for PPFT."})
     subspace_epochs: int | None = field(default=None, metadata={"help": "Beyond the paper, with center_mu: the client also projects every centred unit slot onto a public class subspace and renormalises it before the noise (textfree.mechanisms.subspace). The server fits the subspace from this many passes of fresh payloads of the training prompts (centred, noised at this run's epsilon; each prompt's mean slot labelled by its training target): the span of the per-target means. It ships with the centre. null: no subspace."})
+    repeat_mean: bool | None = field(default=None, metadata={"help": "Beyond the paper, client side: every slot of a prompt is replaced by the prompt's unit mean slot (after centring and the subspace, before the noise; see TextFreeConfig.repeat_mean), in training, in the subspace fit and at inference. null: the init run's, false as PPFT."})
     answer_head: bool = field(default=False, metadata={"help": "Beyond the paper: first train an answer head (the attribute attacker's classifier: mean slot + slot count -> MLP) on fresh payloads of the training rows, its classes the distinct training targets (by normalised text), and put its class-weighted answer vector before each row's slots (see textfree.ppft.answer_head). Needs targets from a closed set. False: keep the init run's projection as it is."})
     answer_head_epochs: int = field(default=100, metadata={"help": "With answer_head: passes over the training rows, each with fresh noise."})
     answer_head_standardize: bool = field(default=False, metadata={"help": "With answer_head: standardise the mean slot (zero mean, unit variance over its coordinates) before the head's MLP, so the short mean of many noisy slots does not lose to the one-hot slot count. False: the head of the runs before 2026-11-25."})
@@ -203,9 +204,11 @@ class Stage2Config(LoopConfig):
             raise ValueError(f"answer_head_hidden must be an integer >= 0 (0: a linear head), got {self.answer_head_hidden!r}")
         if self.answer_head_hidden != 256 and not self.answer_head:
             raise ValueError("answer_head_hidden needs answer_head: true")
-        for name in ("train_decoder", "fixed_slots"):
+        for name in ("train_decoder", "fixed_slots", "repeat_mean"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true, false or null, got {getattr(self, name)!r}")
+        if self.repeat_mean and self.blind:
+            raise ValueError("repeat_mean changes the client's private slots: a blind run sends none")
         if self.train_decoder and list(self.tasks) != ["restore"]:
             raise ValueError(f"train_decoder (full fine-tuning) is an inversion attacker's option: tasks must be ['restore'], got {self.tasks!r}")
         for name, low in (("restore_text_limit", 1), ("summary_slots", 0), ("max_target_tokens", 1), ("count_vectors", 0)):
@@ -599,7 +602,8 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
     lm.server.config = lm.config.replace(k=k, mechanism=family, epsilon=cfg.epsilon, noise_match=cfg.noise_match,
                                          stage="stage2", max_private_tokens=max_private, template=template,
                                          summary_slots=lm.config.summary_slots if cfg.summary_slots is None else cfg.summary_slots,
-                                         fixed_slots=lm.config.fixed_slots if cfg.fixed_slots is None else cfg.fixed_slots)
+                                         fixed_slots=lm.config.fixed_slots if cfg.fixed_slots is None else cfg.fixed_slots,
+                                         repeat_mean=lm.config.repeat_mean if cfg.repeat_mean is None else cfg.repeat_mean)
     lm.encoder.max_length = max_private
     proj = lm.server.projection.config
     n = proj.count_vectors if cfg.count_vectors is None else cfg.count_vectors
@@ -666,7 +670,7 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
     lm.save(run)
     extra = {"stage": "stage2", "dataset": None if cfg.restore_text else cfg.dataset, "restore_text": cfg.restore_text, "examples": len(examples), "epsilon": cfg.epsilon, "k": k,
              "mechanism": family, "noise_match": cfg.noise_match, "tasks": list(cfg.tasks), "blind": cfg.blind,
-             "summary_slots": lm.config.summary_slots, "fixed_slots": lm.config.fixed_slots,
+             "summary_slots": lm.config.summary_slots, "fixed_slots": lm.config.fixed_slots, "repeat_mean": lm.config.repeat_mean,
              "count_vectors": lm.server.projection.config.count_vectors, "count_dropout": lm.server.projection.config.count_dropout,
              "answer_head": head_info, "center": center_info, "slot_augment": cfg.slot_augment().to_dict(), "slot_augment_epochs": cfg.slot_augment_epochs,
              "prompt_variants": cfg.variants().to_dict(), "validation": cfg.validation, "init_fingerprint": init_fingerprint, "total_wall_s": _total_wall_s(summary, t0)}

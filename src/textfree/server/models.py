@@ -105,6 +105,10 @@ def _check_common(payload: Payload, card: dict[str, Any], config: ServerConfig) 
     if card.get("fixed_slots") and priv.pad_to != card["max_slots"]:
         raise _mismatch(f"model {card['id']!r} takes payloads padded to {card['max_slots']} slots (fixed_slots: the client "
                         f"hides the prompt's length), got pad_to={priv.pad_to}")
+    if card.get("payload_kind") == "pooled" and priv.repeat_mean != bool(card.get("repeat_mean")):
+        raise _mismatch(f"model {card['id']!r} takes payloads whose slots are "
+                        + ("each prompt's repeated mean slot (repeat_mean: true)" if card.get("repeat_mean") else "the prompt's own slots (repeat_mean: false)")
+                        + f", got repeat_mean={str(priv.repeat_mean).lower()}")
     if card.get("payload_kind") == "pooled" and priv.center_sha256 != card.get("center_sha256"):
         want = card.get("center_sha256")
         raise _mismatch(f"model {card['id']!r} takes payloads centred on the slot centre {want[:12]}... (see GET /v1/models/{card['id']})"
@@ -194,6 +198,7 @@ class GenerateModel:
             "max_private_tokens": c.max_private_tokens,
             "max_slots": math.ceil(c.max_private_tokens / c.k),
             "fixed_slots": c.fixed_slots,
+            "repeat_mean": c.repeat_mean,  # the client sends each prompt's unit mean slot in place of every slot
             # the public slot centre the client subtracts before the noise (null: none, as PPFT)
             "center_sha256": c.center_sha256,
             "center_mu": c.center_mu,
