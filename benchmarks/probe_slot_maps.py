@@ -3,7 +3,9 @@
 The client maps each unit slot before the noise: as encoded (PPFT), centred (``unit(unit(v) - c)``), centred on
 the class subspace fitted from noisy or from clean payloads (:mod:`textfree.mechanisms.subspace`), or centred on
 the top principal directions of the centred slots (no labels); with --ranks also on the strongest m directions of
-the noisy-pass class subspace alone (does a smaller subspace, with less of the noise in it, read better?).
+the noisy-pass class subspace alone (does a smaller subspace, with less of the noise in it, read better?); with
+--repeat-mean each map also with every slot of a prompt replaced by the prompt's unit mean slot after the map
+(the client's ``repeat_mean``: s noisy copies of one vector instead of s different ones).
 For each map a logistic regression on the mean of a prompt's noisy renormalised slots is trained with fresh noise
 on every pass over the training prompts and scored on the held-out prompts (with --validation: on a validation part
 of the training rows instead) over a few noise draws (a prompt whose answer never occurs in training counts as
@@ -15,6 +17,7 @@ map gives a reader, not a release. Prints one accuracy per map.
     python benchmarks/probe_slot_maps.py --dataset ddx --encoder runs/stage1/encoder --max-tokens 128
     python benchmarks/probe_slot_maps.py --dataset slja --max-tokens 192 --validation 0.2   # choose without the held-out part
     python benchmarks/probe_slot_maps.py --dataset slja --validation 0.2 --ranks 4,8,16,24,32
+    python benchmarks/probe_slot_maps.py --dataset slja --validation 0.2 --repeat-mean
 
 Needs the Pri-* data (``TEXTFREE_DATA``) and an encoder directory.
 """
@@ -31,7 +34,7 @@ import torch  # noqa: E402
 
 from textfree.data import normalize_answer, ppft_split  # noqa: E402
 from textfree.encoders import ContextualEncoder  # noqa: E402
-from textfree.mechanisms import L2Laplace, center_slots, class_subspace, k_pool, l2_normalize  # noqa: E402
+from textfree.mechanisms import L2Laplace, center_slots, class_subspace, k_pool, l2_normalize, repeat_mean_slots  # noqa: E402
 
 
 def prompt_slots(encoder, records, k: int) -> tuple[list[torch.Tensor], list[str]]:
@@ -48,22 +51,25 @@ def prompt_slots(encoder, records, k: int) -> tuple[list[torch.Tensor], list[str
     return slots, [answers[t] for t in texts]
 
 
-def noisy_means(slots, smap, mech, gen) -> torch.Tensor:
-    """Each prompt's mean noisy renormalised slot after the map (None: slots as encoded)."""
+def noisy_means(slots, smap, mech, gen, repeat: bool = False) -> torch.Tensor:
+    """Each prompt's mean noisy renormalised slot after the map (None: slots as encoded); with ``repeat`` every slot
+    of a prompt is first replaced by the prompt's unit mean slot."""
     out = []
     for s in slots:
         x = s if smap is None else center_slots(s, smap)
+        if repeat:
+            x = repeat_mean_slots(x[None], torch.ones(1, x.shape[0], dtype=torch.bool))[0]
         out.append(l2_normalize(mech.sample(x.double(), generator=gen)).float().mean(dim=0))
     return torch.stack(out)
 
 
-def reader_accuracy(train, ytr, test, yte, smap, mech, n_classes: int, passes: int, seed: int) -> float:
+def reader_accuracy(train, ytr, test, yte, smap, mech, n_classes: int, passes: int, seed: int, repeat: bool = False) -> float:
     torch.manual_seed(seed)
     reader = torch.nn.Linear(train[0].shape[-1], n_classes)
     opt = torch.optim.Adam(reader.parameters(), lr=1e-2, weight_decay=1e-4)
     gen = torch.Generator().manual_seed(seed + 1)
     for _ in range(passes):
-        x = noisy_means(train, smap, mech, gen) * 10
+        x = noisy_means(train, smap, mech, gen, repeat) * 10
         for _ in range(5):
             loss = torch.nn.functional.cross_entropy(reader(x), ytr)
             opt.zero_grad()
@@ -71,7 +77,7 @@ def reader_accuracy(train, ytr, test, yte, smap, mech, n_classes: int, passes: i
             opt.step()
     accs = []
     for draw in range(3):
-        x = noisy_means(test, smap, mech, torch.Generator().manual_seed(seed + 1000 + draw)) * 10
+        x = noisy_means(test, smap, mech, torch.Generator().manual_seed(seed + 1000 + draw), repeat) * 10
         with torch.no_grad():
             accs.append(float((reader(x).argmax(dim=1) == yte).float().mean()))
     return sum(accs) / len(accs)
@@ -123,6 +129,8 @@ def main() -> None:
     ap.add_argument("--fit-passes", type=int, default=12, help="noisy passes the class subspace is fitted from")
     ap.add_argument("--ranks", type=_ranks, default=(),
                     help="comma-separated m: add the noisy-pass class subspace cut to its strongest m directions")
+    ap.add_argument("--repeat-mean", action="store_true",
+                    help="also read each map with every slot of a prompt replaced by its unit mean slot (repeat_mean)")
     args = ap.parse_args()
 
     scored, classes, train, train_answers, ytr, test, yte = probe_data(args)
@@ -140,10 +148,11 @@ def main() -> None:
     if whole := [m for m in args.ranks if m >= subspace.shape[0]]:
         print(f"--ranks {whole}: not below the subspace's rank {subspace.shape[0]}; "
               "the whole-subspace row stands for them")
+    subspace_name = f"centred, class subspace from {args.fit_passes} noisy passes"
     maps = {
         "as encoded (PPFT)": None,
         "centred": center,
-        f"centred, class subspace from {args.fit_passes} noisy passes": torch.cat([center[None], subspace]),
+        subspace_name: torch.cat([center[None], subspace]),
         **{f"centred, its strongest {m} directions": torch.cat([center[None], subspace[:m]])
            for m in args.ranks if m < subspace.shape[0]},
         "centred, class subspace from clean slots": torch.cat([center[None], class_subspace(clean, train_answers)]),
@@ -155,8 +164,14 @@ def main() -> None:
         if smap is not None and smap.dim() == 2:
             share = float(((flat @ smap[1:].T) ** 2).sum(dim=1).mean())
             name += f" [m {smap.shape[0] - 1}, {share:.0%} of a centred slot's energy]"
-        acc = reader_accuracy(train, ytr, test, yte, smap, mech, len(classes), args.passes, args.seed)
-        print(f"  {name}: {scored} answer accuracy {acc:.3f}", flush=True)
+        for repeat in (False, True) if args.repeat_mean else (False,):
+            acc = reader_accuracy(train, ytr, test, yte, smap, mech, len(classes), args.passes, args.seed, repeat)
+            label = name + (", each prompt's mean slot repeated" if repeat else "")
+            print(f"  {label}: {scored} answer accuracy {acc:.3f}", flush=True)
+    if args.repeat_mean:  # how much a prompt's own slots cancel in their mean: the norm of the mean of its mapped unit slots
+        norms = torch.stack([center_slots(s, maps[subspace_name]).double().mean(dim=0).norm() for s in train])
+        print(f"  norm of a training prompt's mean slot on the class subspace: mean {float(norms.mean()):.3f} "
+              f"(the repeated mean slot: 1); slots per prompt: mean {sum(len(s) for s in train) / len(train):.1f}")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,9 @@ def _cell(encoder: str = "default", **over) -> dict:
         ({"params": {"max_tokens": 64}}, "params.max_tokens", r"do not apply to release 'slots'"),
         ({"params": {"center": 3}}, "params.center", "center must be a PPFT run directory, got 3"),
         ({"params": {"standardize": "yes"}}, "params.standardize", "standardize must be true or false, got 'yes'"),
+        ({"params": {"repeat_mean": "yes"}}, "params.repeat_mean", "repeat_mean must be true or false, got 'yes'"),
+        ({"params": {"release": "tokens", "repeat_mean": True}, "mechanism": GAUSS, "attack": {"threat": TOKEN_GRANT}},
+         "params.repeat_mean", r"params \['repeat_mean'\] do not apply to release 'tokens'"),
         ({"params": {"hidden": -1}}, "params.hidden", "hidden must be an integer >= 0, got -1"),
         ({"params": {"epochs": 0}}, "params.epochs", "epochs must be an integer >= 1, got 0"),
         ({"params": {"release": "tokens", "center": "runs/x"}, "mechanism": GAUSS, "attack": {"threat": TOKEN_GRANT}},
@@ -279,3 +282,26 @@ def test_center_param_centres_clean_slots_like_the_runs_client(tmp_path):
     assert info.value.field == "params.center"
     with pytest.raises(CellError, match="centre has width 3, the slots have width 4"):
         _client_map(str(tmp_path), 4)
+
+
+def test_repeat_mean_param_releases_each_prompts_unit_mean_slot_like_the_runs_client(monkeypatch):
+    """params.repeat_mean: the attacker's clean slots and the released ones are each prompt's unit mean slot on its
+    real slots, as a repeat_mean client sends them (at a huge eps the release is the clean repeated slot)."""
+    from types import SimpleNamespace
+
+    from textfree.experiments.kinds import attributes as kind
+    from textfree.mechanisms.transforms import l2_normalize
+
+    x = l2_normalize(torch.tensor([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]],
+                                   [[0.0, 0.0, 1.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]]))
+    m = torch.tensor([[True, True, False], [True, True, True]])
+    monkeypatch.setattr(kind, "_clean_slots", lambda *a: (x.clone(), m.clone()))
+    s = SimpleNamespace(k=4, train_limit=None, center=None, pad_to=None, repeat_mean=True)
+    resolved = SimpleNamespace(mechanism={"name": "l2_laplace", "epsilon": 1e7})
+    texts = SimpleNamespace(texts=["a", "b"])
+    release = kind._slots_release(None, resolved, s, texts, texts, 0, None)
+    (train_x, train_m), (released, test_m) = release.train, release.observed
+    a, c = 2**-0.5, 5**-0.5  # row 0: unit(e0 + e1); row 1: unit(e0 + 2 e2)
+    want = torch.tensor([[[a, a, 0.0], [a, a, 0.0], [0.0, 0.0, 0.0]], [[c, 0.0, 2 * c]] * 3])
+    torch.testing.assert_close(train_x, want, atol=1e-6, rtol=0)
+    torch.testing.assert_close(released * test_m.unsqueeze(-1), want, atol=1e-4, rtol=0)

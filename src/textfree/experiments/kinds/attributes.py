@@ -4,7 +4,8 @@ The client releases each *evaluated* prompt in one of four forms (``params.relea
 
 * ``slots`` (default): PPFT slots (encoder -> k-pooling -> unit norm -> the cell's ``mechanism`` -> renormalise);
   with ``params.pad_to`` the client pads every prompt to that many slots (filler slots noised like its own), so the
-  count tells nothing and the ``length`` reference falls to the prior;
+  count tells nothing and the ``length`` reference falls to the prior; with ``params.repeat_mean`` every slot of a
+  prompt is its unit mean slot (after ``params.center``'s map), as a ``repeat_mean`` model's client sends it;
 * ``tokens``: the SnD / RAPT client's input embeddings: every token's row of the ``encoder``'s embedding table
   (default MiniLM's), its first ``params.max_tokens`` own tokens inside the special tokens, each noised independently
   by the cell's ``mechanism`` (``l2_laplace``, ``gaussian``, ``clipped``; no renormalisation);
@@ -99,7 +100,7 @@ from ...attacks.attributes import (
 )
 from ...attacks.threat import NOISE_AWARE_REQUIRES, ThreatModel
 from ...mechanisms import SlotPrivatization, center_slots, mechanism_from_dict
-from ...mechanisms.slots import pad_slots
+from ...mechanisms.slots import pad_slots, repeat_mean_slots
 from ...mechanisms.transforms import l2_normalize
 from ...rng import seeded_generator
 from ..cell import CellError
@@ -158,6 +159,8 @@ ATTRIBUTE_INFERENCE_PARAMS = {
                  "mean_count / slots_count (the same, also reading the number of vectors, one-hot); default [mean, slots]",
     "center": "slots: a PPFT run directory whose public slot centre (slot_center.safetensors) the client subtracts from every "
               "unit slot before the noise, as that model's client does; the attacker knows it (default: none, as PPFT)",
+    "repeat_mean": "slots: every slot of a prompt replaced by the prompt's unit mean slot (after the centre's map) before "
+                   "the noise, as a repeat_mean model's client does (true or false; default false, as PPFT)",
     "pad_to": "slots: the client pads every prompt to this many slots (public filler slots, noised like its own), hiding "
               "its length (default: none, ceil(tokens / k) slots); a longer prompt is an error",
     "training": "unaware (trained on clean inputs) and/or aware (on the mechanism's releases, needs knows_parameters); default both",
@@ -172,7 +175,7 @@ ATTRIBUTE_INFERENCE_PARAMS = {
     "threads": "torch threads while the cell runs (default: unchanged)",
 }
 _COMMON = {"release", "target", "attackers", "training", "epochs", "hidden", "standardize", "train_limit", "threads"}
-_RELEASE_PARAMS = {"slots": {"k", "pad_to", "center"}, "tokens": {"max_tokens"}, "t2t": {"k", "rounds", *T2T_PARAMS}, "pct2t": {"k", "rounds", *T2T_PARAMS}}
+_RELEASE_PARAMS = {"slots": {"k", "pad_to", "center", "repeat_mean"}, "tokens": {"max_tokens"}, "t2t": {"k", "rounds", *T2T_PARAMS}, "pct2t": {"k", "rounds", *T2T_PARAMS}}
 
 
 def _dataset(cell: Any, target: str = "attributes") -> str:
@@ -216,6 +219,7 @@ class _Settings:
     k: int
     pad_to: int | None
     center: str | None
+    repeat_mean: bool
     max_tokens: int
     rounds: int
     text: dict  # t2t / pct2t: eta, pos, table, tagger
@@ -285,6 +289,7 @@ def _settings(resolved: Any) -> _Settings:
         k=_int_param(p, "k", 4),
         pad_to=_int_param(p, "pad_to", None),
         center=_center_param(p),
+        repeat_mean=_bool_param(p, "repeat_mean"),
         max_tokens=_int_param(p, "max_tokens", 128),
         rounds=_int_param(p, "rounds", 3),
         text=_text_params(p, release) if release in TEXT_RELEASES else {},
@@ -469,6 +474,8 @@ def _slots_release(cell, resolved, s, train, test, seed, context) -> _Release:
     if s.center is not None:  # as the run's client: unit(slot - centre), projected onto its subspace if it has one
         smap, subspace_rank = _client_map(s.center, train_x.shape[-1])
         train_x, test_x = _map_slots(smap, train_x, train_m), _map_slots(smap, test_x, test_m)
+    if s.repeat_mean:  # as a repeat_mean client: each prompt's unit mean slot in place of every one of its slots
+        train_x, test_x = repeat_mean_slots(train_x, train_m), repeat_mean_slots(test_x, test_m)
     if s.pad_to is not None:  # the client hides the count: filler slots up to pad_to, noised like the prompt's own
         try:
             (train_x, train_m), (test_x, test_m) = pad_slots(train_x, train_m, s.pad_to), pad_slots(test_x, test_m, s.pad_to)
@@ -478,7 +485,7 @@ def _slots_release(cell, resolved, s, train, test, seed, context) -> _Release:
     noise = _row_noise(mech, normalize=True)
     released = noisy_rows(noise, test_x, test_m, seeded_generator(seed, warn=False))
     slots = test_m.sum(1).to(torch.float64)
-    slot_eps = SlotPrivatization(noise=mech, k=s.k, pad_to=s.pad_to).slot_loss().epsilon
+    slot_eps = SlotPrivatization(noise=mech, k=s.k, pad_to=s.pad_to, repeat_mean=s.repeat_mean).slot_loss().epsilon
     guarantee = {"slot_epsilon": slot_eps, "prompt_epsilon": float((slots * slot_eps).mean()),
                  "prompt_epsilon_max": float((slots * slot_eps).max()), "slots_per_prompt": float(slots.mean()),
                  "cosine": float((released * test_x).sum(-1)[test_m].mean())}

@@ -106,7 +106,7 @@ def _eps_label(eps: float | None) -> str:
 
 
 #: PPFT's own layout: no server-side summary vectors, the slot count released as it is (no padding).
-_PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": (0, 0.0), "answer": False, "center": None, "subspace": None, "augment": (0.0, 0.0, 0),
+_PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": (0, 0.0), "answer": False, "center": None, "subspace": None, "repeat": False, "augment": (0.0, 0.0, 0),
                 "ema": None, "variants": None, "optim": (1e-3, 0.0), "train_seed": 0}  # every table but the training-seed one shows training seed 0
 _TABLE1_PPFT = dict(family="l2_laplace", blind=False, epsilon=WIDTH_MATCHED, k=4)  # Table 1's PPFT row at the target point
 
@@ -163,6 +163,8 @@ def _get(e: Entry, key: str) -> Any:
     if key == "subspace":  # the client's class subspace: the passes of fresh payloads it was fitted from, None without one
         n = e.params.get("subspace_epochs")
         return None if n is None else int(n)
+    if key == "repeat":  # the client sends each prompt's unit mean slot in place of every slot (repeat_mean)
+        return bool(e.params.get("repeat_mean") or False)
     if key == "augment":  # the server's training-only slot-count augmentation: (slot_insert, slot_drop, its epochs; 0: all)
         return float(e.params.get("slot_insert") or 0.0), float(e.params.get("slot_drop") or 0.0), int(e.params.get("slot_augment_epochs") or 0)
     if key == "variants":  # the client's training-only prompt rewrites: (prob, shuffle, drop), None without (PPFT)

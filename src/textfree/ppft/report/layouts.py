@@ -9,7 +9,7 @@ from .entries import _PPFT_LAYOUT, Entry, _get, _layout_default
 _LAYOUT_HEADER = {"summary": "server layout", "ema": "server training", "optim": "server training", "fixed": "client", "count": "server layout", "answer": "server layout", "center": "client",
                   "augment": "server training", "variants": "client training", "center+augment": "client + server training",
                   "center+answer": "client + server layout", "center+subspace": "client",
-                  "center+subspace+answer": "client + server layout"}
+                  "center+subspace+answer": "client + server layout", "center+subspace+repeat+answer": "client + server layout"}
 
 #: Layout keys that change only how stage 2 optimises (the peak lr and weight decay, a weight average), not what the
 #: client sends, how the server reads it or what it trains on: rows of PPFT itself with other hyperparameters.
@@ -163,6 +163,14 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
      else _subspace_layout(v[:2]) + " + " + _answer_layout(v[2]), "centred slots on the class subspace and an answer head",
      ["The client of the section above, and the server's answer head (trained on the projected payloads) before the",
       "slots. The tables above use PPFT's client and layout."]),
+    ("center+subspace+repeat+answer", lambda v: "PPFT (slots as encoded, slots only)" if v == (None, None, False, False)
+     else _subspace_layout(v[:2]) + ", each prompt's mean slot repeated + " + _answer_layout(v[3]),
+     "centred slots on the class subspace, the prompt's mean slot repeated, and an answer head",
+     ["The client and server of the section above, and the client sends each prompt's unit mean slot (after the",
+      "subspace) in place of every one of its slots, before the noise (`repeat_mean`; textfree.mechanisms.slots):",
+      "s noisy copies of one unit vector, where a prompt's different slots partly cancel in their mean. Every slot",
+      "stays a unit vector: the per-slot guarantee (2 eps) and a prompt's (s slots) are PPFT's; the slots' order and",
+      "wording are gone, so this client is for answers from a closed set. The tables above use PPFT's client and layout."]),
 ]
 
 
