@@ -437,3 +437,20 @@ def test_payload_result_files_name_the_stage1_builds_their_points_read(tmp_path)
     # points of two builds (one of them reading two runs of different builds): each named once, sorted
     assert f"| `inv_two` | learned_inversion | `{two.name}` | 2026-01-01T00:00:00+00:00 | 0123456789 | {'b' * 12}, {'c' * 12}, {'d' * 12} |" in text
     assert f"| `inv_old` | learned_inversion | `{old.name}` | 2026-01-01T00:00:00+00:00 | unknown | not recorded |" in text
+
+
+def test_a_repeated_mean_slot_client_gets_a_client_column_and_stays_out_of_the_matrix_ppft_row(tmp_path):
+    path = _payload_file(tmp_path, "attr_repeat", "attribute_inference", {"k": 4}, [(28, {}), (28, {})],
+                         mechanism=LAPLACE, seeds=(0,))
+    data = json.loads(path.read_text())
+    data["cell"]["grid"] = {"params.repeat_mean": [False, True]}
+    data["grid_axes"] = ["params.repeat_mean"]
+    for r, (repeat, sex) in zip(data["results"], ((False, 0.60), (True, 0.85))):
+        r["point"] = {"params.repeat_mean": repeat}
+        r["metrics"] = {n: {"mean": v[0], "stderr": None, "values": v} for n, v in _attr(sex, 0.5, "slot_epsilon", 56.0).items()}
+    path.write_text(json.dumps(data))
+    text = build_report([tmp_path])
+    assert "| 50 | 4 | its own slots (as PPFT) | 56 |" in text and "| 50 | 4 | each prompt's mean slot repeated | 56 |" in text
+    # the cross matrix's PPFT row takes only PPFT's own client (60%), not the repeating one's (85%)
+    sex = next(line for line in text.splitlines() if line.startswith("| attributes: sex (best)"))
+    assert sex == "| attributes: sex (best) (%) | 60.0% (unit eps 56) |"

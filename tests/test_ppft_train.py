@@ -412,13 +412,14 @@ def test_cli_stage1_stage2_ask_evaluate(fixture_data, tmp_path, tiny_encoder_dir
     run("train-stage1", "--decoder", tiny_decoder_dir, "--encoder", tiny_encoder_dir, "--out", s1, "--max-steps", 2, "--k", 2, "--ema-decay", 0.9)
     run("train-stage2", "--from", s1, "--dataset", "pri-ddx", "--epsilon", 75, "--k", 4, "--out", s2, "--epochs", 1, "--summary-slots", 1,
         "--answer-head", "--answer-head-epochs", 2, "--answer-head-standardize", "--answer-head-hidden", 0, "--answer-head-options",
-        "--center-mu", 1, "--ema-decay", 0.99, "--weight-decay", 0.01)
+        "--center-mu", 1, "--repeat-mean", "--ema-decay", 0.99, "--weight-decay", 0.01)
     for run_dir, decay in ((s1, 0.9), (s2, 0.99)):  # the weight average reaches both stages' configs
         assert json.loads((run_dir / "train_config.json").read_text())["config"]["ema_decay"] == decay
     assert json.loads((s2 / "train_config.json").read_text())["config"]["weight_decay"] == 0.01
     saved = json.loads((s2 / "textfree_config.json").read_text())
     assert saved["k"] == 4 and saved["summary_slots"] == 1  # ask and evaluate below read payloads with the summary vector
     assert saved["center_mu"] == 1.0 and len(saved["center_sha256"]) == 64 and (s2 / "slot_center.safetensors").is_file()  # ... centred
+    assert saved["repeat_mean"] is True  # ... sending each prompt's mean slot repeated
     head = json.loads((s2 / "projection" / "config.json").read_text())
     assert len(head["answer_classes"]) == 3 and head["answer_standardize"] is True  # ... and the standardised answer head,
     assert head["answer_hidden"] == 0 and head["answer_options"] is True  # linear, over the options: evaluate and ask run it

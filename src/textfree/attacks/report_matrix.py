@@ -138,7 +138,8 @@ def _add_slot_attributes(row: MatrixRow, attributes: list[PayloadCell], *, padde
             continue
         for point, p in c.points:
             k = point.get("params.k", params.get("k", 4))
-            if k == 4 and not point.get("params.center", params.get("center")):  # a centring client is not PPFT's
+            repeated = point.get("params.repeat_mean", params.get("repeat_mean"))
+            if k == 4 and not point.get("params.center", params.get("center")) and not repeated:  # a centring or repeating client is not PPFT's
                 row.add("attributes: sex (best)", p.mean("slot_epsilon"), 100 * p.mean("sex_accuracy_best"), c.name)
 
 

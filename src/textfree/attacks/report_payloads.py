@@ -121,7 +121,8 @@ def _release_title(c: PayloadCell) -> str:
         params = c.cell.get("params") or {}
         pad_to, center = params.get("pad_to"), params.get("center")
         return ("release: PPFT slots" + (f", padded to {pad_to} slots (count hidden)" if pad_to else "")
-                + (f", centred on the slot centre of `{center}`" if center else ""))
+                + (f", centred on the slot centre of `{center}`" if center else "")
+                + (", each prompt's mean slot repeated" if params.get("repeat_mean") is True else ""))
     pos = (c.cell.get("params") or {}).get("pos", "default")
     return "release: T2T text" if release == "t2t" else f"release: PCT2T text ({pos if isinstance(pos, str) else ', '.join(pos)})"
 
@@ -138,6 +139,9 @@ def _lead(c: PayloadCell, point: dict, p: Point | None = None) -> tuple[list[str
             client = ("PPFT (as encoded)" if not point["params.center"] else
                       f"slots centred, class subspace (m {rank})" if rank else "slots centred")
             return ["eps", "k", "client"], [str(eps), str(k), client]
+        if "params.repeat_mean" in point:  # the client with and without each prompt's mean slot repeated, side by side
+            return ["eps", "k", "client"], [str(eps), str(k), "each prompt's mean slot repeated" if point["params.repeat_mean"]
+                                            else "its own slots (as PPFT)"]
         return ["eps", "k"], [str(eps), str(k)]
     if release in ("t2t", "pct2t"):
         return ["eta"], [str(point.get("params.eta", (c.cell.get("params") or {}).get("eta")))]
