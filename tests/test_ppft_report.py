@@ -1262,3 +1262,35 @@ def test_a_repeated_mean_slot_client_is_a_section_of_its_own_judged_against_its_
                and not l.endswith("**NOT met**") for l in rep)
     # both targets met (4-option 0.97 / 0.98 = 99.0%, 0.04 above the blind row): listed among the layouts that meet them
     assert any(f"{name} (0.9700 / 0.8600 of 0.9800 / 0.9600, one training)" in l for l in lines)
+
+
+def test_a_label_free_repeated_mean_slot_client_is_a_section_of_its_own(tmp_path):
+    """repeat_mean without the class subspace: its runs are neither the subspace + repeat section's rows nor the
+    centre + answer head section's, and each is judged against its own upper bound."""
+    d = _fixture(tmp_path)
+    head = {"k": 4, "center_mu": 1.0, "answer_head": True, "epochs": 12, "answer_head_standardize": True,
+            "answer_head_hidden": 0, "answer_head_options": True}
+    sub = {**head, "subspace_epochs": 12, "repeat_mean": True}
+    _result_file(d / "rep.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, **head}, _eval([0.90] * 3, [0.50, 0.52, 0.54])),
+        ({"epsilon": None, **head}, _eval([0.99] * 3, [0.97] * 3)),
+        ({"epsilon": 28, **sub}, _eval([0.97] * 3, [0.84, 0.86, 0.88])),
+        ({"epsilon": None, **sub}, _eval([0.98] * 3, [0.96] * 3)),
+        ({"epsilon": 28, **head, "repeat_mean": True}, _eval([0.95] * 3, [0.74, 0.76, 0.78])),
+        ({"epsilon": None, **head, "repeat_mean": True}, _eval([0.97] * 3, [0.80] * 3)),
+    ], date="2026-01-03T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+
+    def section(heading):
+        part = lines[lines.index(heading):]
+        return part[: next(i for i, l in enumerate(part[1:], 1) if l.startswith("### "))]
+
+    others = section("### Pri-DDX: centred slots and an answer head (beyond the paper)") + section(
+        "### Pri-DDX: centred slots on the class subspace, the prompt's mean slot repeated, and an answer head (beyond the paper)")
+    assert not any("0.760 ± 0.020" in l for l in others)  # the label-free repeated runs are in neither section
+    name = "slots centred (centre 1-GDP), each prompt's mean slot repeated + answer vector (standardised linear head, over the options shown)"
+    rep = section("### Pri-DDX: centred slots, the prompt's mean slot repeated, and an answer head (beyond the paper)")
+    assert any(l.startswith(f"| {name} |") and "0.760 ± 0.020 (3)" in l for l in rep)
+    # 0.76 / 0.80 = 95.0% of its own bound (met); against the subspace section's bound 0.96 it would be 79.2%
+    assert any(l.startswith(f"- {name}: eps 28, open-answer") and "95.0% of the upper bound 0.8000" in l
+               and not l.endswith("**NOT met**") for l in rep)
