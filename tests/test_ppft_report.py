@@ -1265,8 +1265,9 @@ def test_a_repeated_mean_slot_client_is_a_section_of_its_own_judged_against_its_
 
 
 def test_a_label_free_repeated_mean_slot_client_is_a_section_of_its_own(tmp_path):
-    """repeat_mean without the class subspace: its runs are neither the subspace + repeat section's rows nor the
-    centre + answer head section's, and each is judged against its own upper bound."""
+    """repeat_mean without the class subspace, with and without an answer head: each is a section of its own, its
+    runs are neither the subspace + repeat section's rows nor the centre + answer head section's, and each is judged
+    against its own upper bound."""
     d = _fixture(tmp_path)
     head = {"k": 4, "center_mu": 1.0, "answer_head": True, "epochs": 12, "answer_head_standardize": True,
             "answer_head_hidden": 0, "answer_head_options": True}
@@ -1278,6 +1279,8 @@ def test_a_label_free_repeated_mean_slot_client_is_a_section_of_its_own(tmp_path
         ({"epsilon": None, **sub}, _eval([0.98] * 3, [0.96] * 3)),
         ({"epsilon": 28, **head, "repeat_mean": True}, _eval([0.95] * 3, [0.74, 0.76, 0.78])),
         ({"epsilon": None, **head, "repeat_mean": True}, _eval([0.97] * 3, [0.80] * 3)),
+        ({"epsilon": 28, "k": 4, "epochs": 12, "center_mu": 1.0, "repeat_mean": True}, _eval([0.93] * 3, [0.42, 0.44, 0.46])),
+        ({"epsilon": None, "k": 4, "epochs": 12, "center_mu": 1.0, "repeat_mean": True}, _eval([0.96] * 3, [0.70] * 3)),
     ], date="2026-01-03T00:00:00+00:00")
     lines = build_report([d]).splitlines()
 
@@ -1294,3 +1297,8 @@ def test_a_label_free_repeated_mean_slot_client_is_a_section_of_its_own(tmp_path
     # 0.76 / 0.80 = 95.0% of its own bound (met); against the subspace section's bound 0.96 it would be 79.2%
     assert any(l.startswith(f"- {name}: eps 28, open-answer") and "95.0% of the upper bound 0.8000" in l
                and not l.endswith("**NOT met**") for l in rep)
+    assert not any("0.440 ± 0.020" in l for l in others + rep)  # PPFT's server with the same client: its own section
+    plain = section("### Pri-DDX: centred slots, the prompt's mean slot repeated (beyond the paper)")
+    # 0.44 / 0.70 = 62.9% of its own bound: NOT met
+    assert any(l.startswith("- slots centred (centre 1-GDP), each prompt's mean slot repeated: eps 28, open-answer")
+               and "62.9% of the upper bound 0.7000" in l and l.endswith("**NOT met**") for l in plain)

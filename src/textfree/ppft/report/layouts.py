@@ -10,7 +10,7 @@ _LAYOUT_HEADER = {"summary": "server layout", "ema": "server training", "optim":
                   "augment": "server training", "variants": "client training", "center+augment": "client + server training",
                   "center+answer": "client + server layout", "center+subspace": "client",
                   "center+subspace+answer": "client + server layout", "center+subspace+repeat+answer": "client + server layout",
-                  "center+repeat+answer": "client + server layout"}
+                  "center+repeat": "client", "center+repeat+answer": "client + server layout"}
 
 #: Layout keys that change only how stage 2 optimises (the peak lr and weight decay, a weight average), not what the
 #: client sends, how the server reads it or what it trains on: rows of PPFT itself with other hyperparameters.
@@ -172,13 +172,20 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
       "s noisy copies of one unit vector, where a prompt's different slots partly cancel in their mean. Every slot",
       "stays a unit vector: the per-slot guarantee (2 eps) and a prompt's (s slots) are PPFT's; the slots' order and",
       "wording are gone, so this client is for answers from a closed set. The tables above use PPFT's client and layout."]),
+    ("center+repeat", lambda v: "PPFT (slots as encoded)" if v == (None, False)
+     else f"slots centred (centre {v[0]:g}-GDP), each prompt's mean slot repeated",
+     "centred slots, the prompt's mean slot repeated",
+     ["The client centres its slots on the public centre and sends each prompt's unit mean slot in place of every one",
+      "of its slots, before the noise (`center_mu`, `repeat_mean`): s noisy copies of one unit vector, where a",
+      "prompt's different slots partly cancel in their mean. No map on the client's side is fitted to training",
+      "labels. The server is PPFT's (slots only). Every slot stays a unit vector: the per-slot guarantee (2 eps) and",
+      "a prompt's (s slots) are PPFT's; the slots' order and wording are gone, so this client is for answers from a",
+      "closed set. The tables above use PPFT's client."]),
     ("center+repeat+answer", lambda v: "PPFT (slots as encoded, slots only)" if v == (None, False, False)
      else f"slots centred (centre {v[0]:g}-GDP), each prompt's mean slot repeated + " + _answer_layout(v[2]),
      "centred slots, the prompt's mean slot repeated, and an answer head",
-     ["The section above without the class subspace: the client centres its slots on the public centre and sends each",
-      "prompt's unit mean slot in place of every one of its slots, before the noise, so no map on the client's side",
-      "is fitted to training labels (the centre is the training prompts' mean slot, released with Gaussian noise).",
-      "The server's answer head is trained on these payloads. Every slot stays a unit vector: the per-slot guarantee",
+     ["The client of the section above (centred, each prompt's mean slot repeated, no class subspace) and the",
+      "server's answer head, trained on its payloads, before the slots. Every slot stays a unit vector: the per-slot guarantee",
       "(2 eps) and a prompt's (s slots) are PPFT's. The tables above use PPFT's client and layout."]),
 ]
 
