@@ -1302,3 +1302,33 @@ def test_a_label_free_repeated_mean_slot_client_is_a_section_of_its_own(tmp_path
     # 0.44 / 0.70 = 62.9% of its own bound: NOT met
     assert any(l.startswith("- slots centred (centre 1-GDP), each prompt's mean slot repeated: eps 28, open-answer")
                and "62.9% of the upper bound 0.7000" in l and l.endswith("**NOT met**") for l in plain)
+
+
+def test_the_repeating_client_with_a_summary_vector_is_a_section_of_its_own(tmp_path):
+    """repeat_mean + summary_slots (PPFT's server otherwise): its own section, judged against its own bound; its runs
+    are neither the plain repeating client's rows nor the plain summary section's."""
+    d = _fixture(tmp_path)
+    rep = {"k": 4, "epochs": 12, "center_mu": 1.0, "repeat_mean": True}
+    _result_file(d / "sum.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, **rep}, _eval([0.93] * 3, [0.42, 0.44, 0.46])),
+        ({"epsilon": None, **rep}, _eval([0.96] * 3, [0.70] * 3)),
+        ({"epsilon": 28, **rep, "summary_slots": 1}, _eval([0.94] * 3, [0.60, 0.62, 0.64])),
+        ({"epsilon": None, **rep, "summary_slots": 1}, _eval([0.97] * 3, [0.80] * 3)),
+        ({"epsilon": 28, "k": 4, "epochs": 12, "summary_slots": 1}, _eval([0.91] * 3, [0.30, 0.32, 0.34])),
+    ], date="2026-01-03T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+
+    def section(heading):
+        part = lines[lines.index(heading):]
+        return part[: next(i for i, l in enumerate(part[1:], 1) if l.startswith("### "))]
+
+    mine = section("### Pri-DDX: centred slots, the prompt's mean slot repeated, and a summary vector (beyond the paper)")
+    name = "slots centred (centre 1-GDP), each prompt's mean slot repeated + 1 summary vector"
+    assert any(l.startswith(f"| {name} |") and "0.620 ± 0.020 (3)" in l for l in mine)
+    # 0.62 / 0.80 = 77.5% of its own bound; against the plain repeating client's bound 0.70 it would be 88.6%
+    assert any(l.startswith(f"- {name}: eps 28, open-answer") and "77.5% of the upper bound 0.8000" in l
+               and l.endswith("**NOT met**") for l in mine)
+    assert not any("0.440 ± 0.020" in l or "0.320 ± 0.020" in l for l in mine)
+    others = section("### Pri-DDX: centred slots, the prompt's mean slot repeated (beyond the paper)") + section(
+        "### Pri-DDX: server-side summary vectors (beyond the paper)")
+    assert not any("0.620 ± 0.020" in l for l in others)

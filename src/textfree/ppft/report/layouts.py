@@ -10,7 +10,8 @@ _LAYOUT_HEADER = {"summary": "server layout", "ema": "server training", "optim":
                   "augment": "server training", "variants": "client training", "center+augment": "client + server training",
                   "center+answer": "client + server layout", "center+subspace": "client",
                   "center+subspace+answer": "client + server layout", "center+subspace+repeat+answer": "client + server layout",
-                  "center+repeat": "client", "center+repeat+answer": "client + server layout"}
+                  "center+repeat": "client", "center+repeat+answer": "client + server layout",
+                  "center+repeat+summary": "client + server layout"}
 
 #: Layout keys that change only how stage 2 optimises (the peak lr and weight decay, a weight average), not what the
 #: client sends, how the server reads it or what it trains on: rows of PPFT itself with other hyperparameters.
@@ -187,6 +188,15 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
      ["The client of the section above (centred, each prompt's mean slot repeated, no class subspace) and the",
       "server's answer head, trained on its payloads, before the slots. Every slot stays a unit vector: the per-slot guarantee",
       "(2 eps) and a prompt's (s slots) are PPFT's. The tables above use PPFT's client and layout."]),
+    ("center+repeat+summary", lambda v: "PPFT (slots as encoded, slots only)" if v == (None, False, 0)
+     else f"slots centred (centre {v[0]:g}-GDP), each prompt's mean slot repeated + {v[2]} summary vector{'s' if v[2] > 1 else ''}",
+     "centred slots, the prompt's mean slot repeated, and a summary vector",
+     ["The client of the section \"centred slots, the prompt's mean slot repeated\" and PPFT's server with the",
+      "unit-normalised mean of the payload's slots before them (`summary_slots`), through the same P_psi: with this",
+      "client a prompt's slots are noisy copies of one vector, so their mean is the whole message with the noise",
+      "shrunk by about sqrt(s). No answer head: the decoder writes the answer. Post-processing on the server: every",
+      "slot stays a unit vector, the per-slot guarantee (2 eps) and a prompt's (s slots) are PPFT's. The tables above",
+      "use PPFT's client and layout."]),
 ]
 
 
