@@ -61,6 +61,9 @@ def _cell(encoder: str = "default", **over) -> dict:
         ({"params": {"center": 3}}, "params.center", "center must be a PPFT run directory, got 3"),
         ({"params": {"standardize": "yes"}}, "params.standardize", "standardize must be true or false, got 'yes'"),
         ({"params": {"repeat_mean": "yes"}}, "params.repeat_mean", "repeat_mean must be true or false, got 'yes'"),
+        ({"params": {"max_private_tokens": 0}}, "params.max_private_tokens", "max_private_tokens must be an integer >= 1, got 0"),
+        ({"params": {"release": "tokens", "max_private_tokens": 192}, "mechanism": GAUSS, "attack": {"threat": TOKEN_GRANT}},
+         "params.max_private_tokens", r"params \['max_private_tokens'\] do not apply to release 'tokens'"),
         ({"params": {"release": "tokens", "repeat_mean": True}, "mechanism": GAUSS, "attack": {"threat": TOKEN_GRANT}},
          "params.repeat_mean", r"params \['repeat_mean'\] do not apply to release 'tokens'"),
         ({"params": {"hidden": -1}}, "params.hidden", "hidden must be an integer >= 0, got -1"),
@@ -296,7 +299,7 @@ def test_repeat_mean_param_releases_each_prompts_unit_mean_slot_like_the_runs_cl
                                    [[0.0, 0.0, 1.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]]))
     m = torch.tensor([[True, True, False], [True, True, True]])
     monkeypatch.setattr(kind, "_clean_slots", lambda *a: (x.clone(), m.clone()))
-    s = SimpleNamespace(k=4, train_limit=None, center=None, pad_to=None, repeat_mean=True)
+    s = SimpleNamespace(k=4, train_limit=None, center=None, pad_to=None, repeat_mean=True, max_private_tokens=None)
     resolved = SimpleNamespace(mechanism={"name": "l2_laplace", "epsilon": 1e7})
     texts = SimpleNamespace(texts=["a", "b"])
     release = kind._slots_release(None, resolved, s, texts, texts, 0, None)
@@ -305,3 +308,22 @@ def test_repeat_mean_param_releases_each_prompts_unit_mean_slot_like_the_runs_cl
     want = torch.tensor([[[a, a, 0.0], [a, a, 0.0], [0.0, 0.0, 0.0]], [[c, 0.0, 2 * c]] * 3])
     torch.testing.assert_close(train_x, want, atol=1e-6, rtol=0)
     torch.testing.assert_close(released * test_m.unsqueeze(-1), want, atol=1e-4, rtol=0)
+
+
+def test_max_private_tokens_cuts_prompts_like_a_ppft_client_and_restores_the_encoder(tiny_encoder_dir):
+    """params.max_private_tokens: the clean slots are those of a PPFT client whose encoder cuts at that many tokens
+    (fewer slots for a long prompt); the shared encoder keeps its own limit afterwards."""
+    from textfree.encoders import ContextualEncoder
+    from textfree.experiments.kinds.attributes import _encode
+    from textfree.privatizer import Privatizer
+
+    encoder = ContextualEncoder.from_pretrained(tiny_encoder_dir)
+    texts = [" ".join(["word"] * 80), "a short one"]
+    full_x, full_m = _encode(encoder, texts, 4)
+    cut_x, cut_m = _encode(encoder, texts, 4, 18)
+    assert encoder.max_length == 512
+    assert int(cut_m[0].sum()) < int(full_m[0].sum()) and torch.equal(cut_m[1, : int(full_m[1].sum())], full_m[1, : int(full_m[1].sum())])
+    encoder.max_length = 18  # a PPFT client with max_private_tokens 18 (TextFreeLM sets its encoder's limit so)
+    client = Privatizer(encoder, None, 4).privatize(texts)
+    torch.testing.assert_close(cut_x, client.vectors)
+    assert torch.equal(cut_m, client.mask)

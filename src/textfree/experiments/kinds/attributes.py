@@ -6,6 +6,8 @@ The client releases each *evaluated* prompt in one of four forms (``params.relea
   with ``params.pad_to`` the client pads every prompt to that many slots (filler slots noised like its own), so the
   count tells nothing and the ``length`` reference falls to the prior; with ``params.repeat_mean`` every slot of a
   prompt is its unit mean slot (after ``params.center``'s map), as a ``repeat_mean`` model's client sends it;
+  with ``params.max_private_tokens`` each prompt is cut to that many encoder tokens first, as a PPFT run's client
+  with the same setting (default: the encoder's own limit);
 * ``tokens``: the SnD / RAPT client's input embeddings: every token's row of the ``encoder``'s embedding table
   (default MiniLM's), its first ``params.max_tokens`` own tokens inside the special tokens, each noised independently
   by the cell's ``mechanism`` (``l2_laplace``, ``gaussian``, ``clipped``; no renormalisation);
@@ -161,6 +163,9 @@ ATTRIBUTE_INFERENCE_PARAMS = {
               "unit slot before the noise, as that model's client does; the attacker knows it (default: none, as PPFT)",
     "repeat_mean": "slots: every slot of a prompt replaced by the prompt's unit mean slot (after the centre's map) before "
                    "the noise, as a repeat_mean model's client does (true or false; default false, as PPFT)",
+    "max_private_tokens": "slots: the client cuts each prompt to this many encoder tokens (special tokens included) before "
+                          "encoding, as a PPFT run's client with the same max_private_tokens (integer >= 1; default: the "
+                          "encoder's own limit)",
     "pad_to": "slots: the client pads every prompt to this many slots (public filler slots, noised like its own), hiding "
               "its length (default: none, ceil(tokens / k) slots); a longer prompt is an error",
     "training": "unaware (trained on clean inputs) and/or aware (on the mechanism's releases, needs knows_parameters); default both",
@@ -175,7 +180,7 @@ ATTRIBUTE_INFERENCE_PARAMS = {
     "threads": "torch threads while the cell runs (default: unchanged)",
 }
 _COMMON = {"release", "target", "attackers", "training", "epochs", "hidden", "standardize", "train_limit", "threads"}
-_RELEASE_PARAMS = {"slots": {"k", "pad_to", "center", "repeat_mean"}, "tokens": {"max_tokens"}, "t2t": {"k", "rounds", *T2T_PARAMS}, "pct2t": {"k", "rounds", *T2T_PARAMS}}
+_RELEASE_PARAMS = {"slots": {"k", "pad_to", "center", "repeat_mean", "max_private_tokens"}, "tokens": {"max_tokens"}, "t2t": {"k", "rounds", *T2T_PARAMS}, "pct2t": {"k", "rounds", *T2T_PARAMS}}
 
 
 def _dataset(cell: Any, target: str = "attributes") -> str:
@@ -220,6 +225,7 @@ class _Settings:
     pad_to: int | None
     center: str | None
     repeat_mean: bool
+    max_private_tokens: int | None
     max_tokens: int
     rounds: int
     text: dict  # t2t / pct2t: eta, pos, table, tagger
@@ -290,6 +296,7 @@ def _settings(resolved: Any) -> _Settings:
         pad_to=_int_param(p, "pad_to", None),
         center=_center_param(p),
         repeat_mean=_bool_param(p, "repeat_mean"),
+        max_private_tokens=_int_param(p, "max_private_tokens", None),
         max_tokens=_int_param(p, "max_tokens", 128),
         rounds=_int_param(p, "rounds", 3),
         text=_text_params(p, release) if release in TEXT_RELEASES else {},
@@ -398,23 +405,32 @@ def _data(cell: Any, target: str, train_limit: int | None, context: RunContext) 
     return dataset, train, test
 
 
-def _encode(encoder: Any, texts: list[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Clean unit slots [N, S, d] (zero padding) + slot mask [N, S]: the client's payload without noise."""
+def _encode(encoder: Any, texts: list[str], k: int, max_length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clean unit slots [N, S, d] (zero padding) + slot mask [N, S]: the client's payload without noise; with
+    ``max_length`` each text cut to that many encoder tokens first (a PPFT client's ``max_private_tokens``)."""
     from ...privatizer import Privatizer
 
-    payload = Privatizer(encoder, None, k, batch_size=ENCODE_BATCH).privatize(texts)
+    own = encoder.max_length
+    if max_length is not None:
+        encoder.max_length = max_length  # the encoder is shared within the run: restored below
+    try:
+        payload = Privatizer(encoder, None, k, batch_size=ENCODE_BATCH).privatize(texts)
+    finally:
+        encoder.max_length = own
     return payload.vectors, payload.mask
 
 
-def _clean_slots(cell: Any, part: str, texts: list[str], k: int, train_limit: int | None, context: RunContext):
+def _clean_slots(cell: Any, part: str, texts: list[str], k: int, train_limit: int | None, context: RunContext,
+                 max_length: int | None = None):
     """The clean slots of the training or evaluated texts (cached per run)."""
 
     def encode():
         encoder = context.cached("encoder", lambda: load_cell_encoder(cell, "contextual"))
-        context.logger.info("attribute_inference: encoding %d %s texts with %s, k=%d", len(texts), part, encoder.name, k)
-        return _encode(encoder, texts, k)
+        context.logger.info("attribute_inference: encoding %d %s texts with %s, k=%d, at most %s tokens", len(texts), part,
+                            encoder.name, k, max_length or encoder.max_length)
+        return _encode(encoder, texts, k, max_length)
 
-    return context.cached(("slots", part, k, train_limit), encode)
+    return context.cached(("slots", part, k, train_limit, max_length), encode)
 
 
 def _token_rows(cell: Any, part: str, texts: list[str], max_tokens: int, train_limit: int | None, context: RunContext):
@@ -468,8 +484,8 @@ def _cosine(released: torch.Tensor, clean: torch.Tensor, mask: torch.Tensor) -> 
 
 def _slots_release(cell, resolved, s, train, test, seed, context) -> _Release:
     mech = mechanism_from_dict(resolved.mechanism)
-    train_x, train_m = _clean_slots(cell, "train", train.texts, s.k, s.train_limit, context)
-    test_x, test_m = _clean_slots(cell, "test", test.texts, s.k, s.train_limit, context)
+    train_x, train_m = _clean_slots(cell, "train", train.texts, s.k, s.train_limit, context, s.max_private_tokens)
+    test_x, test_m = _clean_slots(cell, "test", test.texts, s.k, s.train_limit, context, s.max_private_tokens)
     subspace_rank = None
     if s.center is not None:  # as the run's client: unit(slot - centre), projected onto its subspace if it has one
         smap, subspace_rank = _client_map(s.center, train_x.shape[-1])
