@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -1264,6 +1265,12 @@ def test_a_repeated_mean_slot_client_is_a_section_of_its_own_judged_against_its_
     assert any(f"{name} (0.9700 / 0.8600 of 0.9800 / 0.9600, one training)" in l for l in lines)
 
 
+def _section(lines: list[str], heading: str) -> list[str]:
+    """The report's lines from ``heading`` up to the next ``###`` heading."""
+    part = lines[lines.index(heading):]
+    return part[: next(i for i, l in enumerate(part[1:], 1) if l.startswith("### "))]
+
+
 def test_a_label_free_repeated_mean_slot_client_is_a_section_of_its_own(tmp_path):
     """repeat_mean without the class subspace, with and without an answer head: each is a section of its own, its
     runs are neither the subspace + repeat section's rows nor the centre + answer head section's, and each is judged
@@ -1283,10 +1290,7 @@ def test_a_label_free_repeated_mean_slot_client_is_a_section_of_its_own(tmp_path
         ({"epsilon": None, "k": 4, "epochs": 12, "center_mu": 1.0, "repeat_mean": True}, _eval([0.96] * 3, [0.70] * 3)),
     ], date="2026-01-03T00:00:00+00:00")
     lines = build_report([d]).splitlines()
-
-    def section(heading):
-        part = lines[lines.index(heading):]
-        return part[: next(i for i, l in enumerate(part[1:], 1) if l.startswith("### "))]
+    section = partial(_section, lines)
 
     others = section("### Pri-DDX: centred slots and an answer head (beyond the paper)") + section(
         "### Pri-DDX: centred slots on the class subspace, the prompt's mean slot repeated, and an answer head (beyond the paper)")
@@ -1317,10 +1321,7 @@ def test_the_repeating_client_with_a_summary_vector_is_a_section_of_its_own(tmp_
         ({"epsilon": 28, "k": 4, "epochs": 12, "summary_slots": 1}, _eval([0.91] * 3, [0.30, 0.32, 0.34])),
     ], date="2026-01-03T00:00:00+00:00")
     lines = build_report([d]).splitlines()
-
-    def section(heading):
-        part = lines[lines.index(heading):]
-        return part[: next(i for i, l in enumerate(part[1:], 1) if l.startswith("### "))]
+    section = partial(_section, lines)
 
     mine = section("### Pri-DDX: centred slots, the prompt's mean slot repeated, and a summary vector (beyond the paper)")
     name = "slots centred (centre 1-GDP), each prompt's mean slot repeated + 1 summary vector"
