@@ -230,6 +230,33 @@ def test_git_is_recorded_when_the_run_starts(scratch_registry, tmp_path, monkeyp
     assert data["git"] == {"commit": "a" * 40, "dirty": False}
 
 
+def test_git_info_tells_a_result_file_left_by_an_earlier_run_from_changed_code(tmp_path):
+    # A cell queued behind another in one checkout starts "dirty" from the earlier cell's new result file alone:
+    # the record names the changed tracked files and counts the untracked ones, so a reader sees whether code differed.
+    import subprocess
+
+    from textfree.experiments.runner import git_info
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", "code.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    clean = git_info(tmp_path)
+    assert len(clean["commit"]) == 40
+    assert (clean["dirty"], clean["modified"], clean["n_modified"], clean["untracked"]) == (False, [], 0, 0)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "a.json").write_text("{}")
+    (tmp_path / "results" / "b.json").write_text("{}")
+    only_results = git_info(tmp_path)
+    assert (only_results["dirty"], only_results["modified"], only_results["untracked"]) == (True, [], 2)
+    (tmp_path / "code.py").write_text("x = 2\n")
+    changed = git_info(tmp_path)
+    assert (changed["dirty"], changed["modified"], changed["n_modified"], changed["untracked"]) == (True, ["code.py"], 1, 2)
+
+
 def test_provenance_is_recorded_per_point_and_checked(scratch_registry, tmp_path):
     @register_cell_kind("noting")
     def noting(cell, point, seed, context):

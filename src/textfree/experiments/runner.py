@@ -17,7 +17,7 @@ everything needed to read, re-plot and reproduce the run::
         ...
       ],
       "versions": {"python": ..., "torch": ..., "transformers": ..., "numpy": ..., "textfree": ...},
-      "git": {"commit": "<sha>" | null, "dirty": true} | null,
+      "git": {"commit": "<sha>" | null, "dirty": true, "modified": [...], "n_modified": 0, "untracked": 1} | null,
       "date": "2025-01-01T12:00:00+00:00", "elapsed_s": 3.2,
       "host": {"platform": ..., "machine": ..., "cpu_count": 16, "torch_threads": 16}
     }
@@ -102,9 +102,16 @@ def _git(args: list[str], cwd: Path) -> str | None:
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
+_MAX_MODIFIED = 50  # tracked paths listed in a result file's "modified"; the count says how many there were
+
+
 def git_info(path: str | os.PathLike | None = None) -> dict[str, Any] | None:
-    """``{"commit": sha or null (no commit yet), "dirty": bool}`` of the git checkout holding the textfree
-    package (or ``path``), or null when it is not in one (for example when installed in site-packages)."""
+    """``{"commit": sha or null (no commit yet), "dirty": bool, "modified": [path, ...], "n_modified": int,
+    "untracked": int}`` of the git checkout holding the textfree package (or ``path``), or null when it is not in one
+    (for example when installed in site-packages). ``dirty`` is git's (tracked changes or untracked files);
+    ``modified`` names the tracked files that differ from the commit (the first 50, sorted), ``untracked`` counts the
+    untracked, not ignored files: a run queued behind another in the same checkout starts "dirty" from the earlier
+    run's new result file alone, and these say whether any code differed."""
     if path is None:
         import textfree
 
@@ -117,7 +124,15 @@ def git_info(path: str | os.PathLike | None = None) -> dict[str, Any] | None:
         return None
     commit = _git(["rev-parse", "--verify", "--quiet", "HEAD"], here)
     status = _git(["status", "--porcelain"], here)
-    return {"commit": commit or None, "dirty": None if status is None else bool(status)}
+    info: dict[str, Any] = {"commit": commit or None, "dirty": None if status is None else bool(status)}
+    changed = _git(["diff", "--name-only", "HEAD"], here) if commit else None
+    untracked = _git(["ls-files", "--others", "--exclude-standard"], here)
+    if changed is not None:
+        paths = sorted(line for line in changed.splitlines() if line)
+        info |= {"modified": paths[:_MAX_MODIFIED], "n_modified": len(paths)}
+    if untracked is not None:
+        info["untracked"] = sum(1 for line in untracked.splitlines() if line)
+    return info
 
 
 def host_info() -> dict[str, Any]:
