@@ -250,11 +250,17 @@ def test_git_info_tells_a_result_file_left_by_an_earlier_run_from_changed_code(t
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "a.json").write_text("{}")
     (tmp_path / "results" / "b.json").write_text("{}")
-    only_results = git_info(tmp_path)
-    assert (only_results["dirty"], only_results["modified"], only_results["untracked"]) == (True, [], 2)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("y = 1\n")
+    git("add", "pkg/mod.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "pkg")
+    for where in (tmp_path, tmp_path / "pkg"):  # the package lies in a folder of the checkout, results beside it
+        only_results = git_info(where)
+        assert (only_results["dirty"], only_results["modified"], only_results["untracked"]) == (True, [], 2), where
     (tmp_path / "code.py").write_text("x = 2\n")
-    changed = git_info(tmp_path)
-    assert (changed["dirty"], changed["modified"], changed["n_modified"], changed["untracked"]) == (True, ["code.py"], 1, 2)
+    for where in (tmp_path, tmp_path / "pkg"):
+        changed = git_info(where)
+        assert (changed["dirty"], changed["modified"], changed["n_modified"], changed["untracked"]) == (True, ["code.py"], 1, 2)
 
 
 def test_provenance_is_recorded_per_point_and_checked(scratch_registry, tmp_path):

@@ -125,8 +125,9 @@ def git_info(path: str | os.PathLike | None = None) -> dict[str, Any] | None:
     commit = _git(["rev-parse", "--verify", "--quiet", "HEAD"], here)
     status = _git(["status", "--porcelain"], here)
     info: dict[str, Any] = {"commit": commit or None, "dirty": None if status is None else bool(status)}
-    changed = _git(["diff", "--name-only", "HEAD"], here) if commit else None
-    untracked = _git(["ls-files", "--others", "--exclude-standard"], here)
+    root = Path(top)  # ls-files lists only what lies under its working directory: ask the checkout's top
+    changed = _git(["diff", "--name-only", "HEAD"], root) if commit else None
+    untracked = _git(["ls-files", "--others", "--exclude-standard"], root)
     if changed is not None:
         paths = sorted(line for line in changed.splitlines() if line)
         info |= {"modified": paths[:_MAX_MODIFIED], "n_modified": len(paths)}
