@@ -410,6 +410,37 @@ def test_summary_slots_go_before_the_slots_and_take_no_labels(lm, tmp_path):
         lm.config.replace(summary_slots=-1)
 
 
+def test_summary_only_lays_out_the_summary_vectors_in_place_of_the_slots(lm, tmp_path):
+    from textfree.ppft.server import slot_prefix, summary_vectors
+
+    vectors, mask = _slots(lm)
+    plain = lm.server(vectors, mask, public=PUBLIC, targets=TARGETS, all_logits=True)
+    lm.server.config = lm.config.replace(summary_slots=1, summary_only=True)
+    out = lm.server(vectors, mask, public=PUBLIC, targets=TARGETS, all_logits=True)
+    embed_rows, _ = lm.server._rows(vectors, mask, PUBLIC, TARGETS)
+    for i in range(len(PRIVATE)):
+        n = int(mask[i].sum())
+        # one summary vector, no slots: n - 1 positions fewer than PPFT's layout, the same target labels
+        assert int(out.attention_mask[i].sum()) == int(plain.attention_mask[i].sum()) - n + 1
+        assert [x for x in out.labels[i].tolist() if x != IGNORE_INDEX] == [x for x in plain.labels[i].tolist() if x != IGNORE_INDEX]
+        with torch.no_grad():
+            want = lm.server.projection(summary_vectors(vectors[i, :n], 1))
+        torch.testing.assert_close(embed_rows[i][1:2], want)  # right after BOS
+        # what follows the summary vector is the public text's token embeddings, not a projected slot
+        with torch.no_grad():
+            slot0 = lm.server.projection(vectors[i, :1])
+        assert not torch.allclose(embed_rows[i][2:3], slot0)
+        torch.testing.assert_close(slot_prefix(lm.server.projection, vectors[i, :n], 1, summary_only=True), want)
+    assert TextFreeLM.load(lm.save(tmp_path / "run")).config.summary_only is True
+    with pytest.raises(ValueError, match="summary_only needs summary_slots >= 1"):
+        lm.config.replace(summary_slots=0, summary_only=True)
+    with pytest.raises(ValueError, match="summary_only must be true or false, got 'yes'"):
+        lm.config.replace(summary_slots=1, summary_only="yes")
+    with pytest.raises(ValueError, match="summary_only needs summary_slots >= 1"):
+        slot_prefix(lm.server.projection, vectors[0, :2], 0, summary_only=True)
+    lm.server.config = lm.config.replace(summary_slots=0, summary_only=False)
+
+
 # ---------------------------------------------------------------------------------------------- count vectors
 def test_count_vectors_index_by_slot_count_and_copy_the_projection():
     from textfree.ppft.projection import Projection, ProjectionConfig

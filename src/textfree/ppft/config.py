@@ -85,6 +85,7 @@ class TextFreeConfig:
     lora: LoraSettings = field(default_factory=LoraSettings, metadata={"help": "LoRA settings of the adapter."})
     stage: str = field(default="init", metadata={"help": "'init' (untrained), 'stage1' (aligned) or 'stage2' (domain-adapted)."})
     summary_slots: int = field(default=0, metadata={"help": "The server puts this many summary vectors before a payload's slots: the unit-normalised means of the row's slots cut into this many contiguous groups, through the same P_psi (0: none, as PPFT). Post-processing of the payload on the server: the client and its guarantee are unchanged."})
+    summary_only: bool = field(default=False, metadata={"help": "Beyond the paper, with summary_slots >= 1: the server hands the decoder the summary vectors in place of the payload's slots (the slots themselves are not laid out). For a repeat_mean client, whose slots are noisy copies of one vector, their mean carries what they carry. Post-processing on the server: the client and its guarantee are unchanged. false: the slots follow the summary vectors."})
     fixed_slots: bool = field(default=False, metadata={"help": "The client pads every payload to ceil(max_private_tokens / k) slots (public filler slots after the prompt's own, noised like them), so the server does not learn the prompt's length; false: ceil(tokens / k) slots, as PPFT."})
 
     center_mu: float | None = field(default=None, metadata={"help": "Beyond the paper: the client centres every unit slot on a public centre (the domain's mean slot, estimated from the stage-2 training prompts with mu-GDP Gaussian noise at this mu) and renormalises it before the noise (textfree.mechanisms.centering); null: no centring, as PPFT. The per-slot guarantee is unchanged."})
@@ -99,13 +100,15 @@ class TextFreeConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
             raise ValueError(f"TextFreeConfig.k must be an integer >= 1, got {self.k!r}")
-        for name in ("fixed_slots", "repeat_mean"):
+        for name in ("fixed_slots", "repeat_mean", "summary_only"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"TextFreeConfig.{name} must be true or false, got {getattr(self, name)!r}")
         if self.noise_match not in ("budget", "norm"):
             raise ValueError(f"TextFreeConfig.noise_match must be 'budget' or 'norm', got {self.noise_match!r}")
         if not isinstance(self.summary_slots, int) or isinstance(self.summary_slots, bool) or self.summary_slots < 0:
             raise ValueError(f"TextFreeConfig.summary_slots must be an integer >= 0, got {self.summary_slots!r}")
+        if self.summary_only and not self.summary_slots:
+            raise ValueError("TextFreeConfig.summary_only needs summary_slots >= 1 (it lays out the summary vectors in place of the slots), got summary_slots 0")
         check_center_mu("TextFreeConfig.center_mu", self.center_mu)
         if self.stage not in ("init", "stage1", "stage2"):
             raise ValueError(f"TextFreeConfig.stage must be init, stage1 or stage2, got {self.stage!r}")

@@ -111,19 +111,24 @@ def summary_vectors(slots: torch.Tensor, groups: int) -> torch.Tensor:
     return means / means.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
-def slot_prefix(projection: Projection, slots: torch.Tensor, summary_slots: int, public: str | None = None) -> torch.Tensor:
+def slot_prefix(projection: Projection, slots: torch.Tensor, summary_slots: int, public: str | None = None, *,
+                summary_only: bool = False) -> torch.Tensor:
     """One row's private prefix: the projection's count vector of n (with ``count_vectors``), its answer vector (with
     an answer head; both none for a row without slots), then P_psi of its ``summary_slots`` summary vectors and of
     its real slots [n, d_e], in that order: [c + a + min(summary_slots, n) + n, d_d], c = 1 with a count vector,
-    a = 1 with an answer head (weighed over the classes named in the row's ``public`` options block with
+    a = 1 with an answer head; with ``summary_only`` the slots are left out ([c + a + min(summary_slots, n), d_d]).
+    The answer head, if any, weighs over the classes named in the row's ``public`` options block with
     ``answer_options``; pass None for a public text the decoder sees cut, as :func:`public_rows` does). The one
     place the layout is built, for :class:`ServerModel` and the vLLM gateway's
     :class:`~textfree.server.prompt_embeds.PromptEmbedder`."""
     slots = slots.to(torch.float32)
     n = slots.shape[0]
     answer = projection.answer_vector(slots, public)
+    if summary_only and not summary_slots:
+        raise ValueError("slot_prefix: summary_only needs summary_slots >= 1")
     if summary_slots and n:
-        slots = torch.cat([summary_vectors(slots, summary_slots), slots], dim=0)
+        summary = summary_vectors(slots, summary_slots)
+        slots = summary if summary_only else torch.cat([summary, slots], dim=0)
     parts = [projection.count_vector(n), answer, projection(slots)]
     return torch.cat([p.to(parts[-1].dtype) for p in parts if p is not None], dim=0)
 
@@ -324,7 +329,8 @@ class ServerModel(torch.nn.Module):
             token_ids = torch.tensor(head + pub[i] + tgt[i], dtype=torch.long, device=dev)
             tok_emb = embed(token_ids)
             n_head = len(head)
-            slots = slot_prefix(self.projection, vectors[i, : int(lengths[i])].to(dev), self.config.summary_slots, seen[i]).to(dtype)
+            slots = slot_prefix(self.projection, vectors[i, : int(lengths[i])].to(dev), self.config.summary_slots, seen[i],
+                                summary_only=self.config.summary_only).to(dtype)
             parts = [tok_emb[:n_head], slots, tok_emb[n_head:]]
             rows.append(torch.cat(parts, dim=0))
             labels.append([IGNORE_INDEX] * (n_head + slots.shape[0] + len(pub[i])) + tgt[i])

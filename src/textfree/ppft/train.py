@@ -161,6 +161,7 @@ class Stage2Config(LoopConfig):
     restore_text: list[str] | None = field(default=None, metadata={"help": "Only with tasks ['restore']: train on these public instruction sources ('alpaca', 'lima', 'gsm8k:train'; Pri-*, CSQA, ARC refused) instead of the dataset's training rows, keeping the texts the client does not cut: a learned inversion attacker whose own text is public."})
     restore_text_limit: int | None = field(default=None, metadata={"help": "With restore_text: read at most this many records of each source."})
     summary_slots: int | None = field(default=None, metadata={"help": "Server-side summary vectors before the slots (see TextFreeConfig.summary_slots; default: the init run's, 0 for PPFT's layout)."})
+    summary_only: bool | None = field(default=None, metadata={"help": "Beyond the paper, with summary vectors: the server lays out the summary vectors in place of the slots (see TextFreeConfig.summary_only; default: the init run's, false as PPFT)."})
     count_vectors: int | None = field(default=None, metadata={"help": "Beyond the paper: a learned vector per slot count 1..N put before a row's slots (ProjectionConfig.count_vectors; default: the init run's projection's, 0 as PPFT). Post-processing of the payload: the guarantee is unchanged."})
     count_dropout: float | None = field(default=None, metadata={"help": "With count_vectors: the training-only probability that a row's count vector is zeroed (ProjectionConfig.count_dropout; default: the init run's projection's, 0)."})
     fixed_slots: bool | None = field(default=None, metadata={"help": "The client pads every payload to ceil(max_private_tokens / k) slots, hiding the prompt's length (see TextFreeConfig.fixed_slots; default: the init run's, false as PPFT)."})
@@ -204,9 +205,11 @@ class Stage2Config(LoopConfig):
             raise ValueError(f"answer_head_hidden must be an integer >= 0 (0: a linear head), got {self.answer_head_hidden!r}")
         if self.answer_head_hidden != 256 and not self.answer_head:
             raise ValueError("answer_head_hidden needs answer_head: true")
-        for name in ("train_decoder", "fixed_slots", "repeat_mean"):
+        for name in ("train_decoder", "fixed_slots", "repeat_mean", "summary_only"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true, false or null, got {getattr(self, name)!r}")
+        if self.summary_only and self.summary_slots is not None and self.summary_slots < 1:
+            raise ValueError(f"summary_only lays out the summary vectors in place of the slots: it needs summary_slots >= 1, got {self.summary_slots}")
         if self.repeat_mean and self.blind:
             raise ValueError("repeat_mean changes the client's private slots: a blind run sends none")
         if self.train_decoder and list(self.tasks) != ["restore"]:
@@ -603,7 +606,8 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
                                          stage="stage2", max_private_tokens=max_private, template=template,
                                          summary_slots=lm.config.summary_slots if cfg.summary_slots is None else cfg.summary_slots,
                                          fixed_slots=lm.config.fixed_slots if cfg.fixed_slots is None else cfg.fixed_slots,
-                                         repeat_mean=lm.config.repeat_mean if cfg.repeat_mean is None else cfg.repeat_mean)
+                                         repeat_mean=lm.config.repeat_mean if cfg.repeat_mean is None else cfg.repeat_mean,
+                                         summary_only=lm.config.summary_only if cfg.summary_only is None else cfg.summary_only)
     lm.encoder.max_length = max_private
     proj = lm.server.projection.config
     n = proj.count_vectors if cfg.count_vectors is None else cfg.count_vectors
@@ -670,7 +674,7 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
     lm.save(run)
     extra = {"stage": "stage2", "dataset": None if cfg.restore_text else cfg.dataset, "restore_text": cfg.restore_text, "examples": len(examples), "epsilon": cfg.epsilon, "k": k,
              "mechanism": family, "noise_match": cfg.noise_match, "tasks": list(cfg.tasks), "blind": cfg.blind,
-             "summary_slots": lm.config.summary_slots, "fixed_slots": lm.config.fixed_slots, "repeat_mean": lm.config.repeat_mean,
+             "summary_slots": lm.config.summary_slots, "summary_only": lm.config.summary_only, "fixed_slots": lm.config.fixed_slots, "repeat_mean": lm.config.repeat_mean,
              "count_vectors": lm.server.projection.config.count_vectors, "count_dropout": lm.server.projection.config.count_dropout,
              "answer_head": head_info, "center": center_info, "slot_augment": cfg.slot_augment().to_dict(), "slot_augment_epochs": cfg.slot_augment_epochs,
              "prompt_variants": cfg.variants().to_dict(), "validation": cfg.validation, "init_fingerprint": init_fingerprint, "total_wall_s": _total_wall_s(summary, t0)}

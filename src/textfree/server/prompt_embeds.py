@@ -6,8 +6,8 @@ checks they are equal)::
     [BOS] [count vector] [answer vector] [P(summary_1) ... P(summary_N)] [P(slot_1) ... P(slot_n)] [public tokens + public suffix]
 
 (the count vector only when the run's projection has ``count_vectors``, the answer vector only when it has an
-answer head, the summary vectors only when ``summary_slots`` > 0; :func:`~textfree.ppft.server.slot_prefix` builds
-the private prefix for both).
+answer head, the summary vectors only when ``summary_slots`` > 0, the slots left out with ``summary_only``;
+:func:`~textfree.ppft.server.slot_prefix` builds the private prefix for both).
 
 The gateway loads only the run's projection (``projection/``), the decoder's tokenizer and the decoder's
 token-embedding table (read from its safetensors file; no other decoder weight is loaded). The run's ``encoder/``
@@ -107,7 +107,8 @@ class PromptEmbedder:
         out = []
         for i in range(b):
             tokens = self.table[torch.tensor(head + pub[i], dtype=torch.long)]
-            prefix = slot_prefix(self.projection, vectors[i, : int(lengths[i])], self.config.summary_slots, seen[i])
+            prefix = slot_prefix(self.projection, vectors[i, : int(lengths[i])], self.config.summary_slots, seen[i],
+                                 summary_only=self.config.summary_only)
             out.append(torch.cat([tokens[: len(head)], prefix, tokens[len(head):]]))
         return out
 

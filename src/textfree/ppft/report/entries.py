@@ -106,7 +106,7 @@ def _eps_label(eps: float | None) -> str:
 
 
 #: PPFT's own layout: no server-side summary vectors, the slot count released as it is (no padding).
-_PPFT_LAYOUT = {"summary": 0, "fixed": False, "count": (0, 0.0), "answer": False, "center": None, "subspace": None, "repeat": False, "augment": (0.0, 0.0, 0),
+_PPFT_LAYOUT = {"summary": 0, "summary_only": False, "fixed": False, "count": (0, 0.0), "answer": False, "center": None, "subspace": None, "repeat": False, "augment": (0.0, 0.0, 0),
                 "ema": None, "variants": None, "optim": (1e-3, 0.0), "train_seed": 0}  # every table but the training-seed one shows training seed 0
 _TABLE1_PPFT = dict(family="l2_laplace", blind=False, epsilon=WIDTH_MATCHED, k=4)  # Table 1's PPFT row at the target point
 
@@ -150,6 +150,8 @@ def _get(e: Entry, key: str) -> Any:
         return e.params.get("k") or 4
     if key == "summary":
         return int(e.params.get("summary_slots") or 0)
+    if key == "summary_only":  # the server lays out its summary vectors in place of the slots
+        return bool(e.params.get("summary_only") or False)
     if key == "fixed":
         return bool(e.params.get("fixed_slots") or False)
     if key == "answer":  # the server's answer head: False none (PPFT); else (linear, standardised, over the options, width)

@@ -11,7 +11,7 @@ _LAYOUT_HEADER = {"summary": "server layout", "ema": "server training", "optim":
                   "center+answer": "client + server layout", "center+subspace": "client",
                   "center+subspace+answer": "client + server layout", "center+subspace+repeat+answer": "client + server layout",
                   "center+repeat": "client", "center+repeat+answer": "client + server layout",
-                  "center+repeat+summary": "client + server layout"}
+                  "center+repeat+summary": "client + server layout", "center+repeat+summary+summary_only": "client + server layout"}
 
 #: Layout keys that change only how stage 2 optimises (the peak lr and weight decay, a weight average), not what the
 #: client sends, how the server reads it or what it trains on: rows of PPFT itself with other hyperparameters.
@@ -197,6 +197,15 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
       "shrunk by about sqrt(s). No answer head: the decoder writes the answer. Post-processing on the server: every",
       "slot stays a unit vector, the per-slot guarantee (2 eps) and a prompt's (s slots) are PPFT's. The tables above",
       "use PPFT's client and layout."]),
+    ("center+repeat+summary+summary_only", lambda v: "PPFT (slots as encoded, slots only)" if v == (None, False, 0, False)
+     else f"slots centred (centre {v[0]:g}-GDP), each prompt's mean slot repeated; {v[2]} summary vector{'s' if v[2] > 1 else ''} in place of the slots",
+     "centred slots, the prompt's mean slot repeated, and a summary vector in place of the slots",
+     ["The client and server of the section above, but the server hands the decoder the summary vector alone: the",
+      "payload's slots are not laid out (`summary_only`). With this client they are noisy copies of one vector, so",
+      "their mean carries what they carry, and the decoder is not handed s vectors of mostly noise beside it. No",
+      "answer head: the decoder writes the answer. Post-processing on the server: every slot stays a unit vector,",
+      "the per-slot guarantee (2 eps) and a prompt's (s slots) are PPFT's. The tables above use PPFT's client and",
+      "layout."]),
 ]
 
 
