@@ -1333,3 +1333,29 @@ def test_the_repeating_client_with_a_summary_vector_is_a_section_of_its_own(tmp_
     others = section("### Pri-DDX: centred slots, the prompt's mean slot repeated (beyond the paper)") + section(
         "### Pri-DDX: server-side summary vectors (beyond the paper)")
     assert not any("0.620 ± 0.020" in l for l in others)
+
+
+def test_a_summary_vector_in_place_of_the_slots_is_a_section_of_its_own(tmp_path):
+    """repeat_mean + summary_slots + summary_only: its own section, judged against its own bound; its runs are not
+    the rows of the section with the summary vector before the slots, nor its bound."""
+    d = _fixture(tmp_path)
+    rep = {"k": 4, "epochs": 12, "center_mu": 1.0, "repeat_mean": True, "summary_slots": 1}
+    _result_file(d / "sumonly.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, **rep}, _eval([0.94] * 3, [0.60, 0.62, 0.64])),
+        ({"epsilon": None, **rep}, _eval([0.97] * 3, [0.80] * 3)),
+        ({"epsilon": 28, **rep, "summary_only": True}, _eval([0.95] * 3, [0.66, 0.68, 0.70])),
+        ({"epsilon": None, **rep, "summary_only": True}, _eval([0.98] * 3, [0.75] * 3)),
+    ], date="2026-01-03T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+    section = partial(_section, lines)
+
+    mine = section("### Pri-DDX: centred slots, the prompt's mean slot repeated, and a summary vector in place of the slots (beyond the paper)")
+    name = "slots centred (centre 1-GDP), each prompt's mean slot repeated; 1 summary vector in place of the slots"
+    assert any(l.startswith(f"| {name} |") and "0.680 ± 0.020 (3)" in l for l in mine)
+    # 0.68 / 0.75 = 90.7% of its own bound (met); against the summary-before-slots bound 0.80 it would be 85.0%
+    assert any(l.startswith(f"- {name}: eps 28, open-answer") and "90.7% of the upper bound 0.7500" in l
+               and l.endswith("-> **met**") for l in mine)
+    assert not any("0.620 ± 0.020" in l for l in mine)
+    before = section("### Pri-DDX: centred slots, the prompt's mean slot repeated, and a summary vector (beyond the paper)")
+    assert any("0.620 ± 0.020 (3)" in l for l in before)
+    assert not any("0.680 ± 0.020" in l or "0.7500" in l for l in before)

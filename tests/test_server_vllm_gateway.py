@@ -79,6 +79,13 @@ def test_prompt_rows_are_the_in_process_servers_rows(tiny_run_dir, tiny_lm, payl
         assert [tuple(r.shape) for r in ours] == [tuple(r.shape) for r in theirs]
         for a, b in zip(ours, theirs):
             torch.testing.assert_close(a, b.float(), rtol=0, atol=1e-6)
+        # ... in place of the slots (summary_only): the same rows as the server's, the slots left out
+        tiny_lm.server.config = embedder.config = saved.replace(summary_slots=1, summary_only=True)
+        ours, (theirs, _) = embedder.rows(vectors, mask, PUBLIC), tiny_lm.server._rows(vectors, mask, PUBLIC, None)
+        assert [r.shape[0] for r in ours] == [r.shape[0] + 1 - n for r, n in zip(plain, payload.lengths)]
+        assert [tuple(r.shape) for r in ours] == [tuple(r.shape) for r in theirs]
+        for a, b in zip(ours, theirs):
+            torch.testing.assert_close(a, b.float(), rtol=0, atol=1e-6)
     finally:
         tiny_lm.server.config = saved
     # a run with count vectors, saved and loaded by the gateway: the same rows again, one vector longer
