@@ -11,7 +11,8 @@ _LAYOUT_HEADER = {"summary": "server layout", "ema": "server training", "optim":
                   "center+answer": "client + server layout", "center+subspace": "client",
                   "center+subspace+answer": "client + server layout", "center+subspace+repeat+answer": "client + server layout",
                   "center+repeat": "client", "center+repeat+answer": "client + server layout",
-                  "center+repeat+summary": "client + server layout", "center+repeat+summary+summary_only": "client + server layout"}
+                  "center+repeat+summary": "client + server layout", "center+repeat+summary+summary_only": "client + server layout",
+                  "center+repeat+summary+summary_only+optim": "client + server layout + training"}
 
 #: Layout keys that change only how stage 2 optimises (the peak lr and weight decay, a weight average), not what the
 #: client sends, how the server reads it or what it trains on: rows of PPFT itself with other hyperparameters.
@@ -206,6 +207,13 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
       "answer head: the decoder writes the answer. Post-processing on the server: every slot stays a unit vector,",
       "the per-slot guarantee (2 eps) and a prompt's (s slots) are PPFT's. The tables above use PPFT's client and",
       "layout."]),
+    ("center+repeat+summary+summary_only+optim", lambda v: "PPFT (slots as encoded, slots only)" if v[:4] == (None, False, 0, False)
+     else f"slots centred (centre {v[0]:g}-GDP), each prompt's mean slot repeated; {v[2]} summary vector{'s' if v[2] > 1 else ''} in place of the slots; "
+     + _optim_layout(v[4]).removeprefix("PPFT, "),
+     "centred slots, the prompt's mean slot repeated, a summary vector in place of the slots, other stage-2 settings",
+     ["The client and server of the section above, trained with other stage-2 optimisation settings (the peak",
+      "learning rate selected on the validation part for PPFT's own layout, carried over). The tables above use",
+      "PPFT's client, layout and settings."]),
 ]
 
 
