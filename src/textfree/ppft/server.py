@@ -118,7 +118,7 @@ def slot_prefix(projection: Projection, slots: torch.Tensor, summary_slots: int,
     its real slots [n, d_e], in that order: [c + a + min(summary_slots, n) + n, d_d], c = 1 with a count vector,
     a = 1 with an answer head; with ``summary_only`` the slots are left out ([c + a + min(summary_slots, n), d_d]).
     The answer head, if any, weighs over the classes named in the row's ``public`` options block with
-    ``answer_options``; pass None for a public text the decoder sees cut, as :func:`public_rows` does). The one
+    ``answer_options``; pass None for a public text the decoder sees cut, as :func:`public_rows` does. The one
     place the layout is built, for :class:`ServerModel` and the vLLM gateway's
     :class:`~textfree.server.prompt_embeds.PromptEmbedder`."""
     slots = slots.to(torch.float32)
