@@ -211,9 +211,8 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
      else f"slots centred (centre {v[0]:g}-GDP), each prompt's mean slot repeated; {v[2]} summary vector{'s' if v[2] > 1 else ''} in place of the slots; "
      + _optim_layout(v[4]).removeprefix("PPFT, "),
      "centred slots, the prompt's mean slot repeated, a summary vector in place of the slots, other stage-2 settings",
-     ["The client and server of the section above, trained with other stage-2 optimisation settings (the peak",
-      "learning rate selected on the validation part for PPFT's own layout, carried over). The tables above use",
-      "PPFT's client, layout and settings."]),
+     ["The client and server of the section above, trained with other stage-2 optimisation settings (each row's",
+      "name says which). The tables above use PPFT's client, layout and settings."]),
 ]
 
 
