@@ -580,7 +580,10 @@ def test_a_layout_section_shows_ppft_at_its_variants_training_length_not_the_new
     section = lines[lines.index(heading) + 1:]
     section = section[:next(i for i, l in enumerate(section) if l.startswith("### "))]
     ppft = [l for l in section if l.startswith("| PPFT (slots as encoded) | eps 28")]
-    assert [l.split(" | ")[2] for l in ppft] == ["16"] and "| 0.850 ± 0.010 (3) |" in ppft[0]  # follows the newest centred run
+    # the centred row now has runs at 12 and 16 epochs: both are shown, each beside PPFT at its length
+    assert [l.split(" | ")[2] for l in ppft] == ["12", "16"] and "| 0.850 ± 0.010 (3) |" in ppft[1]
+    centred = [l.split(" | ")[2] for l in section if not l.startswith("| PPFT") and " | eps 28 " in l]
+    assert centred == ["12", "16"]
 
 
 def test_a_section_whose_variants_differ_in_length_shows_ppft_at_each_length(tmp_path):
@@ -1367,3 +1370,33 @@ def test_a_summary_vector_in_place_of_the_slots_is_a_section_of_its_own(tmp_path
     before = section("### Pri-DDX: centred slots, the prompt's mean slot repeated, and a summary vector (beyond the paper)")
     assert any("0.620 ± 0.020 (3)" in l for l in before)
     assert not any("0.680 ± 0.020" in l or "0.7500" in l for l in before)
+
+
+def test_a_layout_run_at_two_stage2_lengths_keeps_both_rows_each_against_its_own_length_bound(tmp_path):
+    """A layout's row run again at another stage-2 length does not hide the first length's row: each length is a row
+    of the layout's section, judged against the layout's bound at that length (the newer length's bound does not
+    judge the older row)."""
+    d = _fixture(tmp_path)
+    rep = {"k": 4, "center_mu": 1.0, "repeat_mean": True, "summary_slots": 1, "summary_only": True}
+    _result_file(d / "sumonly_e30.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, **rep, "epochs": 30}, _eval([0.95] * 3, [0.58, 0.60, 0.62])),
+        ({"epsilon": None, **rep, "epochs": 30}, _eval([0.98] * 3, [0.75] * 3)),
+    ], date="2026-01-03T00:00:00+00:00")
+    _result_file(d / "sumonly_e15.json", "ppft_stage2", "pri-ddx", [
+        ({"epsilon": 28, **rep, "epochs": 15}, _eval([0.96] * 3, [0.62, 0.64, 0.66])),
+        ({"epsilon": None, **rep, "epochs": 15}, _eval([0.97] * 3, [0.70] * 3)),
+    ], date="2026-01-04T00:00:00+00:00")
+    lines = build_report([d]).splitlines()
+    mine = _section(lines, "### Pri-DDX: centred slots, the prompt's mean slot repeated, and a summary vector in place of the slots (beyond the paper)")
+    name = "slots centred (centre 1-GDP), each prompt's mean slot repeated; 1 summary vector in place of the slots"
+    rows = [l for l in mine if l.startswith(f"| {name} | eps 28")]
+    assert len(rows) == 2 and "| 15 |" in rows[0] and "0.640 ± 0.020 (3)" in rows[0] and "| 30 |" in rows[1] and "0.600 ± 0.020 (3)" in rows[1]
+    # 0.64 / 0.70 = 91.4% at 15 epochs; 0.60 / 0.75 = 80.0% at 30 epochs (against the 15-epoch bound it would be 85.7%)
+    verdicts = [l for l in mine if l.startswith(f"- {name}: eps 28, open-answer")]
+    assert len(verdicts) == 2
+    assert "91.4% of the upper bound 0.7000" in verdicts[0] and verdicts[0].endswith("-> **met**")
+    assert "80.0% of the upper bound 0.7500" in verdicts[1] and verdicts[1].endswith("**NOT met**")
+    # Table 1's list of layouts that meet both targets names the length that meets them, and only that one
+    met = [l for l in lines if l.startswith("- beyond the paper, layouts that meet both")]
+    assert len(met) == 1 and f"{name}, 15 stage-2 epochs (0.9600 / 0.6400 of 0.9700 / 0.7000, one training)" in met[0]
+    assert "30 stage-2 epochs" not in met[0]

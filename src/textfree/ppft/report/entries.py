@@ -211,6 +211,20 @@ def _trainings(stage2: Sequence[Entry], epochs: Any, *, epsilon: float = WIDTH_M
     return [newest[s] for s in sorted(newest)]
 
 
+def _variant_rows(stage2: Sequence[Entry], key: str, value: Any) -> list[tuple[Entry | None, Entry | None]]:
+    """(noisy run, upper bound) of layout ``key`` = ``value`` at the targets' point (width-matched eps, k=4), one pair
+    per stage-2 length that row was run for, fewest epochs first, so a run at a new length does not hide the others.
+    The bound: the newest clean run of the layout at the same length, else at any length. A layout with no noisy run
+    there gives one pair, (None, its newest bound)."""
+    lengths = sorted({e.params.get("epochs") for e in stage2 if _latest([e], **_TABLE1_PPFT, **{key: value}) is not None},
+                     key=lambda x: (x is None, x or 0))
+    bound = _latest(stage2, blind=False, epsilon=None, **{key: value})
+    if not lengths:
+        return [(None, bound)]
+    return [(_latest(stage2, **_TABLE1_PPFT, **{key: value}, epochs=n),
+             _latest(stage2, blind=False, epsilon=None, **{key: value}, epochs=n) or bound) for n in lengths]
+
+
 def _per_length(entries: Sequence[Entry], **want: Any) -> list[Entry]:
     """The newest entry matching ``want`` for each number of stage-2 epochs, fewest epochs first (PPFT's layout unless
     ``want`` names another)."""

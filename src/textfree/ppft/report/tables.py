@@ -8,7 +8,8 @@ from typing import Any, Callable, Sequence
 from ...metrics import seed_spread
 from .entries import (GDP_MATCHED, PAPER_ENCODER_DIM, PAPER_EPSILON, PAPER_TABLE1, WIDTH_MATCHED, Entry,
                       _CLEAR_MARGIN, _PPFT_LAYOUT, _TABLE1_PPFT, _TARGET_RETENTION, _build, _epochs, _eps_label, _fmt,
-                      _get, _latest, _layout_default, _noise_norm_and_mu, _paper_mu, _per_length, _trainings)
+                      _get, _latest, _layout_default, _noise_norm_and_mu, _paper_mu, _per_length, _trainings,
+                      _variant_rows)
 from .layouts import _LAYOUT_HEADER, _LAYOUT_SECTIONS, _OPTIMISATION_KEYS, _layout_values, settings_name
 from .verdicts import _layouts_meeting_targets, _training_means, _training_verdicts, _verdicts, _welch_lines
 
@@ -154,7 +155,7 @@ def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[
         length = {} if noisy is None else {"epochs": noisy.params.get("epochs")}
         return _latest(stage2, **(_TABLE1_PPFT | {"epsilon": GDP_MATCHED}), **{key: v}, **length)
 
-    variants = [row_at(v) for v in values]
+    variants = [(v, *pair) for v in values for pair in _variant_rows(stage2, key, v)]  # each length the row was run for
     # PPFT at each stage-2 length the variants were trained for, so each variant is read beside PPFT at its own
     # length, not beside whichever PPFT run is newest; the newest PPFT run when none of those lengths was run
     lengths = sorted({e.params.get("epochs") for _, *pair in variants for e in pair if e is not None} - {None})

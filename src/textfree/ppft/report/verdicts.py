@@ -7,7 +7,8 @@ import math
 from typing import Any, Sequence
 
 from ...metrics import mean_interval, welch_test
-from .entries import _CLEAR_MARGIN, _TARGET_RETENTION, WIDTH_MATCHED, Entry, _build, _get, _latest, _ratio, _trainings
+from .entries import (_CLEAR_MARGIN, _TARGET_RETENTION, WIDTH_MATCHED, Entry, _build, _get, _latest, _ratio, _trainings,
+                      _variant_rows)
 from .layouts import _LAYOUT_SECTIONS, _layout_values
 
 
@@ -33,18 +34,26 @@ def _layouts_meeting_targets(stage2: Sequence[Entry], blind: Entry | None, low: 
     names = []
     for key, name, _, _ in _LAYOUT_SECTIONS:
         for v in _layout_values([e for e in stage2 if not _get(e, "blind")], key):
-            noisy = _latest(stage2, family="l2_laplace", epsilon=WIDTH_MATCHED, k=4, **{key: v})
-            upper = _latest(stage2, epsilon=None, **{key: v})
-            if noisy is None or upper is None or blind is None or low is None:
-                continue
-            trainings = _trainings(stage2, noisy.params.get("epochs"), **{key: v})
-            means = {t: _training_means(trainings, f"acc_{t}") for t in ("mcqa", "open")}
-            acc = {t: None if m is None else sum(m) / len(m) for t, m in means.items()}
-            if all(a is not None and _meets(a, upper.mean(f"acc_{t}"), blind.mean(f"acc_blind_{t}"), low.mean(f"acc_{t}"))
-                   for t, a in acc.items()):
-                names.append((key, v, f"{name(v)} ({acc['mcqa']:.4f} / {acc['open']:.4f} of "
-                             f"{upper.mean('acc_mcqa'):.4f} / {upper.mean('acc_open'):.4f}"
-                             + (f", over {len(trainings)} trainings)" if len(trainings) > 1 else ", one training)")))
+            names += _met_rows(stage2, key, v, name(v), _variant_rows(stage2, key, v), blind, low)
+    return names
+
+
+def _met_rows(stage2: Sequence[Entry], key: str, v: Any, layout: str, rows: Sequence[tuple[Entry | None, Entry | None]],
+              blind: Entry | None, low: Entry | None) -> list[tuple[str, Any, str]]:
+    """:func:`_layouts_meeting_targets` for one layout, each of its stage-2 lengths (``rows``: noisy run, bound)."""
+    names = []
+    for noisy, upper in rows:
+        if noisy is None or upper is None or blind is None or low is None:
+            continue
+        length = f", {noisy.params.get('epochs')} stage-2 epochs" if len(rows) > 1 else ""
+        trainings = _trainings(stage2, noisy.params.get("epochs"), **{key: v})
+        means = {t: _training_means(trainings, f"acc_{t}") for t in ("mcqa", "open")}
+        acc = {t: None if m is None else sum(m) / len(m) for t, m in means.items()}
+        if all(a is not None and _meets(a, upper.mean(f"acc_{t}"), blind.mean(f"acc_blind_{t}"), low.mean(f"acc_{t}"))
+               for t, a in acc.items()):
+            names.append((key, v, f"{layout}{length} ({acc['mcqa']:.4f} / {acc['open']:.4f} of "
+                         f"{upper.mean('acc_mcqa'):.4f} / {upper.mean('acc_open'):.4f}"
+                         + (f", over {len(trainings)} trainings)" if len(trainings) > 1 else ", one training)")))
     return names
 
 
