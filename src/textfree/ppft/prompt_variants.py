@@ -1,12 +1,12 @@
 """Client-side rewrites of stage-2 training prompts (beyond the paper; training rows only, off by default).
 
 At eps 28 a Pri-DDX decoder trained on PPFT's payloads learns the table from slot count to diagnosis more than it
-reads the slots (docs/ppft.md, "What PPFT reads at eps 28"). Its training set has one private text per training row
-(833 distinct prompts), so every epoch shows it the same pooled slots under new noise. :class:`PromptVariants`
-rewrites a training prompt into another prompt of the same case: the items of each of its lists (antecedents,
-symptoms) in another order, and optionally some of them left out. The rewrite happens on the *client*, on the
-client's own training rows, before encoding; the server still receives payloads only. Unlike the server's
-slot-count augmentation (:mod:`textfree.ppft.slot_augment`), the slot count and the slots' content stay
+reads the slots (docs/ppft-experiments.md, "What PPFT reads at eps 28"). Its training set has one private text per
+training row (833 distinct prompts), so every epoch shows it the same pooled slots under new noise.
+:class:`PromptVariants` rewrites a training prompt into another prompt of the same case: the items of each of its
+lists (antecedents, symptoms) in another order, and optionally some of them left out. The rewrite happens on the
+*client*, on the client's own training rows, before encoding; the server still receives payloads only. Unlike the
+server's slot-count augmentation (:mod:`textfree.ppft.slot_augment`), the slot count and the slots' content stay
 consistent: a shorter prompt has fewer slots because it says less.
 
 Privacy: each epoch already releases one payload per training row; with variants some of those releases are of a

@@ -1,11 +1,12 @@
 """Server-side slot-count augmentation for stage 2 (beyond the paper; training only).
 
 A PPFT payload has ceil(tokens / k) slots and the mechanism releases that count as it is. At the width-matched eps
-(28 for MiniLM) a Pri-DDX decoder learns the table from count to diagnosis and barely reads the slots (docs/ppft.md,
-"What PPFT reads at eps 28"). :class:`SlotCountAugment` blurs the count *in the server's training rows only*: it
-inserts random unit slots at random positions and/or drops slots, so the count stops naming the answer on its own
-and the decoder has to read what the slots carry. It works on payloads the client already privatized
-(post-processing: the client, its payloads and their guarantee are PPFT's) and is never applied when answering.
+(28 for MiniLM) a Pri-DDX decoder learns the table from count to diagnosis and barely reads the slots
+(docs/ppft-experiments.md, "What PPFT reads at eps 28"). :class:`SlotCountAugment` blurs the count *in the server's
+training rows only*: it inserts random unit slots at random positions and/or drops slots, so the count stops naming
+the answer on its own and the decoder has to read what the slots carry. It works on payloads the client already
+privatized (post-processing: the client, its payloads and their guarantee are PPFT's) and is never applied when
+answering.
 """
 
 from __future__ import annotations
