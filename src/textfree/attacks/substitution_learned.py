@@ -15,7 +15,7 @@ The whole decoder is fine-tuned, not LoRA-adapted: the local decoder (``runs/dec
 so full fine-tuning costs little more than LoRA on a CPU (measured: 1.9 s against 1.7 s for LoRA r 16 on all linear
 layers, per step of 8 sequences of 190 tokens, one thread; the backward pass through the activations dominates), the
 attacker has no reason to keep the base model intact, and a model this small needs all its capacity for a new task.
-Training (:mod:`.substitution_training`) runs the PPFT loop (:func:`textfree.ppft.train.fit`, Accelerate, resumable
+Training (:mod:`.substitution_training`) runs the PPFT loop (:func:`textfree.ppft.loop.fit`, Accelerate, resumable
 checkpoints); a run directory holds ``decoder/`` (model + tokenizer), ``inverter.json``, ``train_config.json``,
 ``metrics.jsonl`` and ``summary.json``. This module imports no transformers until an inverter is loaded.
 """

@@ -2,7 +2,7 @@
 
 :func:`train_substitution_inverter` fine-tunes the whole decoder on (mechanism output, original) pairs of the
 attacker's own texts, with a fresh run of the mechanism every epoch, through the PPFT training loop
-(:func:`textfree.ppft.train.fit`: Accelerate, seeded data order, resumable checkpoints).
+(:func:`textfree.ppft.loop.fit`: Accelerate, seeded data order, resumable checkpoints).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..ppft.checkpoint import CHECKPOINTS_DIR
-from ..ppft.train import LoopConfig, _prepare_run_dir, _total_wall_s, _write_summary, fit
+from ..ppft.loop import fit, prepare_run_dir, total_wall_s, write_summary
+from ..ppft.train_config import LoopConfig
 from .substitution_learned import SubstitutionInverter
 
 __all__ = ["InverterConfig", "release", "train_substitution_inverter"]
@@ -79,7 +80,7 @@ def train_substitution_inverter(
     texts, mechanisms = list(texts), list(mechanisms)
     if not texts or not mechanisms:
         raise ValueError("train_substitution_inverter needs at least one training text and one mechanism")
-    run = _prepare_run_dir(cfg)
+    run = prepare_run_dir(cfg)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     t0 = time.time()
@@ -102,5 +103,5 @@ def train_substitution_inverter(
     if not cfg.keep_final_checkpoint:
         shutil.rmtree(run / CHECKPOINTS_DIR, ignore_errors=True)
     extra = {"stage": "substitution_inverter", "texts": len(texts), "mechanism": dict(cfg.mechanism),
-             "total_wall_s": _total_wall_s(summary, t0)}
-    return _write_summary(run, summary, extra) | {"model": inverter}
+             "total_wall_s": total_wall_s(summary, t0)}
+    return write_summary(run, summary, extra) | {"model": inverter}

@@ -4,7 +4,7 @@
 epoch). A server holds no encoder and no text: a client uploads its payload rows (+ public text + targets) once, and
 :func:`train_adapter` adapts the projection + LoRA of an existing run (normally a served stage-1/stage-2 model) to
 those rows, epoch after epoch over the same noisy vectors (post-processing: no further privacy cost). It runs the
-same loop (:func:`~textfree.ppft.train.fit`): checkpoints every ``save_every`` steps, and a job started again on its
+same loop (:func:`~textfree.ppft.loop.fit`): checkpoints every ``save_every`` steps, and a job started again on its
 run directory resumes from the newest checkpoint.
 
 The run directory it writes holds the server part only (projection/, adapter/, decoder_ref.json,
@@ -25,7 +25,8 @@ import torch
 from .batches import PayloadExample, collate_payloads
 from .checkpoint import CHECKPOINTS_DIR
 from .server import ServerModel
-from .train import LoopConfig, _prepare_run_dir, _total_wall_s, _write_summary, fit, payload_loss, server_optimizer
+from .loop import fit, payload_loss, prepare_run_dir, server_optimizer, total_wall_s, write_summary
+from .train_config import LoopConfig
 
 __all__ = ["AdaptConfig", "train_adapter"]
 
@@ -55,7 +56,7 @@ def train_adapter(
         raise ValueError("train_adapter needs at least one example")
     if not all(isinstance(ex, PayloadExample) for ex in examples):
         raise TypeError("train_adapter takes PayloadExamples (privatized rows) only, never text")
-    run = _prepare_run_dir(cfg)
+    run = prepare_run_dir(cfg)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)  # before loading: PEFT draws from the global RNG while it builds LoRA layers
     t0 = time.time()
@@ -70,5 +71,5 @@ def train_adapter(
     server.save(run)
     if not cfg.keep_final_checkpoint:
         shutil.rmtree(run / CHECKPOINTS_DIR, ignore_errors=True)
-    extra = {"stage": "adapt", "examples": len(examples), "data": list(cfg.data), "total_wall_s": _total_wall_s(summary, t0)}
-    return _write_summary(run, summary, extra) | {"model": server}
+    extra = {"stage": "adapt", "examples": len(examples), "data": list(cfg.data), "total_wall_s": total_wall_s(summary, t0)}
+    return write_summary(run, summary, extra) | {"model": server}

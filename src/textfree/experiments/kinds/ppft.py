@@ -3,11 +3,11 @@
 * ``ppft_pretrain``: pretrain the local decoder (``textfree.ppft.lm``). Params: ``out`` (directory), ``preset``
   (tiny | small | gpu) and any :class:`~textfree.ppft.lm.DecoderPretrainConfig` field as ``config`` overrides.
 * ``ppft_stage1``: alignment (:func:`~textfree.ppft.train.train_stage1`); params are
-  :class:`~textfree.ppft.train.Stage1Config` fields (``decoder``, ``out``, ...).
+  :class:`~textfree.ppft.train_config.Stage1Config` fields (``decoder``, ``out``, ...).
 * ``ppft_stage2``: text-free domain adaptation on the cell's ``dataset`` (pri-ddx | pri-slja), trained **once per
   grid point** (the cell's seeds do not retrain), then evaluated on the held-out split **once per seed**: the
   seed is the evaluation noise seed, so every metric is a mean over noise draws. Params are
-  :class:`~textfree.ppft.train.Stage2Config` fields (``init``, ``epsilon``, ``k``, ``mechanism``, ``noise_match``,
+  :class:`~textfree.ppft.train_config.Stage2Config` fields (``init``, ``epsilon``, ``k``, ``mechanism``, ``noise_match``,
   ``tasks``, ``blind``, ``epochs``, ...) plus ``out`` (a template: ``{dataset}``, ``{epsilon}``, ``{k}``,
   ``{mechanism}``, ``{noise_match}``, ``{blind}`` are filled in), ``train_seed`` (default 0) and ``eval_tasks``.
 * ``ppft_evaluate``: evaluate an existing run (``model``) on the cell's ``dataset``: a Pri-* held-out split, or a
