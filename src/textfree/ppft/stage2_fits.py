@@ -20,7 +20,7 @@ from .checkpoint import CENTER_FILE, load_center_file, save_center
 from .model import TextFreeLM
 from .train_config import Stage2Config
 
-__all__ = ["fit_center", "fit_subspace", "fit_answer_head", "first_of_each_prompt", "ANSWER_HEAD"]
+__all__ = ["fit_center", "fit_answer_head", "ANSWER_HEAD"]
 
 log = logging.getLogger("textfree.ppft")
 
@@ -28,15 +28,15 @@ ANSWER_HEAD = "answer_head"  # the projection with its trained answer head, befo
 
 
 def fit_center(cfg: Stage2Config, run: Path, lm: TextFreeLM, cache: ClientCache, examples, k: int, noise_seed: int,
-                family: str) -> dict[str, Any]:
+               family: str) -> dict[str, Any]:
     """The client's slot centre: the mu-GDP mean of the training prompts' mean unit slots (each distinct private text
-    once), followed with ``subspace_epochs`` by the class subspace's rows (:func:`fit_subspace`); set on ``lm`` and in
+    once), followed with ``subspace_epochs`` by the class subspace's rows (:func:`_fit_subspace`); set on ``lm`` and in
     its config, and written to ``run`` at once (a resumed run reuses it, so it is drawn once even from OS entropy);
     returns what the summary records of it."""
     from ..mechanisms.centering import PrivateMean, center_sha256, prompt_mean_slots
     from ..mechanisms.transforms import k_pool, l2_normalize
 
-    first = first_of_each_prompt(examples)
+    first = _first_of_each_prompt(examples)
     slots = []
     for i in first:
         pooled, _ = k_pool(cache.hidden[i].unsqueeze(0).float(), torch.ones(1, cache.hidden[i].shape[0], dtype=torch.bool), k)
@@ -49,7 +49,7 @@ def fit_center(cfg: Stage2Config, run: Path, lm: TextFreeLM, cache: ClientCache,
         gen = secure_generator() if cfg.secure_noise else seeded_generator(noise_seed * 100_003 + 90_001, warn=False)
         center = mech.sample(prompt_mean_slots(slots), generator=gen).to(torch.float32)
         if cfg.subspace_epochs is not None:
-            center = torch.cat([center.unsqueeze(0), fit_subspace(cfg, lm, cache, examples, k, center, noise_seed, family)])
+            center = torch.cat([center.unsqueeze(0), _fit_subspace(cfg, lm, cache, examples, k, center, noise_seed, family)])
         save_center(run, center)
     lm.center = center
     lm.server.config = lm.config.replace(center_mu=float(cfg.center_mu), center_sha256=center_sha256(center))
@@ -65,7 +65,7 @@ def fit_center(cfg: Stage2Config, run: Path, lm: TextFreeLM, cache: ClientCache,
     return info
 
 
-def first_of_each_prompt(examples) -> list[int]:
+def _first_of_each_prompt(examples) -> list[int]:
     """The index of each distinct private text's first example (a row's prompt formats share one private text)."""
     first: dict[str, int] = {}
     for i, ex in enumerate(examples):
@@ -73,7 +73,7 @@ def first_of_each_prompt(examples) -> list[int]:
     return list(first.values())
 
 
-def fit_subspace(cfg: Stage2Config, lm: TextFreeLM, cache: ClientCache, examples, k: int, center: torch.Tensor,
+def _fit_subspace(cfg: Stage2Config, lm: TextFreeLM, cache: ClientCache, examples, k: int, center: torch.Tensor,
                   noise_seed: int, family: str) -> torch.Tensor:
     """The class subspace [m, d]: ``subspace_epochs`` passes of fresh payloads of each training prompt, centred on
     ``center`` and noised as this run's client noises (clean for an upper-bound run), each reduced to its mean slot and
@@ -83,7 +83,7 @@ def fit_subspace(cfg: Stage2Config, lm: TextFreeLM, cache: ClientCache, examples
 
     lm.center = center
     privatization = lm.privatizer(cfg.epsilon, k=k, mechanism=family, match=cfg.noise_match).privatization
-    first = first_of_each_prompt(examples)
+    first = _first_of_each_prompt(examples)
     labels = [normalize_answer(examples[i].target) for i in first]
     vectors = []
     for epoch in range(cfg.subspace_epochs):

@@ -19,7 +19,7 @@ from .projection import check_dropout
 from .prompt_variants import PromptVariants, rewriter_for
 from .slot_augment import SlotCountAugment
 
-__all__ = ["LoopConfig", "Stage1Config", "Stage2Config", "check_optional_int"]
+__all__ = ["LoopConfig", "Stage1Config", "Stage2Config"]
 
 
 @dataclass(kw_only=True)
@@ -52,7 +52,7 @@ class LoopConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1 or null, got {self.max_steps}")
-        check_optimiser(self)
+        _check_optimiser(self)
         check_ema_decay(self.ema_decay)
 
     def to_dict(self) -> dict[str, Any]:
@@ -160,7 +160,7 @@ class Stage2Config(LoopConfig):
         if self.train_decoder and list(self.tasks) != ["restore"]:
             raise ValueError(f"train_decoder (full fine-tuning) is an inversion attacker's option: tasks must be ['restore'], got {self.tasks!r}")
         for name, low in (("restore_text_limit", 1), ("summary_slots", 0), ("max_target_tokens", 1), ("count_vectors", 0)):
-            check_optional_int(name, getattr(self, name), low)
+            _check_optional_int(name, getattr(self, name), low)
         tasks = list(self.tasks)
         if not tasks or len(set(tasks)) != len(tasks) or any(t not in STAGE2_TASKS for t in tasks):
             raise ValueError(f"tasks must be distinct names from {STAGE2_TASKS}, got {self.tasks!r}")
@@ -174,7 +174,7 @@ class Stage2Config(LoopConfig):
             raise ValueError(f"epsilon must be a positive number or null, got {self.epsilon!r}")
         if self.blind and self.epsilon is not None:
             raise ValueError("a blind run sends no private prefix: set epsilon to null")
-        check_optional_int("slot_augment_epochs", self.slot_augment_epochs, 1)
+        _check_optional_int("slot_augment_epochs", self.slot_augment_epochs, 1)
         check_validation(self.validation, nullable=True)
         if self.validation is not None and self.restore_text is not None:
             raise ValueError("validation holds back training rows of the dataset: not with restore_text")
@@ -186,7 +186,7 @@ class Stage2Config(LoopConfig):
             check_center_mu("center_mu", self.center_mu)
             if self.blind or self.restore_text is not None:
                 raise ValueError("center_mu centres the client's own training prompts: not for blind runs or restore_text")
-        check_optional_int("subspace_epochs", self.subspace_epochs, 1)
+        _check_optional_int("subspace_epochs", self.subspace_epochs, 1)
         if self.subspace_epochs is not None and self.center_mu is None:
             raise ValueError("subspace_epochs projects centred slots: it needs center_mu")
 
@@ -207,7 +207,7 @@ class Stage2Config(LoopConfig):
         return SlotCountAugment(0.0 if self.slot_insert is None else self.slot_insert, 0.0 if self.slot_drop is None else self.slot_drop)
 
 
-def check_optimiser(cfg: LoopConfig) -> None:
+def _check_optimiser(cfg: LoopConfig) -> None:
     """The optimiser settings of a training loop: finite, the learning rates > 0, the rest in range."""
     checks = (("lr", lambda v: v > 0, "a number > 0"), ("weight_decay", lambda v: v >= 0, "a number >= 0"),
               ("grad_clip", lambda v: v >= 0, "a number >= 0 (0: no clipping)"),
@@ -222,6 +222,6 @@ def check_optimiser(cfg: LoopConfig) -> None:
         raise ValueError(f"warmup_steps must be an integer >= 0, got {cfg.warmup_steps!r}")
 
 
-def check_optional_int(name: str, value: Any, low: int) -> None:
+def _check_optional_int(name: str, value: Any, low: int) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
         raise ValueError(f"{name} must be an integer >= {low} or null, got {value!r}")
