@@ -366,7 +366,7 @@ def test_rank_options_and_choose_validate_their_inputs(lm):
 
 # ---------------------------------------------------------------------------------------------- summary vectors
 def test_summary_vectors_are_unit_group_means():
-    from textfree.ppft.server import summary_vectors
+    from textfree.ppft.layout import summary_vectors
 
     slots = torch.tensor([[2.0, 0.0], [0.0, 2.0], [1.0, 1.0], [2.0, 0.0], [0.0, 1.0]])
     one = summary_vectors(slots, 1)  # mean (1, 0.8) -> (5, 4)/sqrt(41)
@@ -382,7 +382,7 @@ def test_summary_vectors_are_unit_group_means():
 
 
 def test_summary_slots_go_before_the_slots_and_take_no_labels(lm, tmp_path):
-    from textfree.ppft.server import summary_vectors
+    from textfree.ppft.layout import summary_vectors
 
     vectors, mask = _slots(lm)
     plain = lm.server(vectors, mask, public=PUBLIC, targets=TARGETS, all_logits=True)
@@ -411,7 +411,7 @@ def test_summary_slots_go_before_the_slots_and_take_no_labels(lm, tmp_path):
 
 
 def test_summary_only_lays_out_the_summary_vectors_in_place_of_the_slots(lm, tmp_path):
-    from textfree.ppft.server import slot_prefix, summary_vectors
+    from textfree.ppft.layout import slot_prefix, summary_vectors
 
     vectors, mask = _slots(lm)
     plain = lm.server(vectors, mask, public=PUBLIC, targets=TARGETS, all_logits=True)
@@ -614,7 +614,7 @@ def test_answer_vector_over_the_options_shown_renormalises_the_heads_probabiliti
 
 
 def test_answer_vector_goes_after_the_count_vector_and_before_the_slots(lm):
-    from textfree.ppft.server import slot_prefix
+    from textfree.ppft.layout import slot_prefix
 
     vectors, mask = _slots(lm)
     saved = lm.server.projection
@@ -661,7 +661,7 @@ def test_answer_vector_goes_after_the_count_vector_and_before_the_slots(lm):
 
 def test_public_rows_cuts_public_text_and_says_which_rows_the_answer_head_may_read(lm):
     from textfree.ppft.config import PromptTemplate
-    from textfree.ppft.server import public_rows
+    from textfree.ppft.layout import public_rows
 
     tok = lm.server.tokenizer
     ids = [tok(t, add_special_tokens=False)["input_ids"] for t in PUBLIC]

@@ -50,6 +50,7 @@ __all__ = [
     "InitChanged",
     "decoder_sha256",
     "decoder_ref",
+    "verify_decoder_sha",
     "save_optimizer_state",
     "load_optimizer_state",
     "rng_state",
@@ -240,6 +241,18 @@ def decoder_ref(name_or_path: str | os.PathLike, model: torch.nn.Module | None =
 
 
 # --------------------------------------------------------------------------- optimizer state
+def verify_decoder_sha(location: str, ref: dict[str, Any], where: str | os.PathLike, model=None) -> None:
+    """Refuse a base decoder whose weights' sha256 differs from the one ``ref`` (a decoder_ref.json) records."""
+    if not ref.get("sha256"):
+        return
+    sha = decoder_sha256(location, model)
+    if sha != ref["sha256"]:
+        raise ValueError(
+            f"base decoder {location!r} has sha256 {sha}, but {where} records {ref['sha256']}: "
+            "the adapter was trained on other weights (pass check_decoder_sha=False to override)"
+        )
+
+
 def save_optimizer_state(optimizer: torch.optim.Optimizer, directory: Path) -> None:
     """``optimizer.safetensors`` (every tensor of ``state``) + ``optimizer.json`` (param groups, other state)."""
     sd = optimizer.state_dict()

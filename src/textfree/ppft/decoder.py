@@ -8,13 +8,17 @@ loaded back through the same ``from_pretrained`` code.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import warnings
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-__all__ = ["load_decoder", "load_decoder_tokenizer", "load_input_embeddings", "make_tiny_decoder_dir", "DecoderLoadError"]
+from .config import LoraSettings
+
+__all__ = ["lora_config", "quiet_peft", "load_decoder", "load_decoder_tokenizer", "load_input_embeddings", "make_tiny_decoder_dir", "DecoderLoadError"]
 
 # names of a causal LM's token-embedding table in its state dict (Llama/Mistral/Qwen, GPT-2, BLOOM, GPT-NeoX)
 EMBEDDING_KEYS = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight", "embed_in.weight")
@@ -117,3 +121,24 @@ def make_tiny_decoder_dir(
     LlamaForCausalLM(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+@contextlib.contextmanager
+def quiet_peft():
+    """peft 0.21 calls a transformers 5.23 method that warns about its own deprecation; hide only that."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        yield
+
+
+def lora_config(settings: LoraSettings):
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=settings.r,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=settings.target_modules,
+        task_type="CAUSAL_LM",
+        bias="none",
+    )

@@ -4,7 +4,7 @@ A plain ``Linear(d_e, d_d)`` by default (PPFT's choice); ``kind="mlp"`` is a 2-l
 ``Linear(d_e, h) -> GELU -> Linear(h, d_d)``. Saved as ``config.json`` + ``model.safetensors`` (no pickle).
 
 Beyond the paper, ``count_vectors=N`` adds a learned decoder-space vector per slot count (1..N; larger counts share
-the N-th) that the server puts before a row's slots (:func:`~textfree.ppft.server.slot_prefix`). The count is in the
+the N-th) that the server puts before a row's slots (:func:`~textfree.ppft.layout.slot_prefix`). The count is in the
 payload anyway (unless the client pads to a fixed count); this states it to the decoder outright, where rotary
 positions leave it implicit. Post-processing of the payload: the client and its guarantee do not change.
 

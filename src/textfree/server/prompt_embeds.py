@@ -7,7 +7,7 @@ checks they are equal)::
 
 (the count vector only when the run's projection has ``count_vectors``, the answer vector only when it has an
 answer head, the summary vectors only when ``summary_slots`` > 0, the slots left out with ``summary_only``;
-:func:`~textfree.ppft.server.slot_prefix` builds the private prefix for both).
+:func:`~textfree.ppft.layout.slot_prefix` builds the private prefix for both).
 
 The gateway loads only the run's projection (``projection/``), the decoder's tokenizer and the decoder's
 token-embedding table (read from its safetensors file; no other decoder weight is loaded). The run's ``encoder/``
@@ -35,7 +35,9 @@ from ..ppft.checkpoint import read_json
 from ..ppft.config import TextFreeConfig
 from ..ppft.decoder import EMBEDDING_KEYS, load_decoder_tokenizer, load_input_embeddings
 from ..ppft.projection import Projection
-from ..ppft.server import ADAPTER_DIR, CONFIG_NAME, DECODER_REF, PROJECTION_DIR, public_rows, slot_prefix, verify_decoder_sha
+from ..ppft.checkpoint import verify_decoder_sha
+from ..ppft.layout import public_rows, slot_prefix
+from ..ppft.server import ADAPTER_DIR, CONFIG_NAME, DECODER_REF, PROJECTION_DIR
 
 __all__ = ["PromptEmbedder", "encode_embeds", "TORCH_DTYPES"]
 
