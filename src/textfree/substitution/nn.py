@@ -59,6 +59,7 @@ from collections import OrderedDict
 import torch
 
 from ..geometry import gamma
+from .nn_table import INT8_MAX, SubTable, all_pairs, int8_matmul, keys64, top_columns
 
 __all__ = [
     "NearestNeighbors",
@@ -158,14 +159,6 @@ AUTO_FAISS_MIN_QUERIES = 400
 #: the table is read once); from it on, one search per set over that set's own sub-table (fewer flops).
 SINGLE_PASS_MAX_QUERIES = AUTO_FAISS_MIN_QUERIES
 
-#: Approximate search: columns per block of the two-step top-r selection (a max per block, then the best blocks'
-#: columns). 128 and 256 were fastest for 256 queries x 21,777 rows (3.5 / 3.4 ms against 8.3 ms for topk; 32: 20 ms).
-_BLOCK = 128
-
-#: The largest |value| of an int8 code (symmetric: -127..127, so negation never overflows).
-_INT8_MAX = 127.0
-
-
 def resolve_backend(backend: str, n_queries: int) -> str:
     """The backend that serves a batch of ``n_queries`` queries: "matmul" or "faiss"."""
     if backend != "auto":
@@ -173,89 +166,6 @@ def resolve_backend(backend: str, n_queries: int) -> str:
     if amx_bf16_available():
         return "bf16"
     return "faiss" if n_queries >= AUTO_FAISS_MIN_QUERIES and faiss_available() else "matmul"
-
-
-class _SubTable:
-    """One candidate set: its rows (original ids), float32 vectors, norms and, lazily, a faiss index."""
-
-    def __init__(
-        self, vectors: torch.Tensor, ids: torch.Tensor | None, *, exact: bool = True, parent: "_SubTable" = None
-    ):
-        self.ids = ids  # None: all rows, in order
-        self.parent = parent  # the full table, whose int8 codes a candidate set reuses
-        if exact:
-            # Stored as [d, V] contiguous: torch's matmul with few queries runs ~1.5x faster on that layout than on
-            # a transposed [V, d] view (10 queries x 21,777 rows: 3.6 ms vs 5.4 ms); ``vectors`` is a [V, d] view.
-            self.vt = vectors.T.contiguous()
-            self.vectors = self.vt.T
-        else:
-            # Approximate search scans the int8 copy and only gathers short-list rows from here: row-major, so
-            # that each gathered row is one contiguous read.
-            self.vt = None
-            self.vectors = vectors.contiguous()
-        norms64 = self.vectors.to(torch.float64).square().sum(dim=1)
-        self.sqnorm64 = norms64
-        self.sqnorm32 = norms64.to(torch.float32)
-        self.max_norm = float(norms64.max().sqrt()) if len(norms64) else 0.0
-        self._faiss = None
-        self._int8 = None
-        self._int8_f32 = None
-        self._bf16 = None
-
-    def __len__(self) -> int:
-        return self.vectors.shape[0]
-
-    def faiss_index(self):
-        """faiss.IndexFlatIP over rows [t, ||t||^2]: with query [2q, -1] the inner product is -(||t||^2 - 2 q.t)."""
-        if self._faiss is None:
-            import faiss
-
-            augmented = torch.cat([self.vectors, self.sqnorm32[:, None]], dim=1).contiguous()  # faiss keeps a copy
-            index = faiss.IndexFlatIP(augmented.shape[1])
-            index.add(augmented.numpy())
-            self._faiss = index
-        return self._faiss
-
-    def bf16_index(self) -> torch.Tensor:
-        """The exact search's ``"bf16"`` pass: [d + 1, V] bfloat16, the table's columns over a last row of squared
-        norms, so that a query [q, -1/2] scores q.t - ||t||^2 / 2 in one matmul. Made on first use."""
-        if self._bf16 is None:
-            self._bf16 = torch.cat([self.vt, self.sqnorm32[None, :]]).to(torch.bfloat16)
-        return self._bf16
-
-    def int8_index(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Approximate search: (codes [d, V'] int8, dim_scale [d] float64, neg_sqnorm [V'] float32).
-
-        ``codes[i, j] = round(t_ji / dim_scale[i])`` with ``dim_scale[i] = max_j |t_ji| / 127`` (1 for an all-zero
-        dimension); ``neg_sqnorm = -||t||^2``. V' rounds V up to a multiple of :data:`_BLOCK`: padding columns
-        have zero codes and ``neg_sqnorm = -inf``, so they never rank.
-        """
-        if self._int8 is None:
-            v, d = self.vectors.shape
-            padded = -(-v // _BLOCK) * _BLOCK
-            codes = torch.zeros(d, padded, dtype=torch.int8)
-            if self.parent is not None:  # a candidate set: the full table's codes, so that scores match its own
-                parent_codes, dim_scale, _ = self.parent.int8_index()
-                codes[:, :v] = parent_codes[:, self.ids]
-            else:
-                t64 = self.vectors.to(torch.float64)
-                dim_scale = t64.abs().amax(dim=0) / _INT8_MAX
-                dim_scale = torch.where(dim_scale > 0, dim_scale, torch.ones_like(dim_scale))
-                codes[:, :v] = (t64 / dim_scale).round().T.to(torch.int8)
-            neg_sqnorm = torch.full((padded,), float("-inf"), dtype=torch.float32)
-            neg_sqnorm[:v] = -self.sqnorm32
-            self._int8 = (codes, dim_scale, neg_sqnorm)
-        return self._int8
-
-    def int8_codes_float32(self) -> torch.Tensor:
-        """The int8 codes [d, V'] as float32 (the same integers), for CPUs without a native int8 product
-        (:func:`int8_native`). Made on first use."""
-        if self._int8_f32 is None:
-            self._int8_f32 = self.int8_index()[0].to(torch.float32)
-        return self._int8_f32
-
-    def to_original(self, local: torch.Tensor) -> torch.Tensor:
-        return local if self.ids is None else self.ids[local]
 
 
 class NearestNeighbors:
@@ -314,8 +224,8 @@ class NearestNeighbors:
         self.chunk_size = chunk_size
         self.rerank = rerank
         self.max_cached_subsets = max_cached_subsets
-        self._full = _SubTable(vectors, None, exact=self.exact)
-        self._subsets: OrderedDict[bytes, _SubTable] = OrderedDict()
+        self._full = SubTable(vectors, None, exact=self.exact)
+        self._subsets: OrderedDict[bytes, SubTable] = OrderedDict()
         self.n_fallback = 0  # queries re-searched in float64 because the float32 pass was not conclusive
         self.n_bf16_fallback = 0  # queries the bfloat16 pass could not certify, handed to the float32 pass
 
@@ -415,14 +325,14 @@ class NearestNeighbors:
             raise ValueError(f"set_index values must lie in [0, {n_sets})")
         return set_index
 
-    def _subset(self, mask: torch.Tensor) -> _SubTable:
+    def _subset(self, mask: torch.Tensor) -> SubTable:
         if bool(mask.all()):
             return self._full
         key = hashlib.blake2b(mask.numpy().tobytes(), digest_size=16).digest()
         sub = self._subsets.get(key)
         if sub is None:
             ids = torch.nonzero(mask).flatten()
-            sub = _SubTable(self._full.vectors[ids], ids, exact=self.exact, parent=self._full)
+            sub = SubTable(self._full.vectors[ids], ids, exact=self.exact, parent=self._full)
             if self.max_cached_subsets:
                 self._subsets[key] = sub
                 while len(self._subsets) > self.max_cached_subsets:
@@ -433,7 +343,7 @@ class NearestNeighbors:
 
     # ------------------------------------------------------------------ search
 
-    def _search_in(self, sub: _SubTable, q: torch.Tensor, k: int, sets=None) -> torch.Tensor:
+    def _search_in(self, sub: SubTable, q: torch.Tensor, k: int, sets=None) -> torch.Tensor:
         """k nearest rows of ``sub``; with ``sets`` = (masks [G, V], set_index [N]) only rows of each query's set
         (one masked matmul pass over the full table)."""
         n = q.shape[0]
@@ -468,7 +378,7 @@ class NearestNeighbors:
             best_local[bad] = self._search32(sub, q[bad], q64[bad], k, bad_sets, available[bad], "matmul")
         return sub.to_original(best_local)
 
-    def _search32(self, sub: _SubTable, q, q64, k: int, sets, available, backend: str) -> torch.Tensor:
+    def _search32(self, sub: SubTable, q, q64, k: int, sets, available, backend: str) -> torch.Tensor:
         """The float32 pass (matmul or faiss) with its certificate, float64 search for what it cannot certify:
         local indices [N, k]."""
         r = min(k + self.rerank, len(sub))
@@ -508,7 +418,7 @@ class NearestNeighbors:
             certified &= usable
         return best_local, torch.nonzero(~certified).flatten()
 
-    def _bf16_topr(self, sub: _SubTable, q64: torch.Tensor, r: int, sets=None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _bf16_topr(self, sub: SubTable, q64: torch.Tensor, r: int, sets=None) -> tuple[torch.Tensor, torch.Tensor]:
         """The r smallest scores -2 fl_bf16([q~, -1/2] . [t~, ||t||^2~]) ~ ||t||^2 - 2 q.t of the bfloat16 pass
         and their rows, unordered."""
         qb = torch.cat([q64.to(torch.float32), torch.full((q64.shape[0], 1), -0.5)], dim=1).to(torch.bfloat16)
@@ -521,11 +431,11 @@ class NearestNeighbors:
             scores = qb[sl] @ index  # [c, V] bfloat16, largest best
             if sets is not None:
                 scores.masked_fill_(~sets[0][sets[1][sl]], float("-inf"))
-            vals, cand[sl] = _top_columns(scores, r, by_blocks)
+            vals, cand[sl] = top_columns(scores, r, by_blocks)
             approx[sl] = vals.to(torch.float64).mul_(-2.0)  # exact: bfloat16 -> float64, times -2
         return approx, cand
 
-    def _rerank64(self, sub: _SubTable, q64: torch.Tensor, cand: torch.Tensor, sets=None, only=None):
+    def _rerank64(self, sub: SubTable, q64: torch.Tensor, cand: torch.Tensor, sets=None, only=None):
         """float64 ranking keys of the listed rows [N, r] (smaller is nearer; +inf for rows outside a query's set,
         which fill its list when the set has fewer than r rows), with per query the ``offset`` that puts them on
         the scale of the scores, s(t) = ||t||^2 - 2 q.t = key - offset, and a bound on that s's float64 error.
@@ -544,9 +454,9 @@ class NearestNeighbors:
         step = max(1, (1 << 22) // (r * d))  # at most about 32 MB of float64 rows per step
         for start in range(0, n, step):
             sl = slice(start, start + step)
-            qi, ri = torch.nonzero(only[sl], as_tuple=True) if only is not None else _all_pairs(cand[sl].shape)
+            qi, ri = torch.nonzero(only[sl], as_tuple=True) if only is not None else all_pairs(cand[sl].shape)
             ids = cand[sl][qi, ri]
-            keys[sl][qi, ri] = _keys64(sub, ids, sub.vectors[ids].to(torch.float64), q64[sl][qi], near[sl][qi])
+            keys[sl][qi, ri] = keys64(sub, ids, sub.vectors[ids].to(torch.float64), q64[sl][qi], near[sl][qi])
         if sets is not None:
             keys.masked_fill_(~sets[0][sets[1][:, None], cand], float("inf"))
         # float64 rounding, by Higham's gamma with u = 2^-53: direct, d + 3 roundings of terms up to (||q|| + T)^2
@@ -555,7 +465,7 @@ class NearestNeighbors:
         err = torch.where(near, 2.0 * g * ((qn + t) ** 2 + qsq), 2.0 * g * (t * t + 2.0 * qn * t))
         return keys, torch.where(near, qsq, torch.zeros_like(qsq)), err
 
-    def _int8_topr(self, sub: _SubTable, q64: torch.Tensor, r: int, sets=None) -> torch.Tensor:
+    def _int8_topr(self, sub: SubTable, q64: torch.Tensor, r: int, sets=None) -> torch.Tensor:
         """Approximate search: the r rows with the best int8 score per query (module docstring), unordered."""
         codes, dim_scale, neg_sqnorm = sub.int8_index()
         v = len(sub)
@@ -563,7 +473,7 @@ class NearestNeighbors:
         m = q64.abs().amax(dim=1, keepdim=True)
         m = torch.where(m > 0, m, torch.ones_like(m))  # a zero query: any scale will do
         scaled = (q64 / m) * dim_scale
-        s = scaled.abs().amax(dim=1, keepdim=True) / _INT8_MAX  # > 0 for a nonzero query
+        s = scaled.abs().amax(dim=1, keepdim=True) / INT8_MAX  # > 0 for a nonzero query
         s = torch.where(s > 0, s, torch.ones_like(s))
         q8 = (scaled / s).round().to(torch.int8)  # |scaled / s| <= 127 by construction
         # q~.t~ ~ q.t / (m s), so score = 2 m s q~.t~ - ||t||^2 ~ 2 q.t - ||t||^2. Capping 2 m s at 1e25 keeps float32
@@ -571,7 +481,7 @@ class NearestNeighbors:
         # it underflows to 0 and the norm decides, as it should. The float64 re-rank has the last word.
         two_s = (2.0 * m * s).clamp(max=1e25).to(torch.float32)
         # No native int8 kernel: multiply the same integers in float32, exact while every partial sum stays below 2^24.
-        in_float32 = not int8_native() and codes.shape[0] * _INT8_MAX**2 < 2**24
+        in_float32 = not int8_native() and codes.shape[0] * INT8_MAX**2 < 2**24
         if in_float32:
             codes, q8 = sub.int8_codes_float32(), q8.to(torch.float32)
         cand = torch.empty(q64.shape[0], r, dtype=torch.int64)
@@ -589,14 +499,14 @@ class NearestNeighbors:
             if in_float32:
                 scores = torch.matmul(q8[sl], codes, out=buffer[:c])
             else:
-                scores = buffer[:c].copy_(_int8_matmul(q8[sl], codes, out=products[:c]))
+                scores = buffer[:c].copy_(int8_matmul(q8[sl], codes, out=products[:c]))
             scores.mul_(two_s[sl]).add_(neg_sqnorm)  # [c, V'] float32
             if sets is not None:
                 scores[:, :v].masked_fill_(~sets[0][sets[1][sl]], float("-inf"))
-            cand[sl] = _top_columns(scores if by_blocks else scores[:, :v], r, by_blocks)[1]
+            cand[sl] = top_columns(scores if by_blocks else scores[:, :v], r, by_blocks)[1]
         return cand
 
-    def _matmul_topr(self, sub: _SubTable, q: torch.Tensor, r: int, sets=None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _matmul_topr(self, sub: SubTable, q: torch.Tensor, r: int, sets=None) -> tuple[torch.Tensor, torch.Tensor]:
         q32 = q.to(torch.float32)
         vt = sub.vt
         by_blocks = sets is None or int(sets[0].sum(dim=1)[sets[1]].min()) >= r
@@ -607,11 +517,11 @@ class NearestNeighbors:
             scores = torch.addmm(sub.sqnorm32, q32[sl], vt, beta=-1.0, alpha=2.0)  # -(||t||^2 - 2 q.t), exactly
             if sets is not None:
                 scores.masked_fill_(~sets[0][sets[1][sl]], float("-inf"))
-            vals, cand[sl] = _top_columns(scores, r, by_blocks)
+            vals, cand[sl] = top_columns(scores, r, by_blocks)
             approx[sl] = vals.neg_()
         return approx.to(torch.float64), cand
 
-    def _faiss_topr(self, sub: _SubTable, q: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _faiss_topr(self, sub: SubTable, q: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.Tensor]:
         augmented = torch.cat([2.0 * q.to(torch.float32), -torch.ones(q.shape[0], 1)], dim=1).contiguous()
         ip, idx = sub.faiss_index().search(augmented.numpy(), r)
         cand = torch.from_numpy(idx).to(torch.int64)
@@ -619,7 +529,7 @@ class NearestNeighbors:
             raise RuntimeError("faiss returned fewer neighbours than requested")
         return -torch.from_numpy(ip).to(torch.float64), cand
 
-    def _exact_topk(self, sub: _SubTable, q64: torch.Tensor, k: int, masks: torch.Tensor | None = None) -> torch.Tensor:
+    def _exact_topk(self, sub: SubTable, q64: torch.Tensor, k: int, masks: torch.Tensor | None = None) -> torch.Tensor:
         """Exhaustive float64 search (the fallback): direct differences, chunked over the table."""
         best_val = torch.full((q64.shape[0], k), float("inf"), dtype=torch.float64)
         best_idx = torch.zeros(q64.shape[0], k, dtype=torch.int64)
@@ -634,64 +544,3 @@ class NearestNeighbors:
             top = vals.topk(k, dim=1, largest=False)
             best_val, best_idx = top.values, torch.gather(idx, 1, top.indices)
         return best_idx
-
-
-def _keys64(sub: _SubTable, ids: torch.Tensor, rows: torch.Tensor, qq: torch.Tensor, near: torch.Tensor) -> torch.Tensor:
-    """float64 keys of rows [m, d] (table ids ``ids``) for their queries ``qq`` [m, d]: ||q - t||^2 where ``near``,
-    else ||t||^2 - 2 q.t (:meth:`NearestNeighbors._rerank64`). Each form is computed only where it is used."""
-    def direct(r, q):
-        diff = r - q
-        return torch.einsum("md,md->m", diff, diff)
-
-    def expanded(r, q, i):
-        return sub.sqnorm64[i] - 2.0 * torch.einsum("md,md->m", r, q)
-
-    if bool(near.all()):
-        return direct(rows, qq)
-    if not bool(near.any()):
-        return expanded(rows, qq, ids)
-    keys = torch.empty(len(ids), dtype=torch.float64)
-    keys[near] = direct(rows[near], qq[near])
-    keys[~near] = expanded(rows[~near], qq[~near], ids[~near])
-    return keys
-
-
-def _all_pairs(shape: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(row, column) indices of every entry of a [n, r] array, row-major."""
-    n, r = shape
-    return torch.arange(n).repeat_interleave(r), torch.arange(r).repeat(n)
-
-
-def _top_columns(scores: torch.Tensor, r: int, by_blocks: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """(values, columns) [c, r] of the r largest entries of each row of ``scores`` [c, V], unordered.
-
-    The r largest lie in the r blocks of :data:`_BLOCK` consecutive columns with the largest maxima (a column outside
-    them has r blocks above its own, each holding a column at least as large), so blocks are selected first: one
-    max pass instead of a top-r pass over every column, several times cheaper for wide tables. More precisely,
-    every column left out is at most the smallest value returned: what a certificate needs. ``by_blocks=False``
-    (or a table of at most 2r blocks) takes the plain top-r. A last, shorter block is one block too; its missing
-    columns are filled with -inf, so they are never chosen while r columns above -inf exist: callers whose
-    candidate sets may hold fewer than r rows pass ``by_blocks=False``."""
-    c, v = scores.shape
-    n_full = v // _BLOCK
-    if not by_blocks or n_full <= 2 * r:
-        top = scores.topk(r, dim=1, sorted=False)
-        return top.values, top.indices
-    maxima = scores[:, : n_full * _BLOCK].unflatten(1, (n_full, _BLOCK)).amax(dim=2)
-    if v > n_full * _BLOCK:
-        maxima = torch.cat([maxima, scores[:, n_full * _BLOCK :].amax(dim=1, keepdim=True)], dim=1)
-    blocks = maxima.topk(r, dim=1, sorted=False).indices
-    cols = (blocks[:, :, None] * _BLOCK + torch.arange(_BLOCK)).flatten(1)  # [c, r * _BLOCK]
-    outside = cols >= v
-    picked = torch.gather(scores, 1, cols.clamp(max=v - 1)).masked_fill_(outside, float("-inf"))
-    top = picked.topk(r, dim=1, sorted=False)
-    return top.values, torch.gather(cols, 1, top.indices)
-
-
-def _int8_matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
-    """a [n, d] int8 @ b [d, m] int8 into ``out`` [n, m] int32, exactly: torch._int_mm, or a float64 matmul of the
-    same integers (exact while d * 127^2 < 2^53) where this torch build has no CPU ``_int_mm``."""
-    try:
-        return torch._int_mm(a, b, out=out)
-    except (AttributeError, RuntimeError, NotImplementedError):
-        return out.copy_(a.to(torch.float64) @ b.to(torch.float64))
