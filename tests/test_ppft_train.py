@@ -167,6 +167,96 @@ def test_stage2_server_sees_only_payloads(stage1_run, fixture_data, tmp_path, mo
     assert not torch.equal(epochs[1][0].vectors, epochs[2][0].vectors)
 
 
+def _assert_payload_rows(rows, private):
+    """Server-side input: PayloadExamples whose strings hold none of the private texts."""
+    assert isinstance(rows, list) and rows and all(type(r) is PayloadExample for r in rows)
+    for r in rows:
+        for s in (r.public, r.target):
+            assert isinstance(s, str) and not any(text in s or (len(s) > 40 and s in text) for text in private)
+
+
+def test_stage2_beyond_paper_fits_give_the_server_payload_rows_only(stage1_run, fixture_data, tmp_path, monkeypatch):
+    """The class subspace and the answer head are fitted on the server side from payload rows (or a function that
+    returns a fresh release of them) and targets, never from the client cache or the prompts' text."""
+    import textfree.ppft.answer_head as answer_head
+    import textfree.ppft.stage2_fits as fits
+    import textfree.ppft.train as train
+
+    records = ppft_split("ddx")["train"]
+    private = [mcqa_prompt(r).private for r in records] + [r.context for r in records]
+    seen = {"subspace": [], "head_fit": [], "head_train": [], "accuracy": []}
+
+    def checked_release(release, log):
+        def wrapped(epoch):
+            rows = release(epoch)
+            _assert_payload_rows(rows, private)
+            log.append(epoch)
+            return rows
+        return wrapped
+
+    def spy(name, original, make):
+        def call(*args, **kwargs):
+            return original(*make(args, kwargs))
+        monkeypatch.setattr(*name, call)
+
+    original_subspace, original_fit = fits.fit_class_subspace, train.fit_answer_head
+    original_train, original_accuracy = answer_head.train_answer_head, answer_head.head_accuracy
+
+    def subspace_args(args, kwargs):
+        assert not kwargs and len(args) == 1
+        _assert_payload_rows(args[0], private)
+        seen["subspace"].append(len(args[0]))
+        return args
+
+    def fit_args(args, kwargs):
+        cfg, run, server, payloads = args
+        assert not kwargs and type(server) is ServerModel and callable(payloads)
+        assert not any(isinstance(a, (ClientCache, list, tuple)) for a in args)
+        return cfg, run, server, checked_release(payloads, seen["head_fit"])
+
+    def train_args(args, kwargs):
+        (payloads,) = args
+        assert set(kwargs) == {"epochs", "generator", "standardize", "hidden"}
+        seen["head_train"].append(kwargs["epochs"])
+        return (payloads,)
+
+    def accuracy_args(args, kwargs):
+        _assert_payload_rows(args[1], private)
+        seen["accuracy"].append(len(args[1]))
+        return args
+
+    spy((fits, "fit_class_subspace"), original_subspace, subspace_args)
+    spy((train, "fit_answer_head"), original_fit, fit_args)
+    monkeypatch.setattr(answer_head, "train_answer_head", lambda *a, **k: original_train(*train_args(a, k), **k))
+    spy((answer_head, "head_accuracy"), original_accuracy, accuracy_args)
+    run1, _ = stage1_run
+    summary = train_stage2(_stage2_cfg(tmp_path / "fits", run1, center_mu=2.0, subspace_epochs=2, answer_head=True,
+                                       answer_head_epochs=3, tasks=["mcqa", "open"], epochs=1))
+    distinct = len({mcqa_prompt(r).private for r in records})
+    assert seen["subspace"] == [2 * distinct] and summary["center"]["subspace"]["releases_per_prompt"] == 2
+    assert seen["head_train"] == [3] and seen["accuracy"] == [2 * len(records)]
+    assert seen["head_fit"] == [0, 1, 2, -1]  # three passes with fresh noise, then one more draw to check the head
+
+
+def test_server_side_fits_refuse_anything_but_payload_rows(stage1_run, fixture_data):
+    """A client cache, text examples or strings handed to a server-side fit are refused by type, before any work."""
+    from textfree.ppft.answer_head import head_accuracy, train_answer_head
+    from textfree.ppft.batches import TextExample, collate_payloads
+    from textfree.ppft.stage2_fits import fit_class_subspace
+
+    text = [TextExample("A 46-year-old male with headaches", "Options: ...", "Cluster headache")]
+    row = PayloadExample(torch.ones(2, 4) / 2, "Options: ...", "Cluster headache")
+    for bad in (text, [row, text[0]], "A 46-year-old male", object()):
+        for call in (lambda b: fit_class_subspace(b), lambda b: collate_payloads(b), lambda b: head_accuracy(None, b),
+                     lambda b: train_answer_head(lambda epoch: b, epochs=1, generator=torch.Generator())):
+            with pytest.raises(TypeError, match="PayloadExamples"):
+                call(bad)
+    lm = TextFreeLM.load(stage1_run[0])
+    cache = ClientCache(lm.encoder, text)
+    with pytest.raises(TypeError, match="PayloadExamples .*got ClientCache"):
+        fit_class_subspace(cache)
+
+
 def test_stage2_without_noise_is_the_clean_upper_bound(stage1_run, fixture_data, tmp_path, monkeypatch):
     epochs = []
     original = ClientCache.privatize

@@ -22,7 +22,7 @@ import torch
 
 from ..attacks.attributes import AttributeAttackConfig, AttributeClassifier, AttributeSpec, train_attribute_attacker
 from ..data import normalize_answer
-from .batches import ClientCache, PayloadExample, collate_payloads
+from .batches import PayloadExample, collate_payloads, require_payload_examples
 
 __all__ = ["answer_classes", "class_vectors", "train_answer_head", "head_accuracy"]
 
@@ -68,31 +68,37 @@ def _release(payloads: Sequence[PayloadExample]) -> tuple[torch.Tensor, torch.Te
 
 
 def train_answer_head(
-    cache: ClientCache,
-    privatizer,
+    payloads: Callable[[int], Sequence[PayloadExample]],
     *,
     epochs: int,
-    noise_generator: Callable[[int], torch.Generator | None],
     generator: torch.Generator,
     hidden: int = 256,
     standardize: bool = False,
 ) -> AttributeClassifier:
-    """The answer head, trained for ``epochs`` passes over fresh payloads of ``cache``'s prompts
-    (``noise_generator(epoch)`` seeds pass ``epoch``'s noise; the client privatizes, the head sees payloads only).
-    ``generator`` seeds the head's initialisation and batches. ``standardize``: standardise the mean slot before the
-    MLP (the short mean slot otherwise loses to the one-hot count; at eps 28 on Pri-SLJA's class-subspace client the
-    stage-2 head's held-out reading rose from 0.437 to 0.504, docs/ppft.md). ``hidden``: the MLP's width; 0 makes
-    the head one linear map of the mean slot and the count."""
+    """The answer head, trained for ``epochs`` passes over fresh payloads: ``payloads(epoch)`` is the client's release
+    for pass ``epoch`` (its prompts privatized with fresh noise, in the same order every pass), and the server side
+    reads only those payload rows and their targets. ``generator`` seeds the head's initialisation and batches.
+    ``standardize``: standardise the mean slot before the MLP (the short mean slot otherwise loses to the one-hot
+    count; at eps 28 on Pri-SLJA's class-subspace client the stage-2 head's held-out reading rose from 0.437 to
+    0.504, docs/ppft.md). ``hidden``: the MLP's width; 0 makes the head one linear map of the mean slot and the
+    count."""
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"answer head epochs must be an integer >= 1, got {epochs!r}")
-    classes = answer_classes(cache.targets)  # refuses free-text targets
+    rows = require_payload_examples(payloads(0), "the answer head")
+    labels = [row.target for row in rows]
+    classes = answer_classes(labels)  # refuses free-text targets
     named = {normalize_answer(c): c for c in classes}
-    targets = [{"answer": named[normalize_answer(t)]} for t in cache.targets]
+    targets = [{"answer": named[normalize_answer(t)]} for t in labels]
     specs = [AttributeSpec("answer", "categorical", tuple(classes))]
-    first = _release(cache.privatize(privatizer, generator=noise_generator(0)))
+    first = _release(rows)
 
     def release(epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return first if epoch == 0 else _release(cache.privatize(privatizer, generator=noise_generator(epoch)))
+        if epoch == 0:
+            return first
+        fresh = require_payload_examples(payloads(epoch), "the answer head")
+        if [row.target for row in fresh] != labels:
+            raise ValueError(f"the answer head's pass {epoch} holds other rows than pass 0: a release must keep the rows' order")
+        return _release(fresh)
 
     log.info("answer head: %d classes, %d payload rows, %d passes with fresh noise", len(classes), len(targets), epochs)
     config = AttributeAttackConfig(pooling="mean", count=True, hidden=hidden, epochs=epochs, standardize=standardize)
@@ -101,6 +107,7 @@ def train_answer_head(
 
 def head_accuracy(projection, payloads: Sequence[PayloadExample]) -> float:
     """Share of ``payloads`` whose target is the answer head's most probable class."""
+    payloads = require_payload_examples(payloads, "head_accuracy")
     if not payloads:
         raise ValueError("head_accuracy needs at least one payload")
     return sum(normalize_answer(projection.answer_class(ex.vectors) or "") == normalize_answer(ex.target) for ex in payloads) / len(payloads)

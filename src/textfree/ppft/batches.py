@@ -35,6 +35,7 @@ __all__ = [
     "STAGE2_TASKS",
     "collate_text",
     "collate_payloads",
+    "require_payload_examples",
     "RESTORE_INSTRUCTION",
     "DEFAULT_GENERAL_SOURCES",
     "FORBIDDEN_STAGE1_SOURCES",
@@ -245,10 +246,20 @@ def collate_text(tokenize: Callable[[list[str]], dict]) -> Callable[[list[TextEx
     return collate
 
 
+def require_payload_examples(rows: Sequence[PayloadExample], where: str) -> list[PayloadExample]:
+    """The server side's guard: ``rows`` as a list, refused with a ``TypeError`` unless every row is a
+    :class:`PayloadExample` (no text example, no client cache, nothing that holds private text)."""
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, (list, tuple)):
+        raise TypeError(f"{where} takes a list of PayloadExamples (privatized rows), got {type(rows).__name__}")
+    bad = next((row for row in rows if not isinstance(row, PayloadExample)), None)
+    if bad is not None:
+        raise TypeError(f"{where} takes PayloadExamples only (privatized rows, never text), got a {type(bad).__name__}")
+    return list(rows)
+
+
 def collate_payloads(examples: list[PayloadExample]) -> dict:
     """Stage 2: pad payload rows into (vectors [B, S, d], mask [B, S]); public and targets stay strings."""
-    if not all(isinstance(ex, PayloadExample) for ex in examples):
-        raise TypeError("the stage-2 server batches take PayloadExamples only")
+    examples = require_payload_examples(examples, "the stage-2 server batches")
     s = max(ex.vectors.shape[0] for ex in examples)
     d = examples[0].vectors.shape[-1]
     vectors = torch.zeros(len(examples), s, d)

@@ -1,6 +1,11 @@
 """What stage 2 fits before its loop, beyond the paper: the client's slot centre and class subspace, the server's
 answer head (:class:`~textfree.ppft.train_config.Stage2Config` ``center_mu``, ``subspace_epochs``, ``answer_head``).
 
+Each fit is split where the text stops. The client side (the centre, from the client's own clean slots; the payloads
+it releases for the subspace and the head) holds the :class:`~textfree.ppft.batches.ClientCache`. The server side
+(:func:`fit_class_subspace`, :func:`fit_answer_head`) gets payload rows, or a function that returns a fresh release
+of them, and nothing that holds the prompts' text, as the stage-2 loop does.
+
 Each is written to the run directory as soon as it is fitted, so a resumed run reuses it instead of drawing it again
 (a centre drawn from OS entropy could not be drawn again the same).
 """
@@ -10,17 +15,17 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from ..rng import secure_generator, seeded_generator
-from .batches import ClientCache
+from .batches import ClientCache, PayloadExample, require_payload_examples
 from .checkpoint import CENTER_FILE, load_center_file, save_center
 from .model import TextFreeLM
 from .train_config import Stage2Config
 
-__all__ = ["fit_center", "fit_answer_head", "ANSWER_HEAD"]
+__all__ = ["fit_center", "fit_class_subspace", "answer_head_payloads", "fit_answer_head", "ANSWER_HEAD"]
 
 log = logging.getLogger("textfree.ppft")
 
@@ -30,7 +35,8 @@ ANSWER_HEAD = "answer_head"  # the projection with its trained answer head, befo
 def fit_center(cfg: Stage2Config, run: Path, lm: TextFreeLM, cache: ClientCache, examples, k: int, noise_seed: int,
                family: str) -> dict[str, Any]:
     """The client's slot centre: the mu-GDP mean of the training prompts' mean unit slots (each distinct private text
-    once), followed with ``subspace_epochs`` by the class subspace's rows (:func:`_fit_subspace`); set on ``lm`` and in
+    once), followed with ``subspace_epochs`` by the class subspace's rows, which :func:`fit_class_subspace` fits from
+    the payloads of :func:`_subspace_payloads` (the client's release); set on ``lm`` and in
     its config, and written to ``run`` at once (a resumed run reuses it, so it is drawn once even from OS entropy);
     returns what the summary records of it."""
     from ..mechanisms.centering import PrivateMean, center_sha256, prompt_mean_slots
@@ -49,7 +55,9 @@ def fit_center(cfg: Stage2Config, run: Path, lm: TextFreeLM, cache: ClientCache,
         gen = secure_generator() if cfg.secure_noise else seeded_generator(noise_seed * 100_003 + 90_001, warn=False)
         center = mech.sample(prompt_mean_slots(slots), generator=gen).to(torch.float32)
         if cfg.subspace_epochs is not None:
-            center = torch.cat([center.unsqueeze(0), _fit_subspace(cfg, lm, cache, examples, k, center, noise_seed, family)])
+            lm.center = center
+            released = _subspace_payloads(cfg, lm, cache, examples, k, noise_seed, family)  # client side
+            center = torch.cat([center.unsqueeze(0), fit_class_subspace(released)])  # server side: payload rows only
         save_center(run, center)
     lm.center = center
     lm.server.config = lm.config.replace(center_mu=float(cfg.center_mu), center_sha256=center_sha256(center))
@@ -73,43 +81,59 @@ def _first_of_each_prompt(examples) -> list[int]:
     return list(first.values())
 
 
-def _fit_subspace(cfg: Stage2Config, lm: TextFreeLM, cache: ClientCache, examples, k: int, center: torch.Tensor,
-                  noise_seed: int, family: str) -> torch.Tensor:
-    """The class subspace [m, d]: ``subspace_epochs`` passes of fresh payloads of each training prompt, centred on
-    ``center`` and noised as this run's client noises (clean for an upper-bound run), each reduced to its mean slot and
-    labelled by its target (by normalised text); :func:`~textfree.mechanisms.subspace.class_subspace` of those."""
-    from ..data import normalize_answer
-    from ..mechanisms.subspace import class_subspace
-
-    lm.center = center
-    privatization = lm.privatizer(cfg.epsilon, k=k, mechanism=family, match=cfg.noise_match).privatization
+def _subspace_payloads(cfg: Stage2Config, lm: TextFreeLM, cache: ClientCache, examples, k: int, noise_seed: int,
+                       family: str) -> list[PayloadExample]:
+    """The client's release for the class subspace: ``subspace_epochs`` passes over each distinct training prompt,
+    centred on ``lm.center`` and noised as this run's client noises (clean for an upper-bound run), one payload row
+    per prompt and pass, with its public text and target."""
+    privatizer = lm.privatizer(cfg.epsilon, k=k, mechanism=family, match=cfg.noise_match)
     first = _first_of_each_prompt(examples)
-    labels = [normalize_answer(examples[i].target) for i in first]
-    vectors = []
+    rows = []
     for epoch in range(cfg.subspace_epochs):
         gen = None
         if cfg.epsilon is not None:
             gen = secure_generator() if cfg.secure_noise else seeded_generator(noise_seed * 100_003 + 70_000 + epoch, warn=False)
         for i in first:
             hidden = cache.hidden[i].unsqueeze(0).float()
-            x, m = privatization.apply(hidden, torch.ones(hidden.shape[:2], dtype=torch.bool), generator=gen)
-            vectors.append(x[0][m[0]].mean(dim=0))
-    basis = class_subspace(torch.stack(vectors), labels * cfg.subspace_epochs)
-    log.info("class subspace: rank %d from %d passes over %d training prompts (%d targets)", basis.shape[0],
-             cfg.subspace_epochs, len(first), len(set(labels)))
+            x, m = privatizer.privatization.apply(hidden, torch.ones(hidden.shape[:2], dtype=torch.bool), generator=gen)
+            rows.append(PayloadExample(x[0][m[0]], cache.public[i], cache.targets[i]))
+    log.info("class subspace: the client releases %d passes over %d training prompts", cfg.subspace_epochs, len(first))
+    return rows
+
+
+def fit_class_subspace(payloads: list[PayloadExample]) -> torch.Tensor:
+    """Server side: the class subspace [m, d] of payload rows, each reduced to its mean slot and labelled by its
+    target (by normalised text): :func:`~textfree.mechanisms.subspace.class_subspace` of those. It reads the rows'
+    vectors and targets only; the client then projects its centred slots onto the basis."""
+    from ..data import normalize_answer
+    from ..mechanisms.subspace import class_subspace
+
+    payloads = require_payload_examples(payloads, "fit_class_subspace")
+    labels = [normalize_answer(row.target) for row in payloads]
+    basis = class_subspace(torch.stack([row.vectors.mean(dim=0) for row in payloads]), labels)
+    log.info("class subspace: rank %d from %d payload rows (%d targets)", basis.shape[0], len(payloads), len(set(labels)))
     return basis
 
 
-def fit_answer_head(cfg: Stage2Config, run: Path, server, cache: ClientCache, privatizer, noise_seed: int) -> dict[str, Any]:
-    """Train the answer head on fresh payloads and give ``server`` a projection with it (kept in ``run``/answer_head,
-    so a resumed run reuses the same head); its classes and its accuracy on one more fresh draw for the summary."""
+def answer_head_payloads(cfg: Stage2Config, cache: ClientCache, privatizer, noise_seed: int) -> Callable[[int], list[PayloadExample]]:
+    """Client side: the release the answer head trains on, one fresh draw of every training prompt per pass
+    (passes 0.. train the head, -1 checks it), seeded as the run's noise is (OS entropy with ``secure_noise``)."""
+
+    def release(epoch: int) -> list[PayloadExample]:
+        gen = None
+        if cfg.epsilon is not None:
+            gen = secure_generator() if cfg.secure_noise else seeded_generator(noise_seed * 100_003 + 50_000 + epoch, warn=False)
+        return cache.privatize(privatizer, generator=gen)
+
+    return release
+
+
+def fit_answer_head(cfg: Stage2Config, run: Path, server, payloads: Callable[[int], list[PayloadExample]]) -> dict[str, Any]:
+    """Server side: train the answer head on the client's fresh payloads (``payloads(epoch)``, from
+    :func:`answer_head_payloads`) and give ``server`` a projection with it (kept in ``run``/answer_head, so a resumed
+    run reuses the same head); its classes and its accuracy on one more fresh draw (``payloads(-1)``) for the summary."""
     from .answer_head import class_vectors, head_accuracy, train_answer_head
     from .projection import Projection
-
-    def noise_generator(epoch: int) -> torch.Generator | None:  # epochs 0.. train the head, -1 checks it
-        if cfg.epsilon is None:
-            return None
-        return secure_generator() if cfg.secure_noise else seeded_generator(noise_seed * 100_003 + 50_000 + epoch, warn=False)
 
     saved = run / ANSWER_HEAD
     if cfg.resume and (saved / "config.json").is_file():
@@ -117,12 +141,12 @@ def fit_answer_head(cfg: Stage2Config, run: Path, server, cache: ClientCache, pr
         log.info("answer head: reused %s", saved)
     else:
         t0 = time.time()
-        head = train_answer_head(cache, privatizer, epochs=cfg.answer_head_epochs, noise_generator=noise_generator,
-                                 generator=seeded_generator(cfg.seed + 7919, warn=False), standardize=cfg.answer_head_standardize, hidden=cfg.answer_head_hidden)
+        head = train_answer_head(payloads, epochs=cfg.answer_head_epochs, generator=seeded_generator(cfg.seed + 7919, warn=False),
+                                 standardize=cfg.answer_head_standardize, hidden=cfg.answer_head_hidden)
         server.projection = server.projection.with_answer_head(head, class_vectors(server, head.specs[0].classes), options=cfg.answer_head_options)
         server.projection.save(saved)
         log.info("answer head trained in %.1f s", time.time() - t0)
-    accuracy = head_accuracy(server.projection, cache.privatize(privatizer, generator=noise_generator(-1)))
+    accuracy = head_accuracy(server.projection, payloads(-1))
     log.info("answer head: %.3f of the training rows on a fresh draw", accuracy)
     return {"classes": len(server.projection.config.answer_classes), "epochs": cfg.answer_head_epochs,
             "standardize": server.projection.config.answer_standardize, "hidden": server.projection.config.answer_hidden,

@@ -40,7 +40,7 @@ from .config import LoraSettings, PromptTemplate
 from .loop import fit, lr_multiplier, param_groups, payload_loss, prepare_run_dir, server_optimizer, total_wall_s, write_summary
 from .model import TextFreeLM
 from .prompt_variants import rewriter_for
-from .stage2_fits import fit_answer_head, fit_center
+from .stage2_fits import answer_head_payloads, fit_answer_head, fit_center
 from .train_config import LoopConfig, Stage1Config, Stage2Config
 
 __all__ = ["LoopConfig", "Stage1Config", "Stage2Config", "train_stage1", "train_stage2", "fit", "lr_multiplier"]
@@ -192,7 +192,7 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
     server = lm.server
     head_info = None
     if cfg.answer_head:
-        head_info = fit_answer_head(cfg, run, server, cache, privatizer, noise_seed)
+        head_info = fit_answer_head(cfg, run, server, answer_head_payloads(cfg, cache, privatizer, noise_seed))
     summary = fit(
         cfg=cfg, model=server, optimizer=server_optimizer(server, cfg), n_examples=len(examples), epoch_examples=epoch_payloads,
         collate=collate_payloads, loss_fn=payload_loss, on_step=on_step,
