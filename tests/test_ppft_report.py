@@ -14,7 +14,8 @@ from textfree.ppft.report import build_report, collect, write_report
 
 
 def _metric(values):
-    mean = sum(values) / len(values)
+    known = [v for v in values if v is not None]  # None: a NaN as the result files store it
+    mean = sum(known) / len(known) if known else None
     return {"mean": mean, "stderr": 0.0, "values": list(values)}
 
 
@@ -88,8 +89,30 @@ def test_report_classifies_points_and_computes_spreads_by_hand(tmp_path):
     k8 = next(l for l in lines if l.startswith("| 28 (width-matched) | 8 |"))
     assert "0.720 ± 0.035 (3)" in k8  # 0.70, 0.70, 0.76: sd = sqrt(0.0024/2) = 0.0346
     general = next(l for l in lines if "`runs/x`" in l)
-    assert "csqa" in general and "0.220 ± 0.010 (3)" in general
+    assert "csqa" in general and "0.220 ± 0.010 (3)" in general and "| eps 28 (width-matched) |" in general
     assert "Pri-SLJA" not in text  # no SLJA results, no SLJA section
+
+
+def test_general_domain_rows_label_the_payloads_eps_whoever_set_it(tmp_path):
+    """Table 4: the cell's eps, else the model's as recorded (payload_epsilon), else read from an older file's slot
+    loss (2 eps for L2-Laplace unit slots); clean payloads say so. Every eps labelled as in the other tables."""
+    d = tmp_path / "results"
+    d.mkdir()
+    acc = {"acc_mcqa": [0.0] * 3, "acc_mcqa_rank": [0.2] * 3, "n_heldout": [200] * 3}
+    _result_file(d / "general.json", "ppft_evaluate", "arc", [
+        ({"model": "runs/cell75", "epsilon": 75}, acc),
+        ({"model": "runs/cellclean", "epsilon": None}, acc),
+        ({"model": "runs/recorded"}, acc | {"payload_epsilon": [46.0] * 3, "slot_epsilon": [92.0] * 3}),
+        ({"model": "runs/older"}, acc | {"slot_epsilon": [56.0] * 3}),
+        ({"model": "runs/olderclean"}, acc | {"slot_epsilon": [None] * 3}),
+    ], date="2026-01-01T00:00:04+00:00")
+    lines = build_report([d]).splitlines()
+    row = {m: next(l for l in lines if f"`runs/{m}`" in l) for m in ("cell75", "cellclean", "recorded", "older", "olderclean")}
+    assert "| eps 75 (paper's) |" in row["cell75"] and "| none (clean) |" in row["cellclean"]
+    assert "| eps 46 (GDP-matched), the model's |" in row["recorded"]
+    assert "| eps 28 (width-matched), the model's (read from its slot loss 56 = 2 eps) |" in row["older"]
+    assert "| none (clean), the model's |" in row["olderclean"]
+    assert any(l.startswith("| model (stage-2 run) | payloads |") for l in lines)
 
 
 def test_newest_file_wins_and_other_kinds_are_ignored(tmp_path):

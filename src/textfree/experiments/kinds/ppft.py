@@ -29,8 +29,9 @@ Metrics of the evaluating kinds, per task ``T`` in ``eval_tasks`` (mcqa, open, b
 option-ranked mcqa_rank, blind_mcqa_rank, the label-ranked open_rank, blind_open_rank, the slot-count-only controls
 length_mcqa, length_open and, for a model with an answer head, open_head and mcqa_head: :mod:`textfree.ppft.evaluate`):
 ``acc_T``, ``acc_T_no_leak`` (records whose private text does not name the answer) and ``acc_T_exclusive``;
-plus ``n_heldout``, ``n_no_leak``, ``majority_baseline``, ``slot_epsilon`` (worst-case loss of one slot;
-NaN without noise), ``prompt_epsilon`` (mean worst-case loss of a held-out prompt) and ``eval_wall_s``.
+plus ``n_heldout``, ``n_no_leak``, ``majority_baseline``, ``payload_epsilon`` (the eps the client noised the evaluation
+payloads with: the cell's, else the model's; NaN without noise), ``slot_epsilon`` (worst-case loss of one slot; NaN
+without noise), ``prompt_epsilon`` (mean worst-case loss of a held-out prompt) and ``eval_wall_s``.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ __all__ = ["EVAL_TASKS", "eval_metric_names", "STAGE2_PARAMS", "STAGE1_PARAMS", 
 EVAL_TASKS = ("mcqa", "open", "blind_mcqa", "blind_open", "mcqa_rank", "blind_mcqa_rank", "open_rank", "blind_open_rank",
               "length_mcqa", "length_open", "open_head", "mcqa_head")
 _PER_TASK = ("acc_{}", "acc_{}_no_leak", "acc_{}_exclusive")
-_COMMON = ("n_heldout", "n_no_leak", "majority_baseline", "slot_epsilon", "prompt_epsilon", "eval_wall_s")
+_COMMON = ("n_heldout", "n_no_leak", "majority_baseline", "payload_epsilon", "slot_epsilon", "prompt_epsilon", "eval_wall_s")
 _TRAIN = ("train_first_loss", "train_final_loss", "train_wall_s", "train_steps", "reused")
 
 
@@ -172,7 +173,7 @@ def _privacy(lm, records, *, epsilon, k, mechanism, noise_match, context) -> dic
     """Worst-case loss of one slot and the mean worst-case loss of a held-out prompt (by its slot count, or the
     padded count with the model's ``fixed_slots``)."""
     if epsilon is None:
-        return {"slot_epsilon": float("nan"), "prompt_epsilon": float("nan")}
+        return {"payload_epsilon": float("nan"), "slot_epsilon": float("nan"), "prompt_epsilon": float("nan")}
     from ...data import mcqa_prompt
 
     privatizer = lm.privatizer(epsilon, k=k, mechanism=mechanism, match=noise_match)
@@ -185,7 +186,7 @@ def _privacy(lm, records, *, epsilon, k, mechanism, noise_match, context) -> dic
 
     pad_to = privatizer.privatization.pad_to  # fixed_slots: every payload has this many slots
     slots = pad_to if pad_to is not None else context.cached(("slots", id(lm), privatizer.privatization.k), mean_slots)
-    return {"slot_epsilon": slot, "prompt_epsilon": slot * slots}
+    return {"payload_epsilon": float(epsilon), "slot_epsilon": slot, "prompt_epsilon": slot * slots}
 
 
 def _default_tasks(dataset: str, blind: bool) -> list[str]:

@@ -3,6 +3,7 @@ k, the beyond-the-paper layouts, the privacy level at MiniLM's width, noise type
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Sequence
 
 from ...metrics import seed_spread
@@ -337,15 +338,30 @@ def _table_mu(entries: Sequence[Entry], ds: str) -> list[str]:
     return out
 
 
+def _general_payloads(e: Entry) -> str:
+    """The noise of a general-domain evaluation's payloads, labelled as every table labels eps: the cell's eps, else
+    the model's (recorded as ``payload_epsilon`` since 2026-11-28; older files recorded only the slot's worst-case
+    loss, which is 2 eps for L2-Laplace unit slots, the only noise those models used)."""
+    if "epsilon" in e.params:
+        eps = e.params["epsilon"]
+        return "none (clean)" if eps is None else f"eps {_eps_label(float(eps))}"
+    eps = e.mean("payload_epsilon")
+    if not math.isnan(eps):
+        return f"eps {_eps_label(eps)}, the model's"
+    slot = e.mean("slot_epsilon")
+    if math.isnan(slot):
+        return "none (clean), the model's"
+    return f"eps {_eps_label(slot / 2)}, the model's (read from its slot loss {slot:g} = 2 eps)"
+
+
 def _table_general(entries: Sequence[Entry]) -> list[str]:
     gen = [e for e in entries if e.kind == "ppft_evaluate" and not e.dataset.lower().startswith("pri-")]
     if not gen:
         return []
-    out = ["| model (Pri-DDX stage 2) | payloads | dataset | n | 4-option acc | 4-option, ranked |", "|---|---|---|---|---|---|"]
+    out = ["| model (stage-2 run) | payloads | dataset | n | 4-option acc | 4-option, ranked |", "|---|---|---|---|---|---|"]
     for e in gen:
         model = str(e.params.get("model", "?"))
-        eps = e.params.get("epsilon", "the model's")
-        out.append(f"| `{model}` | eps {eps if eps is not None else 'none (clean)'} | {e.dataset} | {int(e.mean('n_heldout'))} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} |")
+        out.append(f"| `{model}` | {_general_payloads(e)} | {e.dataset} | {int(e.mean('n_heldout'))} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} |")
     out.append("")
     out.append("Chance is 0.20 on CommonsenseQA (5 options) and about 0.25 on ARC-Challenge (mostly 4 options).")
     return out
