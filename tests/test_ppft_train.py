@@ -517,7 +517,11 @@ def test_cli_stage1_stage2_ask_evaluate(fixture_data, tmp_path, tiny_encoder_dir
     assert "open_head" in out and json.loads((tmp_path / "head.json").read_text())["task"] == "open_head"
     out = run("ask", "--model", s2, "A 46-year-old man with a history of cluster headaches", "--public", "Options:\nA. Cluster headache",
               "--seed", 1, "--max-new-tokens", 3)
-    assert "privacy:" in out
+    assert "privacy:" in out and "epsilon 75.0 per unit distance" in out  # the model's training eps by default
+    # the form, with the noise set on the command line
+    out = run("ask", "--model", s2, "A 46-year-old man with a history of cluster headaches", "--epsilon", 28, "--k", 4, "--seed", 1,
+              "--max-new-tokens", 3)
+    assert "epsilon 28.0 per unit distance" in out and "worst-case loss for this prompt" in out
     out = run("evaluate", "--model", s2, "--dataset", "pri-ddx", "--epsilon", 28, "--out", tmp_path / "eval.json", "--max-new-tokens", 3)
     assert "accuracy" in out and json.loads((tmp_path / "eval.json").read_text())["n"] == 1
     out = run("evaluate", "--model", s2, "--dataset", "pri-ddx", "--task", "blind_open", "--out", tmp_path / "blind.json", "--max-new-tokens", 3)
