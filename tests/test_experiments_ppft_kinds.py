@@ -1,5 +1,6 @@
-"""The PPFT cell kinds (textfree.experiments.kinds.ppft): validation, and ppft_stage2 / ppft_evaluate end to end
-on tiny models and the hand-written Pri-DDX fixture (5 training rows, 1 held-out row)."""
+"""The PPFT cell kinds (textfree.experiments.kinds.ppft): validation, and ppft_pretrain / ppft_stage1 / ppft_stage2 /
+ppft_evaluate end to end on tiny models and the hand-written fixtures (Pri-DDX: 5 training rows, 1 held-out row); the
+pipeline kind is in test_ppft_pipeline.py."""
 
 import copy
 import json
@@ -398,3 +399,32 @@ def test_a_validation_run_trains_without_its_validation_part_and_is_evaluated_th
     assert json.loads((tmp_path / "runs" / "sel" / "summary.json").read_text())["examples"] == 2  # 2 rows x 1 task
     assert _metric(data, "n_heldout")["values"] == [3.0]  # the validation part's size, not the held-out row
     assert data["cell"]["split"] == "validation"
+
+
+def test_pretrain_and_stage1_cells_train_once_then_reuse_their_runs(fixture_data, tmp_path, tiny_encoder_dir):
+    """ppft_pretrain and ppft_stage1 end to end on the fixtures: the tiny decoder pretrains on the fixture corpus, stage 1
+    aligns it with the tiny encoder, each records its figures; run again, each reuses its finished run (reused = 1,
+    the same figures) instead of training again."""
+    decoder, stage1 = tmp_path / "decoder", tmp_path / "stage1"
+    pre = {"name": "tiny_pretrain", "kind": "ppft_pretrain", "seeds": [0],
+           "params": {"out": str(decoder), "preset": "tiny", "config": {"sources": ["alpaca", "lima", "gsm8k-train"], "max_steps": 3}}}
+    s1 = {"name": "tiny_stage1", "kind": "ppft_stage1", "seeds": [0],
+          "params": {"decoder": str(decoder), "encoder": str(tiny_encoder_dir), "out": str(stage1), "k": 2, "max_steps": 2,
+                     "limit_per_source": 8, "batch_size": 2, "max_target_tokens": 16}}
+
+    def metrics(cell):
+        (row,) = json.loads(run_cell(cell, tmp_path / "results", progress=False).read_text())["results"]
+        return {name: m["values"][0] for name, m in row["metrics"].items()}
+
+    first = metrics(pre)
+    assert first["reused"] == 0.0 and first["parameters"] > 0 and math.isfinite(first["heldout_loss"])
+    assert first["heldout_ppl"] == pytest.approx(math.exp(first["heldout_loss"]), rel=1e-6)
+    assert (decoder / "config.json").is_file() and (decoder / "metrics.json").is_file()
+    again = metrics(pre)
+    assert again["reused"] == 1.0 and again["heldout_loss"] == first["heldout_loss"]
+
+    trained = metrics(s1)
+    assert trained["reused"] == 0.0 and trained["train_steps"] == 2 and math.isfinite(trained["train_first_loss"])
+    assert TextFreeLM.load(stage1).config.k == 2  # a loadable run, on the pretrained decoder
+    reused = metrics(s1)
+    assert reused["reused"] == 1.0 and reused["train_first_loss"] == trained["train_first_loss"]
