@@ -251,6 +251,10 @@ def test_server_side_fits_refuse_anything_but_payload_rows(stage1_run, fixture_d
                      lambda b: train_answer_head(lambda epoch: b, epochs=1, generator=torch.Generator())):
             with pytest.raises(TypeError, match="PayloadExamples"):
                 call(bad)
+    # a release whose rows change between passes is refused (the head's labels are pass 0's)
+    rows = [PayloadExample(torch.ones(2, 4) / 2, "", t) for t in ("Cluster headache", "Sarcoidosis") * 2]
+    with pytest.raises(ValueError, match="pass 1 holds other rows than pass 0"):
+        train_answer_head(lambda epoch: rows if epoch == 0 else rows[::-1], epochs=2, generator=torch.Generator().manual_seed(0))
     lm = TextFreeLM.load(stage1_run[0])
     cache = ClientCache(lm.encoder, text)
     with pytest.raises(TypeError, match="PayloadExamples .*got ClientCache"):
