@@ -262,7 +262,7 @@ def test_t2t_release_end_to_end_with_aware_training_on_the_precomputed_runs(shar
 
 def test_center_param_centres_clean_slots_like_the_runs_client(tmp_path):
     """params.center: the attacker's clean slots are unit(slot - centre) on real slots, as the centring client sends."""
-    from textfree.experiments.kinds.attributes import _client_map, _map_slots
+    from textfree.experiments.kinds._attribute_release import _client_map, _map_slots
     from textfree.mechanisms.transforms import l2_normalize
     from textfree.ppft.checkpoint import save_center
 
@@ -292,7 +292,7 @@ def test_repeat_mean_param_releases_each_prompts_unit_mean_slot_like_the_runs_cl
     real slots, as a repeat_mean client sends them (at a huge eps the release is the clean repeated slot)."""
     from types import SimpleNamespace
 
-    from textfree.experiments.kinds import attributes as kind
+    from textfree.experiments.kinds import _attribute_release as kind
     from textfree.mechanisms.transforms import l2_normalize
 
     x = l2_normalize(torch.tensor([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]],
@@ -314,7 +314,7 @@ def test_max_private_tokens_cuts_prompts_like_a_ppft_client_and_restores_the_enc
     """params.max_private_tokens: the clean slots are those of a PPFT client whose encoder cuts at that many tokens
     (fewer slots for a long prompt); the shared encoder keeps its own limit afterwards."""
     from textfree.encoders import ContextualEncoder
-    from textfree.experiments.kinds.attributes import _encode
+    from textfree.experiments.kinds._attribute_release import _encode
     from textfree.privatizer import Privatizer
 
     encoder = ContextualEncoder.from_pretrained(tiny_encoder_dir)
