@@ -16,7 +16,7 @@ from typing import Optional as _Optional  # noqa: E402
 
 
 def _ppft_fail(message: str, code: int = 2) -> None:
-    from textfree.cli import _fail  # loaded first: it mounts this app
+    from textfree.cli_common import _fail
 
     _fail(message, code)
 

@@ -1,0 +1,56 @@
+"""What every ``textfree`` command shares: the top-level typer ``app``, the consoles, and the small helpers.
+
+The commands themselves live in ``textfree.cli`` (privatize ... plot; it mounts the rest) and
+``textfree.cli_service`` (serve, ask, finetune); this module imports neither, so both can import it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="textfree: use and run LLM services without the server ever seeing your text.",
+)
+console = Console()
+err = Console(stderr=True)
+
+
+@app.callback()
+def _setup() -> None:
+    """Warnings print as one plain line (e.g. that --seed makes noise reproducible)."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        err.print(f"[yellow]warning:[/] {message}", markup=True, highlight=False)
+
+    warnings.showwarning = show
+
+
+def _quiet_transformers() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except Exception:  # pragma: no cover - transformers is a dependency
+        pass
+
+
+def _fail(message: str, code: int = 2) -> None:
+    """Print ``error: message`` to stderr, unwrapped (a long path stays whole) and never read as markup; exit."""
+    from rich.markup import escape
+
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _fmt_eps(x: float) -> str:
+    return "inf (no formal guarantee)" if math.isinf(x) else f"{x:g}"

@@ -1,0 +1,264 @@
+"""``textfree serve``, ``textfree ask`` and ``textfree finetune``: the HTTP service and its client commands.
+
+They register on the top-level ``app`` of ``textfree.cli_common``; ``textfree.cli`` imports this module
+(after its own commands, so ``textfree --help`` lists them in order) before mounting ``ppft`` and ``attacks``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from textfree.cli_common import _fail, _fmt_eps, _quiet_transformers, app, err
+
+
+def _id_dirs(values: Optional[list[str]], flag: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for v in values or []:
+        name, sep, path = v.partition("=")
+        if not sep or not name or not path:
+            _fail(f"{flag} takes ID=DIRECTORY, got {v!r}")
+        if name in out:
+            _fail(f"{flag}: model id {name!r} given twice")
+        if not Path(path).is_dir():
+            _fail(f"{flag} {name}: no such directory {path!r}")
+        out[name] = path
+    return out
+
+
+def _server_help(name: str) -> str:
+    from textfree.server.config import config_help
+
+    return config_help()[name]
+
+
+@app.command()
+def serve(
+    model: Optional[list[str]] = typer.Option(None, "--model", help="ID=RUN_DIR: a PPFT run served at /v1/generate (repeatable). Only its server part is loaded."),
+    embed_model: Optional[list[str]] = typer.Option(None, "--embed-model", help="ID=ENCODER_DIR: an encoder served at /v1/embed (repeatable)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
+    port: int = typer.Option(8000, "--port", help="Port to bind."),
+    keys: Path = typer.Option(Path("keys.json"), "--keys", help="The API-key store (hashed keys, JSON)."),
+    add_key: Optional[str] = typer.Option(None, "--add-key", metavar="TENANT", help="Create a key for TENANT in --keys, print it (the only time it is shown) and exit."),
+    revoke_key: Optional[str] = typer.Option(None, "--revoke-key", metavar="KEY_ID", help="Remove the key KEY_ID (the 12 hex digits after 'tf_') from --keys and exit."),
+    no_auth: bool = typer.Option(False, "--no-auth", help="Serve without API keys (loopback hosts only: local experiments)."),
+    max_body_bytes: Optional[int] = typer.Option(None, help=_server_help("max_body_bytes")),
+    max_batch_rows: Optional[int] = typer.Option(None, help=_server_help("max_batch_rows")),
+    max_new_tokens: Optional[int] = typer.Option(None, help=_server_help("max_new_tokens")),
+    rate_limit: Optional[int] = typer.Option(None, "--rate-limit", help=_server_help("rate_limit_per_minute")),
+    batch_wait_ms: Optional[float] = typer.Option(None, help=_server_help("batch_wait_ms")),
+    batch_max_rows: Optional[int] = typer.Option(None, help=_server_help("batch_max_rows")),
+    db: Optional[Path] = typer.Option(None, "--db", help=_server_help("sqlite_path")),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help=_server_help("data_dir")),
+    max_concurrent_jobs: Optional[int] = typer.Option(None, help=_server_help("max_concurrent_jobs")),
+    max_jobs_per_tenant: Optional[int] = typer.Option(None, help=_server_help("max_jobs_per_tenant")),
+    max_dataset_rows: Optional[int] = typer.Option(None, help=_server_help("max_dataset_rows")),
+    device: str = typer.Option("cpu", help=_server_help("device")),
+    backend: str = typer.Option("hf", "--backend", help=_server_help("backend")),
+    vllm_url: Optional[str] = typer.Option(None, "--vllm-url", help=_server_help("vllm_url")),
+    vllm_timeout_s: Optional[float] = typer.Option(None, "--vllm-timeout", help=_server_help("vllm_timeout_s")),
+    vllm_max_concurrent_calls: Optional[int] = typer.Option(None, "--vllm-concurrency", help=_server_help("vllm_max_concurrent_calls")),
+    vllm_dtype: Optional[str] = typer.Option(None, "--vllm-dtype", help=_server_help("vllm_dtype")),
+) -> None:
+    """Serve text-free inference over HTTP (docs/server.md); or manage API keys with --add-key / --revoke-key."""
+    from textfree.server.auth import KeyStore, KeyStoreError
+
+    if add_key is not None or revoke_key is not None:
+        store = KeyStore(keys)
+        try:
+            if add_key is not None:
+                key = store.add_key(add_key)
+                typer.echo(key)
+                err.print(f"added a key for tenant {add_key!r} to {keys}; it is shown only this once (the store keeps a salted hash)")
+            if revoke_key is not None:
+                if not store.revoke(revoke_key):
+                    _fail(f"no key {revoke_key!r} in {keys}")
+                err.print(f"revoked key {revoke_key}")
+        except KeyStoreError as exc:
+            _fail(str(exc))
+        return
+    _quiet_transformers()
+    try:
+        import uvicorn
+
+        from textfree.server import ServerConfig, create_app
+        from textfree.server.store import StoreError
+    except ImportError as exc:
+        _fail(f'textfree serve needs the server extra (pip install "textfree[server]"): {exc}')
+    overrides = {
+        "max_body_bytes": max_body_bytes, "max_batch_rows": max_batch_rows, "max_new_tokens": max_new_tokens,
+        "rate_limit_per_minute": rate_limit, "batch_wait_ms": batch_wait_ms, "batch_max_rows": batch_max_rows,
+        "vllm_url": vllm_url, "vllm_timeout_s": vllm_timeout_s, "vllm_max_concurrent_calls": vllm_max_concurrent_calls, "vllm_dtype": vllm_dtype,
+    }
+    overrides |= {
+        "sqlite_path": None if db is None else str(db), "data_dir": None if data_dir is None else str(data_dir),
+        "max_concurrent_jobs": max_concurrent_jobs, "max_jobs_per_tenant": max_jobs_per_tenant, "max_dataset_rows": max_dataset_rows,
+    }
+    if not no_auth and not keys.is_file():
+        _fail(f"no key store at {keys}: create a key first (textfree serve --add-key TENANT --keys {keys}), or --no-auth on loopback")
+    try:
+        config = ServerConfig(
+            models=_id_dirs(model, "--model"), embed_models=_id_dirs(embed_model, "--embed-model"),
+            keys_path=None if no_auth else str(keys), auth=not no_auth, host=host, device=device, backend=backend,
+            **{k: v for k, v in overrides.items() if v is not None},
+        )
+        application = create_app(config)
+    except (ValueError, StoreError) as exc:
+        _fail(str(exc))
+    err.print(f"serving {len(config.models) + len(config.embed_models)} model(s) on http://{host}:{port} "
+              f"(auth {'on' if config.auth else 'OFF'}); GET /v1/models lists their cards")
+    uvicorn.run(application, host=host, port=port, log_level="info")
+
+
+@app.command()
+def ask(
+    prompt: str = typer.Argument(..., help="The PRIVATE prompt: privatized on this machine; only the payload is sent."),
+    url: str = typer.Option("http://127.0.0.1:8000", "--url", envvar="TEXTFREE_URL", help="The server's base URL."),
+    model: str = typer.Option(..., "--model", help="The model id (GET /v1/models)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="TEXTFREE_API_KEY", help="API key (prefer the TEXTFREE_API_KEY variable: arguments show in ps)."),
+    public: Optional[str] = typer.Option(None, "--public", help="Public text sent in clear (e.g. the options block)."),
+    epsilon: Optional[float] = typer.Option(None, "--epsilon", "-e", help="Noise epsilon (default: the model card's training epsilon)."),
+    no_noise: bool = typer.Option(False, "--no-noise", help="Clean payload (NOT private)."),
+    k: Optional[int] = typer.Option(None, "--k", help="Pooling k; must equal the model card's (default: the card's)."),
+    encoder: Optional[Path] = typer.Option(None, "--encoder", help="The local encoder directory (default: all-MiniLM-L6-v2); its sha256 must match the card."),
+    seed: Optional[int] = typer.Option(None, help="Experiments only: reproducible noise (NOT private)."),
+    max_new_tokens: Optional[int] = typer.Option(None, help="Generation length (default: the server's)."),
+    adapter: Optional[str] = typer.Option(None, "--adapter", help="One of your fine-tuned adapters of --model (textfree finetune prints its id)."),
+    temperature: Optional[float] = typer.Option(None, min=0.0, max=10.0, help="Sample the answer at this temperature (default 0: greedy)."),
+    top_p: Optional[float] = typer.Option(None, "--top-p", min=0.0, max=1.0, help="Nucleus sampling mass in (0, 1] (with --temperature)."),
+    sampling_seed: Optional[int] = typer.Option(None, "--sampling-seed", min=0, help="Reproducible sampling (not the privacy noise)."),
+    timeout: float = typer.Option(60.0, help="Seconds per HTTP attempt."),
+    retries: int = typer.Option(3, help="Retries on connection errors, 5xx and 429."),
+) -> None:
+    """Privatize PROMPT locally and ask a textfree server; prints the answer (privacy loss on stderr)."""
+    _quiet_transformers()
+    if not prompt.strip():
+        _fail("the prompt is empty")
+    try:
+        from textfree.client import Client, ClientError, ModelMismatchError
+    except ImportError as exc:
+        _fail(f'textfree ask needs the server extra (pip install "textfree[server]"): {exc}')
+    try:
+        with Client(url, api_key=api_key, timeout=timeout, retries=retries, encoder=encoder) as client:
+            result = client.generate(prompt, public=public, model=model, epsilon=epsilon, k=k, seed=seed,
+                                     no_noise=no_noise, max_new_tokens=max_new_tokens, adapter=adapter,
+                                     temperature=temperature, top_p=top_p, sampling_seed=sampling_seed)
+    except (ClientError, ModelMismatchError) as exc:
+        _fail(str(exc), code=1)
+    typer.echo(result.answers[0])
+    err.print(f"privacy: worst-case loss {_fmt_eps(result.privacy.epsilon)} ({result.privacy.notion}) for this prompt; "
+              f"{result.payload_bytes} payload bytes sent", highlight=False)
+
+
+def _read_rows(path: Path) -> tuple[list[str], list[str], list[str] | None]:
+    """(private texts, targets, public texts or None) of a JSONL file: one {"private", "target"[, "public"]} per line."""
+    texts, targets, public = [], [], []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail(f"cannot read --data {str(path)!r}: {exc}")
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            _fail(f"{path}:{n}: not valid JSON ({exc.msg})")
+        if not isinstance(row, dict) or set(row) - {"private", "target", "public"}:
+            _fail(f"{path}:{n}: each line must be an object with keys 'private', 'target' and optionally 'public'")
+        for key in ("private", "target"):
+            if not isinstance(row.get(key), str) or not row[key].strip():
+                _fail(f"{path}:{n}: {key!r} must be a non-empty string")
+        if not isinstance(row.get("public", ""), str):
+            _fail(f"{path}:{n}: 'public' must be a string")
+        texts.append(row["private"])
+        targets.append(row["target"])
+        public.append(row.get("public", ""))
+    if not texts:
+        _fail(f"--data {str(path)!r} holds no rows")
+    return texts, targets, public if any(public) else None
+
+
+def _dataset_ids(client, data: list[str], *, model: str, name: Optional[str], upload: dict) -> list[str]:
+    """Each --data: a JSONL file (privatized here and uploaded) or the id or name of one of your datasets."""
+    ids, known = [], None
+    for item in data:
+        path = Path(item)
+        if path.is_file():
+            texts, targets, public = _read_rows(path)
+            ds = client.upload_dataset(texts, targets, public, model=model, name=name or path.stem, **upload)
+            eps = ds["privacy"]["worst_case_row"]["epsilon"]
+            err.print(f"uploaded {path} as dataset {ds['id']}: {ds['rows']} rows, {ds['bytes']} payload bytes; worst-case privacy "
+                      f"loss per row {_fmt_eps(math.inf if eps is None else eps)}", highlight=False)
+            ids.append(ds["id"])
+            continue
+        if path.suffix == ".jsonl" or os.sep in item:
+            _fail(f"--data {item!r}: no such file")
+        known = known if known is not None else client.datasets()
+        found = [d for d in known if item in (d["id"], d["name"])]
+        if not found:
+            _fail(f"--data {item!r} is neither a file nor the id or name of one of your datasets on this server")
+        if len(found) > 1:
+            _fail(f"--data {item!r} names {len(found)} datasets ({', '.join(d['id'] for d in found)}): give the id")
+        ids.append(found[0]["id"])
+    return ids
+
+
+@app.command()
+def finetune(
+    data: list[str] = typer.Option(..., "--data", help="A JSONL file, one {\"private\": ..., \"target\": ..., \"public\": ...} per line (privatized HERE, then uploaded), or the id or name of a dataset you uploaded before. Repeatable."),
+    url: str = typer.Option("http://127.0.0.1:8000", "--url", envvar="TEXTFREE_URL", help="The server's base URL."),
+    model: str = typer.Option(..., "--model", help="The model to adapt (GET /v1/models)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="TEXTFREE_API_KEY", help="API key (prefer the TEXTFREE_API_KEY variable: arguments show in ps)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Label of the uploaded dataset(s) (default: the file's name)."),
+    epochs: int = typer.Option(3, "--epochs", help="Passes over the uploaded rows."),
+    lr: float = typer.Option(1e-3, "--lr", help="Peak learning rate of the projection and LoRA."),
+    batch_size: int = typer.Option(8, "--batch-size", help="Rows per optimizer step."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Stop after this many steps."),
+    train_seed: int = typer.Option(0, "--train-seed", help="Seed of the server's training (initialisation, dropout, data order)."),
+    save_every: Optional[int] = typer.Option(None, "--save-every", help="Checkpoint every this many steps (the server's default: 50)."),
+    epsilon: Optional[float] = typer.Option(None, "--epsilon", "-e", help="Noise epsilon (default: the model card's training epsilon)."),
+    no_noise: bool = typer.Option(False, "--no-noise", help="Clean payloads (NOT private)."),
+    encoder: Optional[Path] = typer.Option(None, "--encoder", help="The local encoder directory (default: all-MiniLM-L6-v2); its sha256 must match the card."),
+    seed: Optional[int] = typer.Option(None, help="Experiments only: reproducible noise (NOT private)."),
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="Follow the job's progress until it ends (else print the job id and exit)."),
+    poll: float = typer.Option(1.0, "--poll", help="Seconds between progress polls."),
+    timeout: float = typer.Option(60.0, help="Seconds per HTTP attempt."),
+    retries: int = typer.Option(3, help="Retries on connection errors, 5xx and 429."),
+) -> None:
+    """Fine-tune a served model on your private data: privatize it HERE, upload payloads + targets, run a job.
+
+    Prints the adapter id (use it as textfree ask --adapter ID); progress goes to stderr."""
+    _quiet_transformers()
+    checks = [(epochs >= 1, f"--epochs must be >= 1, got {epochs}"), (math.isfinite(lr) and lr > 0, f"--lr must be a number > 0, got {lr}"),
+              (batch_size >= 1, f"--batch-size must be >= 1, got {batch_size}"), (max_steps is None or max_steps >= 1, f"--max-steps must be >= 1, got {max_steps}"),
+              (save_every is None or save_every >= 1, f"--save-every must be >= 1, got {save_every}"), (poll > 0, f"--poll must be > 0, got {poll}"),
+              (train_seed >= 0, f"--train-seed must be >= 0, got {train_seed}"), (not (no_noise and epsilon is not None), "give --epsilon or --no-noise, not both")]
+    for ok, message in checks:
+        if not ok:
+            _fail(message)
+    try:
+        from textfree.client import Client, ClientError, ModelMismatchError
+    except ImportError as exc:
+        _fail(f'textfree finetune needs the server extra (pip install "textfree[server]"): {exc}')
+    hp = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "seed": train_seed}
+    hp |= {k: v for k, v in (("max_steps", max_steps), ("save_every", save_every)) if v is not None}
+    try:
+        with Client(url, api_key=api_key, timeout=timeout, retries=retries, encoder=encoder) as client:
+            ids = _dataset_ids(client, data, model=model, name=name, upload={"epsilon": epsilon, "seed": seed, "no_noise": no_noise})
+            job = client.create_fine_tuning_job(model=model, datasets=ids, **hp)
+            err.print(f"job {job['id']}: {job['status']}, {job['progress']['total_steps']} steps", highlight=False)
+            if not wait:
+                typer.echo(job["id"])
+                return
+            job = client.wait_job(job["id"], poll=poll, on_event=lambda e: err.print(f"  {e['type']}: {e['message']}", highlight=False, markup=False))
+    except (ClientError, ModelMismatchError, ValueError) as exc:
+        _fail(str(exc), code=1)
+    if job["status"] != "succeeded":
+        _fail(f"job {job['id']} {job['status']}" + (f": {job['error']}" if job.get("error") else ""), code=1)
+    typer.echo(job["adapter"])
