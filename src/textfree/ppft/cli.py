@@ -23,14 +23,10 @@ def _ppft_fail(message: str, code: int = 2) -> None:
 
 def _ppft_setup(verbose: bool = True) -> None:
     import logging
-    import os
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from transformers.utils import logging as hf_logging
+    from textfree.cli_common import _quiet_transformers
 
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    _quiet_transformers()
     if verbose:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
 
