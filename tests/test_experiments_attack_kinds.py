@@ -143,14 +143,16 @@ def test_no_noise_recovers_everything_extreme_noise_almost_nothing(tiny_table_di
     assert abs(low["scale_rel_error_estimated"]) < 0.2
     # special tokens are noised but not scored: 4 texts of 7, 8, 8, 8 words -> 31 scored tokens ([CLS], [SEP] not)
     assert low["n_tokens"] == 31 and low["n_sequences"] == 4
-    # the formal guarantee: Gaussian loss per unit distance at delta 1e-5 and at the table's diameter
-    import math
+    # the formal guarantee: the Gaussian's exact (analytic) loss per unit distance at delta 1e-5 and at the table's
+    # diameter (not linear in the distance: eps ~ D^2 / (2 sigma^2) when sigma is small)
+    from textfree.mechanisms import analytic_epsilon
 
     table = torch.randn(29, 16, generator=torch.Generator().manual_seed(1))
     diameter = torch.cdist(table.double(), table.double()).max().item()
     assert low["table_diameter"] == pytest.approx(diameter, rel=1e-6)
-    assert low["epsilon_unit"] == pytest.approx(math.sqrt(2 * math.log(1.25 / 1e-5)) / 0.01)
-    assert low["token_epsilon"] == pytest.approx(low["epsilon_unit"] * diameter)
+    assert low["epsilon_unit"] == pytest.approx(analytic_epsilon(0.01, 1e-5, 1.0))
+    assert low["epsilon_unit"] > 0.99 / (2 * 0.01**2)  # far above the classic formula's 484
+    assert low["token_epsilon"] == pytest.approx(analytic_epsilon(0.01, 1e-5, diameter), rel=1e-6)
     assert low["token_delta"] == 1e-5
 
 

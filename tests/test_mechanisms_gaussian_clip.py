@@ -28,18 +28,54 @@ def test_analytic_gaussian_golden_value():
     # Balle & Wang (2018): for eps=1, delta=1e-5, sensitivity 1 the analytic sigma is ~3.73 (vs 4.84 classic).
     assert analytic_epsilon(3.7307, 1e-5, 1.0) == pytest.approx(1.0, abs=1e-3)
     assert analytic_delta(1.0, 3.7307, 1.0) == pytest.approx(1e-5, rel=2e-3)
-    # The analytic epsilon is always below the classic one.
-    g = Gaussian.from_epsilon_delta(0.5, 1e-5, 1.0)
+    # Where the classic formula is proved (epsilon < 1) the exact epsilon is below it.
+    g = Gaussian.from_epsilon_delta(0.5, 1e-5, 1.0, calibration="classic")
     assert analytic_epsilon(g.sigma, 1e-5, 1.0) < 0.5
 
 
 def test_gaussian_privacy_map_round_trips_its_calibration():
     g = Gaussian.from_epsilon_delta(2.0, 1e-6, 0.7)
+    assert g.calibration == "analytic"  # the default: exact
     loss = g.privacy_loss(0.7)
     assert loss.epsilon == pytest.approx(2.0) and loss.delta == 1e-6 and loss.notion == "approx"
-    assert g.privacy_loss(1.4).epsilon == pytest.approx(4.0)
-    analytic = Gaussian(g.sigma, 1e-6, "analytic").privacy_loss(0.7)
-    assert analytic.epsilon < 2.0
+    assert analytic_delta(loss.epsilon, g.sigma, 0.7) <= 1e-6 * (1 + 1e-6)
+    c = Gaussian.from_epsilon_delta(0.8, 1e-6, 0.7, calibration="classic")
+    assert c.privacy_loss(0.7).epsilon == pytest.approx(0.8)  # the formula's figure where it is proved
+    assert Gaussian(c.sigma, 1e-6, "analytic").privacy_loss(0.7).epsilon < 0.8
+
+
+@pytest.mark.parametrize("sigma,classic,exact", [
+    # hand-checked: classic = sqrt(2 ln(1.25e5)) / sigma = 4.844805 / sigma; exact from Balle & Wang's delta(eps)
+    # (scipy brentq on it, independently of the package): the formula is false above about eps 8.4 at delta 1e-5
+    (0.1, 48.44805, 91.82), (0.2, 24.22403, 33.10), (0.3, 16.14935, 19.13), (0.8, 6.05601, 5.68),
+])
+def test_classic_loss_is_never_below_the_exact_loss(sigma, classic, exact):
+    formula = 4.844805 / sigma
+    assert formula == pytest.approx(classic, rel=1e-5)
+    stated = Gaussian(sigma, 1e-5, "classic").privacy_loss(1.0).epsilon
+    true = analytic_epsilon(sigma, 1e-5, 1.0)
+    assert true == pytest.approx(exact, abs=0.01)
+    assert stated == pytest.approx(max(formula, true), rel=1e-6)
+    # soundness: at the stated epsilon the exact delta is within the stated delta
+    assert analytic_delta(stated, sigma, 1.0) <= 1e-5 * (1 + 1e-6)
+    if formula > 8.5:  # where the formula understates, the classic Gaussian states the exact loss
+        assert stated > formula
+
+
+def test_gaussian_stated_loss_is_sound_over_a_sweep_of_sigmas():
+    """For both accountants, the exact delta at the stated epsilon never exceeds the stated delta."""
+    for calibration in ("analytic", "classic"):
+        for sigma in (0.05, 0.1, 0.2, 0.4, 0.55, 1.0, 3.0, 10.0):
+            for d_in in (0.5, 1.0, 2.0):
+                loss = Gaussian(sigma, 1e-5, calibration).privacy_loss(d_in)
+                assert analytic_delta(loss.epsilon, sigma, d_in) <= 1e-5 * (1 + 1e-6), (calibration, sigma, d_in)
+
+
+def test_classic_calibration_refuses_an_epsilon_its_theorem_does_not_cover():
+    with pytest.raises(ValueError, match="epsilon=20"):
+        Gaussian.from_epsilon_delta(20, 1e-5, 1.0, calibration="classic")
+    with pytest.raises(ValueError, match="epsilon=1.0"):
+        Gaussian.from_epsilon_delta(1.0, 1e-5, 1.0, calibration="classic")
 
 
 def test_gaussian_noise_is_normal_with_sigma():
@@ -107,8 +143,8 @@ def test_analytic_sigma_round_trips_analytic_epsilon(epsilon, sensitivity):
 
 def test_analytic_sigma_is_below_classic_and_monotone_in_epsilon():
     assert analytic_sigma(1.0, 1e-5, 1.0) < classic_sigma(1.0, 1e-5, 1.0)
-    classic = Gaussian.from_epsilon_delta(1.0, 1e-5, 1.0)
-    assert classic.calibration == "classic" and classic.sigma == pytest.approx(classic_sigma(1.0, 1e-5, 1.0))
+    classic = Gaussian.from_epsilon_delta(0.9, 1e-5, 1.0, calibration="classic")
+    assert classic.calibration == "classic" and classic.sigma == pytest.approx(classic_sigma(0.9, 1e-5, 1.0))
     sigmas = [analytic_sigma(e, 1e-5, 1.0) for e in (0.1, 0.5, 1.0, 5.0, 28.0, 75.0, 150.0)]
     assert all(a > b for a, b in zip(sigmas, sigmas[1:])), sigmas
     # a smaller delta needs more noise

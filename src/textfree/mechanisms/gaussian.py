@@ -2,12 +2,15 @@
 
 Calibration from (epsilon, delta, sensitivity Delta_2):
 
+* ``analytic`` (Balle & Wang 2018; the default): the exact smallest epsilon for given sigma, delta and
+  sensitivity, from delta(eps) = Phi(D/(2s) - eps*s/D) - e^eps * Phi(-D/(2s) - eps*s/D), solved by bisection.
+  Valid for every epsilon.
 * ``classic`` (Dwork & Roth 2014, Thm. A.1; BeamClean Appendix C uses it): sigma = Delta_2 *
-  sqrt(2 ln(1.25/delta)) / epsilon. The theorem is proved for epsilon < 1; above that the formula is still
-  used in the literature but is not a proof. ``privacy_loss`` says so by flagging nothing: read the docs.
-* ``analytic`` (Balle & Wang 2018): the exact smallest epsilon for given sigma, delta and sensitivity,
-  from delta(eps) = Phi(D/(2s) - eps*s/D) - e^eps * Phi(-D/(2s) - eps*s/D), solved by bisection. Valid for
-  every epsilon.
+  sqrt(2 ln(1.25/delta)) / epsilon. The theorem is proved for epsilon < 1, and above about 8.4 (at delta 1e-5)
+  the formula is false: the exact loss is larger (sigma 0.1 at sensitivity 1: the formula says 48.4, the exact
+  figure is 91.8). So a ``classic`` Gaussian's ``privacy_loss`` states max(formula, exact): the formula's figure
+  wherever it holds, never less than the exact loss; and ``from_epsilon_delta(..., calibration="classic")``
+  refuses epsilon >= 1, where the formula is not proved to give the epsilon asked for.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ def analytic_epsilon(sigma: float, delta: float, sensitivity: float, *, tol: flo
     lo, hi = 0.0, 1.0
     while analytic_delta(hi, sigma, sensitivity) > delta:
         hi *= 2.0
-        if hi > 1e7:
+        if hi > 1e15:
             return math.inf
     while hi - lo > tol * max(1.0, hi):
         mid = 0.5 * (lo + hi)
@@ -95,12 +98,13 @@ def sigma_for_noise_norm(norm: float, d: int) -> float:
 class Gaussian:
     """Isotropic Gaussian noise with standard deviation ``sigma`` per coordinate.
 
-    ``delta`` is the delta at which ``privacy_loss`` states epsilon; ``calibration`` picks the accountant.
+    ``delta`` is the delta at which ``privacy_loss`` states epsilon; ``calibration`` picks the accountant
+    (``analytic``: exact; ``classic``: Dwork & Roth's formula where it holds, else the exact figure).
     """
 
     sigma: float
     delta: float = 1e-5
-    calibration: str = "classic"
+    calibration: str = "analytic"
 
     def __post_init__(self) -> None:
         check_positive("Gaussian", "sigma", self.sigma)
@@ -109,9 +113,13 @@ class Gaussian:
             raise ValueError(f"Gaussian: calibration must be 'classic' or 'analytic', got {self.calibration!r}")
 
     @classmethod
-    def from_epsilon_delta(cls, epsilon: float, delta: float, sensitivity: float, *, calibration: str = "classic") -> "Gaussian":
-        """sigma from (epsilon, delta, Delta_2): the classic formula (BeamClean Appendix C) or the exact analytic one."""
+    def from_epsilon_delta(cls, epsilon: float, delta: float, sensitivity: float, *, calibration: str = "analytic") -> "Gaussian":
+        """sigma from (epsilon, delta, Delta_2): the exact analytic one (default), or the classic formula (BeamClean
+        Appendix C), which is proved only for epsilon < 1 and so refuses a larger one."""
         if calibration == "classic":
+            if epsilon >= 1.0:
+                raise ValueError(f"Gaussian.from_epsilon_delta: the classic formula is proved only for epsilon < 1 "
+                                 f"(Dwork & Roth Thm. A.1), got epsilon={epsilon!r}; use calibration='analytic'")
             return cls(sigma=classic_sigma(epsilon, delta, sensitivity), delta=delta, calibration="classic")
         if calibration == "analytic":
             return cls(sigma=analytic_sigma(epsilon, delta, sensitivity), delta=delta, calibration="analytic")
@@ -132,8 +140,7 @@ class Gaussian:
             raise ValueError(f"Gaussian.privacy_loss: d_in must be >= 0, got {d_in!r}")
         if d_in == 0:
             return PrivacyLoss(0.0, 0.0, "approx")
-        if self.calibration == "classic":
-            eps = d_in * math.sqrt(2.0 * math.log(1.25 / self.delta)) / self.sigma
-        else:
-            eps = analytic_epsilon(self.sigma, self.delta, d_in)
+        eps = analytic_epsilon(self.sigma, self.delta, d_in)
+        if self.calibration == "classic":  # the formula's figure where it holds; never below the exact loss
+            eps = max(eps, d_in * math.sqrt(2.0 * math.log(1.25 / self.delta)) / self.sigma)
         return PrivacyLoss(eps, self.delta, "approx")
