@@ -135,6 +135,53 @@ def test_inconsistent_headers_are_rejected(mutate, match):
         Payload.from_bytes(rebuild(data, mutate))
 
 
+def _with_safetensors_header(data: bytes, edit) -> bytes:
+    """``data`` with its raw safetensors JSON header replaced by ``edit(header text)`` (offsets left as they are)."""
+    (hlen,) = struct.unpack("<Q", data[:8])
+    text = edit(data[8 : 8 + hlen].decode("utf-8")).encode("utf-8")
+    return struct.pack("<Q", len(text)) + text + data[8 + hlen :]
+
+
+def _hostile_headers() -> list[tuple[str, bytes]]:
+    data = make_payload().to_bytes()
+    big = "1" + "0" * 5000  # above Python's 4,300-digit int parsing limit: ValueError in json.loads
+    deep = "[" * 3000 + "]" * 3000  # RecursionError in json.loads
+
+    def outer(value: str) -> bytes:
+        """A field ``x`` added to the safetensors header (its padding spaces stripped first)."""
+        return _with_safetensors_header(data, lambda h: h.rstrip()[:-1] + f',"x":{value}}}')
+
+    def inner(mark, value: str) -> bytes:
+        """A value put into the textfree header, a JSON string inside the safetensors header (its quotes escaped)."""
+        return _with_safetensors_header(rebuild(data, mark), lambda h: h.replace('\\"MARK\\"', value))
+
+    in_noise = lambda h: h["privatization"]["noise"].update(epsilon="MARK")  # noqa: E731
+    in_privacy = lambda h: h["privacy"]["slot"].update(epsilon="MARK")  # noqa: E731
+    in_extra = lambda h: h.update(extra={"x": "MARK"})  # noqa: E731
+    return [
+        ("dtype not a string", _with_safetensors_header(data, lambda h: h.replace('"dtype":"F32"', '"dtype":["F32"]'))),
+        ("5000-digit int in the safetensors header", outer(big)),
+        ("nested 3000 deep in the safetensors header", outer(deep)),
+        ("5000-digit int in the textfree header", inner(in_extra, big)),
+        ("nested 3000 deep in the textfree header", inner(in_extra, deep)),
+        ("mechanism epsilon 10**400", inner(in_noise, "1" + "0" * 400)),
+        ("stated privacy 10**400", inner(in_privacy, "1" + "0" * 400)),
+    ]
+
+
+@pytest.mark.parametrize("name,blob", _hostile_headers(), ids=[n for n, _ in _hostile_headers()])
+def test_hostile_headers_are_payload_errors_not_crashes(name, blob):
+    """Values that get past the per-field checks (huge integers, deep nesting, wrong JSON types) are still bad payloads
+    (a server answers 400), never TypeError / ValueError / OverflowError / RecursionError escaping as a 500."""
+    with pytest.raises(PayloadError):
+        Payload.from_bytes(blob)
+
+
+def test_load_of_a_directory_is_a_payload_error(tmp_path):
+    with pytest.raises(PayloadError, match="cannot read payload file"):
+        Payload.load(tmp_path)
+
+
 def test_non_prefix_mask_is_rejected():
     p = make_payload()
     m = p.mask.clone()

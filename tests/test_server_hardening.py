@@ -134,6 +134,13 @@ def test_truncated_garbage_and_inconsistent_payloads(env):
     m2 = m.clone()
     m2[1, 0], m2[1, 1] = False, True  # not a prefix
     assert_error(post(env, framed(v, m2, h)), 400, "invalid_payload")
+    # JSON that gets past the field checks: brackets nested 3,000 deep, a 5,000-digit integer, an epsilon of 10**400
+    raw = json.dumps(h)
+    noise = json.dumps(h["privatization"]["noise"])
+    for text in (raw[:-1] + ', "zz": ' + "[" * 3000 + "]" * 3000 + "}", raw[:-1] + ', "zz": 1' + "0" * 5000 + "}",
+                 raw.replace(noise, noise.replace(str(h["privatization"]["noise"]["epsilon"]), "1" + "0" * 400))):
+        blob = st_save({"vectors": v.contiguous(), "mask": m.contiguous()}, metadata={"textfree": text})
+        assert_error(post(env, blob), 400, "invalid_payload", ["malformed"])
     still_up(env)
 
 

@@ -206,7 +206,11 @@ class Payload:
             raise PayloadError(f"cannot read payload file {str(path)!r}: {exc.strerror}") from None
         if size > max_bytes:
             raise PayloadError(f"payload file is {size} bytes, above the limit of {max_bytes}")
-        return cls.from_bytes(path.read_bytes(), max_bytes=max_bytes)
+        try:
+            data = path.read_bytes()
+        except OSError as exc:  # a directory, a file gone or unreadable since the stat
+            raise PayloadError(f"cannot read payload file {str(path)!r}: {exc.strerror}") from None
+        return cls.from_bytes(data, max_bytes=max_bytes)
 
     def to_base64(self) -> str:
         return base64.b64encode(self.to_bytes()).decode("ascii")
@@ -226,12 +230,19 @@ class Payload:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise PayloadError(f"payload must be bytes, got {type(data).__name__}")
         data = bytes(data)
-        tensors_meta, header = _parse_container(data, max_bytes)
         try:
-            tensors = st_load(data)
-        except Exception as exc:  # safetensors raises its own error type; never let it escape unexplained
-            raise PayloadError(f"safetensors could not read the payload: {exc}") from None
-        return _payload_from_parts(tensors_meta, header, tensors)
+            tensors_meta, header = _parse_container(data, max_bytes)
+            try:
+                tensors = st_load(data)
+            except Exception as exc:  # safetensors raises its own error type; never let it escape unexplained
+                raise PayloadError(f"safetensors could not read the payload: {exc}") from None
+            return _payload_from_parts(tensors_meta, header, tensors)
+        except PayloadError:
+            raise
+        except (TypeError, ValueError, OverflowError, RecursionError, KeyError, AttributeError) as exc:
+            # a hostile header can reach past the field checks (a 5,000-digit integer, brackets nested 3,000 deep,
+            # a list where a string belongs): still a bad payload, never a crash or a server error
+            raise PayloadError(f"payload header is malformed ({type(exc).__name__}: {exc})"[:400]) from None
 
 
 def _parse_container(data: bytes, max_bytes: int) -> tuple[dict[str, Any], dict[str, Any]]:
