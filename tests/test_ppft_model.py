@@ -315,6 +315,18 @@ def test_sampled_generation_is_reproducible_per_row_and_independent_of_the_batch
     assert lm.server.generate(vectors, mask, max_new_tokens=8, temperature=1.0, top_p=1e-9, generators=gens(5, 3)) == greedy
 
 
+@pytest.mark.parametrize("temperature,top_p", [(1e-300, 1.0), (5e-324, 1.0), (1.0, 1e-300), (1.0, 5e-324), (1e-300, 5e-324)])
+def test_sampling_at_vanishing_temperature_or_top_p_is_the_argmax_not_a_crash(temperature, top_p):
+    """The limits of sampling: temperature -> 0 and top_p -> 0 both leave only the most likely token (in float32
+    these overflowed to inf / NaN probabilities or an empty nucleus, and torch.multinomial raised)."""
+    from textfree.ppft.generate import next_tokens
+
+    logits = torch.tensor([[0.0, 3.0, -2.0, 2.9], [5.0, -1.0, 4.0, 0.0], [-1e4, 0.0, 1e4, 1e4 - 1]])
+    gens = [torch.Generator().manual_seed(i) for i in range(3)]
+    picked = next_tokens(logits, temperature=temperature, top_p=top_p, generators=gens)
+    assert picked.tolist() == logits.argmax(dim=-1).tolist() == [1, 0, 2]
+
+
 # ---------------------------------------------------------------------------------------------- multiple choice by likelihood
 def test_score_targets_is_the_sum_of_answer_token_log_probs(lm):
     vectors, mask = _slots(lm)

@@ -133,11 +133,15 @@ def test_metrics_count_requests_by_route_and_status(setup):
         c.get("/v1/models", headers=auth)
         c.get("/v1/models")  # 401
         c.get("/no/such/path")
+        for method in ("QWERTY1", "QWERTY2"):  # invented methods: counted, but never as new label values
+            c.request(method, "/no/such/path")
         snap = c.get("/metrics", params={"format": "json"}).json()
         text = c.get("/metrics").text
     counts = {(r["route"], r["status"]): r["count"] for r in snap["requests"]}
     assert counts[("/health", 200)] == 1 and counts[("/v1/models", 200)] == 1 and counts[("/v1/models", 401)] == 1
-    assert counts[("other", 404)] == 1
+    by_method = {(r["route"], r["method"], r["status"]): r["count"] for r in snap["requests"]}
+    assert by_method[("other", "GET", 404)] == 1 and by_method[("other", "other", 404)] == 2
+    assert {r["method"] for r in snap["requests"]} == {"GET", "other"} and "QWERTY" not in text
     assert snap["latency_s"]["/v1/models"]["window"] == 2 and snap["latency_s"]["/v1/models"]["p99"] >= snap["latency_s"]["/v1/models"]["p50"] > 0
     assert snap["in_flight"] == 1 and snap["queue_depth"] == 0  # the /metrics request itself
     assert 'textfree_requests_total{route="/v1/models",method="GET",status="401"} 1' in text

@@ -155,6 +155,11 @@ def test_events_page_and_stream_as_server_sent_events(env, reference):
     with serve(env) as c:
         page = c.get(f"/v1/fine_tuning/jobs/{job_id}/events", params={"after": 2, "limit": 2}, headers=env["alice"]).json()
         assert [e["seq"] for e in page["data"]] == [3, 4] and page["has_more"] and page["status"] == "succeeded"
+        last = c.get(f"/v1/fine_tuning/jobs/{job_id}/events", params={"after": 2**63 - 1}, headers=env["alice"])
+        assert last.status_code == 200 and last.json()["data"] == []
+        for after in (2**63, 10**20):  # beyond SQLite's INTEGER: a 422, not an OverflowError's 500
+            r = c.get(f"/v1/fine_tuning/jobs/{job_id}/events", params={"after": after}, headers=env["alice"])
+            assert r.status_code == 422, r.text
         with c.stream("GET", f"/v1/fine_tuning/jobs/{job_id}/events", params={"stream": "true"}, headers=env["alice"]) as r:
             assert r.headers["content-type"].startswith("text/event-stream")
             text = "".join(r.iter_text())

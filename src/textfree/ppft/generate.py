@@ -23,9 +23,13 @@ def next_tokens(logits: torch.Tensor, *, temperature: float = 0.0, top_p: float 
         raise ValueError(f"need temperature >= 0 and top_p in (0, 1], got {temperature!r}, {top_p!r}")
     if generators is None or len(generators) != logits.shape[0]:
         raise ValueError("sampling needs one generator per row")
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    # float64 and the max subtracted first: a temperature as small as 5e-324 gives the argmax's one-hot, never
+    # inf - inf = NaN (a top_p as small as 5e-324 keeps the first token: it always stays)
+    z = logits.double()
+    probs = torch.softmax((z - z.amax(dim=-1, keepdim=True)) / temperature, dim=-1)
     sorted_p, order = probs.sort(dim=-1, descending=True)
-    drop = sorted_p.cumsum(dim=-1) - sorted_p >= top_p  # tokens after the nucleus (the first one always stays)
+    drop = sorted_p.cumsum(dim=-1) - sorted_p >= top_p  # tokens after the nucleus
+    drop[..., 0] = False  # the most likely token always stays
     sorted_p = sorted_p.masked_fill(drop, 0.0)
     # each row is drawn on its generator's device (a CPU generator for a model on a GPU)
     picks = [order[i, torch.multinomial(sorted_p[i].to(g.device), 1, generator=g).to(order.device)] for i, g in enumerate(generators)]

@@ -168,7 +168,7 @@ def add_fine_tuning_routes(app: FastAPI, *, config: ServerConfig, registry, tena
         request: Request,
         job_id: str,
         who: str = Depends(tenant),
-        after: int = Query(0, ge=0, description="Only events with seq > after."),
+        after: int = Query(0, ge=0, le=2**63 - 1, description="Only events with seq > after."),
         limit: int = Query(100, ge=1, le=1000, description="At most this many events (not streaming)."),
         stream: bool = Query(False, description="Server-Sent Events until the job ends."),
     ) -> Any:

@@ -2,7 +2,8 @@
 
 Latency quantiles are computed over each route's last ``window`` requests (a sliding window, not since start).
 Routes are the matched route templates (``/v1/generate``); requests that match no route count as ``other``,
-so a scan of random paths cannot grow the label set. Nothing is labelled by tenant.
+so a scan of random paths cannot grow the label set; nor can invented methods (they count as ``other``). Nothing is
+labelled by tenant.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ def _quantile(sorted_values: list[float], q: float) -> float:
         return math.nan
     idx = min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))  # nearest rank
     return sorted_values[idx]
+
+
+#: The methods counted by name; any other (``curl -X QWERTY``) counts as ``other``.
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 def _label(value: str) -> str:
@@ -139,4 +144,6 @@ class ASGIMetrics:
                     pass
         finally:
             route = getattr(scope.get("route"), "path", None) or "other"
-            self.metrics.end(route, scope.get("method", "?"), status["code"], time.perf_counter() - start)
+            method = scope.get("method", "?")
+            method = method if method in HTTP_METHODS else "other"  # an invented method must not grow the label set
+            self.metrics.end(route, method, status["code"], time.perf_counter() - start)
