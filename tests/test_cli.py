@@ -63,6 +63,14 @@ def test_privatize_gaussian_and_file_input(tiny_encoder_dir, tmp_path):
         (["privatize", "x", "--epsilon", "3", "--encoder", "/no/such/encoder"], "could not load"),
         (["account", "--dataset", "/no/such/file.jsonl", "--budget", "150"], "no/such"),
         (["account", "--dataset", "pri-ddx", "--budget", "0"], "--budget"),
+        (["privatize", "x", "--epsilon", "3", "--out", "/no/such/dir/q.safetensors"], "no such directory"),
+        # the client's flags: one error line, never a traceback (and nothing sent)
+        (["ask", "hi", "--model", "m", "--url", "http://127.0.0.1:9", "--epsilon", "-1"], "--epsilon must be"),
+        (["ask", "hi", "--model", "m", "--url", "http://127.0.0.1:9", "--epsilon", "nan"], "--epsilon must be"),
+        (["ask", "hi", "--model", "m", "--url", "http://127.0.0.1:9", "--timeout", "0"], "--timeout must be"),
+        (["ask", "hi", "--model", "m", "--url", "http://127.0.0.1:9", "--retries", "-1"], "--retries must be"),
+        (["ask", "hi", "--model", "m", "--url", "http://127.0.0.1:9", "--k", "0"], "--k must be"),
+        (["finetune", "--data", "x.jsonl", "--model", "m", "--url", "http://127.0.0.1:9", "--timeout", "0"], "--timeout must be"),
     ],
 )
 def test_bad_flags_give_clear_errors(args, message):
@@ -78,6 +86,16 @@ def test_inspect_rejects_a_garbage_file(tmp_path):
     assert r.exit_code == 2 and "not valid UTF-8 JSON" in r.output
     r = runner.invoke(app, ["inspect", str(tmp_path / "missing.safetensors")])
     assert r.exit_code == 2 and "cannot read" in r.output
+    r = runner.invoke(app, ["inspect", str(tmp_path)])  # a directory: an error line, not a traceback
+    assert r.exit_code == 2 and "cannot read" in r.output
+
+
+def test_privatize_into_a_directory_charges_no_ledger(tiny_encoder_dir, tmp_path):
+    ledger = tmp_path / "ledger.json"
+    r = runner.invoke(app, ["privatize", "one two three", "--epsilon", "75", "--encoder", str(tiny_encoder_dir),
+                            "--ledger", str(ledger), "--budget", "400", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "is a directory" in r.output
+    assert not ledger.exists() or json.loads(ledger.read_text())["entries"] == []
 
 
 def test_ledger_refusal_writes_nothing(tiny_encoder_dir, tmp_path):

@@ -109,6 +109,30 @@ def test_retries_with_backoff_on_5xx_429_and_connection_errors():
     assert len(calls) == 3
 
 
+def test_a_misbehaving_server_gives_client_errors_not_tracebacks():
+    """A 2xx reply that is JSON but not an object, and a Retry-After that str.isdigit() accepts but float() does not."""
+    def replying(status, body, headers=None):
+        return httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(status, json=body, headers=headers or {})))
+
+    for body in ([1, 2], "text", 3):
+        with Client("http://svc", http_client=replying(200, body), retries=0) as c:
+            with pytest.raises(ClientError, match="not a JSON object"):
+                c.models()
+    with Client("http://svc", http_client=replying(429, {"error": {"type": "rate_limited", "message": "slow"}}, {"Retry-After": b"\xb2"}),  # latin-1 "²"
+                retries=1, backoff=0.0) as c:
+        with pytest.raises(ServerError, match="429"):
+            c.models()
+
+
+def test_a_key_store_that_is_not_utf8_is_a_key_store_error(tmp_path):
+    from textfree.server.auth import KeyStore, KeyStoreError
+
+    path = tmp_path / "keys.json"
+    path.write_bytes(b"\xff\xfe not utf-8")
+    with pytest.raises(KeyStoreError, match="cannot read the keys file"):
+        KeyStore(path).add_key("alice")
+
+
 # ---------------------------------------------------------------------------------------------- no text on the wire
 def _proxy_for(server):
     target = urlparse(server["url"])

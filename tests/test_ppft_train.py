@@ -531,6 +531,11 @@ def test_cli_stage1_stage2_ask_evaluate(fixture_data, tmp_path, tiny_encoder_dir
     out = run("evaluate", "--model", s2, "--dataset", "pri-ddx", "--task", "blind_open", "--out", tmp_path / "blind.json", "--max-new-tokens", 3)
     blind = json.loads((tmp_path / "blind.json").read_text())
     assert "blind_open" in out and blind["task"] == "blind_open" and blind["epsilon"] is None
+    for flags, words in ((["--epsilon", "-1"], "epsilon"), (["--k", "0"], "k must be")):  # one error line, not a traceback
+        bad = runner.invoke(app, ["ppft", "ask", "--model", str(s2), "a prompt", *flags])  # (--k 0 was the model's k)
+        assert bad.exit_code == 2 and "error" in bad.output and words in bad.output, bad.output
+    bad = runner.invoke(app, ["ppft", "evaluate", "--model", str(s2), "--dataset", "pri-ddx", "--limit", "-1"])
+    assert bad.exit_code == 2 and "--limit must be >= 1, got -1" in bad.output  # (it dropped the last record)
     bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(tmp_path / "missing"), "--out", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "error" in bad.output
     bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "y"), "--blind"])

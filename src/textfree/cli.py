@@ -66,6 +66,8 @@ def privatize(
         _fail(f"--k must be >= 1, got {k}")
     if pad_to is not None and pad_to < 1:
         _fail(f"--pad-to must be >= 1, got {pad_to}")
+    if out.is_dir() or not out.parent.is_dir():  # checked before anything is charged to a ledger
+        _fail(f"--out {str(out)!r} is a directory" if out.is_dir() else f"--out {str(out)!r}: no such directory {str(out.parent)!r}")
     _quiet_transformers()
     from textfree.encoders import ContextualEncoder, EncoderLoadError
     from textfree.ledger import BudgetExceeded, PrivacyLedger
@@ -89,7 +91,10 @@ def privatize(
         _fail(str(exc), code=3)
     except ValueError as exc:  # a prompt longer than --pad-to slots: nothing is written
         _fail(str(exc))
-    payload.save(out)
+    try:
+        payload.save(out)
+    except OSError as exc:
+        _fail(f"cannot write --out {str(out)!r}: {exc}" + (" (the release was charged to the ledger)" if led else ""))
     worst = payload.worst_case_loss()
     console.print(
         f"wrote {out} ({out.stat().st_size} bytes): {payload.batch_size} prompt(s), slots {payload.lengths}, "

@@ -139,8 +139,10 @@ def ask(
     _quiet_transformers()
     if not prompt.strip():
         _fail("the prompt is empty")
+    _check_client_flags(epsilon, timeout, retries, k)
     try:
         from textfree.client import Client, ClientError, ModelMismatchError
+        from textfree.encoders import EncoderLoadError
     except ImportError as exc:
         _fail(f'textfree ask needs the server extra (pip install "textfree[server]"): {exc}')
     try:
@@ -148,11 +150,25 @@ def ask(
             result = client.generate(prompt, public=public, model=model, epsilon=epsilon, k=k, seed=seed,
                                      no_noise=no_noise, max_new_tokens=max_new_tokens, adapter=adapter,
                                      temperature=temperature, top_p=top_p, sampling_seed=sampling_seed)
-    except (ClientError, ModelMismatchError) as exc:
+    except EncoderLoadError as exc:
+        _fail(f"--encoder: {exc}")
+    except (ClientError, ModelMismatchError, ValueError) as exc:
         _fail(str(exc), code=1)
     typer.echo(result.answers[0])
     err.print(f"privacy: worst-case loss {_fmt_eps(result.privacy.epsilon)} ({result.privacy.notion}) for this prompt; "
               f"{result.payload_bytes} payload bytes sent", highlight=False)
+
+
+def _check_client_flags(epsilon: Optional[float], timeout: float, retries: int, k: Optional[int] = None) -> None:
+    """The flags a client call would refuse with a traceback, refused first with one error line."""
+    if epsilon is not None and not (math.isfinite(epsilon) and epsilon > 0):
+        _fail(f"--epsilon must be a number > 0, got {epsilon}")
+    if not (math.isfinite(timeout) and timeout > 0):
+        _fail(f"--timeout must be a number of seconds > 0, got {timeout}")
+    if retries < 0:
+        _fail(f"--retries must be >= 0, got {retries}")
+    if k is not None and k < 1:
+        _fail(f"--k must be >= 1, got {k}")
 
 
 def _read_rows(path: Path) -> tuple[list[str], list[str], list[str] | None]:
@@ -242,8 +258,10 @@ def finetune(
     for ok, message in checks:
         if not ok:
             _fail(message)
+    _check_client_flags(epsilon, timeout, retries)
     try:
         from textfree.client import Client, ClientError, ModelMismatchError
+        from textfree.encoders import EncoderLoadError
     except ImportError as exc:
         _fail(f'textfree finetune needs the server extra (pip install "textfree[server]"): {exc}')
     hp = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "seed": train_seed}
@@ -257,6 +275,8 @@ def finetune(
                 typer.echo(job["id"])
                 return
             job = client.wait_job(job["id"], poll=poll, on_event=lambda e: err.print(f"  {e['type']}: {e['message']}", highlight=False, markup=False))
+    except EncoderLoadError as exc:
+        _fail(f"--encoder: {exc}")
     except (ClientError, ModelMismatchError, ValueError) as exc:
         _fail(str(exc), code=1)
     if job["status"] != "succeeded":

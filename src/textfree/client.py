@@ -133,14 +133,17 @@ class Client:
             else:
                 if response.status_code < 400:
                     try:
-                        return response.json()
+                        reply = response.json()
                     except ValueError:
                         raise ClientError(f"{method} {path}: the server's reply is not JSON") from None
+                    if not isinstance(reply, dict):
+                        raise ClientError(f"{method} {path}: the server's reply is not a JSON object")
+                    return reply
                 last = _server_error(response)
                 if response.status_code not in RETRY_STATUSES:
                     raise last
                 retry_after = response.headers.get("retry-after", "")
-                if retry_after.isdigit():
+                if retry_after.isascii() and retry_after.isdigit():  # "²".isdigit() is True, float("²") fails
                     wait = min(float(retry_after), MAX_RETRY_AFTER_S)
             if attempt < self.retries:
                 time.sleep(wait)

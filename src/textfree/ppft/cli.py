@@ -167,6 +167,8 @@ def _ppft_evaluate(model: _Path, dataset: str, epsilon, k, limit, seed, max_new_
     from textfree.ppft.evaluate import evaluate_qa, majority_baseline, task_labels
     from textfree.ppft.model import TextFreeLM
 
+    if limit is not None and limit < 1:
+        _ppft_fail(f"--limit must be >= 1, got {limit}")
     lm = _ppft_run(TextFreeLM.load, model)
     split = _ppft_run(ppft_split, dataset, validation=validation or 0.0)
     part = "validation" if validation else "heldout"
@@ -225,7 +227,7 @@ def ask_cmd(
         _ppft_fail("this model was trained without noise: give --epsilon, or --no-noise for a clean (non-private) payload")
     if not prompt.strip():
         _ppft_fail("the prompt is empty")
-    privatizer = lm.privatizer(eps, k=k)
+    privatizer = _ppft_run(lm.privatizer, eps, k=k)  # a bad --epsilon or --k: one error line
     payload = _ppft_run(privatizer.privatize, [prompt], seed=seed, public=None if public is None else [public])
     del prompt  # from here on only the payload exists, as on the server
     answer = _ppft_run(lm.server.answer, payload, max_new_tokens=max_new_tokens)[0]

@@ -149,7 +149,7 @@ class TextFreeLM(torch.nn.Module):
 
         ``mechanism`` / ``match`` default to the model's (see :func:`make_noise`)."""
         noise = make_noise(mechanism or self.config.mechanism, epsilon, dim=self.encoder.dim, match=match or self.config.noise_match, **params)
-        config = self.config.replace(k=k or self.config.k, fixed_slots=self.config.fixed_slots if fixed_slots is None else fixed_slots)
+        config = self.config.replace(k=self.config.k if k is None else k, fixed_slots=self.config.fixed_slots if fixed_slots is None else fixed_slots)
         return Privatizer(self.encoder, noise, config.k, pad_to=config.pad_to, center=self.center, repeat_mean=config.repeat_mean)
 
     # ------------------------------------------------------------------ whole pipeline
