@@ -121,6 +121,9 @@ def test_account_on_fixture_dataset(tmp_path, tiny_encoder_dir):
     assert row["eps_ppft"] == 75.0 and row["eps_pr"] == 75.0
     assert row["eps_dchi"] == pytest.approx(150 / (row["n"] * row["d_max"]))
     assert row["tau"] == pytest.approx(2 * row["n"] / 150)
+    text = runner.invoke(app, ["account", "--dataset", "pri-ddx", "--split", "dev", "--budget", "150", "--encoder", str(tiny_encoder_dir)],
+                         env={"TEXTFREE_DATA": str(ROOT / "tests" / "fixtures" / "data"), "COLUMNS": "400"}).output
+    assert "spends B per slot" in " ".join(text.split()) and "s x B" in text  # the table's units are stated
 
 
 def readme_commands(section: str) -> list[str]:
@@ -184,7 +187,7 @@ GLOVE = ROOT / "tests" / "fixtures" / "substitution" / "tiny_glove.txt"
 def test_substitute_t2t_and_pct2t_with_a_glove_table():
     r = run_cli("substitute", "the cat sat on the mat", "--eta", 1e9, "--table", f"glove:{GLOVE}", "--seed", 0)
     assert r.exit_code == 0, r.output
-    assert "per word" in r.output
+    assert "per word" in r.output and "category" not in r.output
     r_low = run_cli("substitute", "the cat sat on the mat", "--eta", 1e-3, "--table", f"glove:{GLOVE}", "--seed", 0)
     assert r_low.exit_code == 0
     first_line = lambda out: out.strip().splitlines()[0]
@@ -192,6 +195,7 @@ def test_substitute_t2t_and_pct2t_with_a_glove_table():
     assert first_line(r_low.stdout) != "the cat sat on the mat"
     r = run_cli("substitute", "the cat sat on the mat", "--eta", 1e9, "--pos", "noun,verb", "--table", f"glove:{GLOVE}", "--seed", 0)
     assert r.exit_code == 0 and first_line(r.stdout) == "the cat sat on the mat"
+    assert "same part-of-speech category only" in " ".join(r.output.split())  # PCT2T's bound says what it covers
     import inspect
 
     from textfree.cli import substitute

@@ -143,3 +143,16 @@ def test_registry_round_trips_nested_mechanisms():
         build_mechanism("l2_laplace", eps=1.0)
     sp = SlotPrivatization(Clipped(L2Laplace(3.0), 1.7), k=8, normalize=False, renormalize=False, sensitivity=3.4)
     assert SlotPrivatization.from_dict(sp.to_dict()) == sp
+
+
+def test_a_declared_sensitivity_is_enforced_never_just_believed():
+    """Unit slots lie up to 2 apart, so declaring less is refused; without normalisation every pooled vector is clipped
+    to norm sensitivity / 2, so any two inputs lie within the declared diameter (the stated loss holds)."""
+    with pytest.raises(ValueError, match="sensitivity=0.5"):
+        SlotPrivatization(L2Laplace(7.0), k=1, sensitivity=0.5)
+    assert SlotPrivatization(L2Laplace(7.0), k=1, sensitivity=3.0).slot_loss().epsilon == pytest.approx(21.0)  # over: allowed
+    sp = SlotPrivatization(None, k=1, normalize=False, renormalize=False, sensitivity=2.0)
+    hidden = torch.tensor([[[100.0, 0.0], [0.3, 0.4]]])
+    released, _ = sp.apply(hidden, torch.ones(1, 2, dtype=torch.long), generator=None)
+    torch.testing.assert_close(released, torch.tensor([[[1.0, 0.0], [0.3, 0.4]]]))  # clipped to norm 1; short ones kept
+    assert torch.cdist(released[0], -released[0]).max() <= 2.0 + 1e-6

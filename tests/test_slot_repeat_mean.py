@@ -125,3 +125,21 @@ def test_a_repeat_mean_model_is_served_with_its_client_and_checks_payloads(repea
         result = client.generate([text], model="r", epsilon=30.0, seed=3, max_new_tokens=2)
     local = lm.privatizer(30.0).privatize([text], seed=3)
     assert result.answers == app.state.registry.models["r"].server.answer(local, max_new_tokens=2)
+
+
+def test_one_differing_input_slot_moves_every_repeated_slot_and_is_charged_so():
+    """Under repeat_mean two prompts that differ in one input slot differ in every released slot (the mean moves), so
+    prompt_loss(n, differing=1) is the whole prompt's n x 2 eps (56 x 4 = 224 at eps 28), not one slot's 56."""
+    sp = SlotPrivatization(L2Laplace(28.0), k=1, repeat_mean=True)
+    a = torch.tensor([[[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0]]])
+    b = a.clone()
+    b[0, 0] = torch.tensor([0.0, 1.0])  # one input slot differs
+    mask = torch.ones(1, 4, dtype=torch.long)
+    clean = SlotPrivatization(None, k=1, repeat_mean=True)
+    ra, _ = clean.apply(a, mask, generator=None)
+    rb, _ = clean.apply(b, mask, generator=None)
+    assert int((ra - rb).norm(dim=-1).gt(1e-6).sum()) == 4  # every released slot moved
+    assert sp.prompt_loss(4, differing=1).epsilon == pytest.approx(224.0) == sp.prompt_loss(4).epsilon
+    assert sp.prompt_loss(4, differing=0).epsilon == 0.0
+    plain = SlotPrivatization(L2Laplace(28.0), k=1)
+    assert plain.prompt_loss(4, differing=1).epsilon == pytest.approx(56.0)  # without repeat_mean: the one slot

@@ -181,7 +181,10 @@ def account(
     console.print(
         f"n = tokens of the private part under {result['encoder']}'s tokenizer (no special tokens); "
         f"D_max = largest L2 distance between two rows of its token-embedding table. "
-        f"The 'max' row is the binding one: it holds for every prompt."
+        f"The 'max' row is the binding one: it holds for every prompt. "
+        f"Units differ: eps_dchi spends B per prompt (n tokens, each at most D_max apart), eps_PPFT = B/2 spends B per "
+        f"slot (two unit slots are at most 2 apart), so a prompt of s = ceil(n/k) slots whose slots may all differ "
+        f"composes to s x B (the paper's per-release alignment, kept as specified)."
     )
 
 
@@ -235,7 +238,9 @@ def substitute(
         _fail("give a text to substitute, or --replacement-table")
     out = mech.privatize([text], generator=gen)[0]
     console.print(out, markup=False, highlight=False)
-    err.print(f"privacy: {mech.privacy_loss_per_word().epsilon:g} per word (eta * D_max), metric DP")
+    caveat = ("; PCT2T: between words of the same part-of-speech category only (the category itself is revealed: words "
+              "of two categories are told apart for certain)" if mech.pos_categories else "")
+    err.print(f"privacy: {mech.privacy_loss_per_word().epsilon:g} per word (eta * D_max), metric DP{caveat}")
 
 
 @app.command()

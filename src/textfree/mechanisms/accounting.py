@@ -14,6 +14,11 @@ budget B on a dataset with n private tokens per prompt and embedding diameter D_
 
     eps_dchi = B / (n * D_max),   tau = 2n / B,   eps_PPFT = eps_PR = B / 2.
 
+The units differ: eps_dchi spends B per prompt (its n tokens compose to n * eps_dchi * D_max = B), eps_PPFT spends
+B per *slot* (a unit slot's worst case is 2 * eps_PPFT), so a PPFT prompt of s slots that may all differ composes
+to s * B (:func:`ppft_prompt_epsilon`). That is the paper's per-release alignment, kept as specified; ``textfree
+account`` says so under its table.
+
 :func:`budget_alignment` returns that row; :func:`alignment_from_lengths` computes n from a dataset's prompt
 lengths (our documented choice: the *largest* private prompt, so the budget holds for every prompt; the mean is
 reported beside it).

@@ -26,6 +26,7 @@ import torch
 
 from .base import PrivacyLoss, check_positive, mechanism_from_dict, mechanism_to_dict
 from .centering import center_sha256, center_slots, check_center
+from .clipping import clip_l2
 from .transforms import k_pool, l2_normalize
 
 __all__ = ["SlotPrivatization", "UNIT_SLOT_DIAMETER", "filler_slot", "pad_slots", "repeat_mean_slots"]
@@ -112,6 +113,9 @@ class SlotPrivatization:
             raise ValueError(f"SlotPrivatization: noise must be a mechanism or None, got {self.noise!r}")
         if self.sensitivity is not None:
             check_positive("SlotPrivatization", "sensitivity", self.sensitivity)
+            if self.normalize and self.sensitivity < UNIT_SLOT_DIAMETER:
+                raise ValueError(f"SlotPrivatization: unit slots lie up to {UNIT_SLOT_DIAMETER:g} apart, so a sensitivity "
+                                 f"below that would understate every loss; got sensitivity={self.sensitivity!r}")
         if self.pad_to is not None:
             if isinstance(self.pad_to, bool) or not isinstance(self.pad_to, int) or self.pad_to < 1:
                 raise ValueError(f"SlotPrivatization: pad_to must be an integer >= 1 or None, got {self.pad_to!r}")
@@ -125,7 +129,9 @@ class SlotPrivatization:
 
     @property
     def input_diameter(self) -> float:
-        """The largest L2 distance between two released inputs: 2 for unit slots, else ``sensitivity``."""
+        """The largest L2 distance between two released inputs: 2 for unit slots, else ``sensitivity`` (enforced: without
+        ``normalize`` every pooled vector is clipped to norm ``sensitivity / 2`` before the noise; with it a declared
+        sensitivity must be >= 2)."""
         if self.sensitivity is not None:
             return float(self.sensitivity)
         return UNIT_SLOT_DIAMETER if self.normalize else float("inf")
@@ -136,6 +142,8 @@ class SlotPrivatization:
         """Token states [B, T, d] + mask [B, T] -> released slots [B, S, d] (float32) + slot mask [B, S]."""
         pooled, slot_mask = k_pool(hidden.to(torch.float32), mask, self.k)
         x = l2_normalize(pooled) if self.normalize else pooled
+        if not self.normalize and self.sensitivity is not None:  # the declared diameter holds: any two within it
+            x = clip_l2(x, self.sensitivity / 2.0)
         if self.center_sha256 is not None:
             if self.center is None:
                 raise ValueError("this privatization spec names its centre by sha256 only (read from a payload header): "
@@ -161,10 +169,14 @@ class SlotPrivatization:
         return self.noise.privacy_loss(self.input_diameter)
 
     def prompt_loss(self, n_slots: int, differing: int | None = None) -> PrivacyLoss:
-        """Loss of a prompt of ``n_slots`` slots of which ``differing`` (default: all) may differ."""
+        """Loss of a prompt of ``n_slots`` slots of which ``differing`` (default: all) may differ. Under
+        ``repeat_mean`` one differing slot moves the mean, so every released slot may differ: any ``differing`` > 0
+        costs all ``n_slots``."""
         s = n_slots if differing is None else differing
         if s < 0 or s > n_slots:
             raise ValueError(f"differing must lie in [0, {n_slots}], got {differing!r}")
+        if self.repeat_mean and s:
+            s = n_slots
         return self.slot_loss().scaled(s) if s else PrivacyLoss(0.0, 0.0, self.slot_loss().notion)
 
     def pair_loss(self) -> PrivacyLoss:

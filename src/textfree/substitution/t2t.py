@@ -174,7 +174,8 @@ class TextToText:
         return d
 
     def privacy_loss_per_word(self) -> PrivacyLoss:
-        """eta * D_max, metric privacy, for one substituted word."""
+        """eta * D_max, metric privacy, for one substituted word; under PCT2T only between two words of the same
+        part-of-speech category (words of two categories have disjoint outputs: no finite bound between them)."""
         return L2Laplace(self.eta).privacy_loss(self.input_diameter())
 
     def privacy_loss(self, n_words: int) -> PrivacyLoss:
