@@ -22,6 +22,23 @@ def test_privatize_shapes_lengths_and_losses(tiny_encoder):
     assert p.encoder.id == str(tiny_encoder.name) and p.encoder.sha256 and len(p.encoder.sha256) == 64
 
 
+def test_a_prompt_cut_at_the_encoders_limit_is_said_not_silent(tiny_encoder):
+    """Text past the encoder's max_length is dropped before encoding; the client warns how many prompts were cut."""
+    own = tiny_encoder.max_length
+    n_tok = len(tiny_encoder.tokenizer(PROMPT)["input_ids"])
+    try:
+        tiny_encoder.max_length = n_tok - 1
+        with pytest.warns(UserWarning, match=f"1 of 2 prompt\\(s\\) are longer than the encoder's limit of {n_tok - 1} tokens"):
+            p = Privatizer(tiny_encoder, L2Laplace(75.0), k=4).privatize([PROMPT, "short one"], seed=1)
+        assert p.lengths[0] == -(-(n_tok - 1) // 4)  # what was released: the cut prompt
+        tiny_encoder.max_length = n_tok
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # exactly at the limit: nothing cut, nothing said
+            Privatizer(tiny_encoder, L2Laplace(75.0), k=4).privatize([PROMPT, "short one"], seed=1)
+    finally:
+        tiny_encoder.max_length = own
+
+
 def test_batching_does_not_change_the_result(tiny_encoder):
     texts = [PROMPT, "short one", "another prompt about a patient", "x y z"]
     a = Privatizer(tiny_encoder, None, k=2, batch_size=1).privatize(texts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Sequence
 
 import torch
@@ -78,6 +79,10 @@ class Privatizer:
         if public is not None and len(public) != len(texts):
             raise ValueError(f"public must have one entry per text ({len(texts)}), got {len(public)}")
         gen = resolve_generator(generator, seed) if self.privatization.noise is not None else None
+        cut = _cut_count(self.encoder, texts)
+        if cut:  # never silently: the cut tail is neither released nor answered
+            warnings.warn(f"{cut} of {len(texts)} prompt(s) are longer than the encoder's limit of {self.encoder.max_length} "
+                          "tokens and were cut to it: their tail is not released", UserWarning, stacklevel=2)
         chunks, masks = [], []
         for start in range(0, len(texts), self.batch_size):
             batch = self.encoder.encode(texts[start : start + self.batch_size])
@@ -93,6 +98,14 @@ class Privatizer:
                 total = total + loss
             self.ledger.charge(self.ledger_key, total, note=f"{payload.batch_size} prompt(s)", releases=payload.batch_size)
         return payload
+
+
+def _cut_count(encoder, texts: list[str]) -> int:
+    """How many of ``texts`` the encoder's tokenizer cuts at its ``max_length`` (special tokens included)."""
+    tokenizer, limit = getattr(encoder, "tokenizer", None), getattr(encoder, "max_length", None)
+    if tokenizer is None or limit is None:
+        return 0
+    return sum(len(ids) > limit for ids in tokenizer(list(texts), truncation=False, verbose=False)["input_ids"])
 
 
 def _pad_cat(chunks: list[torch.Tensor], masks: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
