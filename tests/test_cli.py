@@ -63,7 +63,6 @@ def test_privatize_gaussian_and_file_input(tiny_encoder_dir, tmp_path):
         (["privatize", "x", "--epsilon", "3", "--encoder", "/no/such/encoder"], "could not load"),
         (["account", "--dataset", "/no/such/file.jsonl", "--budget", "150"], "no/such"),
         (["account", "--dataset", "pri-ddx", "--budget", "0"], "--budget"),
-        (["privatize", "x", "--epsilon", "3", "--out", "/no/such/dir/q.safetensors"], "no such directory"),
         # the client's flags: one error line, never a traceback (and nothing sent)
         (["ask", "hi", "--model", "m", "--url", "http://127.0.0.1:9", "--epsilon", "-1"], "--epsilon must be"),
         (["ask", "hi", "--model", "m", "--url", "http://127.0.0.1:9", "--epsilon", "nan"], "--epsilon must be"),
@@ -96,6 +95,8 @@ def test_privatize_into_a_directory_charges_no_ledger(tiny_encoder_dir, tmp_path
                             "--ledger", str(ledger), "--budget", "400", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "is a directory" in r.output
     assert not ledger.exists() or json.loads(ledger.read_text())["entries"] == []
+    r = runner.invoke(app, ["privatize", "x", "--epsilon", "3", "--out", str(tmp_path / "missing" / "q.safetensors")])
+    assert r.exit_code == 2 and "no such directory" in r.output
 
 
 def test_ledger_refusal_writes_nothing(tiny_encoder_dir, tmp_path):
