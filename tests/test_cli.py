@@ -69,6 +69,7 @@ def test_privatize_gaussian_and_file_input(tiny_encoder_dir, tmp_path):
         (["ask", "hi", "--model", "m", "--url", "http://127.0.0.1:9", "--timeout", "0"], "--timeout must be"),
         (["ask", "hi", "--model", "m", "--url", "http://127.0.0.1:9", "--retries", "-1"], "--retries must be"),
         (["ask", "hi", "--model", "m", "--url", "http://127.0.0.1:9", "--k", "0"], "--k must be"),
+        (["ask", "hi", "--model", "m", "--url", "http://127.0.0.1:9", "--max-epsilon", "0"], "--max-epsilon must be"),
         (["finetune", "--data", "x.jsonl", "--model", "m", "--url", "http://127.0.0.1:9", "--timeout", "0"], "--timeout must be"),
     ],
 )

@@ -2,6 +2,7 @@
 refusal of a mismatched encoder, retries, and NO TEXT ON THE WIRE (a recording TCP proxy sees every byte sent)."""
 
 import os
+import re
 import socket
 from urllib.parse import urlparse
 
@@ -47,6 +48,28 @@ def test_models_cards_and_generate_over_http(server):
     assert result.answers == server["app"].state.registry.models["tiny"].server.answer(payload, max_new_tokens=2)
     assert result.model == "tiny" and result.usage["rows"] == 2 and result.payload_bytes == result.usage["payload_bytes"]
     assert result.privacy.epsilon == payload.worst_case_loss().epsilon > 0
+
+
+def test_max_epsilon_refuses_a_weak_release_before_anything_is_sent(server, monkeypatch):
+    """Without an explicit epsilon the card picks it; a client cap refuses a card eps above it, a clean payload, and an
+    explicit eps above it, with nothing sent; an eps at or below the cap is released."""
+    sent = []
+    with Client(server["url"], api_key=server["key"], encoder=server["encoder"]) as probe:
+        card_eps = probe.model_card("tiny")["epsilon"]
+    with Client(server["url"], api_key=server["key"], encoder=server["encoder"], max_epsilon=card_eps / 2) as client:
+        real = client._request
+        monkeypatch.setattr(client, "_request", lambda method, path, **kw: (sent.append(path), real(method, path, **kw))[1])
+        for kwargs, words in (({}, "(the model card's)"), ({"no_noise": True}, "a clean payload"), ({"epsilon": card_eps}, f"epsilon {card_eps:g} is")):
+            with pytest.raises(ClientError, match=f"refused: .*{re.escape(words)}.*nothing was sent"):
+                client.generate("private words", model="tiny", seed=0, max_new_tokens=1, **kwargs)
+        assert "/v1/generate" not in sent
+        ok = client.generate("private words", model="tiny", epsilon=card_eps / 2, seed=0, max_new_tokens=1)
+        assert sent[-1] == "/v1/generate" and len(ok.answers) == 1
+    monkeypatch.setenv("TEXTFREE_MAX_EPSILON", "1.5")
+    assert Client(server["url"]).max_epsilon == 1.5  # the environment's cap by default
+    for bad in (0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="max_epsilon must be a number > 0"):
+            Client(server["url"], max_epsilon=bad)
 
 
 def test_embed_over_http(server):

@@ -17,6 +17,10 @@ import typer
 from textfree.cli_common import _fail, _fmt_eps, _quiet_transformers, app, err
 
 
+MAX_EPSILON_HELP = ("Refuse to release at an epsilon above this (and refuse clean payloads): without --epsilon the server's "
+                    "model card picks it. Default: $TEXTFREE_MAX_EPSILON, else no cap.")
+
+
 def _id_dirs(values: Optional[list[str]], flag: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for v in values or []:
@@ -134,19 +138,20 @@ def ask(
     sampling_seed: Optional[int] = typer.Option(None, "--sampling-seed", min=0, help="Reproducible sampling (not the privacy noise)."),
     timeout: float = typer.Option(60.0, help="Seconds per HTTP attempt."),
     retries: int = typer.Option(3, help="Retries on connection errors, 5xx and 429."),
+    max_epsilon: Optional[float] = typer.Option(None, "--max-epsilon", envvar="TEXTFREE_MAX_EPSILON", help=MAX_EPSILON_HELP),
 ) -> None:
     """Privatize PROMPT locally and ask a textfree server; prints the answer (privacy loss on stderr)."""
     _quiet_transformers()
     if not prompt.strip():
         _fail("the prompt is empty")
-    _check_client_flags(epsilon, timeout, retries, k)
+    _check_client_flags(epsilon, timeout, retries, k, max_epsilon)
     try:
         from textfree.client import Client, ClientError, ModelMismatchError
         from textfree.encoders import EncoderLoadError
     except ImportError as exc:
         _fail(f'textfree ask needs the server extra (pip install "textfree[server]"): {exc}')
     try:
-        with Client(url, api_key=api_key, timeout=timeout, retries=retries, encoder=encoder) as client:
+        with Client(url, api_key=api_key, timeout=timeout, retries=retries, encoder=encoder, max_epsilon=max_epsilon) as client:
             result = client.generate(prompt, public=public, model=model, epsilon=epsilon, k=k, seed=seed,
                                      no_noise=no_noise, max_new_tokens=max_new_tokens, adapter=adapter,
                                      temperature=temperature, top_p=top_p, sampling_seed=sampling_seed)
@@ -159,10 +164,12 @@ def ask(
               f"{result.payload_bytes} payload bytes sent", highlight=False)
 
 
-def _check_client_flags(epsilon: Optional[float], timeout: float, retries: int, k: Optional[int] = None) -> None:
+def _check_client_flags(epsilon: Optional[float], timeout: float, retries: int, k: Optional[int] = None,
+                        max_epsilon: Optional[float] = None) -> None:
     """The flags a client call would refuse with a traceback, refused first with one error line."""
-    if epsilon is not None and not (math.isfinite(epsilon) and epsilon > 0):
-        _fail(f"--epsilon must be a number > 0, got {epsilon}")
+    for flag, value in (("--epsilon", epsilon), ("--max-epsilon", max_epsilon)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            _fail(f"{flag} must be a number > 0, got {value}")
     if not (math.isfinite(timeout) and timeout > 0):
         _fail(f"--timeout must be a number of seconds > 0, got {timeout}")
     if retries < 0:
@@ -246,6 +253,7 @@ def finetune(
     poll: float = typer.Option(1.0, "--poll", help="Seconds between progress polls."),
     timeout: float = typer.Option(60.0, help="Seconds per HTTP attempt."),
     retries: int = typer.Option(3, help="Retries on connection errors, 5xx and 429."),
+    max_epsilon: Optional[float] = typer.Option(None, "--max-epsilon", envvar="TEXTFREE_MAX_EPSILON", help=MAX_EPSILON_HELP),
 ) -> None:
     """Fine-tune a served model on your private data: privatize it HERE, upload payloads + targets, run a job.
 
@@ -258,7 +266,7 @@ def finetune(
     for ok, message in checks:
         if not ok:
             _fail(message)
-    _check_client_flags(epsilon, timeout, retries)
+    _check_client_flags(epsilon, timeout, retries, max_epsilon=max_epsilon)
     try:
         from textfree.client import Client, ClientError, ModelMismatchError
         from textfree.encoders import EncoderLoadError
@@ -267,7 +275,7 @@ def finetune(
     hp = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "seed": train_seed}
     hp |= {k: v for k, v in (("max_steps", max_steps), ("save_every", save_every)) if v is not None}
     try:
-        with Client(url, api_key=api_key, timeout=timeout, retries=retries, encoder=encoder) as client:
+        with Client(url, api_key=api_key, timeout=timeout, retries=retries, encoder=encoder, max_epsilon=max_epsilon) as client:
             ids = _dataset_ids(client, data, model=model, name=name, upload={"epsilon": epsilon, "seed": seed, "no_noise": no_noise})
             job = client.create_fine_tuning_job(model=model, datasets=ids, **hp)
             err.print(f"job {job['id']}: {job['status']}, {job['progress']['total_steps']} steps", highlight=False)

@@ -17,6 +17,7 @@ submissions carry an ``Idempotency-Key``, so their retries never store a dataset
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import time
@@ -81,6 +82,9 @@ class Client:
     timeout: seconds per HTTP attempt. retries: extra attempts of an idempotent call (so ``retries + 1`` in all).
     backoff: first wait in seconds, doubled per attempt (with jitter). encoder: the local encoder directory
     (default: the packaged all-MiniLM-L6-v2). http_client: an ``httpx.Client`` to use instead of a new one.
+    max_epsilon: the largest noise epsilon this client releases at (default ``$TEXTFREE_MAX_EPSILON``, else no cap):
+    without an explicit epsilon the server's model card picks it, so a cap keeps a careless or hostile card from
+    choosing a weak one; a release above the cap (or a clean one) is refused before anything is sent.
     """
 
     def __init__(
@@ -93,10 +97,19 @@ class Client:
         backoff: float = 0.25,
         encoder: str | os.PathLike | None = None,
         http_client=None,
+        max_epsilon: float | None = None,
     ):
         httpx = _httpx()
         if retries < 0 or backoff < 0 or timeout <= 0:
             raise ValueError("retries and backoff must be >= 0 and timeout > 0")
+        if max_epsilon is None and os.environ.get("TEXTFREE_MAX_EPSILON"):
+            try:
+                max_epsilon = float(os.environ["TEXTFREE_MAX_EPSILON"])
+            except ValueError:
+                raise ValueError(f"TEXTFREE_MAX_EPSILON must be a number, got {os.environ['TEXTFREE_MAX_EPSILON']!r}") from None
+        if max_epsilon is not None and not (isinstance(max_epsilon, (int, float)) and math.isfinite(max_epsilon) and max_epsilon > 0):
+            raise ValueError(f"max_epsilon must be a number > 0, got {max_epsilon!r}")
+        self.max_epsilon = max_epsilon
         self.url = url.rstrip("/")
         self.api_key = api_key if api_key is not None else os.environ.get("TEXTFREE_API_KEY")
         self.retries = retries
@@ -191,6 +204,9 @@ class Client:
                 f"model {model!r} was trained without noise, so there is no default epsilon: pass epsilon=..., or "
                 "no_noise=True for a clean payload (NOT private)"
             )
+        if self.max_epsilon is not None and (eps is None or eps > self.max_epsilon):
+            chosen = "a clean payload (no noise)" if eps is None else f"epsilon {eps:g}" + ("" if epsilon is not None else " (the model card's)")
+            raise ClientError(f"refused: {chosen} is above this client's max_epsilon {self.max_epsilon:g}; nothing was sent")
         enc = self._encoder(card["encoder_kind"], int(card.get("max_private_tokens") or card["max_slots"]))
         if enc.dim != card["encoder_dim"]:
             raise ModelMismatchError(f"the local encoder has width {enc.dim}; model {model!r} takes {card['encoder_dim']}")
