@@ -239,7 +239,7 @@ class Payload:
             return _payload_from_parts(tensors_meta, header, tensors)
         except PayloadError:
             raise
-        except (TypeError, ValueError, OverflowError, RecursionError, KeyError, AttributeError) as exc:
+        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
             # a hostile header can reach past the field checks (a 5,000-digit integer, brackets nested 3,000 deep,
             # a list where a string belongs): still a bad payload, never a crash or a server error
             raise PayloadError(f"payload header is malformed ({type(exc).__name__}: {exc})"[:400]) from None
