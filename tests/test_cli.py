@@ -114,6 +114,19 @@ def test_ledger_refusal_writes_nothing(tiny_encoder_dir, tmp_path):
     assert [e["epsilon"] for e in entries] == [300.0]
 
 
+def test_ledger_delta_budget_from_the_cli(tiny_encoder_dir, tmp_path):
+    ledger, out = tmp_path / "ledger.json", tmp_path / "q.safetensors"
+    base = ["privatize", "one two three", "--mechanism", "gaussian", "--sigma", "0.5", "--delta", "1e-5",
+            "--encoder", str(tiny_encoder_dir), "--ledger", str(ledger), "--delta-budget", "3e-5", "--out", str(out)]
+    # 5 tokens -> 2 slots, each a Gaussian release at delta 1e-5: 2e-5 per prompt, so the second prompt passes 3e-5
+    assert runner.invoke(app, base).exit_code == 0
+    r = runner.invoke(app, base)
+    assert r.exit_code == 3 and "delta: spent" in r.output
+    assert len(json.loads(ledger.read_text())["entries"]) == 1
+    r = runner.invoke(app, base[:-4] + ["--delta-budget", "2", "--out", str(out)])
+    assert r.exit_code == 2 and "delta_budget" in r.output
+
+
 def test_account_on_fixture_dataset(tmp_path, tiny_encoder_dir):
     r = runner.invoke(app, ["account", "--dataset", "pri-ddx", "--split", "dev", "--budget", "150", "--encoder", str(tiny_encoder_dir), "--json"],
                       env={"TEXTFREE_DATA": str(ROOT / "tests" / "fixtures" / "data")})

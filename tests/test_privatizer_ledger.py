@@ -126,3 +126,41 @@ def test_ledger_validation_and_corrupt_file(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(LedgerError, match="bad.json"):
         PrivacyLedger(bad).spent("x")
+
+
+def test_ledger_budgets_delta_too(tmp_path):
+    """Gaussian releases add their deltas: a delta budget refuses the release that would pass it, epsilon aside."""
+    led = PrivacyLedger(tmp_path / "ledger.json", delta_budget=2.5e-5)
+    release = PrivacyLoss(1.0, 1e-5, "approx")
+    led.charge("alice", release)
+    led.charge("alice", release)
+    before = (tmp_path / "ledger.json").read_text()
+    with pytest.raises(BudgetExceeded, match=r"delta: spent 2e-05, this release 1e-05, budget 2.5e-05"):
+        led.charge("alice", release)
+    assert (tmp_path / "ledger.json").read_text() == before
+    assert led.spent("alice").delta == pytest.approx(2e-5) and led.remaining_delta("alice") == pytest.approx(5e-6)
+    assert led.remaining("alice") is None  # no epsilon budget was set
+    led.charge("alice", PrivacyLoss(1.0))  # a pure release spends no delta
+    both = PrivacyLedger(tmp_path / "ledger.json", budget=2.5, delta_budget=2.5e-5)
+    with pytest.raises(BudgetExceeded, match=r"epsilon: .*; delta: "):
+        both.charge("alice", release)
+    for bad in (0, 1, -1e-5, float("nan"), True, "1e-5"):
+        with pytest.raises(ValueError, match="delta_budget"):
+            PrivacyLedger(tmp_path / "l.json", delta_budget=bad)
+
+
+def test_ledger_refuses_damaged_entries_and_expands_home(tmp_path, monkeypatch):
+    """An entry whose figures are not a privacy loss (negative, NaN, text) must not pass for a smaller spend."""
+    for eps, delta in ((-300.0, 0.0), ("300", 0.0), (300.0, 2.0), (300.0, None)):
+        path = tmp_path / "damaged.json"
+        entry = {"key": "alice", "epsilon": eps, "delta": delta, "notion": "metric"}
+        path.write_text(json.dumps({"format": "textfree.ledger", "version": 1, "entries": [entry]}))
+        with pytest.raises(LedgerError, match="entry 0 is malformed"):
+            PrivacyLedger(path, budget=1000.0).spent("alice")
+    path.write_text('{"format": "textfree.ledger", "version": 1, "entries": [{"key": "a", "epsilon": NaN, "delta": 0, "notion": "metric"}]}')
+    with pytest.raises(LedgerError, match="entry 0 is malformed"):
+        PrivacyLedger(path).charge("a", PrivacyLoss(1.0))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    led = PrivacyLedger("~/.textfree/ledger.json", budget=10.0)  # the README's path
+    led.charge("alice", PrivacyLoss(1.0))
+    assert led.path == tmp_path / ".textfree" / "ledger.json" and led.path.exists()

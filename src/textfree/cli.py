@@ -51,6 +51,7 @@ def privatize(
     ledger: Optional[Path] = typer.Option(None, help="Charge this release to a privacy ledger file."),
     ledger_key: str = typer.Option("default", help="Ledger key (user) the release is charged to."),
     budget: Optional[float] = typer.Option(None, help="Ledger budget (total epsilon per key)."),
+    delta_budget: Optional[float] = typer.Option(None, help="Ledger budget of delta (total delta per key; Gaussian releases add theirs)."),
     on_exceed: str = typer.Option("refuse", help="Past the budget: refuse (nothing is written) or warn."),
 ) -> None:
     """Encode text locally, pool and noise it, and write a payload file (no text inside)."""
@@ -75,7 +76,7 @@ def privatize(
 
     try:
         noise = _build_noise(mechanism, epsilon, sigma, delta, 2.0)
-        led = PrivacyLedger(ledger, budget, on_exceed) if ledger else None
+        led = PrivacyLedger(ledger, budget, on_exceed, delta_budget=delta_budget) if ledger else None
     except ValueError as exc:
         _fail(str(exc))
     if noise is None:

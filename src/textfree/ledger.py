@@ -28,6 +28,10 @@ LEDGER_FORMAT = "textfree.ledger"
 LEDGER_VERSION = 1
 
 
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 class BudgetExceeded(RuntimeError):
     """A release would take a key past its budget and the ledger is set to refuse."""
 
@@ -42,16 +46,21 @@ class LedgerError(ValueError):
 
 @dataclass
 class PrivacyLedger:
-    """``budget``: the largest total epsilon per key; ``on_exceed``: 'refuse' (default) or 'warn'."""
+    """``budget``: the largest total epsilon per key; ``delta_budget``: the largest total delta per key (approximate-DP
+    releases such as the Gaussian's add their deltas); ``on_exceed``: 'refuse' (default) or 'warn'. ``path`` may
+    start with ``~``."""
 
     path: Path
     budget: float | None = None
     on_exceed: str = "refuse"
+    delta_budget: float | None = None
 
     def __post_init__(self) -> None:
-        self.path = Path(self.path)
-        if self.budget is not None and not (isinstance(self.budget, (int, float)) and self.budget > 0):
+        self.path = Path(self.path).expanduser()
+        if self.budget is not None and not (_is_number(self.budget) and self.budget > 0):
             raise ValueError(f"PrivacyLedger: budget must be a number > 0 or None, got {self.budget!r}")
+        if self.delta_budget is not None and not (_is_number(self.delta_budget) and 0 < self.delta_budget < 1):
+            raise ValueError(f"PrivacyLedger: delta_budget must be a number in (0, 1) or None, got {self.delta_budget!r}")
         if self.on_exceed not in ("refuse", "warn"):
             raise ValueError(f"PrivacyLedger: on_exceed must be 'refuse' or 'warn', got {self.on_exceed!r}")
 
@@ -67,7 +76,12 @@ class PrivacyLedger:
         return total
 
     def remaining(self, key: str) -> float | None:
+        """The epsilon ``key`` may still spend (None without a budget)."""
         return None if self.budget is None else self.budget - self.spent(key).epsilon
+
+    def remaining_delta(self, key: str) -> float | None:
+        """The delta ``key`` may still spend (None without a delta budget)."""
+        return None if self.delta_budget is None else self.delta_budget - self.spent(key).delta
 
     # ------------------------------------------------------------------ writing
     def charge(self, key: str, loss: PrivacyLoss, *, note: str = "", releases: int = 1) -> PrivacyLoss:
@@ -81,11 +95,13 @@ class PrivacyLedger:
                 if e["key"] == key:
                     spent = spent + PrivacyLoss(e["epsilon"], e["delta"], e["notion"])
             total = spent + loss
+            over = []
             if self.budget is not None and total.epsilon > self.budget:
-                msg = (
-                    f"privacy budget exceeded for {key!r}: spent {spent.epsilon:g}, this release {loss.epsilon:g}, "
-                    f"budget {self.budget:g}"
-                )
+                over.append(f"epsilon: spent {spent.epsilon:g}, this release {loss.epsilon:g}, budget {self.budget:g}")
+            if self.delta_budget is not None and total.delta > self.delta_budget:
+                over.append(f"delta: spent {spent.delta:g}, this release {loss.delta:g}, budget {self.delta_budget:g}")
+            if over:
+                msg = f"privacy budget exceeded for {key!r}: " + "; ".join(over)
                 if self.on_exceed == "refuse":
                     raise BudgetExceeded(msg + " (release refused; nothing was sent)")
                 warnings.warn(msg, BudgetWarning, stacklevel=2)
@@ -116,6 +132,10 @@ class PrivacyLedger:
         for i, e in enumerate(data["entries"]):
             if not isinstance(e, dict) or not {"key", "epsilon", "delta", "notion"} <= set(e):
                 raise LedgerError(f"{str(self.path)!r}: entry {i} is malformed")
+            try:  # a hand-edited or damaged entry must not pass for a smaller spend
+                PrivacyLoss(e["epsilon"], e["delta"], e["notion"])
+            except (TypeError, ValueError) as exc:
+                raise LedgerError(f"{str(self.path)!r}: entry {i} is malformed: {exc}") from None
         return data
 
     def _write(self, data: dict[str, Any]) -> None:
