@@ -186,6 +186,30 @@ def test_schema_options_and_unknown_names(env):
     still_up(env)
 
 
+def test_public_text_longer_than_the_model_reads_is_refused_not_cut(env):
+    """The layout keeps max_public_tokens of the public text; a longer one (an options block cut in half) is a 422
+    naming the limit, which the card states; one at the limit is answered."""
+    c, auth = env["client"], {"Authorization": f"Bearer {env['key']}"}
+    card = c.get("/v1/models/tiny", headers=auth).json()
+    limit = card["max_public_tokens"]
+    assert limit == env["lm"].server.config.template.max_public_tokens
+    tok = env["registry"].models["tiny"].server.tokenizer
+    unit = "yes no "
+    per = len(tok(unit, add_special_tokens=False)["input_ids"])
+    at = unit * (limit // per)
+    assert len(tok(at, add_special_tokens=False)["input_ids"]) <= limit
+    over = at + unit
+    body = {"model": "tiny", "payload_b64": env["good"].to_base64(), "max_new_tokens": 1}
+    assert c.post("/v1/generate", json={**body, "public": [at, "x"]}, headers=auth).status_code == 200
+    assert_error(c.post("/v1/generate", json={**body, "public": ["x", over]}, headers=auth), 422, "invalid_request",
+                 ["public[1]", f"at most {limit}", "max_public_tokens"])
+    v, m, h = good_parts(env)  # the payload's own public text is held to the same limit
+    assert_error(post(env, framed(v, m, {**h, "public": [over, "x"]})), 422, "invalid_request", ["public[0]"])
+    with pytest.warns(UserWarning, match=r"1 public text\(s\) longer than max_public_tokens"):
+        env["lm"].server.answer(env["good"], public=[over, "x"], max_new_tokens=1)  # the library says so
+    still_up(env)
+
+
 # ---------------------------------------------------------------------------------------------- auth and rate
 def test_missing_or_wrong_keys_are_401(env):
     good = env["good"].to_bytes()

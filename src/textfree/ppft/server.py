@@ -447,7 +447,14 @@ class ServerModel(torch.nn.Module):
                 "the server never takes prompt text"
             )
         self.check_payload(payload)
-        return payload.public if public is None else _require_strings("public", public, payload.batch_size)
+        public = payload.public if public is None else _require_strings("public", public, payload.batch_size)
+        if public is not None:
+            limit = self.config.template.max_public_tokens
+            cut = sum(len(ids) > limit for ids in self.tokenizer(list(public), add_special_tokens=False)["input_ids"])
+            if cut:
+                warnings.warn(f"{cut} public text(s) longer than max_public_tokens ({limit}) were cut: the model does not "
+                              "see their end", stacklevel=3)
+        return public
 
     def answer(
         self,

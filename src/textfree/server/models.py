@@ -13,8 +13,10 @@ read, so nothing malformed reaches torch.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Hashable, Sequence
@@ -132,6 +134,29 @@ def _check_public(public: Sequence[str] | None, rows: int, config: ServerConfig)
     return list(public)
 
 
+class PublicTokenCounter:
+    """The number of tokens a model's tokenizer makes of each public text, with its own copy of that tokenizer under
+    a lock: requests are checked on the event loop while the batcher's thread runs the model's own tokenizer, and a
+    fast tokenizer must not be entered from two threads at once."""
+
+    def __init__(self, tokenizer, limit: int):
+        self._tokenizer = copy.deepcopy(tokenizer)
+        self._lock = threading.Lock()
+        self.limit = limit
+
+    def check(self, public: list[str] | None) -> None:
+        """422 for a public text longer than the model reads: the layout would cut it and the answer would not see
+        its end (an options block cut in half), so it is refused rather than answered from a part."""
+        if not public:
+            return
+        with self._lock:
+            counts = [len(ids) for ids in self._tokenizer(public, add_special_tokens=False)["input_ids"]]
+        for i, n in enumerate(counts):
+            if n > self.limit:
+                raise ApiError(422, "invalid_request", f"public[{i}] is {n} tokens of this model's tokenizer; the model "
+                               f"reads at most {self.limit} (max_public_tokens on its card): shorten it, nothing was cut")
+
+
 def _trimmed(payload: Payload) -> tuple[torch.Tensor, torch.Tensor]:
     n = max(payload.lengths) if payload.batch_size else 0
     return payload.vectors[:, :n].to(torch.float32), payload.mask[:, :n]
@@ -163,6 +188,7 @@ class GenerateModel:
         self.server.eval()
         self.center = center
         self.card = self._card()
+        self.public_tokens = PublicTokenCounter(server.tokenizer, server.config.template.max_public_tokens)
 
     @classmethod
     def load(cls, model_id: str, run_dir: str, *, device: str = "cpu") -> "GenerateModel":
@@ -197,6 +223,7 @@ class GenerateModel:
             "stage": c.stage,
             "max_private_tokens": c.max_private_tokens,
             "max_slots": math.ceil(c.max_private_tokens / c.k),
+            "max_public_tokens": c.template.max_public_tokens,  # a longer public text is refused (422), never cut
             "fixed_slots": c.fixed_slots,
             "repeat_mean": c.repeat_mean,  # the client sends each prompt's unit mean slot in place of every slot
             # the public slot centre the client subtracts before the noise (null: none, as PPFT)
@@ -215,6 +242,7 @@ class GenerateModel:
     def prepare(self, payload: Payload, public: Sequence[str] | None, config: ServerConfig) -> Prepared:
         _check_common(payload, self.card, config)
         pub = _check_public(payload.public if public is None else public, payload.batch_size, config)
+        self.public_tokens.check(pub)
         vectors, mask = _trimmed(payload)
         return Prepared(vectors, mask, pub)
 

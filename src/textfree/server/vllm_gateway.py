@@ -25,7 +25,7 @@ import torch
 
 from .config import ServerConfig
 from .errors import ApiError
-from .models import GenerateModel
+from .models import GenerateModel, PublicTokenCounter
 from .prompt_embeds import PromptEmbedder, encode_embeds
 
 __all__ = ["SamplingParams", "completion_request", "VllmClient", "VllmGenerateModel", "API_KEY_ENV"]
@@ -141,6 +141,7 @@ class VllmGenerateModel(GenerateModel):
         self.dtype = dtype
         self.max_concurrent_calls = max_concurrent_calls  # the micro-batcher may have this many calls in flight
         self.card = self._card()
+        self.public_tokens = PublicTokenCounter(embedder.tokenizer, embedder.config.template.max_public_tokens)
 
     @classmethod
     def load(cls, model_id: str, run_dir: str, *, config: ServerConfig, device: str = "cpu", transport: httpx.BaseTransport | None = None) -> "VllmGenerateModel":
