@@ -147,6 +147,52 @@ def test_a_misbehaving_server_gives_client_errors_not_tracebacks():
             c.models()
 
 
+def test_a_malformed_card_or_reply_is_a_client_error_naming_what_is_wrong(server):
+    """A card missing a field the client privatizes from (or with a wrong type), a model listing without cards, and a
+    generate or embed reply without one answer per row: each a ClientError, never a KeyError or a misread setting."""
+    with Client(server["url"], api_key=server["key"], encoder=server["encoder"]) as real:
+        good = {"tiny": real.model_card("tiny"), "emb": real.model_card("emb")}
+
+    def fake(card_edit=None, reply=None, listing=None):
+        def handler(request):
+            path = request.url.path
+            if path == "/v1/models":
+                return httpx.Response(200, json=listing)
+            if path.startswith("/v1/models/"):
+                name = path.rsplit("/", 1)[1]
+                return httpx.Response(200, json={**good[name], **(card_edit or {})})
+            return httpx.Response(200, json=reply)
+        return Client("http://svc", http_client=httpx.Client(transport=httpx.MockTransport(handler)), retries=0,
+                      encoder=server["encoder"])
+
+    ok = {"model": "tiny", "answers": ["a", "b"]}
+    for edit, words in (({"k": None}, "'k' is None"), ({"k": True}, "'k' is True"), ({"k": 0}, "'k' must be"),
+                        ({"max_slots": "64"}, "'max_slots'"), ({"encoder_dim": 3.5}, "'encoder_dim'"),
+                        ({"epsilon": -5.0}, "'epsilon' must be"), ({"fixed_slots": "yes"}, "'fixed_slots'")):
+        with fake(edit, ok) as c, pytest.raises(ClientError, match=re.escape(words)):
+            c.generate(["one", "two"], model="tiny", seed=0)
+    bare = {k: v for k, v in good["tiny"].items() if k != "encoder_dim"}  # a required field missing
+    with fake(None, ok) as c:
+        c._cards["tiny"] = bare
+        with pytest.raises(ClientError, match="no 'encoder_dim'"):
+            c.generate("one", model="tiny", seed=0)
+    with fake(None, ok) as c:
+        assert c.generate(["one", "two"], model="tiny", seed=0).answers == ["a", "b"]  # the fake itself works
+    for reply in ({"model": "tiny"}, {"model": "tiny", "answers": ["only one"]}, {"model": "tiny", "answers": [1, 2]},
+                  {"answers": ["a", "b"]}, {"model": "tiny", "answers": "ab"}):
+        with fake(None, reply) as c, pytest.raises(ClientError, match="list of 2 str 'answers'"):
+            c.generate(["one", "two"], model="tiny", seed=0)
+    with fake(None, {"model": "emb", "embeddings": [[0.0]]}) as c, pytest.raises(ClientError, match="list of 2 list 'embeddings'"):
+        c.embed(["one", "two"], model="emb", epsilon=50.0, seed=0)
+    with fake(None, {"model": "emb", "embeddings": [[0.0], [1.0]]}) as c:
+        assert c.embed(["one", "two"], model="emb", epsilon=50.0, seed=0).embeddings == [[0.0], [1.0]]
+    with fake({"clip_norm": -1.0}, None) as c, pytest.raises(ClientError, match="'clip_norm' must be"):
+        c.embed("one", model="emb", epsilon=50.0, seed=0)
+    for listing in ({"object": "list"}, {"data": [{"task": "generate"}]}, {"data": "tiny"}):
+        with fake(listing=listing) as c, pytest.raises(ClientError, match="no list of model cards"):
+            c.models()
+
+
 def test_a_key_store_that_is_not_utf8_is_a_key_store_error(tmp_path):
     from textfree.server.auth import KeyStore, KeyStoreError
 

@@ -167,7 +167,9 @@ class Client:
 
     def models(self) -> list[dict]:
         """Every model card the server publishes."""
-        data = self._request("GET", "/v1/models")["data"]
+        data = self._request("GET", "/v1/models").get("data")
+        if not isinstance(data, list) or not all(isinstance(c, dict) and isinstance(c.get("id"), str) for c in data):
+            raise ClientError("GET /v1/models: the server's reply has no list of model cards with ids ('data')")
         for card in data:
             self._cards[card["id"]] = card
         return data
@@ -196,6 +198,7 @@ class Client:
         task = card.get("task")
         if task not in ("generate", "embed"):
             raise ModelMismatchError(f"model {model!r} has task {task!r}; this client knows generate and embed")
+        _check_card(card, model)
         if k is not None and k != card["k"]:
             raise ModelMismatchError(f"k={k} but model {model!r} takes k={card['k']}")
         eps = None if no_noise else (epsilon if epsilon is not None else card.get("epsilon"))
@@ -269,7 +272,8 @@ class Client:
                 params[name] = value
         reply = self._request("POST", "/v1/generate", content=body, params=params,
                               headers={"Content-Type": "application/octet-stream"})
-        return GenerateResult(reply["model"], list(reply["answers"]), reply.get("usage", {}), payload.worst_case_loss(), len(body))
+        answers = _reply_rows(reply, "answers", payload.batch_size, "/v1/generate", str)
+        return GenerateResult(reply["model"], answers, reply.get("usage", {}), payload.worst_case_loss(), len(body))
 
     def embed(self, private_text: str | Sequence[str], *, model: str, epsilon: float | None = None, seed: int | None = None, no_noise: bool = False) -> EmbedResult:
         """Noisy, clipped token embeddings (made locally) -> the server's sentence embeddings (SnD-style)."""
@@ -279,7 +283,8 @@ class Client:
         body = payload.to_bytes()
         reply = self._request("POST", "/v1/embed", content=body, params={"model": model},
                               headers={"Content-Type": "application/octet-stream"})
-        return EmbedResult(reply["model"], reply["embeddings"], reply.get("usage", {}), payload.worst_case_loss(), len(body))
+        embeddings = _reply_rows(reply, "embeddings", payload.batch_size, "/v1/embed", list)
+        return EmbedResult(reply["model"], embeddings, reply.get("usage", {}), payload.worst_case_loss(), len(body))
 
 
     # ------------------------------------------------------------------ datasets and fine-tuning jobs
@@ -379,6 +384,41 @@ def _card_center(card: dict, model: str, dim: int):
     if center_sha256(center) != sha:
         raise ModelMismatchError(f"model {model!r}'s card: the slot centre's values do not hash to its center_sha256 {sha[:12]}...")
     return center
+
+
+# the card fields a client privatizes from: (type(s), required); the task's own ones are added below
+_CARD_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
+    "encoder_kind": ((str,), True), "encoder_dim": ((int,), True), "k": ((int,), True), "mechanism": ((str,), True),
+    "encoder_id": ((str, type(None)), False), "encoder_sha256": ((str, type(None)), False),
+    "epsilon": ((int, float, type(None)), False), "max_private_tokens": ((int, type(None)), False),
+    "noise_match": ((str,), False), "fixed_slots": ((bool, type(None)), False), "repeat_mean": ((bool, type(None)), False),
+}
+_TASK_FIELDS = {"generate": {"max_slots": ((int,), True)}, "embed": {"clip_norm": ((int, float), True)}}
+
+
+def _check_card(card: dict, model: str) -> None:
+    """A card a client cannot privatize from is a :class:`ClientError` naming the field, never a KeyError or a payload
+    made with a misread setting."""
+    for name, (types, required) in {**_CARD_FIELDS, **_TASK_FIELDS[card["task"]]}.items():
+        if name not in card:
+            if required:
+                raise ClientError(f"model {model!r}'s card has no {name!r}: the client cannot privatize for it")
+            continue
+        value = card[name]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise ClientError(f"model {model!r}'s card: {name!r} is {value!r}, not a {' or '.join(t.__name__ for t in types)}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not (math.isfinite(value) and value > 0):
+            raise ClientError(f"model {model!r}'s card: {name!r} must be a finite number > 0, got {value!r}")
+
+
+def _reply_rows(reply: dict, field: str, rows: int, route: str, kind: type) -> list:
+    """``reply[field]``: one ``kind`` per payload row, or a :class:`ClientError` saying what the server sent."""
+    values = reply.get(field)
+    if not isinstance(reply.get("model"), str) or not isinstance(values, list) or len(values) != rows \
+            or not all(isinstance(v, kind) for v in values):
+        raise ClientError(f"POST {route}: the server's reply has no model id and list of {rows} {kind.__name__} {field!r} "
+                          "(one per row sent)")
+    return list(values)
 
 
 def _server_error(response) -> ServerError:
