@@ -307,6 +307,54 @@ def test_missing_column_tsv_and_csv(tmp_path: Path) -> None:
         load_cola(tmp_path / "c", split="dev")
 
 
+def test_pri_fields_of_the_wrong_type_name_the_line(tmp_path: Path) -> None:
+    """restore_symptoms of the wrong type was a TypeError (an int) or silently became characters (a string); an empty
+    prompt was a record with no private text."""
+    rows = [json.loads(line) for line in (DDX_DIR / "dev.json").read_text(encoding="utf-8").splitlines()]
+    for i, (key, value, words) in enumerate((("restore_symptoms", 5, "restore_symptoms"), ("restore_symptoms", "abc", "restore_symptoms"),
+                                              ("question_init", "", "is empty"), ("question_init", "   ", "is empty"))):
+        edited = [dict(r) for r in rows]
+        edited[1][key] = value
+        bad = write(tmp_path / f"ddx{i}.json", "".join(json.dumps(r) + "\n" for r in edited))
+        with pytest.raises(DataError, match=rf"ddx{i}\.json, line 2: .*{words}"):
+            load_privacyrestore(bad)
+    rows = [json.loads(line) for line in (SLJA_DIR / "dev.json").read_text(encoding="utf-8").splitlines()]
+    for i, (key, value, words) in enumerate((("restore_evidences", 5, "restore_evidences"), ("keep_evidences", "abc", "keep_evidences"),
+                                              ("minor_premise_atoms", ["a"], "minor_premise_atoms"), ("question_init", " ", "is empty"))):
+        edited = [dict(r) for r in rows]
+        edited[0][key] = value
+        bad = write(tmp_path / f"slja{i}.json", "".join(json.dumps(r) + "\n" for r in edited))
+        with pytest.raises(DataError, match=rf"slja{i}\.json, line 1: .*{words}"):
+            load_privacyrestore(bad)
+
+
+def test_a_file_that_is_not_utf8_names_the_file_and_line(tmp_path: Path) -> None:
+    lines = (DDX_DIR / "dev.json").read_text(encoding="utf-8").splitlines()
+    bad = tmp_path / "dev.json"
+    bad.write_bytes((lines[0] + "\n").encode() + b"\xff" + (lines[1] + "\n").encode())
+    with pytest.raises(DataError, match=r"dev\.json, line 2: not valid UTF-8 text \(byte 0xff\)"):
+        load_privacyrestore(bad)
+    tp = tmp_path / "tp" / "english_train.csv"
+    tp.parent.mkdir()
+    tp.write_bytes(b"text,age,age_cat,gender\nok,30,25-54,F\nbad \xe9t\xe9,31,25-54,M\n")
+    with pytest.raises(DataError, match=r"english_train\.csv, line 3: not valid UTF-8"):
+        load_trustpilot(tp.parent)
+    arr = tmp_path / "instruct" / "lima.json"
+    arr.parent.mkdir()
+    arr.write_bytes(b'[{"instruction": "\xff"}]')
+    with pytest.raises(DataError, match=r"lima\.json, line 1: not valid UTF-8"):
+        load_lima(arr)
+
+
+def test_trustpilot_labels_outside_the_release_are_refused(tmp_path: Path) -> None:
+    """A stray gender (or an empty one) would become a label class of its own."""
+    for i, (row, words) in enumerate((("x,30,25-54,Q", "gender 'Q'"), ("x,30,25-54,", "gender ''"),
+                                      ("x,-5,25-54,M", "age -5"), ("x,30,bogus,F", "age_cat 'bogus'"))):
+        write(tmp_path / f"tp{i}" / "english_train.csv", f"text,age,age_cat,gender\nok,30,25-54,F\n{row}\n")
+        with pytest.raises(DataError, match=rf"line 3: {words}"):
+            load_trustpilot(tmp_path / f"tp{i}")
+
+
 def test_malformed_json_array(tmp_path: Path) -> None:
     text = (FIXTURES / "presidio-synth" / "synth_dataset_v2.json").read_text(encoding="utf-8")
     truncated = write(tmp_path / "trunc.json", text[: len(text) // 2])

@@ -7,6 +7,7 @@ than needed when the caller stops early (``limit``), except JSON arrays, which a
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import sys
@@ -28,9 +29,25 @@ def _open_text(path: Path):
     return open(path, encoding="utf-8-sig", newline="")
 
 
+@contextlib.contextmanager
+def _utf8(path: Path):
+    """A file that is not UTF-8 text is a :class:`DataError` naming the file and the line of the first bad byte
+    (text files decode in chunks, so the reader's own line count may be lines short of it)."""
+    try:
+        yield
+    except UnicodeDecodeError as exc:
+        data = path.read_bytes()
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as first:
+            raise DataError(f"not valid UTF-8 text (byte {data[first.start]:#04x})", path,
+                            data.count(b"\n", 0, first.start) + 1) from None
+        raise DataError(f"not valid UTF-8 text ({exc.reason})", path) from None
+
+
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line, object)`` for each non-blank line of a JSON Lines file; objects must be JSON objects."""
-    with _open_text(path) as handle:
+    with _open_text(path) as handle, _utf8(path):
         for line_no, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -45,7 +62,7 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def iter_json_array(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line, object)`` for each element of a top-level JSON array of objects."""
-    with _open_text(path) as handle:
+    with _open_text(path) as handle, _utf8(path):
         text = handle.read()
     decoder = json.JSONDecoder()
     n = len(text)
@@ -105,7 +122,7 @@ def iter_delimited(
         n_fields: if given, every record must have exactly this many fields.
         skip_header: drop the first record.
     """
-    with _open_text(path) as handle:
+    with _open_text(path) as handle, _utf8(path):
         reader = csv.reader(handle, delimiter=delimiter, quoting=quoting, strict=True)
         start = 1
         first = True

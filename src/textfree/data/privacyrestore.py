@@ -119,13 +119,36 @@ def _str_list(row: dict[str, Any], key: str, where: str, line: int) -> list[str]
     return list(value)
 
 
+def _prompt(row: dict[str, Any], where: str, line: int) -> str:
+    prompt = field(row, "question_init", where, line)
+    if not prompt.strip():
+        raise DataError("field 'question_init' (the prompt) is empty", where, line)
+    return prompt
+
+
+def _slja_atoms(row: dict[str, Any], where: str, line: int) -> tuple[dict[str, Any], list[str], list[str]]:
+    """``minor_premise_atoms`` (a mapping of ``<category>_atoms`` to ``{private_<category>_atoms: [...],
+    non_private_<category>_atoms: [...]}``), and its private and non-private atoms flattened in category order."""
+    atoms = row.get("minor_premise_atoms") or {}
+    if not isinstance(atoms, dict):
+        raise DataError(f"field 'minor_premise_atoms' should be an object, got {type(atoms).__name__}", where, line)
+    flat: dict[str, list[str]] = {"private": [], "non_private": []}
+    for c in _SLJA_CATEGORIES:
+        group = atoms.get(f"{c}_atoms", {})
+        if not isinstance(group, dict):
+            raise DataError(f"field 'minor_premise_atoms.{c}_atoms' should be an object", where, line)
+        for kind in flat:
+            flat[kind] += _str_list(group, f"{kind}_{c}_atoms", where, line) if f"{kind}_{c}_atoms" in group else []
+    return atoms, flat["private"], flat["non_private"]
+
+
 def _content_id(prefix: str, row: dict[str, Any]) -> str:
     canonical = json.dumps(row, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return f"{prefix}-{hashlib.sha256(canonical.encode('utf-8')).hexdigest()[:16]}"
 
 
 def _convert_ddx(where: str, line: int, row: dict[str, Any]) -> MCQARecord:
-    prompt = field(row, "question_init", where, line)
+    prompt = _prompt(row, where, line)
     options = _str_list(row, "options", where, line)
     gold = field(row, "correct_answer", where, line)
     try:
@@ -141,7 +164,7 @@ def _convert_ddx(where: str, line: int, row: dict[str, Any]) -> MCQARecord:
         "sex": field(row, "sex", where, line),
         "symptoms": symptoms,
         "antecedents": antecedents,
-        "private_atoms": list(row.get("restore_symptoms", symptoms + antecedents)),
+        "private_atoms": _str_list(row, "restore_symptoms", where, line) if "restore_symptoms" in row else symptoms + antecedents,
         "question_mask": row.get("question_mask"),
     }
     for key in ("symptoms_mask", "symptoms_remain", "antecedents_mask", "antecedents_remain",
@@ -155,7 +178,7 @@ def _convert_ddx(where: str, line: int, row: dict[str, Any]) -> MCQARecord:
 
 
 def _convert_slja(where: str, line: int, row: dict[str, Any]) -> MCQARecord:
-    prompt = field(row, "question_init", where, line)
+    prompt = _prompt(row, where, line)
     raw_options = field(row, "options", where, line, (dict, list))
     if isinstance(raw_options, dict):
         labels = sorted(raw_options)
@@ -171,14 +194,12 @@ def _convert_slja(where: str, line: int, row: dict[str, Any]) -> MCQARecord:
     except ValueError as exc:
         raise DataError(str(exc), where, line) from exc
     context, question = split_question(prompt, SLJA_QUESTION)
-    atoms = row.get("minor_premise_atoms") or {}
-    flat_private = [a for c in _SLJA_CATEGORIES for a in atoms.get(f"{c}_atoms", {}).get(f"private_{c}_atoms", [])]
-    flat_public = [a for c in _SLJA_CATEGORIES for a in atoms.get(f"{c}_atoms", {}).get(f"non_private_{c}_atoms", [])]
+    atoms, flat_private, flat_public = _slja_atoms(row, where, line)
     attributes: dict[str, Any] = {
         "dataset": "pri-slja",
         "option_labels": labels,
-        "private_atoms": list(row.get("restore_evidences", flat_private)),
-        "non_private_atoms": list(row.get("keep_evidences", flat_public)),
+        "private_atoms": _str_list(row, "restore_evidences", where, line) if "restore_evidences" in row else flat_private,
+        "non_private_atoms": _str_list(row, "keep_evidences", where, line) if "keep_evidences" in row else flat_public,
         "atoms": atoms,
         "question_mask": row.get("question_mask"),
     }

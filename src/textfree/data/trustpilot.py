@@ -24,6 +24,8 @@ __all__ = ["load_trustpilot", "TRUSTPILOT_DIR"]
 
 TRUSTPILOT_DIR = "trustpilot-milanlp"
 _COLUMNS = ("text", "age", "age_cat", "gender")
+_GENDERS = ("M", "F")
+_AGE_CATS = ("15-24", "25-54", "55-64", "65+")
 
 
 def _read(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -53,8 +55,14 @@ def load_trustpilot(
             age = int(str(row["age"]).strip())
         except ValueError:
             raise DataError(f"age {row['age']!r} is not an integer", where, line) from None
-        gender = str(row["gender"]).strip()
-        attributes = {"age": age, "age_cat": str(row["age_cat"]).strip(), "gender": gender}
+        if not 0 <= age <= 130:
+            raise DataError(f"age {age} is not an age in years", where, line)
+        gender, age_cat = str(row["gender"]).strip(), str(row["age_cat"]).strip()
+        if gender not in _GENDERS:  # a stray value would become a label class of its own
+            raise DataError(f"gender {gender!r} is not one of {list(_GENDERS)}", where, line)
+        if age_cat not in _AGE_CATS:
+            raise DataError(f"age_cat {age_cat!r} is not one of {list(_AGE_CATS)}", where, line)
+        attributes = {"age": age, "age_cat": age_cat, "gender": gender}
         return build(TextRecord, where, line, f"trustpilot-{split}-{next(counter)}", str(row["text"]),
                      attributes[label], attributes)
 

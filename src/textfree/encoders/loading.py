@@ -22,6 +22,7 @@ __all__ = [
     "weights_sha256",
     "EncoderLoadError",
     "load_hf_encoder",
+    "local_model_problem",
 ]
 
 DEFAULT_ENCODER = "default"
@@ -46,11 +47,33 @@ def resolve_encoder_path(name_or_path: str | os.PathLike | None) -> str:
     return str(name_or_path)
 
 
+def local_model_problem(name_or_path: str | os.PathLike) -> str | None:
+    """What is wrong with ``name_or_path`` as a local model directory, or None when it is one or may be a hub name.
+
+    ``from_pretrained`` reads a missing local path as a malformed hub id ("Repo id must be in the form ..."), which
+    names the wrong problem; a path that is absolute, starts with ``.`` or ``~``, or exists is judged here instead."""
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    looks_local = path.exists() or path.is_absolute() or text.startswith((".", "~")) or text.count("/") > 1
+    if not looks_local:
+        return None  # a hub name such as "sentence-transformers/all-MiniLM-L6-v2"
+    if not path.exists():
+        return f"no such directory {text!r}"
+    if not path.is_dir():
+        return f"{text!r} is a file, not a model directory"
+    if not (path / "config.json").is_file():
+        return f"{text!r} is not a model directory (no config.json in it)"
+    return None
+
+
 def load_hf_encoder(name_or_path: str | os.PathLike | None):
     """(tokenizer, model, id, weights sha256) through the real ``from_pretrained`` loading code."""
     from transformers import AutoModel, AutoTokenizer
 
     resolved = resolve_encoder_path(name_or_path)
+    problem = local_model_problem(resolved)
+    if problem:
+        raise EncoderLoadError(f"could not load encoder: {problem}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(resolved)
         model = AutoModel.from_pretrained(resolved)
