@@ -132,6 +132,52 @@ def test_cli_report(tmp_path):
     assert res.exit_code == 2
 
 
+def _cli(*args):
+    from typer.testing import CliRunner
+
+    from textfree.cli import app
+
+    return CliRunner().invoke(app, ["attacks", "report", *map(str, args)])
+
+
+def _one_error_line(res, fragment):
+    errors = [line for line in res.output.splitlines() if line.startswith("error:")]
+    assert res.exit_code == 2 and len(errors) == 1 and fragment in errors[0], res.output
+    assert "Traceback" not in res.output
+
+
+def test_cli_report_refuses_paths_without_attack_results_and_writes_nothing(tmp_path):
+    out = tmp_path / "attacks.md"
+    out.write_text("the report of an earlier run\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _one_error_line(_cli(empty, "--out", out), "no attack result files in")
+    # a parent of the results: only *.json directly inside a directory is read
+    nested = tmp_path / "results" / "attacks"
+    nested.mkdir(parents=True)
+    _result_file(nested, "lap", LAPLACE, "mechanism.epsilon", [_point(35, [0.05, 0.05], [0.2, 0.2])])
+    _one_error_line(_cli(tmp_path / "results", "--out", out), "no attack result files in")
+    # a result file of a kind the report does not read
+    other = _result_file(tmp_path, "priv", LAPLACE, "mechanism.epsilon", [_point(35, [0.05, 0.05], [0.2, 0.2])],
+                         kind="privatization")
+    _one_error_line(_cli(other, "--out", out), "no attack result files in")
+    assert out.read_text() == "the report of an earlier run\n"
+    assert not (tmp_path / "attacks").exists()  # no figures either
+    res = _cli(nested, "--out", out)
+    assert res.exit_code == 0 and "**met**" in out.read_text(), res.output
+
+
+def test_cli_report_out_that_cannot_be_a_file_is_one_error_line(tmp_path):
+    path = _result_file(tmp_path, "lap", LAPLACE, "mechanism.epsilon", [_point(35, [0.05, 0.05], [0.2, 0.2])])
+    _one_error_line(_cli(path, "--out", tmp_path), "is a directory")
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    _one_error_line(_cli(path, "--out", afile / "r.md"), "is a file, not a directory")
+    _one_error_line(_cli(path, "--out", afile / "sub" / "r.md"), "is a file, not a directory")
+    _one_error_line(_cli(path, "--out", tmp_path / "afile.md"), "its figures folder")  # <out stem>/ is the file
+    assert afile.read_text() == "x" and not (tmp_path / "afile.md").exists()
+
+
 # ------------------------------------------------------------------------------------ PPFT-payload sections
 def _payload_file(directory, name, kind, params, points, *, mechanism=None, seeds=(0, 1), axis=None):
     axis = axis or ("params.epsilon" if mechanism is None else "mechanism.epsilon")

@@ -102,6 +102,10 @@ def test_yaml_exponent_is_a_float(tmp_path):
         (lambda t: t.replace("params.k: [4, 8]", "params.k: []"), "grid.params.k", "non-empty list"),
         (lambda t: t.replace("params.k: [4, 8]", "params.k: 4"), "grid.params.k", "non-empty list"),
         (lambda t: t.replace("params.k: [4, 8]", "params.k: [4, 4]"), "grid.params.k", "distinct"),
+        # compared by value: 75 and 75.0 are one grid point, which would run twice
+        (lambda t: t.replace("[10, 28, 75]", "[10, 75, 75.0]"), "grid.mechanism.epsilon", "75 and 75.0 are the same value"),
+        # privatization runs no attack: an attack section would be silently ignored
+        (lambda t: t + "attack: {threat: {embedding_table: true}}\n", "attack", "runs no attack"),
         (lambda t: t.replace("params.k: [4, 8]", "params.q: [4, 8]"), "grid", "takes no parameter"),
         (lambda t: t.replace("params.k: [4, 8]", "foo.k: [4, 8]"), "grid", "<mechanism|params|attack>"),
         (lambda t: t.replace("params.k: [4, 8]", "attack.steps: [1, 2]"), "grid", "needs a `attack` mapping"),
@@ -127,6 +131,24 @@ def test_file_level_errors(tmp_path):
     assert "not valid YAML" in str(error_for(tmp_path, "name: [unclosed\n"))
     assert "empty" in str(error_for(tmp_path, ""))
     assert "mapping of fields" in str(error_for(tmp_path, "- a\n- b\n"))
+
+
+def test_a_cell_that_is_not_utf8_is_one_error_naming_the_file(tmp_path):
+    p = tmp_path / "latin1.yaml"
+    p.write_bytes(VALID.encode() + "notes: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(CellError, match="not valid UTF-8") as info:
+        load_cell(p)
+    assert str(p) in str(info.value)
+
+
+def test_grid_values_are_compared_by_value_and_bools_stay_apart_from_ints():
+    base = {"name": "x", "kind": "k", "texts": ["a"], "params": {}}
+    with pytest.raises(CellError, match="distinct"):
+        Cell.from_dict(base | {"grid": {"params.x": [1, 1.0]}}, strict=False)
+    with pytest.raises(CellError, match="distinct"):
+        Cell.from_dict(base | {"grid": {"params.x": [0.5, "a", 0.5]}}, strict=False)
+    cell = Cell.from_dict(base | {"grid": {"params.x": [True, 1, False, 0, "1", None]}}, strict=False)
+    assert len(cell.points()) == 6
 
 
 def test_format_only_validation_skips_the_registry():

@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 from datetime import datetime
 
 import pytest
@@ -317,3 +318,37 @@ def test_custom_kind_without_grid_and_bad_return(scratch_registry, tmp_path):
         run_cell({"name": "b", "kind": "broken", "seeds": [0]}, tmp_path, progress=False)
     with pytest.raises(ValueError, match="already registered"):
         register_cell_kind("const")(lambda cell, point, seed, context: {})
+
+
+def test_a_bad_out_dir_is_refused_before_any_grid_point_runs(scratch_registry, tmp_path):
+    calls = []
+
+    @register_cell_kind("counted")
+    def counted(cell, point, seed, context):
+        calls.append(seed)
+        return {"v": 1.0}
+
+    cell = {"name": "c", "kind": "counted", "seeds": [0, 1]}
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    with pytest.raises(ValueError, match="'.*afile' is not a directory"):
+        run_cell(cell, afile, progress=False)
+    with pytest.raises(ValueError, match="cannot create the results directory '.*afile/sub'"):
+        run_cell(cell, afile / "sub", progress=False)
+    assert calls == []  # nothing ran, so no results were lost
+    assert run_cell(cell, tmp_path / "new" / "dir", progress=False).parent == tmp_path / "new" / "dir"
+
+
+def test_a_failed_final_write_says_where_the_results_could_not_go(scratch_registry, tmp_path, monkeypatch):
+    from textfree.experiments import runner
+
+    @register_cell_kind("const_w")
+    def const_w(cell, point, seed, context):
+        return {"v": 1.0}
+
+    def full_disk(out_dir, stem, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(runner, "_write_new_json", full_disk)
+    with pytest.raises(OSError, match=f"could not write the results of cell 'w' to '{re.escape(str(tmp_path))}'.*No space"):
+        run_cell({"name": "w", "kind": "const_w", "seeds": [0]}, tmp_path, progress=False)

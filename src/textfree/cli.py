@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -149,11 +150,22 @@ def inspect(
     console.print(t)
 
 
+def _is_dataset_file(dataset: str) -> bool:
+    """Whether ``--dataset`` names a file (not a registered name or alias, nor a directory)."""
+    from textfree.data import UnknownDatasetError, get_dataset_spec
+
+    try:
+        get_dataset_spec(dataset)
+    except UnknownDatasetError:
+        return Path(dataset).expanduser().is_file()
+    return False
+
+
 @app.command()
 def account(
     dataset: str = typer.Option(..., help="Dataset name (e.g. pri-ddx) or path to its file."),
     budget: float = typer.Option(150.0, help="Total privacy budget B."),
-    split: Optional[str] = typer.Option(None, help="Split (e.g. test) when --dataset is a name."),
+    split: Optional[str] = typer.Option(None, help="Split (e.g. test) when --dataset is a name or directory (a file is its own split)."),
     encoder: str = typer.Option("default", help="Encoder whose tokenizer counts n and whose table gives D_max."),
     limit: Optional[int] = typer.Option(None, help="Use only the first N records."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -164,10 +176,14 @@ def account(
     _quiet_transformers()
     from textfree.alignment import dataset_alignment
     from textfree.data import DataError
+    from textfree.encoders import EncoderLoadError
 
+    if split is not None and _is_dataset_file(dataset):  # the report would claim a split the file does not hold
+        _fail(f"--split {split!r} applies to a dataset name or directory, not to the file {dataset!r} "
+              "(the file is the split: leave --split out)")
     try:
         result = dataset_alignment(dataset, budget, split=split, encoder=encoder, limit=limit)
-    except (DataError, FileNotFoundError, ValueError) as exc:
+    except (DataError, FileNotFoundError, ValueError, EncoderLoadError) as exc:
         _fail(str(exc))
     if as_json:
         console.print_json(json.dumps(result))
@@ -206,8 +222,10 @@ def substitute(
 ) -> None:
     """Text-to-text privatization (T2T) or its part-of-speech-constrained form (PCT2T)."""
     _quiet_transformers()
+    from textfree.encoders import EncoderLoadError
     from textfree.rng import resolve_generator
-    from textfree.substitution.cli_support import build_t2t, default_corpus, replacement_rows
+    from textfree.substitution.cli_support import build_t2t, default_corpus, parse_pos, replacement_rows
+    from textfree.substitution.pos import TAGGERS
 
     if eta <= 0:
         _fail(f"--eta must be > 0, got {eta}")
@@ -215,19 +233,52 @@ def substitute(
         _fail(f"--search must be exact or approximate, got {search!r}")
     if shortlist < 0:
         _fail(f"--shortlist must be >= 0, got {shortlist}")
-    try:
-        mech = build_t2t(table=table, eta=eta, pos=pos, tagger=tagger, nltk_data=nltk_data, search=search,
-                         shortlist=shortlist)
-    except (ValueError, FileNotFoundError, OSError) as exc:
-        _fail(str(exc))
-    gen = resolve_generator(None, seed)
+    if seed is not None and seed < 0:
+        _fail(f"--seed must be >= 0, got {seed}")
+    # the tagger flags are checked always, and refused where they would have no effect (never silently ignored)
+    if pos is not None and not parse_pos(pos):
+        _fail(f"--pos {pos!r} lists no POS category: give e.g. noun,verb (or leave --pos out for plain T2T)")
+    if tagger not in TAGGERS:
+        _fail(f"--tagger must be one of {', '.join(TAGGERS)}, got {tagger!r}")
+    if nltk_data is not None and not nltk_data.is_dir():
+        _fail(f"--nltk-data {str(nltk_data)!r} is not a directory")
+    if tagger == "nltk" and nltk_data is None:
+        _fail("--tagger nltk needs --nltk-data (a directory holding NLTK's tagger)")
+    if nltk_data is not None and tagger != "nltk":
+        _fail("--nltk-data is only used by --tagger nltk")
+    if pos is None and tagger != "textblob":
+        _fail(f"--tagger {tagger} has no effect without --pos (plain T2T tags no words)")
     if replacement_table:
         try:
             eta_list = [float(x) for x in etas.split(",") if x.strip()]
+        except ValueError as exc:
+            _fail(f"bad --etas {etas!r}: {exc}")
+        if not eta_list:
+            _fail(f"--etas {etas!r} lists no eta: give comma-separated numbers > 0")
+        bad = [e for e in eta_list if not (math.isfinite(e) and e > 0)]
+        if bad:
+            _fail(f"--etas must be finite numbers > 0, got {bad[0]:g}")
+        try:
             sentences = default_corpus() if corpus is None else [l.strip() for l in corpus.read_text(encoding="utf-8").splitlines() if l.strip()]
-        except (ValueError, OSError) as exc:
-            _fail(f"bad --etas or --corpus: {exc}")
-        rows = replacement_rows(mech, sentences, eta_list, generator=gen)
+        except (OSError, UnicodeDecodeError) as exc:
+            _fail(f"cannot read --corpus {str(corpus)!r}: {exc}")
+        if not sentences:
+            _fail(f"--corpus {str(corpus)!r} holds no sentence (one per line)")
+    elif not text or not text.strip():
+        _fail("give a text to substitute, or --replacement-table")
+    try:
+        mech = build_t2t(table=table, eta=eta, pos=pos, tagger=tagger, nltk_data=nltk_data, search=search,
+                         shortlist=shortlist)
+    except (ValueError, FileNotFoundError, OSError, EncoderLoadError) as exc:
+        _fail(str(exc))
+    if not math.isfinite(mech.privacy_loss_per_word().epsilon):  # eta * D_max overflows: nothing is promised
+        _fail(f"--eta {eta:g} times D_max {mech.input_diameter():g} is not a finite privacy loss: this eta promises no privacy")
+    gen = resolve_generator(None, seed)
+    if replacement_table:
+        try:
+            rows = replacement_rows(mech, sentences, eta_list, generator=gen)
+        except ValueError as exc:  # e.g. no word of --corpus is in the table
+            _fail(f"--corpus: {exc}" if corpus is not None else str(exc))
         t = Table(title=f"empirical word-replacement probability ({'PCT2T ' + pos if pos else 'T2T'}, {len(sentences)} sentences)")
         t.add_column("eta", justify="right")
         t.add_column("P(word replaced)", justify="right")
@@ -235,8 +286,6 @@ def substitute(
             t.add_row(f"{e:g}", f"{rate:.3f}")
         console.print(t)
         return
-    if not text:
-        _fail("give a text to substitute, or --replacement-table")
     out = mech.privatize([text], generator=gen)[0]
     console.print(out, markup=False, highlight=False)
     caveat = ("; PCT2T: between words of the same part-of-speech category only (the category itself is revealed: words "
@@ -251,11 +300,12 @@ def run(
 ) -> None:
     """Run an experiment cell and write a results JSON."""
     _quiet_transformers()
+    from textfree.encoders import EncoderLoadError
     from textfree.experiments import run_cell
 
-    try:
+    try:  # run_cell checks --out-dir before the first grid point runs
         path = run_cell(cell, out_dir)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, OSError, EncoderLoadError) as exc:  # OSError: also the final write, naming where
         _fail(str(exc))
     console.print(f"wrote {path}")
 

@@ -39,9 +39,13 @@ __all__ = [
     "target_verdict",
     "build_report",
     "write_report",
+    "ATTACK_KINDS",
+    "attack_result_files",
 ]
 
 KIND = "token_inversion"
+#: The cell kinds whose result files the report reads (every other kind's files are skipped).
+ATTACK_KINDS = ("token_inversion", "attribute_inference", "learned_inversion", "substitution_inversion")
 #: The issue-4 target: where nearest neighbour recovers at most this fraction of tokens ...
 TARGET_NN_MAX = 0.20
 #: ... BeamClean (estimated noise) recovers at least this many times as many.
@@ -135,6 +139,14 @@ def result_files(paths: Iterable[str | Path]) -> list[Path]:
     for p in map(Path, paths):
         files += sorted(p.glob("*.json")) if p.is_dir() else [p]
     return files
+
+
+def attack_result_files(paths: Iterable[str | Path]) -> list[Path]:
+    """The result files among ``paths`` (as :func:`result_files` finds them) of the :data:`ATTACK_KINDS`: the ones the
+    report reads. A file that is not a result file raises :class:`~textfree.experiments.ResultsError`."""
+    from ..experiments import load_results
+
+    return [f for f in result_files(paths) if load_results(f).get("kind") in ATTACK_KINDS]
 
 
 def collect(paths: Iterable[str | Path]) -> list[Curve]:
@@ -415,8 +427,16 @@ def _figure(curves: Sequence[Curve], path: Path) -> bool:
 
 def write_report(paths: Iterable[str | Path], out: str | Path, *, figures_dir: str | Path | None = None) -> Path:
     """Write the report to ``out`` and its figures to ``<out stem>/token_inversion.png`` and ``cross_matrix.png``
-    (or under ``figures_dir``)."""
+    (or under ``figures_dir``).
+
+    Raises :class:`~textfree.experiments.ResultsError`, writing nothing, when ``paths`` hold no result file of the
+    :data:`ATTACK_KINDS`: an empty report would replace the real one."""
+    from ..experiments import ResultsError
+
     paths = list(paths)
+    if not attack_result_files(paths):
+        raise ResultsError(f"no attack result files in {', '.join(map(str, paths))} (kinds {', '.join(ATTACK_KINDS)}; a "
+                           "directory is searched for *.json directly inside it): nothing written")
     curves = collect(paths)
     out = Path(out)
     figure = (Path(figures_dir) if figures_dir else out.parent / out.stem) / "token_inversion.png"

@@ -176,6 +176,8 @@ class Cell:
             kind = get_cell_kind(self.kind)
         except ValueError as exc:
             raise CellError(str(exc), field="kind") from None
+        if self.attack is not None and not kind.takes_attack:
+            raise CellError(f"kind {self.kind!r} runs no attack, so an `attack` section would be ignored; remove it", field="attack")
         if kind.metrics is not None:
             bad = [m for m in self.metrics if m not in kind.metrics]
             if bad:
@@ -305,9 +307,14 @@ def _check_grid(v: Any) -> dict:
                 raise CellError(f"entry {i} must be a scalar (number, string, bool, null), got {_type_name(item)}", field=where)
             if isinstance(item, float) and not math.isfinite(item):
                 raise CellError(f"entry {i} must be finite, got {item!r}", field=where)
-        reprs = [repr(x) for x in values]
-        if len(set(reprs)) != len(reprs):
-            raise CellError(f"values must be distinct, got {values!r}", field=where)
+        seen: list[tuple[bool, Any]] = []  # compared by value (75 == 75.0), a bool never equal to an int
+        for item in values:
+            value = (isinstance(item, bool), item)
+            if value in seen:
+                same = values[seen.index(value)]
+                also = f" ({same!r} and {item!r} are the same value)" if repr(same) != repr(item) else ""
+                raise CellError(f"values must be distinct, got {values!r}{also}", field=where)
+            seen.append(value)
         out[key] = list(values)
     return out
 
@@ -413,6 +420,8 @@ def load_cell(path: str | os.PathLike) -> Cell:
         raise CellError("no such file", source=p) from None
     except OSError as exc:
         raise CellError(f"cannot read: {exc}", source=p) from None
+    except UnicodeDecodeError as exc:
+        raise CellError(f"not valid UTF-8 text (byte {exc.start}): a cell is a UTF-8 YAML file", source=p) from None
     loader, yaml = _yaml_loader()
     try:
         data = yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader subclass

@@ -13,7 +13,8 @@ Register with a decorator::
         ...
 
 ``metrics`` and ``params`` (name -> help) are optional declarations; when given, :func:`~.cell.load_cell`
-rejects cells that ask for a metric the kind does not produce or set a parameter it does not take.
+rejects cells that ask for a metric the kind does not produce or set a parameter it does not take. A kind that
+reads no ``attack`` section registers with ``takes_attack=False``, and a cell of it that has one is rejected.
 ``validate(cell, points)`` is an optional hook that raises ``ValueError`` for a cell the kind cannot run.
 """
 
@@ -42,6 +43,7 @@ class CellKind:
     params: Mapping[str, str] | None = None
     validate: Callable[[Any, list], None] | None = None
     help: str = ""
+    takes_attack: bool = True
 
     def __call__(self, cell: Any, point: dict, seed: int, context: "RunContext") -> dict:
         return self.fn(cell, point, seed, context)
@@ -80,6 +82,7 @@ def register_cell_kind(
     params: Mapping[str, str] | None = None,
     validate: Callable[[Any, list], None] | None = None,
     help: str | None = None,
+    takes_attack: bool = True,
 ) -> Callable[[KindFunction], KindFunction]:
     """Decorator: register ``fn(cell, point, seed, context) -> dict[str, float]`` as cell kind ``name``."""
     if not isinstance(name, str) or not name:
@@ -104,6 +107,7 @@ def register_cell_kind(
             params=None if params is None else dict(params),
             validate=validate,
             help=doc,
+            takes_attack=bool(takes_attack),
         )
         return fn
 

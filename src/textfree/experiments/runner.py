@@ -211,6 +211,21 @@ def _jsonable(obj: Any) -> Any:
     return str(obj)
 
 
+def _results_dir(out_dir: str | os.PathLike) -> Path:
+    """``out_dir``, created when missing; a ``ValueError`` naming it when it cannot hold result files (checked
+    before the first grid point runs, so a bad directory costs no run)."""
+    path = Path(out_dir)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"results directory {str(path)!r} is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"cannot create the results directory {str(path)!r}: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"results directory {str(path)!r} is not writable")
+    return path
+
+
 def _write_new_json(out_dir: Path, stem: str, data: Any) -> Path:
     """Write ``data`` to ``out_dir/stem.json`` (or ``stem-1.json``, ...) atomically, never replacing a file."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -248,11 +263,14 @@ def run_cell(
     """Run every (grid point, seed) of a cell and write its result JSON; returns the file's path.
 
     ``cell_or_path``: a :class:`Cell`, a mapping of cell fields, or a YAML file. ``progress``: show a tqdm bar.
+    ``out_dir`` is created (``ValueError`` when it cannot be) before the first grid point runs; an ``OSError`` at the
+    final write says where the results could not be written.
     """
     from tqdm.auto import tqdm
 
     cell, source = _as_cell(cell_or_path)
     kind = get_cell_kind(cell.kind)
+    out_dir = _results_dir(out_dir)
     points = cell.points()
     context = RunContext(cell=cell, logger=log)
     started = _dt.datetime.now(_dt.timezone.utc)
@@ -299,7 +317,10 @@ def run_cell(
         "elapsed_s": round(time.perf_counter() - t0, 3),
         "host": host_info(),
     }
-    path = _write_new_json(Path(out_dir), f"{cell.name}-{started.strftime('%Y%m%dT%H%M%SZ')}", data)
+    try:
+        path = _write_new_json(out_dir, f"{cell.name}-{started.strftime('%Y%m%dT%H%M%SZ')}", data)
+    except OSError as exc:
+        raise OSError(f"could not write the results of cell {cell.name!r} to {str(out_dir)!r}: {exc}") from exc
     log.info("wrote %s", path)
     return path
 

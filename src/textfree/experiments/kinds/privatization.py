@@ -148,6 +148,7 @@ def _encoded(context: RunContext) -> list[tuple[torch.Tensor, torch.Tensor]]:
     params=PRIVATIZATION_PARAMS,
     validate=_validate,
     help="Cosine between clean and privatized slots, noise norms and privacy losses over a grid.",
+    takes_attack=False,
 )
 def privatization(cell: Any, point: dict, seed: int, context: RunContext) -> dict[str, float]:
     """Cosine between clean and privatized slots, noise norms and privacy losses for one point and seed."""
