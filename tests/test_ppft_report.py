@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from textfree.experiments import ResultsError
 from textfree.ppft.report import build_report, collect, write_report
 
 
@@ -1423,3 +1424,37 @@ def test_a_layout_run_at_two_stage2_lengths_keeps_both_rows_each_against_its_own
     met = [l for l in lines if l.startswith("- beyond the paper, layouts that meet both")]
     assert len(met) == 1 and f"{name}, 15 stage-2 epochs (0.9600 / 0.6400 of 0.9700 / 0.7000, one training)" in met[0]
     assert "30 stage-2 epochs" not in met[0]
+
+
+def test_cli_report_refuses_paths_without_ppft_results_and_writes_nothing(tmp_path):
+    from textfree.cli import app
+
+    runner = CliRunner()
+    real = tmp_path / "docs" / "ppft.md"
+    real.parent.mkdir()
+    real.write_text("the real report\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _fixture(tmp_path)  # tmp_path/results/*.json: tmp_path itself (their parent) holds none directly
+    for where in (empty, tmp_path):
+        res = runner.invoke(app, ["ppft", "report", str(where), "--out", str(real)])
+        assert res.exit_code == 2 and res.output.startswith("error: no PPFT result files") and str(where) in res.output, res.output
+        assert real.read_text() == "the real report\n" and not (tmp_path / "docs" / "ppft").exists()
+    with pytest.raises(ResultsError, match="no PPFT result files"):
+        write_report([empty], tmp_path / "r.md")
+    assert not (tmp_path / "r.md").exists()
+
+
+def test_cli_report_refuses_an_out_that_is_a_directory_or_under_a_file_in_one_line(tmp_path):
+    from textfree.cli import app
+
+    d = _fixture(tmp_path)
+    runner = CliRunner()
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (tmp_path / "plain").write_text("x")
+    for out in (folder, tmp_path / "plain" / "r.md"):
+        res = runner.invoke(app, ["ppft", "report", str(d), "--out", str(out)])
+        assert res.exit_code == 2 and isinstance(res.exception, SystemExit), (res.output, res.exception)
+        assert len(res.output.strip().splitlines()) == 1 and res.output.startswith("error: ") and str(out) in res.output, res.output
+    assert list(folder.iterdir()) == [] and (tmp_path / "plain").read_text() == "x"

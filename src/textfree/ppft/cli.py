@@ -319,6 +319,23 @@ def width_match_cmd(
 _LM_SAMPLE_PROMPTS = ("The patient", "Question: What is 2+2?\nAnswer:", "The court")
 
 
+def _read_texts(path: _Path) -> _List[str]:
+    """The documents of --texts (.json/.jsonl: their 'text' items; otherwise one per non-blank line); a file that is
+    missing, not a file, unreadable or malformed is one error line naming it."""
+    from textfree.ppft.lm.corpus import load_text_file
+
+    if not path.is_file():
+        _ppft_fail(f"--texts {str(path)!r} is not a file ({'a directory' if path.is_dir() else 'no such file'})")
+    try:
+        if path.suffix in (".json", ".jsonl"):
+            return load_text_file(path)
+        return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except UnicodeDecodeError as exc:
+        _ppft_fail(f"--texts {str(path)!r} is not UTF-8 text (byte {exc.start})")
+    except (OSError, ValueError) as exc:
+        _ppft_fail(f"cannot read --texts {str(path)!r}: {exc}")
+
+
 @app.command("pretrain-decoder")
 def pretrain_decoder_cmd(
     preset: _Optional[str] = typer.Option(None, "--preset", help="tiny (tests, seconds), small (default; ~12 min on 2 CPU cores) or gpu."),
@@ -337,7 +354,6 @@ def pretrain_decoder_cmd(
     """Pretrain the small local Llama decoder (byte-level BPE + LlamaForCausalLM) on the general-domain corpus."""
     _ppft_setup()
     from textfree.ppft.lm import DecoderPretrainConfig, pretrain_decoder
-    from textfree.ppft.lm.corpus import load_text_file
 
     overrides = {
         "output_dir": None if out is None else str(out),
@@ -355,12 +371,7 @@ def pretrain_decoder_cmd(
         cfg = _ppft_run(DecoderPretrainConfig.from_file, config, preset=preset, **overrides)
     else:
         cfg = _ppft_run(DecoderPretrainConfig.from_preset, preset or "small", **overrides)
-    documents = None
-    if texts is not None:
-        if texts.suffix in (".json", ".jsonl"):
-            documents = _ppft_run(load_text_file, texts)
-        else:
-            documents = [line for line in texts.read_text(encoding="utf-8").splitlines() if line.strip()]
+    documents = None if texts is None else _read_texts(texts)
     result = _ppft_run(pretrain_decoder, cfg, texts=documents, progress=progress)
     from accelerate import PartialState
 

@@ -4,7 +4,7 @@
 Checkpoints (safetensors + JSON, see :mod:`textfree.ppft.checkpoint`) hold the trainable weights, optimizer and RNG
 states and the position in the data, and a run resumes from its newest one. Data order is a seeded permutation per
 epoch, so a resumed run replays exactly what the uninterrupted run would have done. Around it: the run directory
-(:func:`prepare_run_dir`, which refuses to resume a directory holding another run), summary.json
+(:func:`check_run_dir` refuses to resume a directory holding another run; :func:`prepare_run_dir` writes it), summary.json
 (:func:`write_summary`) and the server part's optimizer and loss.
 """
 
@@ -37,7 +37,7 @@ from .checkpoint import (
 from .ema import WeightAverage
 from .train_config import LoopConfig
 
-__all__ = ["fit", "lr_multiplier", "prepare_run_dir", "write_summary", "total_wall_s", "param_groups",
+__all__ = ["fit", "lr_multiplier", "check_run_dir", "prepare_run_dir", "write_summary", "total_wall_s", "param_groups",
            "server_optimizer", "payload_loss", "METRICS", "SUMMARY"]
 
 log = logging.getLogger("textfree.ppft")
@@ -61,15 +61,16 @@ def _epoch_order(n: int, seed: int, epoch: int) -> list[int]:
     return torch.randperm(n, generator=gen).tolist()
 
 
-def prepare_run_dir(cfg: LoopConfig, *, init: str | None = None) -> Path:
-    """Write train_config.json; refuse to resume a run directory that holds a different run.
-
-    ``init`` (stage 2: the run it starts from) is fingerprinted into train_config.json, and an interrupted run is
-    resumed only from the same ``init``: the config names it by path, so a rebuilt one would otherwise pass."""
+def check_run_dir(cfg: LoopConfig, *, init: str | None = None, fingerprint: str | None = None) -> str | None:
+    """Refuse to resume a run directory that holds a different run (other settings, or another ``init``); reads only,
+    writes nothing, so a run can be checked before its data and models are loaded. Returns the fingerprint of ``init``
+    (``fingerprint`` when the caller has it already; None without ``init``) for :func:`prepare_run_dir`."""
     run = Path(cfg.out)
-    run.mkdir(parents=True, exist_ok=True)
+    if run.exists() and not run.is_dir():
+        raise ValueError(f"the run directory {str(run)!r} is a file, not a directory")
     saved_path = run / TRAIN_CONFIG
-    fingerprint = None if init is None else run_fingerprint(init)
+    if init is not None and fingerprint is None:
+        fingerprint = run_fingerprint(init)
     mine = {k: v for k, v in cfg.to_dict().items() if k not in _RESUME_FREE}
     if cfg.resume and saved_path.is_file() and latest_checkpoint(run) is not None:
         saved_doc = read_json(saved_path)
@@ -86,13 +87,26 @@ def prepare_run_dir(cfg: LoopConfig, *, init: str | None = None) -> Path:
                 raise InitChanged(f"{exc}: its checkpoints cannot be resumed; use another --out or --no-resume") from None
             if not checked:
                 log.warning("%s records no fingerprint of its init run %s; resuming without checking that it is unchanged", run, init)
+    return fingerprint
+
+
+def prepare_run_dir(cfg: LoopConfig, *, init: str | None = None, fingerprint: str | None = None) -> Path:
+    """Check the run directory (:func:`check_run_dir`), then create it and write train_config.json; without resume,
+    remove its checkpoints and metrics. Call it once the run's data and models have loaded: a run that cannot start
+    leaves ``cfg.out`` as it was.
+
+    ``init`` (stage 2: the run it starts from) is fingerprinted into train_config.json, and an interrupted run is
+    resumed only from the same ``init``: the config names it by path, so a rebuilt one would otherwise pass."""
+    fingerprint = check_run_dir(cfg, init=init, fingerprint=fingerprint)
+    run = Path(cfg.out)
+    run.mkdir(parents=True, exist_ok=True)
     if not cfg.resume:
         import shutil
 
         shutil.rmtree(run / "checkpoints", ignore_errors=True)
         (run / METRICS).unlink(missing_ok=True)
     doc = {"kind": type(cfg).__name__, "config": cfg.to_dict()}
-    write_json(saved_path, doc if init is None else doc | {"init_fingerprint": fingerprint})
+    write_json(run / TRAIN_CONFIG, doc if init is None else doc | {"init_fingerprint": fingerprint})
     return run
 
 

@@ -63,6 +63,7 @@ class PipelineConfig:
 
     def __post_init__(self) -> None:
         from .evaluate import TASKS
+        from .lm.config import PRESETS
 
         if not self.out:
             raise ValueError("out (the pipeline's root directory) is required")
@@ -75,6 +76,8 @@ class PipelineConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1 or null, got {value}")
+        if self.preset not in PRESETS:
+            raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
         if self.pretrain_texts is not None and not Path(self.pretrain_texts).is_file():
             raise ValueError(f"pretrain_texts {self.pretrain_texts!r} is not a file (a .txt, .jsonl or .json of documents)")
         if not self.eval_tasks or any(t not in TASKS for t in self.eval_tasks):
@@ -150,7 +153,6 @@ def run_pipeline(cfg: PipelineConfig) -> dict[str, Any]:
     from .train import train_stage1, train_stage2
 
     root = Path(cfg.out)
-    root.mkdir(parents=True, exist_ok=True)
     steps: dict[str, dict[str, Any]] = {}
     started = time.perf_counter()
 
@@ -166,6 +168,7 @@ def run_pipeline(cfg: PipelineConfig) -> dict[str, Any]:
                              "use another out (finished steps are never overwritten)")
 
     _check_steps_below(stage_cfgs, decoder_done, pre.output_dir)
+    root.mkdir(parents=True, exist_ok=True)  # only once every setting has passed: a refused call leaves no directory
 
     # 1. decoder pretraining (a time- or step-budgeted run of the local Llama decoder)
     if decoder_done:

@@ -20,6 +20,7 @@ import dataclasses
 import logging
 import random
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -35,11 +36,11 @@ from .batches import (
     general_examples,
     public_restore_examples,
 )
-from .checkpoint import TRAIN_CONFIG, read_json
 from .config import LoraSettings, PromptTemplate
-from .loop import fit, lr_multiplier, param_groups, payload_loss, prepare_run_dir, server_optimizer, total_wall_s, write_summary
+from .loop import check_run_dir, fit, lr_multiplier, param_groups, payload_loss, prepare_run_dir, server_optimizer, total_wall_s, write_summary
 from .model import TextFreeLM
 from .prompt_variants import rewriter_for
+from .server import CONFIG_NAME
 from .stage2_fits import answer_head_payloads, fit_answer_head, fit_center
 from .train_config import LoopConfig, Stage1Config, Stage2Config
 
@@ -49,11 +50,26 @@ log = logging.getLogger("textfree.ppft")
 
 
 # =========================================================================== stage 1
+def _check_decoder(decoder: str) -> None:
+    """Fail before the data loads when the base decoder is neither a local model directory nor a loadable model name
+    (its config only; the weights load with the model)."""
+    from transformers import AutoConfig
+
+    if not Path(decoder).expanduser().exists() and (Path(decoder).is_absolute() or decoder.startswith((".", "~"))):
+        raise FileNotFoundError(f"decoder {decoder!r}: no such directory")
+    try:
+        AutoConfig.from_pretrained(decoder)
+    except (OSError, ValueError) as exc:
+        raise FileNotFoundError(f"cannot load decoder {decoder!r}: {str(exc).splitlines()[0]}") from None
+
+
 def train_stage1(cfg: Stage1Config, *, on_step: Callable[[int, float], None] | None = None) -> dict[str, Any]:
     """Stage 1: align encoder + projection + LoRA decoder on general-domain data (no noise).
 
-    Returns the summary written to summary.json plus ``"model"``: the trained :class:`TextFreeLM`."""
-    run = prepare_run_dir(cfg)
+    Returns the summary written to summary.json plus ``"model"``: the trained :class:`TextFreeLM`. The data and the
+    decoder load before ``cfg.out`` is written: a run that cannot start leaves it as it was."""
+    check_run_dir(cfg)
+    _check_decoder(cfg.decoder)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     t0 = time.time()
@@ -77,6 +93,7 @@ def train_stage1(cfg: Stage1Config, *, on_step: Callable[[int, float], None] | N
         max_private_tokens=cfg.max_private_tokens,
         seed=cfg.seed,
     )
+    run = prepare_run_dir(cfg)
     for name, p in lm.encoder.named_parameters():  # the pooler head is unused (we take token states): frozen,
         p.requires_grad_(".pooler." not in f".{name}")  # so DDP sees no parameter without a gradient
     lm.encoder.train()
@@ -108,24 +125,26 @@ def train_stage1(cfg: Stage1Config, *, on_step: Callable[[int, float], None] | N
 def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | None = None) -> dict[str, Any]:
     """Stage 2: encoder frozen; projection + LoRA adapt to privatized payloads of the domain's training split.
 
-    Returns the summary written to summary.json plus ``"model"``: the adapted :class:`TextFreeLM`."""
+    Returns the summary written to summary.json plus ``"model"``: the adapted :class:`TextFreeLM`. The init run
+    and the data load before ``cfg.out`` is written: a run that cannot start leaves it as it was."""
     from ..data import ppft_split
 
-    run = prepare_run_dir(cfg, init=cfg.init)
+    if not (Path(cfg.init) / CONFIG_NAME).is_file():
+        raise FileNotFoundError(f"init {str(cfg.init)!r} is not a PPFT run directory (no {CONFIG_NAME})")
+    init_fingerprint = check_run_dir(cfg, init=cfg.init)  # also in summary.json: a reuse checks it
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     t0 = time.time()
 
     # -- model: the init run's encoder (frozen, client side) and server part (projection + LoRA trainable)
     lm = TextFreeLM.load(cfg.init, trainable=True, decoder=cfg.decoder)
-    init_fingerprint = read_json(run / TRAIN_CONFIG)["init_fingerprint"]  # also in summary.json: a reuse checks it
     lm.encoder.requires_grad_(False)
     lm.encoder.eval()
     if torch.cuda.is_available() and not cfg.cpu:
         lm.encoder.to("cuda")  # the client's one-off encoding pass; payload rows are kept on the CPU
     family = cfg.mechanism or lm.config.mechanism
-    k = cfg.k or lm.config.k
-    max_private = cfg.max_private_tokens or lm.config.max_private_tokens
+    k = lm.config.k if cfg.k is None else cfg.k
+    max_private = lm.config.max_private_tokens if cfg.max_private_tokens is None else cfg.max_private_tokens
     template = lm.config.template
     if cfg.max_target_tokens is not None:
         template = dataclasses.replace(template, max_target_tokens=cfg.max_target_tokens)
@@ -154,6 +173,7 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
         if cfg.limit is not None:
             records = records[: cfg.limit]
         examples = domain_examples(records, cfg.tasks)
+    run = prepare_run_dir(cfg, init=cfg.init, fingerprint=init_fingerprint)
     noise_seed = cfg.seed if cfg.noise_seed is None else cfg.noise_seed
     center_info = None if lm.center is None else {"inherited_from": str(cfg.init), "sha256": lm.config.center_sha256, "mu": lm.config.center_mu}
     if cfg.blind:

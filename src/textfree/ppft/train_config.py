@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
+from ..data.privacyrestore import privacyrestore_dir
 from ..data.splits import check_validation
-from .batches import DEFAULT_GENERAL_SOURCES, STAGE2_TASKS
+from .batches import DEFAULT_GENERAL_SOURCES, FORBIDDEN_STAGE1_SOURCES, STAGE2_TASKS
 from .config import check_center_mu
 from .ema import check_ema_decay
-from .projection import check_dropout
+from .projection import PROJECTION_KINDS, check_dropout
 from .prompt_variants import PromptVariants, rewriter_for
 from .slot_augment import SlotCountAugment
 
@@ -80,6 +82,25 @@ class Stage1Config(LoopConfig):
     max_private_tokens: int = field(default=256, metadata={"help": "Client cuts private text to this many encoder tokens."})
     max_public_tokens: int = field(default=256, metadata={"help": "Server cuts public text to this many decoder tokens."})
     max_target_tokens: int = field(default=64, metadata={"help": "Targets are cut to this many decoder tokens."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("k", "lora_r", "max_private_tokens", "max_public_tokens", "max_target_tokens"):
+            _check_int(name, getattr(self, name), 1)
+        if isinstance(self.lora_alpha, bool) or not isinstance(self.lora_alpha, (int, float)) or not self.lora_alpha > 0:
+            raise ValueError(f"lora_alpha must be a number > 0, got {self.lora_alpha!r}")
+        _check_optional_int("limit_per_source", self.limit_per_source, 1)
+        _check_optional_int("projection_hidden", self.projection_hidden, 1)
+        if self.projection not in PROJECTION_KINDS:
+            raise ValueError(f"projection must be one of {PROJECTION_KINDS}, got {self.projection!r}")
+        check_dropout("lora_dropout", self.lora_dropout)
+        fraction = self.restore_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"restore_fraction must be a number in [0, 1], got {fraction!r}")
+        from ..mechanisms.base import get_mechanism_class
+
+        get_mechanism_class(self.mechanism)
+        _check_stage1_sources(self.data)
 
 
 @dataclass(kw_only=True)
@@ -159,8 +180,14 @@ class Stage2Config(LoopConfig):
             raise ValueError("repeat_mean changes the client's private slots: a blind run sends none")
         if self.train_decoder and list(self.tasks) != ["restore"]:
             raise ValueError(f"train_decoder (full fine-tuning) is an inversion attacker's option: tasks must be ['restore'], got {self.tasks!r}")
-        for name, low in (("restore_text_limit", 1), ("summary_slots", 0), ("max_target_tokens", 1), ("count_vectors", 0)):
+        for name, low in (("restore_text_limit", 1), ("summary_slots", 0), ("max_target_tokens", 1), ("count_vectors", 0),
+                          ("k", 1), ("limit", 1), ("max_private_tokens", 1)):
             _check_optional_int(name, getattr(self, name), low)
+        fraction = self.split_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"split_fraction must be a number in [0, 1], got {fraction!r}")
+        if not isinstance(self.dataset, str) or not (privacyrestore_dir(self.dataset) or Path(self.dataset).expanduser().is_dir()):
+            raise ValueError(f"dataset must be pri-ddx, pri-slja or a directory holding dev.json and test.json, got {self.dataset!r}")
         tasks = list(self.tasks)
         if not tasks or len(set(tasks)) != len(tasks) or any(t not in STAGE2_TASKS for t in tasks):
             raise ValueError(f"tasks must be distinct names from {STAGE2_TASKS}, got {self.tasks!r}")
@@ -170,8 +197,9 @@ class Stage2Config(LoopConfig):
             from ..mechanisms.base import get_mechanism_class
 
             get_mechanism_class(self.mechanism)
-        if self.epsilon is not None and not (isinstance(self.epsilon, (int, float)) and self.epsilon > 0):
-            raise ValueError(f"epsilon must be a positive number or null, got {self.epsilon!r}")
+        if self.epsilon is not None and (isinstance(self.epsilon, bool) or not isinstance(self.epsilon, (int, float))
+                                         or not math.isfinite(self.epsilon) or self.epsilon <= 0):
+            raise ValueError(f"epsilon must be a finite number > 0 or null, got {self.epsilon!r}")
         if self.blind and self.epsilon is not None:
             raise ValueError("a blind run sends no private prefix: set epsilon to null")
         _check_optional_int("slot_augment_epochs", self.slot_augment_epochs, 1)
@@ -225,3 +253,26 @@ def _check_optimiser(cfg: LoopConfig) -> None:
 def _check_optional_int(name: str, value: Any, low: int) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
         raise ValueError(f"{name} must be an integer >= {low} or null, got {value!r}")
+
+
+def _check_int(name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+def _check_stage1_sources(sources: Any) -> None:
+    """Stage 1's general-domain sources: a non-empty list of 'name' or 'name:split', each a registered dataset (never
+    an evaluation or domain set) or an existing path; checked before any data is read."""
+    from ..data import UnknownDatasetError, get_dataset_spec
+
+    if not isinstance(sources, list) or not sources or not all(isinstance(s, str) and s for s in sources):
+        raise ValueError(f"data must be a non-empty list of source names ('alpaca', 'lima', 'gsm8k:train'), got {sources!r}")
+    for source in sources:
+        name = source.partition(":")[0]
+        if name.lower() in FORBIDDEN_STAGE1_SOURCES:
+            raise ValueError(f"data source {source!r} is evaluation or domain data and may not be used for stage 1")
+        try:
+            get_dataset_spec(name)
+        except UnknownDatasetError:
+            if not Path(name).expanduser().exists():
+                raise ValueError(f"data source {source!r} is neither a registered dataset nor an existing path") from None

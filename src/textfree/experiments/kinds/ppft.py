@@ -142,7 +142,7 @@ def _records(dataset: str, split: str | None, limit: int | None, validation: flo
     evaluated = [r for r in evaluated if isinstance(r, MCQARecord)]
     if not evaluated:
         raise ValueError(f"{dataset!r} holds no multiple-choice records to evaluate on")
-    return train, (evaluated[:limit] if limit else evaluated), [r for r in every if isinstance(r, MCQARecord)]
+    return train, (evaluated if limit is None else evaluated[:limit]), [r for r in every if isinstance(r, MCQARecord)]
 
 
 def _evaluate(lm, cell, seed: int, context: RunContext, *, tasks, epsilon, k, mechanism, noise_match, limit,
@@ -222,6 +222,11 @@ def _evaluating_points(cell, points, kind: str, datasets: str, required: dict[st
             raise CellError(f"{kind} needs params {wanted}", field="params")
         if "eval_tasks" in p:
             _check_tasks(p["eval_tasks"])
+        for name in ("eval_limit", "k"):  # 0 would mean "all records" / "the model's k" where it is read with `or`
+            value = p.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise CellError(f"{name} must be an integer >= 1 or null at {point or 'the cell'}, got {value!r}",
+                                field=f"params.{name}")
         if cell.split == "validation" and not p.get("validation"):
             raise CellError(f"split 'validation' evaluates the part of the training rows a run held back: params.validation "
                             f"must be > 0 at {point or 'the cell'}, got {p.get('validation')!r}", field="params.validation")
@@ -284,7 +289,8 @@ def stage2_model(cfg, name: str, context: RunContext):
     return context.cached(("stage2", cfg.out), train)
 
 
-@register_cell_kind("ppft_stage2", metrics=eval_metric_names() + _TRAIN, params=STAGE2_PARAMS, validate=_stage2_validate)
+@register_cell_kind("ppft_stage2", metrics=eval_metric_names() + _TRAIN, params=STAGE2_PARAMS, validate=_stage2_validate,
+                    takes_attack=False)
 def ppft_stage2(cell, point, seed: int, context: RunContext) -> dict[str, float]:
     """PPFT stage 2 on the cell's dataset (trained once per point), evaluated on its held-out split per noise seed."""
     p = cell.resolve(point).params
@@ -302,7 +308,8 @@ def _evaluate_validate(cell, points) -> None:
     _evaluating_points(cell, points, "ppft_evaluate", "pri-ddx, pri-slja, csqa, arc, or a path", {"model": "a PPFT run directory"})
 
 
-@register_cell_kind("ppft_evaluate", metrics=eval_metric_names(), params=EVALUATE_PARAMS, validate=_evaluate_validate)
+@register_cell_kind("ppft_evaluate", metrics=eval_metric_names(), params=EVALUATE_PARAMS, validate=_evaluate_validate,
+                    takes_attack=False)
 def ppft_evaluate(cell, point, seed: int, context: RunContext) -> dict[str, float]:
     """Accuracy of an existing PPFT run on a held-out split or a general MCQA set, per noise seed."""
     from ...ppft.model import TextFreeLM
@@ -332,7 +339,7 @@ def _stage1_config(p: dict[str, Any]):
     return Stage1Config(**p | {"progress": False})
 
 
-@register_cell_kind("ppft_stage1", metrics=_TRAIN, params=STAGE1_PARAMS, validate=_stage1_validate)
+@register_cell_kind("ppft_stage1", metrics=_TRAIN, params=STAGE1_PARAMS, validate=_stage1_validate, takes_attack=False)
 def ppft_stage1(cell, point, seed: int, context: RunContext) -> dict[str, float]:
     """PPFT stage 1 (alignment, no noise) with the cell's params; the seed is the training seed."""
     from ...ppft.checkpoint import read_json
@@ -373,6 +380,7 @@ def _pretrain_validate(cell, points) -> None:
     metrics=("heldout_loss", "heldout_ppl", "initial_heldout_loss", "parameters", "wall_s", "tokens_per_s", "reused"),
     params=PRETRAIN_PARAMS,
     validate=_pretrain_validate,
+    takes_attack=False,
 )
 def ppft_pretrain(cell, point, seed: int, context: RunContext) -> dict[str, float]:
     """Pretrain the local decoder (the seed is the training seed); metrics from its metrics.json."""
@@ -423,7 +431,8 @@ def _pipeline_metrics() -> tuple[str, ...]:
     return tuple(f"{s}_wall_s" for s in STEPS) + ("total_wall_s", "measured_in_one_go", "n_heldout") + tuple(f"acc_{t}" for t in EVAL_TASKS)
 
 
-@register_cell_kind("ppft_pipeline", metrics=_pipeline_metrics(), params=_pipeline_params(), validate=_pipeline_validate)
+@register_cell_kind("ppft_pipeline", metrics=_pipeline_metrics(), params=_pipeline_params(), validate=_pipeline_validate,
+                    takes_attack=False)
 def ppft_pipeline(cell, point, seed: int, context: RunContext) -> dict[str, float]:
     """The default PPFT pipeline (pretraining, stage 1, stage 2, evaluation) in one go, each step timed."""
     from ...ppft.pipeline import run_pipeline

@@ -132,12 +132,20 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = (), co
 
 
 def write_report(paths: Iterable[str | Path], out: str | Path, *, figures_dir: str | Path | None = None) -> Path:
-    """Write the report to ``out`` (and the figures next to it, in ``<out stem>/`` unless ``figures_dir``)."""
+    """Write the report to ``out`` (and the figures next to it, in ``<out stem>/`` unless ``figures_dir``).
+
+    Raises :class:`~textfree.experiments.ResultsError`, writing nothing, when ``paths`` hold no PPFT result point: an
+    empty report would replace the real one."""
+    from ...experiments import ResultsError
+
     paths = list(paths)
     out = Path(out)
     fig_dir = Path(figures_dir) if figures_dir else out.parent / out.stem
     figs = []
-    entries, _ = split_selection(collect(paths))  # like the tables: validation runs only in their own section
+    everything = collect(paths)
+    if not everything:
+        raise ResultsError(f"no PPFT result files (of ppft_* cells) in {', '.join(str(p) for p in paths)}: nothing written")
+    entries, _ = split_selection(everything)  # like the tables: validation runs only in their own section
     for draw, path in ((_figure_k, fig_dir / "accuracy_vs_k.png"), (_figure_mu, fig_dir / "accuracy_vs_mu.png")):
         fig = draw(entries, path)
         if fig is None:  # nothing to draw from these files: an earlier report's figure there would be stale
