@@ -55,8 +55,11 @@ def _check_decoder(decoder: str) -> None:
     (its config only; the weights load with the model)."""
     from transformers import AutoConfig
 
-    if not Path(decoder).expanduser().exists() and (Path(decoder).is_absolute() or decoder.startswith((".", "~"))):
-        raise FileNotFoundError(f"decoder {decoder!r}: no such directory")
+    from ..encoders.loading import local_model_problem
+
+    problem = local_model_problem(decoder)  # a local path: said plainly, not as from_pretrained's "Repo id must be ..."
+    if problem:
+        raise FileNotFoundError(f"decoder: {problem}")
     try:
         AutoConfig.from_pretrained(decoder)
     except (OSError, ValueError) as exc:
