@@ -112,6 +112,7 @@ def test_account_never_claims_a_split_of_a_dataset_file(tiny_encoder_dir):
     (["the cat", "--tagger", "nltk", "--nltk-data", ROOT / "tests"], "has no effect without --pos"),
     (["the cat", "--pos", "noun", "--nltk-data", ROOT / "tests"], "--nltk-data is only used by --tagger nltk"),
     (["   "], "give a text to substitute"),
+    (["the cat", "--replacement-table"], "not over TEXT"),
     (["the cat", "--eta", "1.7e308"], "is not a finite privacy loss: this eta promises no privacy"),
 ])
 def test_substitute_bad_values_are_one_error_line(args, fragment):

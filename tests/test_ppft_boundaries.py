@@ -71,7 +71,8 @@ def test_training_checks_decoder_init_and_data_before_touching_an_existing_run(n
     ["train-stage1", "--decoder", "{tmp}/nodecoder"],
     ["train-stage2", "--from", "{tmp}/missing"],
     ["pipeline", "--preset", "bogus"],
-], ids=["restore-fraction", "decoder", "from", "preset"])
+    ["pipeline", "--encoder", "{tmp}/noencoder"],
+], ids=["restore-fraction", "decoder", "from", "preset", "pipeline-encoder"])
 def test_a_refused_training_command_leaves_no_new_out_directory(no_training, tmp_path, command):
     out = tmp_path / "new"
     _refused(["ppft", *(a.format(tmp=tmp_path) for a in command), "--out", str(out)])

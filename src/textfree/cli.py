@@ -249,6 +249,8 @@ def substitute(
     if pos is None and tagger != "textblob":
         _fail(f"--tagger {tagger} has no effect without --pos (plain T2T tags no words)")
     if replacement_table:
+        if text is not None:
+            _fail("--replacement-table measures over --corpus (or a built-in one), not over TEXT: leave TEXT out")
         try:
             eta_list = [float(x) for x in etas.split(",") if x.strip()]
         except ValueError as exc:

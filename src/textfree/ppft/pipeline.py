@@ -62,6 +62,7 @@ class PipelineConfig:
     progress: bool = field(default=True, metadata={"help": "Progress bars."})
 
     def __post_init__(self) -> None:
+        from ..encoders.loading import local_model_problem
         from .evaluate import TASKS
         from .lm.config import PRESETS
 
@@ -76,6 +77,8 @@ class PipelineConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1 or null, got {value}")
+        if self.encoder != "default" and (problem := local_model_problem(self.encoder)):
+            raise ValueError(f"encoder: {problem}")  # found now, not after the decoder's pretraining
         if self.preset not in PRESETS:
             raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
         if self.pretrain_texts is not None and not Path(self.pretrain_texts).is_file():
