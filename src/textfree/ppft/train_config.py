@@ -94,9 +94,7 @@ class Stage1Config(LoopConfig):
         if self.projection not in PROJECTION_KINDS:
             raise ValueError(f"projection must be one of {PROJECTION_KINDS}, got {self.projection!r}")
         check_dropout("lora_dropout", self.lora_dropout)
-        fraction = self.restore_fraction
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
-            raise ValueError(f"restore_fraction must be a number in [0, 1], got {fraction!r}")
+        _check_fraction("restore_fraction", self.restore_fraction)
         from ..mechanisms.base import get_mechanism_class
 
         get_mechanism_class(self.mechanism)
@@ -183,9 +181,7 @@ class Stage2Config(LoopConfig):
         for name, low in (("restore_text_limit", 1), ("summary_slots", 0), ("max_target_tokens", 1), ("count_vectors", 0),
                           ("k", 1), ("limit", 1), ("max_private_tokens", 1)):
             _check_optional_int(name, getattr(self, name), low)
-        fraction = self.split_fraction
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
-            raise ValueError(f"split_fraction must be a number in [0, 1], got {fraction!r}")
+        _check_fraction("split_fraction", self.split_fraction)
         if not isinstance(self.dataset, str) or not (privacyrestore_dir(self.dataset) or Path(self.dataset).expanduser().is_dir()):
             raise ValueError(f"dataset must be pri-ddx, pri-slja or a directory holding dev.json and test.json, got {self.dataset!r}")
         tasks = list(self.tasks)
@@ -253,6 +249,11 @@ def _check_optimiser(cfg: LoopConfig) -> None:
 def _check_optional_int(name: str, value: Any, low: int) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
         raise ValueError(f"{name} must be an integer >= {low} or null, got {value!r}")
+
+
+def _check_fraction(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
 
 
 def _check_int(name: str, value: Any, low: int) -> None:
