@@ -35,7 +35,7 @@ import torch  # noqa: E402
 from textfree.encoders.loading import resolve_encoder_path  # noqa: E402
 from textfree.payload import Payload  # noqa: E402
 from textfree.ppft import server as ppft_server  # noqa: E402
-from textfree.ppft.generate import greedy_generate  # noqa: E402
+from textfree.lm.generate import greedy_generate
 from textfree.ppft.model import TextFreeLM  # noqa: E402
 from textfree.server import ServerConfig, create_app  # noqa: E402
 from textfree.server.loadtest import PROMPTS  # noqa: E402

@@ -2,7 +2,7 @@
 
 The client of ``probe_slot_maps.py``'s "class subspace from noisy passes" row (exact centre, subspace fitted from
 12 noisy passes over the training prompts); on its payloads, heads of :mod:`textfree.ppft.answer_head`'s kind
-(:class:`~textfree.attacks.attributes.AttributeClassifier`, mean slot + one-hot count, trained with fresh noise on
+(:class:`~textfree.heads.classifier.AttributeClassifier`, mean slot + one-hot count, trained with fresh noise on
 every pass, 100 passes) with a 2-layer MLP or linear (``hidden 0``), reading the mean slot as it is or standardised,
 beside the probe's own linear reader. Each is scored on the held-out prompts (with --validation: a validation part of
 the training rows instead) over 3 noise draws. Prints one accuracy per head.
@@ -26,7 +26,7 @@ import torch  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from probe_slot_maps import noisy_means, probe_data, probe_parser, reader_accuracy  # noqa: E402
 
-from textfree.attacks.attributes import AttributeAttackConfig, AttributeSpec, noisy_rows, train_attribute_attacker  # noqa: E402
+from textfree.heads.classifier import AttributeAttackConfig, AttributeSpec, noisy_rows, train_attribute_attacker
 from textfree.mechanisms import L2Laplace, center_slots, class_subspace, l2_normalize  # noqa: E402
 
 HEADS = {  # name -> AttributeAttackConfig settings beside mean pooling, the count and 100 passes

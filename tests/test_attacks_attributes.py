@@ -6,19 +6,21 @@ import pytest
 import torch
 
 from textfree.attacks import ThreatModel, ThreatModelError
-from textfree.attacks.attributes import (
+from textfree.heads.classifier import (
     AttributeAttackConfig,
     AttributeClassifier,
     AttributeSpec,
+    predict_attributes,
+    train_attribute_attacker,
+)
+from textfree.attacks.attributes import (
     age_bucket,
     attribute_inference_attack,
     attribute_metric_names,
     build_specs,
     label_predictions,
-    predict_attributes,
     prior_predictions,
     score_attributes,
-    train_attribute_attacker,
 )
 from textfree.mechanisms.transforms import l2_normalize
 
@@ -269,7 +271,7 @@ def test_variants_are_checked():
 def test_standardize_reads_the_pooled_vector_standardised_by_hand():
     """standardize: the trunk reads (v - mean(v)) / std(v) of the pooled vector v (biased variance), then the count;
     so scaling every slot by c > 0 leaves the logits unchanged, which the unstandardised classifier does not."""
-    from textfree.attacks.attributes import AttributeClassifier, AttributeSpec
+    from textfree.heads.classifier import AttributeClassifier, AttributeSpec
 
     spec = AttributeSpec("y", "categorical", ("a", "b"))
     torch.manual_seed(0)
@@ -287,7 +289,7 @@ def test_standardize_reads_the_pooled_vector_standardised_by_hand():
 
 def test_hidden_zero_is_a_linear_reader_of_the_features_by_hand():
     """hidden 0: no trunk; each head is one linear map of [pooled (standardised if asked), count one-hot]."""
-    from textfree.attacks.attributes import AttributeClassifier, AttributeSpec
+    from textfree.heads.classifier import AttributeClassifier, AttributeSpec
 
     spec = AttributeSpec("y", "categorical", ("a", "b"))
     model = AttributeClassifier(3, [spec], AttributeAttackConfig(count=True, hidden=0), max_count=2).eval()

@@ -165,7 +165,7 @@ def test_tiny_unaligned_inverter_trains_and_restoration_runs(shared_data, tiny_r
     # restoration from a served run that a stage-1 summary marks as a build: the result names that build
     import shutil
 
-    from textfree.ppft.checkpoint import run_fingerprint
+    from textfree.training.runs import run_fingerprint
 
     served = tmp_path / "served"
     shutil.copytree(tiny_run_dir, served)

@@ -42,8 +42,8 @@ def texts():
 def tiny_bpe_decoder(tmp_path_factory, texts):
     """A random 2-layer decoder over a byte-level BPE vocabulary of the fake texts (each word one token)."""
     from textfree.attacks.substitution_learned import SEPARATOR
-    from textfree.ppft.decoder import make_tiny_decoder_dir
-    from textfree.ppft.lm import train_tokenizer
+    from textfree.lm.loading import make_tiny_decoder_dir
+    from textfree.lm.local import train_tokenizer
 
     tok = train_tokenizer(texts + [SEPARATOR] * 5, vocab_size=400, min_frequency=2, model_max_length=64)
     return make_tiny_decoder_dir(tmp_path_factory.mktemp("bpe-decoder"), tokenizer=tok, hidden=64, layers=2, heads=2,
@@ -193,6 +193,6 @@ def test_kind_trains_reuses_and_scores_on_pri_ddx(shared_data, tiny_decoder_dir,
 @pytest.fixture(scope="module")
 def tiny_decoder_dir(tmp_path_factory):
     """A random Llama decoder over MiniLM's WordPiece vocabulary (what the PPFT tests use), 512 positions."""
-    from textfree.ppft.decoder import make_tiny_decoder_dir
+    from textfree.lm.loading import make_tiny_decoder_dir
 
     return make_tiny_decoder_dir(tmp_path_factory.mktemp("wp-decoder"), hidden=32, layers=2, heads=2, max_positions=512)

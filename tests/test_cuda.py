@@ -8,7 +8,7 @@ import torch
 from textfree.mechanisms import Gaussian, L2Laplace
 from textfree.mechanisms.slots import SlotPrivatization
 from textfree.ppft.evaluate import random_unit_slots
-from textfree.ppft.generate import next_tokens
+from textfree.lm.generate import next_tokens
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)")
 

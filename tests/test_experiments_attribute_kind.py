@@ -99,7 +99,7 @@ def test_cells_are_validated_before_anything_runs(over, field, message):
 
 
 def test_standardize_reaches_every_attackers_config():
-    from textfree.attacks.attributes import AttributeAttackConfig
+    from textfree.heads.classifier import AttributeAttackConfig
     from textfree.experiments.kinds.attributes import _settings
 
     on = _settings(Cell.from_dict(_cell(params={"standardize": True})).resolve({}))
@@ -123,7 +123,7 @@ def test_unaware_only_needs_no_mechanism_knowledge():
 def test_pri_ddx_run_reports_attackers_references_and_guarantee(shared_data, tiny_encoder_dir, tmp_path):
     import shutil
 
-    from textfree.ppft.checkpoint import run_fingerprint
+    from textfree.training.runs import run_fingerprint
 
     run = tmp_path / "stage1"  # the encoder of a stage-1 run, as the Pri-* attack cells read runs/stage1/encoder
     shutil.copytree(tiny_encoder_dir, run / "encoder")

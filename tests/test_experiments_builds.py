@@ -5,7 +5,7 @@ from pathlib import Path
 
 from textfree.experiments.kinds._builds import read_runs, record_read_builds
 from textfree.experiments.registry import RunContext
-from textfree.ppft.checkpoint import TRAIN_CONFIG, run_fingerprint
+from textfree.training.runs import TRAIN_CONFIG, run_fingerprint
 
 
 def _stage1(root: Path, weights: str) -> Path:

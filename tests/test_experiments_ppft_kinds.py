@@ -12,7 +12,7 @@ import pytest
 import textfree.ppft.train as ppft_train
 from textfree.experiments import Cell, CellError, available_cell_kinds, get_cell_kind, load_cell, run_cell
 from textfree.experiments.kinds.ppft import EVAL_TASKS, eval_metric_names
-from textfree.ppft.decoder import make_tiny_decoder_dir
+from textfree.lm.loading import make_tiny_decoder_dir
 from textfree.ppft.model import TextFreeLM
 
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
@@ -259,7 +259,8 @@ def test_stage2_settings_are_checked_when_the_cell_loads(change, message):
 def test_a_finished_stage2_run_is_not_reused_after_its_init_was_rebuilt_at_the_same_path(fixture_data, init_run, tmp_path, count_training, caplog):
     import shutil
 
-    from textfree.ppft.checkpoint import run_fingerprint, stage1_build
+    from textfree.training.runs import run_fingerprint
+    from textfree.ppft.checkpoint import stage1_build
 
     init = tmp_path / "stage1"
     shutil.copytree(init_run, init)
@@ -305,7 +306,7 @@ def test_a_finished_stage2_run_is_not_reused_after_its_init_was_rebuilt_at_the_s
 def test_the_run_fingerprint_covers_weights_and_configs_not_checkpoints_logs_or_the_path(init_run, tmp_path):
     import shutil
 
-    from textfree.ppft.checkpoint import run_fingerprint
+    from textfree.training.runs import run_fingerprint
 
     a, b = tmp_path / "a", tmp_path / "b"
     shutil.copytree(init_run, a)
@@ -329,7 +330,7 @@ def test_the_run_fingerprint_names_the_base_decoder_by_its_weights_not_by_where_
     the same run, so the path is left out where the weights' hash is recorded; another decoder still changes it."""
     import shutil
 
-    from textfree.ppft.checkpoint import run_fingerprint
+    from textfree.training.runs import run_fingerprint
 
     a, b = tmp_path / "a", tmp_path / "b"
     shutil.copytree(init_run, a)
@@ -352,7 +353,8 @@ def test_a_run_that_recorded_the_legacy_fingerprint_of_its_init_still_names_its_
     ``same_init`` and name the init's (new) fingerprint as their build; a changed init is still refused."""
     import shutil
 
-    from textfree.ppft.checkpoint import TRAIN_CONFIG, InitChanged, run_fingerprint, same_init, stage1_build
+    from textfree.training.runs import TRAIN_CONFIG, InitChanged, run_fingerprint, same_init
+    from textfree.ppft.checkpoint import stage1_build
 
     init = tmp_path / "stage1"
     shutil.copytree(init_run, init)

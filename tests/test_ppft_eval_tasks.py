@@ -24,7 +24,7 @@ from textfree.ppft.batches import (
     open_answer_prompt,
 )
 from textfree.ppft.config import TextFreeConfig
-from textfree.ppft.decoder import make_tiny_decoder_dir
+from textfree.lm.loading import make_tiny_decoder_dir
 from textfree.ppft.evaluate import TASKS, evaluate_qa, task_labels
 from textfree.ppft.model import TextFreeLM, make_noise
 from textfree.ppft.server import ServerModel
@@ -524,7 +524,7 @@ def test_length_tasks_keep_the_slot_count_and_drop_the_content(tiny_lm, monkeypa
 def head_lm(tiny_lm):
     """``tiny_lm`` with a random answer head over three classes, and that head's spec; the projection is put back
     afterwards by hand (monkeypatch's undo deletes a submodule attribute of an nn.Module instead of restoring it)."""
-    from textfree.attacks.attributes import AttributeAttackConfig, AttributeClassifier, AttributeSpec
+    from textfree.heads.classifier import AttributeAttackConfig, AttributeClassifier, AttributeSpec
 
     torch.manual_seed(0)
     spec = AttributeSpec("answer", "categorical", ("Influenza", "PSVT", "Anemia"))

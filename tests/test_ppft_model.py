@@ -13,8 +13,8 @@ import torch
 from textfree.encoders import make_tiny_encoder_dir
 from textfree.mechanisms import L2Laplace
 from textfree.payload import Payload
-from textfree.ppft.decoder import make_tiny_decoder_dir
-from textfree.ppft.generate import greedy_generate
+from textfree.lm.loading import make_tiny_decoder_dir
+from textfree.lm.generate import greedy_generate
 from textfree.ppft.model import TextFreeLM
 from textfree.ppft.server import IGNORE_INDEX, PayloadMismatchError, ServerModel
 from textfree.privatizer import Privatizer
@@ -254,7 +254,7 @@ def test_load_refuses_another_base_decoder(lm, tmp_path):
 def test_a_trained_base_decoder_is_saved_with_the_run_and_loads_back_identical(lm, tmp_path):
     from safetensors.torch import load_file
 
-    from textfree.ppft.checkpoint import read_json
+    from textfree.atomic import read_json
 
     lora_only = set(lm.server.decoder_parameters())
     assert lora_only == set(lm.server.lora_parameters()) and not (lm.save(tmp_path / "lora") / "decoder").exists()
@@ -319,7 +319,7 @@ def test_sampled_generation_is_reproducible_per_row_and_independent_of_the_batch
 def test_sampling_at_vanishing_temperature_or_top_p_is_the_argmax_not_a_crash(temperature, top_p):
     """The limits of sampling: temperature -> 0 and top_p -> 0 both leave only the most likely token (in float32
     these overflowed to inf / NaN probabilities or an empty nucleus, and torch.multinomial raised)."""
-    from textfree.ppft.generate import next_tokens
+    from textfree.lm.generate import next_tokens
 
     logits = torch.tensor([[0.0, 3.0, -2.0, 2.9], [5.0, -1.0, 4.0, 0.0], [-1e4, 0.0, 1e4, 1e4 - 1]])
     gens = [torch.Generator().manual_seed(i) for i in range(3)]
@@ -521,7 +521,7 @@ def test_count_dropout_zeroes_count_vectors_in_training_only():
 
 # ---------------------------------------------------------------------------------------------- answer head
 def _answer_head(dim: int, classes=("flu", "cold", "otitis"), max_count: int = 4, standardize: bool = False, hidden: int = 8):
-    from textfree.attacks.attributes import AttributeAttackConfig, AttributeClassifier, AttributeSpec
+    from textfree.heads.classifier import AttributeAttackConfig, AttributeClassifier, AttributeSpec
 
     torch.manual_seed(0)
     spec = AttributeSpec("answer", "categorical", tuple(classes))
@@ -551,7 +551,7 @@ def test_answer_vector_is_the_heads_probabilities_times_the_class_vectors():
     torch.testing.assert_close(proj.with_count_vectors(3).answer_vector(slots), proj.answer_vector(slots))
     with pytest.raises(ValueError, match="class_vectors must be \\[3, 3\\], got \\(2, 3\\)"):
         Projection(ProjectionConfig(4, 3)).with_answer_head(head, torch.zeros(2, 3))
-    from textfree.attacks.attributes import AttributeAttackConfig, AttributeClassifier
+    from textfree.heads.classifier import AttributeAttackConfig, AttributeClassifier
 
     for config, count in ((AttributeAttackConfig(pooling="slots", count=True), 4), (AttributeAttackConfig(), 1)):
         other = AttributeClassifier(4, head.specs, config, max_count=count)

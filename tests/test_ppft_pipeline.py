@@ -110,7 +110,7 @@ def test_pipeline_runs_every_step_then_reuses_finished_ones(fixture_data, tmp_pa
 
     from safetensors.torch import load_file, save_file
 
-    from textfree.ppft.checkpoint import InitChanged
+    from textfree.training.runs import InitChanged
 
     (weights,) = (root / "stage1" / "projection").glob("*.safetensors")
     original = weights.read_bytes()

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from textfree.cli import app
 from textfree.data import mcqa_prompt, ppft_split
 from textfree.ppft.batches import RESTORE_INSTRUCTION, ClientCache, PayloadExample, add_restore_examples, general_examples
-from textfree.ppft.decoder import load_decoder, make_tiny_decoder_dir
+from textfree.lm.loading import load_decoder, make_tiny_decoder_dir
 from textfree.ppft.model import TextFreeLM
 from textfree.ppft.server import ServerModel
 from textfree.ppft.train import Stage1Config, Stage2Config, train_stage1, train_stage2
@@ -372,7 +372,7 @@ def test_stage2_resumes_only_from_the_init_run_it_started_from(stage1_run, fixtu
 
     from safetensors.torch import save_file
 
-    from textfree.ppft.checkpoint import InitChanged, run_fingerprint
+    from textfree.training.runs import InitChanged, run_fingerprint
 
     run1, _ = stage1_run
     init = tmp_path / "init"

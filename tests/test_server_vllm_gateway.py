@@ -12,8 +12,8 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from textfree.attacks.attributes import AttributeAttackConfig, AttributeClassifier, AttributeSpec
-from textfree.ppft.decoder import DecoderLoadError, load_input_embeddings
+from textfree.heads.classifier import AttributeAttackConfig, AttributeClassifier, AttributeSpec
+from textfree.lm.loading import DecoderLoadError, load_input_embeddings
 from textfree.ppft.model import TextFreeLM
 from textfree.server import ServerConfig, create_app
 from textfree.server.models import ModelRegistry
@@ -216,7 +216,7 @@ def test_vllm_failures_map_to_gateway_errors_not_500(tiny_run_dir, payload, tran
 
 
 def test_gateway_refuses_another_base_decoder(tiny_run_dir, tmp_path):
-    from textfree.ppft.decoder import make_tiny_decoder_dir
+    from textfree.lm.loading import make_tiny_decoder_dir
 
     other = make_tiny_decoder_dir(tmp_path / "other", hidden=32, layers=2, heads=2, seed=1)
     with pytest.raises(ValueError, match="sha256"):
@@ -257,7 +257,7 @@ def test_backend_config_is_checked():
 @pytest.mark.timeout(900)
 def test_end_to_end_with_a_real_vllm_server(tmp_path, tiny_encoder_dir):
     pytest.importorskip("vllm", reason="vLLM is not installed here: the end-to-end gateway test needs a vLLM server (pip install vllm; a GPU)")
-    from textfree.ppft.decoder import make_tiny_decoder_dir
+    from textfree.lm.loading import make_tiny_decoder_dir
 
     decoder = make_tiny_decoder_dir(tmp_path / "decoder", hidden=64, layers=2, heads=1, seed=0)  # head size 64: every backend has it
     built = TextFreeLM.build(decoder, encoder=tiny_encoder_dir, k=4, seed=0)

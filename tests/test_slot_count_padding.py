@@ -8,15 +8,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from textfree.attacks.attributes import (
-    AttributeAttackConfig,
-    build_specs,
-    length_predictions,
-    predict_attributes,
-    prior_predictions,
-    score_attributes,
-    train_attribute_attacker,
-)
+from textfree.heads.classifier import AttributeAttackConfig, predict_attributes, train_attribute_attacker
+from textfree.attacks.attributes import build_specs, length_predictions, prior_predictions, score_attributes
 from textfree.cli import app
 from textfree.mechanisms import L2Laplace, SlotPrivatization
 from textfree.mechanisms.slots import filler_slot, pad_slots
@@ -193,7 +186,7 @@ def _count_task(n_rows: int, seed: int):
 
 def test_count_reading_attacker_reads_the_count_and_padding_hides_it():
     """Noise-aware attackers on releases at eps 1 (d = 8: noise of norm ~8 on unit slots). Seeds fixed."""
-    from textfree.attacks.attributes import noisy_rows
+    from textfree.heads.classifier import noisy_rows
     from textfree.mechanisms.transforms import l2_normalize
 
     mech = L2Laplace(1.0)

@@ -6,7 +6,7 @@ part-of-speech rule). It runs the mechanism over its own text, afresh every epoc
     BOS  <released text>  SEPARATOR  <original text>  EOS
 
 with the loss on the original's tokens and EOS only (the released text is an ordinary prefix). At attack time it reads
-each released text as the prefix and decodes greedily (:func:`textfree.ppft.generate.greedy_generate`). Beyond the
+each released text as the prefix and decodes greedily (:func:`textfree.lm.generate.greedy_generate`). Beyond the
 word-by-word channel inverter it can use context: the words around a substituted one and the template the in-domain
 texts share. Trained on clean text (no mechanism) it would learn the identity, which is why only the noise-aware
 inverter is built.
@@ -15,7 +15,7 @@ The whole decoder is fine-tuned, not LoRA-adapted: the local decoder (``runs/dec
 so full fine-tuning costs little more than LoRA on a CPU (measured: 1.9 s against 1.7 s for LoRA r 16 on all linear
 layers, per step of 8 sequences of 190 tokens, one thread; the backward pass through the activations dominates), the
 attacker has no reason to keep the base model intact, and a model this small needs all its capacity for a new task.
-Training (:mod:`.substitution_training`) runs the PPFT loop (:func:`textfree.ppft.loop.fit`, Accelerate, resumable
+Training (:mod:`.substitution_training`) runs the PPFT loop (:func:`textfree.training.loop.fit`, Accelerate, resumable
 checkpoints); a run directory holds ``decoder/`` (model + tokenizer), ``inverter.json``, ``train_config.json``,
 ``metrics.jsonl`` and ``summary.json``. This module imports no transformers until an inverter is loaded.
 """
@@ -55,21 +55,21 @@ class SubstitutionInverter:
 
     @classmethod
     def from_decoder(cls, decoder: str, **kwargs: Any) -> "SubstitutionInverter":
-        from ..ppft.decoder import load_decoder
+        from ..lm.loading import load_decoder
 
         model, tokenizer = load_decoder(decoder)
         return cls(model, tokenizer, **kwargs)
 
     @classmethod
     def load(cls, run: str | Path) -> "SubstitutionInverter":
-        from ..ppft.checkpoint import read_json
-        from ..ppft.decoder import load_decoder
+        from ..atomic import read_json
+        from ..lm.loading import load_decoder
 
         model, tokenizer = load_decoder(Path(run) / DECODER_DIR)
         return cls(model, tokenizer, **read_json(Path(run) / INVERTER_JSON))
 
     def save(self, run: str | Path) -> None:
-        from ..ppft.checkpoint import write_json
+        from ..atomic import write_json
 
         self.model.save_pretrained(Path(run) / DECODER_DIR)
         self.tokenizer.save_pretrained(Path(run) / DECODER_DIR)
@@ -108,7 +108,7 @@ class SubstitutionInverter:
     # -- the attack
     def invert(self, released: Sequence[str], *, max_new_tokens: int = 128, batch_size: int = 16) -> list[str]:
         """The greedy rewrite of each released text."""
-        from ..ppft.generate import greedy_generate
+        from ..lm.generate import greedy_generate
 
         self.model.eval()
         device = next(self.model.parameters()).device

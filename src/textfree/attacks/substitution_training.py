@@ -2,7 +2,7 @@
 
 :func:`train_substitution_inverter` fine-tunes the whole decoder on (mechanism output, original) pairs of the
 attacker's own texts, with a fresh run of the mechanism every epoch, through the PPFT training loop
-(:func:`textfree.ppft.loop.fit`: Accelerate, seeded data order, resumable checkpoints).
+(:func:`textfree.training.loop.fit`: Accelerate, seeded data order, resumable checkpoints).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..ppft.checkpoint import CHECKPOINTS_DIR
-from ..ppft.loop import fit, prepare_run_dir, total_wall_s, write_summary
-from ..ppft.train_config import LoopConfig
+from ..training.checkpoint import CHECKPOINTS_DIR
+from ..training.loop import fit
+from ..training.runs import prepare_run_dir, total_wall_s, write_summary
+from ..training.config import LoopConfig
 from .substitution_learned import SubstitutionInverter
 
 __all__ = ["InverterConfig", "release", "train_substitution_inverter"]

@@ -4,7 +4,7 @@
 epoch). A server holds no encoder and no text: a client uploads its payload rows (+ public text + targets) once, and
 :func:`train_adapter` adapts the projection + LoRA of an existing run (normally a served stage-1/stage-2 model) to
 those rows, epoch after epoch over the same noisy vectors (post-processing: no further privacy cost). It runs the
-same loop (:func:`~textfree.ppft.loop.fit`): checkpoints every ``save_every`` steps, and a job started again on its
+same loop (:func:`~textfree.training.loop.fit`): checkpoints every ``save_every`` steps, and a job started again on its
 run directory resumes from the newest checkpoint.
 
 The run directory it writes holds the server part only (projection/, adapter/, decoder_ref.json,
@@ -22,11 +22,12 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .batches import PayloadExample, collate_payloads
-from .checkpoint import CHECKPOINTS_DIR
-from .server import ServerModel
-from .loop import fit, payload_loss, prepare_run_dir, server_optimizer, total_wall_s, write_summary
-from .train_config import LoopConfig
+from ..training.checkpoint import CHECKPOINTS_DIR
+from ..training.config import LoopConfig
+from ..training.loop import fit
+from ..training.runs import prepare_run_dir, total_wall_s, write_summary
+from .batches import PayloadExample, collate_payloads, payload_loss
+from .server import ServerModel, server_optimizer
 
 __all__ = ["AdaptConfig", "train_adapter"]
 

@@ -20,8 +20,13 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..attacks.attributes import AttributeAttackConfig, AttributeClassifier, AttributeSpec, train_attribute_attacker
 from ..data import normalize_answer
+from ..heads.classifier import (
+    AttributeAttackConfig,
+    AttributeClassifier,
+    AttributeSpec,
+    train_attribute_attacker,
+)
 from .batches import PayloadExample, collate_payloads, require_payload_examples
 
 __all__ = ["answer_classes", "class_vectors", "train_answer_head", "head_accuracy"]

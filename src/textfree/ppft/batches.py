@@ -17,7 +17,14 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from ..data import InstructRecord, MCQARecord, answer_target, load_dataset, mcqa_prompt, open_answer_prompt
+from ..data import (
+    InstructRecord,
+    MCQARecord,
+    answer_target,
+    load_dataset,
+    mcqa_prompt,
+    open_answer_prompt,
+)
 from ..payload import Payload
 from ..privatizer import Privatizer
 
@@ -39,6 +46,7 @@ __all__ = [
     "RESTORE_INSTRUCTION",
     "DEFAULT_GENERAL_SOURCES",
     "FORBIDDEN_STAGE1_SOURCES",
+    "payload_loss",
 ]
 
 RESTORE_INSTRUCTION = "Repeat the private prompt word for word."
@@ -268,3 +276,8 @@ def collate_payloads(examples: list[PayloadExample]) -> dict:
         vectors[i, : ex.vectors.shape[0]] = ex.vectors
         mask[i, : ex.vectors.shape[0]] = True
     return {"vectors": vectors, "mask": mask, "public": [ex.public for ex in examples], "targets": [ex.target for ex in examples]}
+
+
+def payload_loss(model: torch.nn.Module, batch: dict) -> torch.Tensor:
+    """The server part's loss on a batch of payload rows (:func:`~textfree.ppft.batches.collate_payloads`)."""
+    return model(batch["vectors"], batch["mask"], public=batch["public"], targets=batch["targets"]).loss

@@ -162,8 +162,8 @@ def train_stage2_cmd(
 
 def _ppft_evaluate(model: _Path, dataset: str, epsilon, k, limit, seed, max_new_tokens, out_file, *, task="mcqa", validation=None):
     """Score ``model`` on the held-out part, or with ``validation`` > 0 on the validation part carved at that share."""
+    from textfree.atomic import write_json
     from textfree.data import ppft_split
-    from textfree.ppft.checkpoint import write_json
     from textfree.ppft.evaluate import evaluate_qa, majority_baseline, task_labels
     from textfree.ppft.model import TextFreeLM
 
@@ -314,7 +314,7 @@ def width_match_cmd(
 
 
 # =====================================================================================================================
-# Local decoder pretraining (textfree.ppft.lm)
+# Local decoder pretraining (textfree.lm.local)
 # =====================================================================================================================
 _LM_SAMPLE_PROMPTS = ("The patient", "Question: What is 2+2?\nAnswer:", "The court")
 
@@ -322,7 +322,7 @@ _LM_SAMPLE_PROMPTS = ("The patient", "Question: What is 2+2?\nAnswer:", "The cou
 def _read_texts(path: _Path) -> _List[str]:
     """The documents of --texts (.json/.jsonl: their 'text' items; otherwise one per non-blank line); a file that is
     missing, not a file, unreadable or malformed is one error line naming it."""
-    from textfree.ppft.lm.corpus import load_text_file
+    from textfree.lm.local.corpus import load_text_file
 
     if not path.is_file():
         _ppft_fail(f"--texts {str(path)!r} is not a file ({'a directory' if path.is_dir() else 'no such file'})")
@@ -353,7 +353,7 @@ def pretrain_decoder_cmd(
 ) -> None:
     """Pretrain the small local Llama decoder (byte-level BPE + LlamaForCausalLM) on the general-domain corpus."""
     _ppft_setup()
-    from textfree.ppft.lm import DecoderPretrainConfig, pretrain_decoder
+    from textfree.lm.local import DecoderPretrainConfig, pretrain_decoder
 
     overrides = {
         "output_dir": None if out is None else str(out),
@@ -387,8 +387,8 @@ def pretrain_decoder_cmd(
         f"saved in {result}"
     )
     if samples:
-        from textfree.ppft.decoder import load_decoder
-        from textfree.ppft.lm import greedy_generate
+        from textfree.lm.loading import load_decoder
+        from textfree.lm.local import greedy_generate
 
         model, tok = load_decoder(result)
         for prompt, text in zip(_LM_SAMPLE_PROMPTS, greedy_generate(model, tok, _LM_SAMPLE_PROMPTS, max_new_tokens=30)):

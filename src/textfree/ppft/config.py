@@ -7,7 +7,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-__all__ = ["PromptTemplate", "LoraSettings", "TextFreeConfig", "CONFIG_FORMAT", "CONFIG_VERSION", "check_center_mu"]
+from ..lm.adapters import AdapterSettings
+
+__all__ = ["PromptTemplate", "TextFreeConfig", "CONFIG_FORMAT", "CONFIG_VERSION", "check_center_mu"]
 
 CONFIG_FORMAT = "textfree.ppft"
 CONFIG_VERSION = 1
@@ -55,20 +57,6 @@ class PromptTemplate:
 
 
 @dataclass(frozen=True)
-class LoraSettings:
-    """LoRA on the decoder (PEFT ``LoraConfig``)."""
-
-    r: int = field(default=16, metadata={"help": "LoRA rank."})
-    alpha: int = field(default=32, metadata={"help": "LoRA alpha (scaling alpha / r)."})
-    dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA path."})
-    target_modules: str | list[str] = field(default="all-linear", metadata={"help": "'all-linear' (every linear layer but the LM head) or a list of module names."})
-
-    @classmethod
-    def from_dict(cls, data: Any) -> "LoraSettings":
-        return _from_dict(cls, data, "LoRA settings")
-
-
-@dataclass(frozen=True)
 class TextFreeConfig:
     """Everything about a PPFT model that is not a weight (saved as ``textfree_config.json``)."""
 
@@ -82,7 +70,7 @@ class TextFreeConfig:
     noise_match: str = field(default="budget", metadata={"help": "For mechanism 'gaussian': how epsilon maps to sigma, 'budget' (same per-slot guarantee as L2-Laplace) or 'norm' (same expected noise norm d/epsilon)."})
     max_private_tokens: int = field(default=256, metadata={"help": "The client cuts private text to this many encoder tokens (k-pooled into at most ceil(n/k) slots)."})
     template: PromptTemplate = field(default_factory=PromptTemplate, metadata={"help": "Sequence layout (see PromptTemplate)."})
-    lora: LoraSettings = field(default_factory=LoraSettings, metadata={"help": "LoRA settings of the adapter."})
+    lora: AdapterSettings = field(default_factory=AdapterSettings, metadata={"help": "LoRA settings of the adapter."})
     stage: str = field(default="init", metadata={"help": "'init' (untrained), 'stage1' (aligned) or 'stage2' (domain-adapted)."})
     summary_slots: int = field(default=0, metadata={"help": "The server puts this many summary vectors before a payload's slots: the unit-normalised means of the row's slots cut into this many contiguous groups, through the same P_psi (0: none, as PPFT). Post-processing of the payload on the server: the client and its guarantee are unchanged."})
     summary_only: bool = field(default=False, metadata={"help": "Beyond the paper, with summary_slots >= 1: the server hands the decoder the summary vectors in place of the payload's slots (the slots themselves are not laid out). For a repeat_mean client, whose slots are noisy copies of one vector, their mean carries what they carry. Post-processing on the server: the client and its guarantee are unchanged. false: the slots follow the summary vectors."})
@@ -128,5 +116,5 @@ class TextFreeConfig:
         if fmt != CONFIG_FORMAT or version != CONFIG_VERSION:
             raise ValueError(f"not a {CONFIG_FORMAT} v{CONFIG_VERSION} config (format={fmt!r}, version={version!r})")
         data["template"] = PromptTemplate.from_dict(data.get("template", {}))
-        data["lora"] = LoraSettings.from_dict(data.get("lora", {}))
+        data["lora"] = AdapterSettings.from_dict(data.get("lora", {}))
         return _from_dict(cls, data, "textfree config")

@@ -44,7 +44,15 @@ from typing import Any, Sequence
 
 import torch
 
-from ..data import MCQARecord, blind_prompt, contains_answer, is_correct, mcqa_prompt, normalize_answer, open_answer_prompt
+from ..data import (
+    MCQARecord,
+    blind_prompt,
+    contains_answer,
+    is_correct,
+    mcqa_prompt,
+    normalize_answer,
+    open_answer_prompt,
+)
 from ..data.prompts import OPEN_INSTRUCTION
 from ..metrics import open_answer_correct
 from ..rng import resolve_generator

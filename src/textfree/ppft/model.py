@@ -16,15 +16,17 @@ from typing import Sequence
 
 import torch
 
+from ..atomic import read_json
 from ..encoders import ContextualEncoder, weights_sha256
 from ..encoders.loading import encoder_id
+from ..lm.adapters import AdapterSettings
 from ..mechanisms.base import build_mechanism, get_mechanism_class
 from ..mechanisms.slots import UNIT_SLOT_DIAMETER
 from ..mechanisms.transforms import k_pool, l2_normalize
 from ..payload import Payload
 from ..privatizer import Privatizer
-from .checkpoint import load_center, read_json, save_center
-from .config import LoraSettings, PromptTemplate, TextFreeConfig
+from .checkpoint import load_center, save_center
+from .config import PromptTemplate, TextFreeConfig
 from .projection import ProjectionConfig
 from .server import CONFIG_NAME, ServerModel, ServerOutput
 
@@ -60,7 +62,7 @@ class TextFreeLM(torch.nn.Module):
         mechanism: str = "l2_laplace",
         projection: str = "linear",
         projection_hidden: int | None = None,
-        lora: LoraSettings | None = None,
+        lora: AdapterSettings | None = None,
         template: PromptTemplate | None = None,
         max_private_tokens: int = 256,
         device: str | torch.device = "cpu",
@@ -82,7 +84,7 @@ class TextFreeLM(torch.nn.Module):
             mechanism=mechanism,
             max_private_tokens=max_private_tokens,
             template=template or PromptTemplate(),
-            lora=lora or LoraSettings(),
+            lora=lora or AdapterSettings(),
         )
         proj = ProjectionConfig(enc.dim, d_d, kind=projection, hidden_dim=projection_hidden)
         server = ServerModel.build(decoder, config, projection=proj, device=device, seed=seed)

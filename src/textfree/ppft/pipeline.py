@@ -4,7 +4,7 @@
 settings of the cells in ``examples/cells/ppft/`` (``pipeline_pretrain``, ``pipeline_stage1``, ``ddx_main`` at one
 evaluation noise seed), each in its own subdirectory of ``out``:
 
-* ``decoder/``: the local Llama decoder (:func:`~textfree.ppft.lm.pretrain_decoder`, preset ``small``);
+* ``decoder/``: the local Llama decoder (:func:`~textfree.lm.local.pretrain_decoder`, preset ``small``);
 * ``stage1/``: MiniLM + projection + LoRA aligned on general data (:func:`~textfree.ppft.train.train_stage1`);
 * ``stage2/``: text-free domain adaptation on payloads at ``epsilon`` and ``k`` (:func:`~textfree.ppft.train.train_stage2`);
 * ``eval.json``: held-out accuracy per task at the same ``epsilon`` (:func:`~textfree.ppft.evaluate.evaluate_qa`);
@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import InitChanged, differing_settings, finished_run, read_json, same_init, write_json
+from ..atomic import read_json, write_json
+from ..training.runs import InitChanged, differing_settings, finished_run, same_init
 
 __all__ = ["PipelineConfig", "run_pipeline", "PIPELINE_JSON", "STEPS"]
 
@@ -63,8 +64,8 @@ class PipelineConfig:
 
     def __post_init__(self) -> None:
         from ..encoders.loading import local_model_problem
+        from ..lm.local.config import PRESETS
         from .evaluate import TASKS
-        from .lm.config import PRESETS
 
         if not self.out:
             raise ValueError("out (the pipeline's root directory) is required")
@@ -91,7 +92,7 @@ class PipelineConfig:
 
 
 def _pretrain_config(cfg: PipelineConfig):
-    from .lm import DecoderPretrainConfig
+    from ..lm.local import DecoderPretrainConfig
 
     overrides: dict[str, Any] = {"output_dir": str(Path(cfg.out) / "decoder"), "seed": cfg.seed}
     if cfg.pretrain_steps is not None:
@@ -149,9 +150,9 @@ def _check_steps_below(stage_cfgs: dict[str, Any], decoder_done: bool, decoder: 
 def run_pipeline(cfg: PipelineConfig) -> dict[str, Any]:
     """Run (or resume) the pipeline; returns what it writes to ``<out>/pipeline.json``."""
     from ..data import ppft_split
+    from ..lm.local import finished_pretraining, pretrain_decoder
+    from ..lm.local.corpus import load_text_file
     from .evaluate import evaluate_qa, task_labels
-    from .lm import finished_pretraining, pretrain_decoder
-    from .lm.corpus import load_text_file
     from .model import TextFreeLM
     from .train import train_stage1, train_stage2
 

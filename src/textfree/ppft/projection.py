@@ -9,7 +9,7 @@ payload anyway (unless the client pads to a fixed count); this states it to the 
 positions leave it implicit. Post-processing of the payload: the client and its guarantee do not change.
 
 Also beyond the paper, ``answer_classes`` adds an *answer head*: the attribute attacker's classifier
-(:class:`~textfree.attacks.attributes.AttributeClassifier`, mean of the noisy slots + one-hot slot count -> MLP ->
+(:class:`~textfree.heads.classifier.AttributeClassifier`, mean of the noisy slots + one-hot slot count -> MLP ->
 one logit per class), trained on the server's own stage-2 payloads with fresh noise every pass, its classes the
 distinct training targets (by normalised text). Its softmax weighs one learned decoder-space vector per class;
 that *answer vector* goes before a row's slots. The head is frozen once trained (and kept in eval mode: no
@@ -28,8 +28,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..attacks.attributes import AttributeAttackConfig, AttributeClassifier, AttributeSpec
 from ..data import normalize_answer, parse_options_block
+from ..heads.classifier import AttributeAttackConfig, AttributeClassifier, AttributeSpec
 
 __all__ = ["ProjectionConfig", "Projection", "PROJECTION_KINDS", "check_dropout"]
 

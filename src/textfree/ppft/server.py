@@ -25,15 +25,19 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
+from ..atomic import read_json, write_json
+from ..lm.adapters import lora_config, quiet_peft
+from ..lm.generate import greedy_generate
+from ..lm.loading import load_decoder, load_decoder_tokenizer
+from ..lm.refs import decoder_ref, verify_decoder_sha
 from ..payload import Payload
-from .checkpoint import decoder_ref, read_json, verify_decoder_sha, write_json
+from ..training.config import LoopConfig
+from ..training.loop import param_groups
 from .config import TextFreeConfig
-from .decoder import load_decoder, load_decoder_tokenizer, lora_config, quiet_peft
-from .generate import greedy_generate
 from .layout import public_rows, slot_prefix
 from .projection import Projection, ProjectionConfig
 
-__all__ = ["ServerModel", "ServerOutput", "PayloadMismatchError", "IGNORE_INDEX"]
+__all__ = ["ServerModel", "ServerOutput", "PayloadMismatchError", "IGNORE_INDEX", "server_optimizer"]
 
 IGNORE_INDEX = -100
 PROJECTION_DIR = "projection"
@@ -401,7 +405,7 @@ class ServerModel(torch.nn.Module):
         generators: list[torch.Generator] | None = None,
     ) -> list[str]:
         """Answers for a batch of payload rows (+ optional public strings): greedy, or sampled at ``temperature`` > 0
-        with nucleus ``top_p`` and one generator per row (see :func:`~textfree.ppft.generate.next_tokens`)."""
+        with nucleus ``top_p`` and one generator per row (see :func:`~textfree.lm.generate.next_tokens`)."""
         vectors, mask, public, _ = self._check_inputs(vectors, mask, public, None)
         was_training = self.training
         self.eval()
@@ -490,3 +494,10 @@ def load_server_tokenizer(run_dir: str | os.PathLike):
     """Only the decoder's tokenizer of a run (for data preparation without loading weights)."""
     ref = read_json(Path(run_dir) / DECODER_REF)
     return load_decoder_tokenizer(ref["name_or_path"])
+
+
+def server_optimizer(server: torch.nn.Module, cfg: LoopConfig) -> torch.optim.Optimizer:
+    """AdamW over the server part's projection + LoRA parameters (stage 2 and fine-tuning jobs; with a trained base,
+    :meth:`~textfree.ppft.server.ServerModel.train_base`, every decoder weight)."""
+    params = list(server.projection.parameters()) + list(server.decoder_parameters().values())
+    return torch.optim.AdamW(param_groups([(params, cfg.lr)], cfg.weight_decay))

@@ -1,6 +1,6 @@
 """PPFT training: stage 1 (alignment, no noise) and stage 2 (text-free domain adaptation on payloads).
 
-Both stages share one loop (:func:`textfree.ppft.loop.fit`, Accelerate), so
+Both stages share one loop (:func:`textfree.training.loop.fit`, Accelerate), so
 ``accelerate launch -m textfree.cli ppft train-stage1 ...`` scales it; a run resumes from its newest checkpoint.
 Stage-2 noise is a seeded generator per epoch, so a resumed run replays exactly what the uninterrupted run would
 have done. The configs are in :mod:`textfree.ppft.train_config`; what stage 2 fits beyond the paper before its loop
@@ -25,7 +25,12 @@ from typing import Any, Callable
 
 import torch
 
+from ..lm.adapters import AdapterSettings
 from ..rng import secure_generator, seeded_generator
+from ..training.config import LoopConfig
+from ..training.loop import fit, param_groups
+from ..training.runs import check_run_dir, prepare_run_dir, total_wall_s, write_summary
+from ..training.schedule import lr_multiplier
 from .batches import (
     ClientCache,
     add_restore_examples,
@@ -34,15 +39,15 @@ from .batches import (
     collate_text,
     domain_examples,
     general_examples,
+    payload_loss,
     public_restore_examples,
 )
-from .config import LoraSettings, PromptTemplate
-from .loop import check_run_dir, fit, lr_multiplier, param_groups, payload_loss, prepare_run_dir, server_optimizer, total_wall_s, write_summary
+from .config import PromptTemplate
 from .model import TextFreeLM
 from .prompt_variants import rewriter_for
-from .server import CONFIG_NAME
+from .server import CONFIG_NAME, server_optimizer
 from .stage2_fits import answer_head_payloads, fit_answer_head, fit_center
-from .train_config import LoopConfig, Stage1Config, Stage2Config
+from .train_config import Stage1Config, Stage2Config
 
 __all__ = ["LoopConfig", "Stage1Config", "Stage2Config", "train_stage1", "train_stage2", "fit", "lr_multiplier"]
 
@@ -91,7 +96,7 @@ def train_stage1(cfg: Stage1Config, *, on_step: Callable[[int, float], None] | N
         mechanism=cfg.mechanism,
         projection=cfg.projection,
         projection_hidden=cfg.projection_hidden,
-        lora=LoraSettings(r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout, target_modules=targets),
+        lora=AdapterSettings(r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout, target_modules=targets),
         template=PromptTemplate(max_public_tokens=cfg.max_public_tokens, max_target_tokens=cfg.max_target_tokens),
         max_private_tokens=cfg.max_private_tokens,
         seed=cfg.seed,

@@ -170,7 +170,7 @@ class JobManager:
 
     def _train(self, job: dict[str, Any]) -> None:
         from ..ppft.adapt import AdaptConfig, train_adapter
-        from ..ppft.checkpoint import latest_checkpoint
+        from ..training.checkpoint import latest_checkpoint
         from .datasets import load_examples
 
         job_id, hp = job["id"], job["hyperparameters"]

@@ -31,11 +31,11 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from ..ppft.checkpoint import read_json
+from ..atomic import read_json
 from ..ppft.config import TextFreeConfig
-from ..ppft.decoder import EMBEDDING_KEYS, load_decoder_tokenizer, load_input_embeddings
+from ..lm.loading import EMBEDDING_KEYS, load_decoder_tokenizer, load_input_embeddings
 from ..ppft.projection import Projection
-from ..ppft.checkpoint import verify_decoder_sha
+from ..lm.refs import verify_decoder_sha
 from ..ppft.layout import public_rows, slot_prefix
 from ..ppft.server import ADAPTER_DIR, CONFIG_NAME, DECODER_REF, PROJECTION_DIR
 

@@ -173,7 +173,7 @@ def make_tiny_run(out_dir, encoder_dir, *, k: int = 4, epsilon: float | None = 7
 
     Untrained: its card states ``epsilon`` (default 75) and stage ``stage2`` as if it had been adapted, so a client
     has a default epsilon. For tests, demos and benchmarks only."""
-    from ..ppft.decoder import make_tiny_decoder_dir
+    from ..lm.loading import make_tiny_decoder_dir
     from ..ppft.model import TextFreeLM
 
     out = Path(out_dir)

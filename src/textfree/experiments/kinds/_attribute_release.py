@@ -9,7 +9,8 @@ from typing import Any, Callable
 
 import torch
 
-from ...attacks.attributes import age_bucket, noisy_rows
+from ...attacks.attributes import age_bucket
+from ...heads.classifier import noisy_rows
 from ...mechanisms import SlotPrivatization, center_slots, mechanism_from_dict
 from ...mechanisms.slots import pad_slots, repeat_mean_slots
 from ...mechanisms.transforms import l2_normalize

@@ -85,8 +85,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ...heads.classifier import AttributeAttackConfig
 from ...attacks.attributes import (
-    AttributeAttackConfig,
     attribute_inference_attack,
     attribute_metric_names,
     build_specs,

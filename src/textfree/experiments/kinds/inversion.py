@@ -201,7 +201,7 @@ def _out_dir(p: dict[str, Any], epsilon: float | None) -> str:
 def _init_stage(init: str) -> float:
     """What a decoder inverter starts from: 1 a stage-1 run (PPFT Appendix J's stage-1-aligned inverter), 2 a stage-2
     run (the server's own served model), 0 a model built and not trained (no summary.json: an unaligned init)."""
-    from ...ppft.checkpoint import read_json
+    from ...atomic import read_json
 
     if not (Path(init) / "summary.json").is_file():
         return 0.0

@@ -1,7 +1,7 @@
 """Cell kinds for the PPFT pipeline: one per stage, so the experiment runner drives all of it.
 
-* ``ppft_pretrain``: pretrain the local decoder (``textfree.ppft.lm``). Params: ``out`` (directory), ``preset``
-  (tiny | small | gpu) and any :class:`~textfree.ppft.lm.DecoderPretrainConfig` field as ``config`` overrides.
+* ``ppft_pretrain``: pretrain the local decoder (``textfree.lm.local``). Params: ``out`` (directory), ``preset``
+  (tiny | small | gpu) and any :class:`~textfree.lm.local.DecoderPretrainConfig` field as ``config`` overrides.
 * ``ppft_stage1``: alignment (:func:`~textfree.ppft.train.train_stage1`); params are
   :class:`~textfree.ppft.train_config.Stage1Config` fields (``decoder``, ``out``, ...).
 * ``ppft_stage2``: text-free domain adaptation on the cell's ``dataset`` (pri-ddx | pri-slja), trained **once per
@@ -99,7 +99,7 @@ PRETRAIN_PARAMS = {
 
 # ------------------------------------------------------------------------------------------------ helpers
 def _reusable(run: Path, config: dict[str, Any], volatile: set[str]) -> bool:
-    from ...ppft.checkpoint import finished_run
+    from ...training.runs import finished_run
 
     return finished_run(run, config, volatile)
 
@@ -256,8 +256,8 @@ def _stage2_config(cell, p: dict[str, Any]):
 
 def _check_same_init(run: Path, summary: dict[str, Any], init: str, name: str, context: RunContext) -> None:
     """A finished stage-2 run is reused only if its ``init`` run is the one it was trained from (see
-    :func:`textfree.ppft.checkpoint.same_init`). Runs that predate the recorded fingerprint are reused with a warning."""
-    from ...ppft.checkpoint import InitChanged, same_init
+    :func:`textfree.training.runs.same_init`). Runs that predate the recorded fingerprint are reused with a warning."""
+    from ...training.runs import InitChanged, same_init
 
     try:
         checked = same_init(run, summary.get("init_fingerprint"), init)
@@ -273,7 +273,7 @@ def stage2_model(cfg, name: str, context: RunContext):
     cached for the rest of the cell run."""
 
     def train():
-        from ...ppft.checkpoint import read_json
+        from ...atomic import read_json
         from ...ppft.model import TextFreeLM
         from ...ppft.train import train_stage2
 
@@ -342,7 +342,7 @@ def _stage1_config(p: dict[str, Any]):
 @register_cell_kind("ppft_stage1", metrics=_TRAIN, params=STAGE1_PARAMS, validate=_stage1_validate, takes_attack=False)
 def ppft_stage1(cell, point, seed: int, context: RunContext) -> dict[str, float]:
     """PPFT stage 1 (alignment, no noise) with the cell's params; the seed is the training seed."""
-    from ...ppft.checkpoint import read_json
+    from ...atomic import read_json
     from ...ppft.train import train_stage1
 
     cfg = dataclasses.replace(_stage1_config(cell.resolve(point).params), seed=seed)
@@ -358,7 +358,7 @@ def ppft_stage1(cell, point, seed: int, context: RunContext) -> dict[str, float]
 
 # ------------------------------------------------------------------------------------------------ pretraining
 def _pretrain_config(p: dict[str, Any], seed: int):
-    from ...ppft.lm import DecoderPretrainConfig
+    from ...lm.local import DecoderPretrainConfig
 
     overrides = dict(p.get("config") or {}) | {"output_dir": str(p["out"]), "seed": seed}
     return DecoderPretrainConfig.from_preset(p.get("preset", "small"), **overrides)
@@ -386,7 +386,7 @@ def ppft_pretrain(cell, point, seed: int, context: RunContext) -> dict[str, floa
     """Pretrain the local decoder (the seed is the training seed); metrics from its metrics.json."""
     import json
 
-    from ...ppft.lm import finished_pretraining, pretrain_decoder
+    from ...lm.local import finished_pretraining, pretrain_decoder
 
     p = cell.resolve(point).params
     cfg = _pretrain_config(p, seed)

@@ -178,7 +178,7 @@ def _learned_inverter(cell: Any, p: dict, train: list[str], context: RunContext)
     def train_or_reuse():
         from ...attacks.substitution_learned import SubstitutionInverter
         from ...attacks.substitution_training import InverterConfig, train_substitution_inverter
-        from ...ppft.checkpoint import read_json
+        from ...atomic import read_json
         from .ppft import _reusable, _train_metrics
 
         cfg = InverterConfig(**spec, progress=False)

@@ -34,12 +34,36 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .entries import GDP_MATCHED, PAPER_ENCODER_DIM, PAPER_EPSILON, PAPER_TABLE1, WIDTH_MATCHED, Entry, _build, collect
+from .entries import (
+    GDP_MATCHED,
+    PAPER_ENCODER_DIM,
+    PAPER_EPSILON,
+    PAPER_TABLE1,
+    WIDTH_MATCHED,
+    Entry,
+    _build,
+    collect,
+)
 from .figures import _figure_k, _figure_mu
 from .layouts import _LAYOUT_SECTIONS
-from .selection import _SELECTION_INTRO, selected_recipe, split_selection, table_selection
-from .tables import (_MU_INTRO, _NOISE_INTRO, _table1, _table_epochs, _table_general, _table_k, _table_layouts, _table_mu,
-                     _table_noise, _table_train_seeds)
+from .selection import (
+    _SELECTION_INTRO,
+    selected_recipe,
+    split_selection,
+    table_selection,
+)
+from .tables import (
+    _MU_INTRO,
+    _NOISE_INTRO,
+    _table1,
+    _table_epochs,
+    _table_general,
+    _table_k,
+    _table_layouts,
+    _table_mu,
+    _table_noise,
+    _table_train_seeds,
+)
 from .timing import _table_time
 
 __all__ = ["PAPER_TABLE1", "WIDTH_MATCHED", "GDP_MATCHED", "PAPER_EPSILON", "Entry", "collect", "build_report", "write_report"]

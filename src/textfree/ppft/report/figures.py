@@ -7,7 +7,17 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ...metrics import seed_spread
-from .entries import GDP_MATCHED, PAPER_EPSILON, WIDTH_MATCHED, Entry, _get, _latest, _noise_norm_and_mu, _paper_mu, _per_length
+from .entries import (
+    GDP_MATCHED,
+    PAPER_EPSILON,
+    WIDTH_MATCHED,
+    Entry,
+    _get,
+    _latest,
+    _noise_norm_and_mu,
+    _paper_mu,
+    _per_length,
+)
 
 
 def _seed_mean_sd(e: Entry | None, metric: str) -> tuple[float, float] | None:

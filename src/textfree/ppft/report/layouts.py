@@ -139,7 +139,7 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
      "the server averages its weights in training",
      ["The client, the payloads, the layout and the answering path are PPFT's; only stage 2's training recipe",
       "changes: the server keeps an exponential moving average of the projection and LoRA weights over its steps",
-      "(`ema_decay`; textfree.ppft.ema) and saves it instead of the last step's weights, which follow the last",
+      "(`ema_decay`; textfree.training.average) and saves it instead of the last step's weights, which follow the last",
       "batches' noise. The tables above use the last step's weights."]),
     ("optim", _optim_layout, "the server's stage-2 optimiser settings",
      ["The client, the payloads, the layout and the answering path are PPFT's; only stage 2's optimiser changes: its",

@@ -12,8 +12,23 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from .entries import _PPFT_LAYOUT, WIDTH_MATCHED, Entry, _eps_label, _fmt, _get, _latest, _ratio, _trainings
-from .layouts import _LAYOUT_SECTIONS, _OPTIMISATION_KEYS, _differs_from_ppft, settings_name
+from .entries import (
+    _PPFT_LAYOUT,
+    WIDTH_MATCHED,
+    Entry,
+    _eps_label,
+    _fmt,
+    _get,
+    _latest,
+    _ratio,
+    _trainings,
+)
+from .layouts import (
+    _LAYOUT_SECTIONS,
+    _OPTIMISATION_KEYS,
+    _differs_from_ppft,
+    settings_name,
+)
 from .tables import _table1_ppft
 from .verdicts import _training_means
 

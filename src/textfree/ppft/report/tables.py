@@ -7,12 +7,44 @@ import math
 from typing import Any, Callable, Sequence
 
 from ...metrics import seed_spread
-from .entries import (GDP_MATCHED, PAPER_ENCODER_DIM, PAPER_EPSILON, PAPER_TABLE1, WIDTH_MATCHED, Entry,
-                      _CLEAR_MARGIN, _PPFT_LAYOUT, _TABLE1_PPFT, _TARGET_RETENTION, _build, _epochs, _eps_label, _fmt,
-                      _get, _latest, _layout_default, _noise_norm_and_mu, _paper_mu, _per_length, _trainings,
-                      _variant_rows)
-from .layouts import _LAYOUT_HEADER, _LAYOUT_SECTIONS, _OPTIMISATION_KEYS, _layout_values, settings_name
-from .verdicts import _layouts_meeting_targets, _training_means, _training_verdicts, _verdicts, _welch_lines
+from .entries import (
+    _CLEAR_MARGIN,
+    _PPFT_LAYOUT,
+    _TABLE1_PPFT,
+    _TARGET_RETENTION,
+    GDP_MATCHED,
+    PAPER_ENCODER_DIM,
+    PAPER_EPSILON,
+    PAPER_TABLE1,
+    WIDTH_MATCHED,
+    Entry,
+    _build,
+    _epochs,
+    _eps_label,
+    _fmt,
+    _get,
+    _latest,
+    _layout_default,
+    _noise_norm_and_mu,
+    _paper_mu,
+    _per_length,
+    _trainings,
+    _variant_rows,
+)
+from .layouts import (
+    _LAYOUT_HEADER,
+    _LAYOUT_SECTIONS,
+    _OPTIMISATION_KEYS,
+    _layout_values,
+    settings_name,
+)
+from .verdicts import (
+    _layouts_meeting_targets,
+    _training_means,
+    _training_verdicts,
+    _verdicts,
+    _welch_lines,
+)
 
 
 def _table1_ppft(stage2: Sequence[Entry], recipe: tuple[Any, dict[str, Any]] | None = None

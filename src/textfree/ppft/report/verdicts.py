@@ -7,8 +7,16 @@ import math
 from typing import Any, Sequence
 
 from ...metrics import mean_interval, welch_test
-from .entries import (_CLEAR_MARGIN, _TARGET_RETENTION, WIDTH_MATCHED, Entry, _build, _get, _latest, _ratio, _trainings,
-                      _variant_rows)
+from .entries import (
+    _CLEAR_MARGIN,
+    _TARGET_RETENTION,
+    Entry,
+    _build,
+    _get,
+    _ratio,
+    _trainings,
+    _variant_rows,
+)
 from .layouts import _LAYOUT_SECTIONS, _layout_values
 
 

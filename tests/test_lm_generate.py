@@ -6,7 +6,7 @@ import pytest
 import torch
 from scipy import stats
 
-from textfree.ppft.generate import next_tokens
+from textfree.lm.generate import next_tokens
 
 PROBS = torch.tensor([0.5, 0.3, 0.15, 0.05], dtype=torch.float64)
 

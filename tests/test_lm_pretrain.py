@@ -9,11 +9,11 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from textfree.ppft.decoder import load_decoder
-from textfree.ppft.lm import DecoderPretrainConfig, corpus_from_texts, greedy_generate, pretrain_decoder
-from textfree.ppft.lm.checkpoint import optimizer_state_from_tensors, optimizer_state_to_tensors
-from textfree.ppft.lm.config import PRESETS
-from textfree.ppft.lm.pretrain import build_llama_config, lr_at
+from textfree.lm.loading import load_decoder
+from textfree.lm.local import DecoderPretrainConfig, corpus_from_texts, greedy_generate, pretrain_decoder
+from textfree.lm.local.checkpoint import optimizer_state_from_tensors, optimizer_state_to_tensors
+from textfree.lm.local.config import PRESETS
+from textfree.lm.local.pretrain import build_llama_config, lr_at
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -120,7 +120,7 @@ def test_resume_refuses_another_architecture(run_a, tmp_path):
 
 
 def test_time_budget_mode_sets_the_step_count(tmp_path, monkeypatch):
-    import textfree.ppft.lm.pretrain as pretrain_module
+    import textfree.lm.local.pretrain as pretrain_module
 
     clock = iter(range(10**9))  # a fake clock: every reading is 0.05 s later, whatever the machine's load
     monkeypatch.setattr(pretrain_module, "_now", lambda: 0.05 * next(clock))

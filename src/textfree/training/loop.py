@@ -10,104 +10,37 @@ epoch, so a resumed run replays exactly what the uninterrupted run would have do
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
 import time
-from dataclasses import fields
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
 from torch.utils.data import DataLoader, Subset
 
+from .average import WeightAverage
 from .checkpoint import (
-    TRAIN_CONFIG,
-    InitChanged,
     latest_checkpoint,
     load_average,
     load_training_checkpoint,
-    read_json,
-    run_fingerprint,
-    same_init,
     save_training_checkpoint,
-    write_json,
 )
-from .ema import WeightAverage
-from .train_config import LoopConfig
+from .config import LoopConfig
+from .runs import (
+    METRICS,
+    _truncate_metrics,
+)
+from .schedule import lr_multiplier
 
-__all__ = ["fit", "lr_multiplier", "check_run_dir", "prepare_run_dir", "write_summary", "total_wall_s", "param_groups",
-           "server_optimizer", "payload_loss", "METRICS", "SUMMARY"]
+__all__ = ["fit", "param_groups"]
 
 log = logging.getLogger("textfree.ppft")
-
-METRICS = "metrics.jsonl"
-SUMMARY = "summary.json"
-# Fields that may change between an interrupted run and its resumption.
-_RESUME_FREE = {"resume", "progress", "cpu", "log_every"}
-
-
-def lr_multiplier(step: int, total: int, warmup: int, min_ratio: float) -> float:
-    """Linear warm-up to 1, then cosine decay to ``min_ratio`` at ``total``."""
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
 
 def _epoch_order(n: int, seed: int, epoch: int) -> list[int]:
     gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     return torch.randperm(n, generator=gen).tolist()
-
-
-def check_run_dir(cfg: LoopConfig, *, init: str | None = None, fingerprint: str | None = None) -> str | None:
-    """Refuse to resume a run directory that holds a different run (other settings, or another ``init``); reads only,
-    writes nothing, so a run can be checked before its data and models are loaded. Returns the fingerprint of ``init``
-    (``fingerprint`` when the caller has it already; None without ``init``) for :func:`prepare_run_dir`."""
-    run = Path(cfg.out)
-    if run.exists() and not run.is_dir():
-        raise ValueError(f"the run directory {str(run)!r} is a file, not a directory")
-    saved_path = run / TRAIN_CONFIG
-    if init is not None and fingerprint is None:
-        fingerprint = run_fingerprint(init)
-    mine = {k: v for k, v in cfg.to_dict().items() if k not in _RESUME_FREE}
-    if cfg.resume and saved_path.is_file() and latest_checkpoint(run) is not None:
-        saved_doc = read_json(saved_path)
-        # a setting added since the run was saved counts as its default: the run was trained without it
-        added = {f.name: f.default for f in fields(cfg) if f.default is not dataclasses.MISSING}
-        saved = {k: v for k, v in (added | saved_doc.get("config", {})).items() if k not in _RESUME_FREE}
-        if saved != mine:
-            diff = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
-            raise ValueError(f"{str(run)!r} holds a run with other settings ({', '.join(diff)}); use another --out or --no-resume")
-        if init is not None:
-            try:
-                checked = same_init(run, saved_doc.get("init_fingerprint"), init, current=fingerprint)
-            except InitChanged as exc:
-                raise InitChanged(f"{exc}: its checkpoints cannot be resumed; use another --out or --no-resume") from None
-            if not checked:
-                log.warning("%s records no fingerprint of its init run %s; resuming without checking that it is unchanged", run, init)
-    return fingerprint
-
-
-def prepare_run_dir(cfg: LoopConfig, *, init: str | None = None, fingerprint: str | None = None) -> Path:
-    """Check the run directory (:func:`check_run_dir`), then create it and write train_config.json; without resume,
-    remove its checkpoints and metrics. Call it once the run's data and models have loaded: a run that cannot start
-    leaves ``cfg.out`` as it was.
-
-    ``init`` (stage 2: the run it starts from) is fingerprinted into train_config.json, and an interrupted run is
-    resumed only from the same ``init``: the config names it by path, so a rebuilt one would otherwise pass."""
-    fingerprint = check_run_dir(cfg, init=init, fingerprint=fingerprint)
-    run = Path(cfg.out)
-    run.mkdir(parents=True, exist_ok=True)
-    if not cfg.resume:
-        import shutil
-
-        shutil.rmtree(run / "checkpoints", ignore_errors=True)
-        (run / METRICS).unlink(missing_ok=True)
-    doc = {"kind": type(cfg).__name__, "config": cfg.to_dict()}
-    write_json(run / TRAIN_CONFIG, doc if init is None else doc | {"init_fingerprint": fingerprint})
-    return run
 
 
 def fit(
@@ -264,38 +197,7 @@ def _start_average(cfg: LoopConfig, model: torch.nn.Module, ckpt: Path | None) -
     return average
 
 
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop logged lines past the checkpoint we resume from (they will be logged again)."""
-    if not path.is_file():
-        return
-    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
-    path.write_text("".join(line + "\n" for line in kept))
-
-
 def param_groups(groups: list[tuple[list[torch.nn.Parameter], float]], weight_decay: float) -> list[dict]:
     return [{"params": params, "lr": lr, "base_lr": lr, "weight_decay": weight_decay} for params, lr in groups if params]
 
 
-def server_optimizer(server: torch.nn.Module, cfg: LoopConfig) -> torch.optim.Optimizer:
-    """AdamW over the server part's projection + LoRA parameters (stage 2 and fine-tuning jobs; with a trained base,
-    :meth:`~textfree.ppft.server.ServerModel.train_base`, every decoder weight)."""
-    params = list(server.projection.parameters()) + list(server.decoder_parameters().values())
-    return torch.optim.AdamW(param_groups([(params, cfg.lr)], cfg.weight_decay))
-
-
-def payload_loss(model: torch.nn.Module, batch: dict) -> torch.Tensor:
-    """The server part's loss on a batch of payload rows (:func:`~textfree.ppft.batches.collate_payloads`)."""
-    return model(batch["vectors"], batch["mask"], public=batch["public"], targets=batch["targets"]).loss
-
-
-def total_wall_s(summary: dict[str, Any], t0: float) -> float | None:
-    """This call's seconds since ``t0`` plus the training time of the sessions before it (None: unknown)."""
-    carried = summary["carried_wall_s"]
-    return None if carried is None else round(time.time() - t0 + carried, 2)
-
-
-def write_summary(run: Path, summary: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """Write summary.json (everything but the model) and return it; the stage functions add the model back."""
-    data = {k: v for k, v in summary.items() if k != "model"} | extra
-    write_json(run / SUMMARY, data)
-    return data

@@ -18,7 +18,7 @@
 7. checkpoints every ``checkpoint_every`` steps (and on Ctrl-C) to ``<out>/checkpoint`` (safetensors + JSON);
    calling again with the same output directory resumes from it;
 8. the final model (``save_pretrained``), tokenizer, ``pretrain_config.json``, ``metrics.json`` and
-   ``corpus_manifest.json`` in ``<out>``, loadable with ``textfree.ppft.decoder.load_decoder(out)``.
+   ``corpus_manifest.json`` in ``<out>``, loadable with ``textfree.lm.loading.load_decoder(out)``.
 """
 
 from __future__ import annotations
@@ -37,12 +37,18 @@ import torch
 from accelerate import Accelerator
 from accelerate.logging import get_logger
 from accelerate.utils import set_seed
-from safetensors.numpy import load_file as load_numpy, save_file as save_numpy
+from safetensors.numpy import load_file as load_numpy
+from safetensors.numpy import save_file as save_numpy
 from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ...accel import make_accelerator
-from .checkpoint import CHECKPOINT_DIR, load_checkpoint, read_trainer_state, save_checkpoint
+from .checkpoint import (
+    CHECKPOINT_DIR,
+    load_checkpoint,
+    read_trainer_state,
+    save_checkpoint,
+)
 from .config import CONFIG_NAME, DecoderPretrainConfig, resolve_mixed_precision
 from .corpus import Corpus, build_corpus, corpus_from_texts
 from .tokenizer import load_tokenizer, train_tokenizer

@@ -6,13 +6,20 @@ No pretrained decoder is available offline, so PPFT's server decoder is made her
 * :mod:`.tokenizer` trains a byte-level BPE tokenizer on it;
 * :mod:`.config` holds :class:`DecoderPretrainConfig` and its presets (``tiny``, ``small``, ``gpu``);
 * :mod:`.pretrain` trains ``LlamaForCausalLM`` with Accelerate and saves a directory that
-  :func:`textfree.ppft.decoder.load_decoder` loads like any Hugging Face model.
+  :func:`textfree.lm.loading.load_decoder` loads like any Hugging Face model.
 
 CLI: ``textfree ppft pretrain-decoder --preset small --out runs/decoder-small``. See ``docs/decoder.md``.
 """
 
 from .config import PRESETS, DecoderPretrainConfig
-from .corpus import EXCLUDED, GENERAL_SOURCES, Corpus, CorpusError, build_corpus, corpus_from_texts
+from .corpus import (
+    EXCLUDED,
+    GENERAL_SOURCES,
+    Corpus,
+    CorpusError,
+    build_corpus,
+    corpus_from_texts,
+)
 from .pretrain import finished_pretraining, greedy_generate, pretrain_decoder
 from .tokenizer import EOS_TOKEN, PAD_TOKEN, load_tokenizer, train_tokenizer
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from textfree.ppft.loop import lr_multiplier
+from textfree.training.schedule import lr_multiplier
 
 
 @pytest.mark.parametrize("step, expected", [(0, 0.25), (1, 0.5), (3, 1.0)])

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from textfree.data import shared_data_dir
-from textfree.ppft.lm.corpus import (
+from textfree.lm.local.corpus import (
     EXCLUDED,
     GENERAL_SOURCES,
     CorpusError,

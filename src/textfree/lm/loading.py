@@ -1,24 +1,33 @@
-"""The server's decoder LM: any Hugging Face causal LM by name or path, plus tiny ones built from a config.
+"""Any Hugging Face causal LM (the server's decoder) or encoder by name or path, plus tiny ones built from a config.
 
 ``load_decoder("meta-llama/Llama-3.2-1B-Instruct")`` is what a user with a GPU passes; here, where no pretrained
 decoder is available offline, decoders are small Llama-architecture models created by :func:`make_tiny_decoder_dir`
-(random, for tests) or by the local pretraining step (``textfree.ppft.lm``), saved with ``save_pretrained`` and
+(random, for tests) or by the local pretraining step (``textfree.lm.local``), saved with ``save_pretrained`` and
 loaded back through the same ``from_pretrained`` code.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import warnings
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+)
 
-from .config import LoraSettings
-
-__all__ = ["lora_config", "quiet_peft", "load_decoder", "load_decoder_tokenizer", "load_input_embeddings", "make_tiny_decoder_dir", "DecoderLoadError"]
+__all__ = [
+    "ENCODER_HEADS",
+    "load_encoder",
+    "load_decoder",
+    "load_decoder_tokenizer",
+    "load_input_embeddings",
+    "make_tiny_decoder_dir",
+    "DecoderLoadError",
+]
 
 # names of a causal LM's token-embedding table in its state dict (Llama/Mistral/Qwen, GPT-2, BLOOM, GPT-NeoX)
 EMBEDDING_KEYS = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight", "embed_in.weight")
@@ -55,6 +64,32 @@ def load_decoder(name_or_path: str | os.PathLike, *, dtype: torch.dtype = torch.
     model.to(device)
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tok.pad_token_id
+    return model, tok
+
+
+#: Heads :func:`load_encoder` puts on an encoder: none (hidden states), a sequence classifier, a token classifier.
+ENCODER_HEADS = (None, "sequence", "token")
+
+
+def load_encoder(name_or_path: str | os.PathLike | None, *, head: str | None = None, num_labels: int | None = None):
+    """(model, tokenizer) of an encoder (BERT family) by hub name or path (``None`` or ``"default"``: all-MiniLM-L6-v2),
+    through ``AutoModel`` or, with ``head``, ``AutoModelFor{Sequence,Token}Classification`` with ``num_labels``."""
+    from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
+
+    from ..encoders.loading import EncoderLoadError, resolve_encoder_path
+
+    if head not in ENCODER_HEADS:
+        raise ValueError(f"head must be one of {ENCODER_HEADS}, got {head!r}")
+    if head is not None and (isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 2):
+        raise ValueError(f"num_labels must be an integer >= 2 with a {head} head, got {num_labels!r}")
+    path = resolve_encoder_path(None if name_or_path == "default" else name_or_path)
+    kind = {None: AutoModel, "sequence": AutoModelForSequenceClassification, "token": AutoModelForTokenClassification}[head]
+    extra = {} if head is None else {"num_labels": num_labels}
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+        model = kind.from_pretrained(path, **extra)
+    except OSError as exc:
+        raise EncoderLoadError(f"could not load encoder {str(name_or_path)!r}: {exc}") from exc
     return model, tok
 
 
@@ -123,22 +158,3 @@ def make_tiny_decoder_dir(
     return out
 
 
-@contextlib.contextmanager
-def quiet_peft():
-    """peft 0.21 calls a transformers 5.23 method that warns about its own deprecation; hide only that."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-        yield
-
-
-def lora_config(settings: LoraSettings):
-    from peft import LoraConfig
-
-    return LoraConfig(
-        r=settings.r,
-        lora_alpha=settings.alpha,
-        lora_dropout=settings.dropout,
-        target_modules=settings.target_modules,
-        task_type="CAUSAL_LM",
-        bias="none",
-    )

@@ -48,7 +48,7 @@ class DecoderPretrainConfig:
     seed: int = field(default=0, metadata={"help": "Seed of every random choice: corpus shuffle, held-out split, weight init, batch order."})
     # ---- data
     data_dir: str | None = field(default=None, metadata={"help": "Shared data directory; null = textfree.data.shared_data_dir() ($TEXTFREE_DATA or ../shared/data)."})
-    sources: list[str] | None = field(default=None, metadata={"help": "Corpus sources (names in textfree.ppft.lm.corpus.GENERAL_SOURCES); null = all."})
+    sources: list[str] | None = field(default=None, metadata={"help": "Corpus sources (names in textfree.lm.local.corpus.GENERAL_SOURCES); null = all."})
     extra_text_files: list[str] = field(default_factory=list, metadata={"help": "In-domain PUBLIC text to add (.txt paragraphs, .jsonl/.json with 'text'); empty by default. Evaluation data is refused."})
     decontaminate: bool = field(default=True, metadata={"help": "Drop corpus documents that contain an evaluation question/context verbatim."})
     eval_fraction: float = field(default=0.01, metadata={"help": "Fraction of documents held out (a fixed slice of the shuffled corpus) for the held-out loss."})

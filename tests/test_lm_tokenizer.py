@@ -2,8 +2,8 @@
 
 import pytest
 
-from textfree.ppft.decoder import load_decoder_tokenizer
-from textfree.ppft.lm.tokenizer import EOS_TOKEN, PAD_TOKEN, load_tokenizer, train_tokenizer
+from textfree.lm.loading import load_decoder_tokenizer
+from textfree.lm.local.tokenizer import EOS_TOKEN, PAD_TOKEN, load_tokenizer, train_tokenizer
 
 TEXTS = [
     "The patient is a 46-year-old man with a cough and a fever of 38.5 C.",

@@ -1,4 +1,4 @@
-"""The weight average (textfree.ppft.ema) by hand, and in a stage-2 run: saved as the run's weights, resumed exactly."""
+"""The weight average (textfree.training.average) by hand, and in a stage-2 run: saved as the run's weights, resumed exactly."""
 
 import json
 from pathlib import Path
@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from textfree.ppft.checkpoint import EMA_FILE, latest_checkpoint
-from textfree.ppft.ema import WeightAverage, check_ema_decay
+from textfree.training.checkpoint import EMA_FILE, latest_checkpoint
+from textfree.training.average import WeightAverage, check_ema_decay
 from textfree.ppft.model import TextFreeLM
 from textfree.ppft.train import Stage2Config, train_stage2
 
@@ -78,7 +78,7 @@ def _cfg(out, init, **kw):
 
 @pytest.fixture(scope="module")
 def stage1_run(tmp_path_factory, tiny_encoder_dir):
-    from textfree.ppft.decoder import make_tiny_decoder_dir
+    from textfree.lm.loading import make_tiny_decoder_dir
     from textfree.ppft.train import Stage1Config, train_stage1
 
     decoder = make_tiny_decoder_dir(tmp_path_factory.mktemp("tiny-decoder"), hidden=32, layers=2, heads=2, seed=0)
