@@ -62,9 +62,11 @@ def main() -> None:
 
     add("ours, exact", lambda: NearestNeighbors(table.vectors), lambda nn: nn.search(queries, 1)[:, 0])
     for sl in (0, 1, 3, 7):
-        add(f"ours, approximate, shortlist={sl}",
+        add(
+            f"ours, approximate, shortlist={sl}",
             lambda sl=sl: NearestNeighbors(table.vectors, search="approximate", shortlist=sl),
-            lambda nn: nn.search(queries, 1)[:, 0])
+            lambda nn: nn.search(queries, 1)[:, 0],
+        )
     if not args.skip_faiss:
         import faiss
 
@@ -91,6 +93,7 @@ def main() -> None:
                 else:
                     index.hnsw.efSearch = value
                 return torch.from_numpy(index.search(q32, 1)[1][:, 0]).to(torch.int64)
+
             return run
 
         for nlist, probes in ((1024, (32, 128)), (4096, (128, 256, 512))):
@@ -119,9 +122,11 @@ def main() -> None:
     exact = results["ours, exact"]
     base = statistics.median(times["ours, exact"])
     load = os.getloadavg()
-    print(f"torch {torch.__version__}, {args.threads} threads, eta={args.eta}, {len(rows)} queries "
-          f"({source}), table {len(table)} x {table.dim}; load average {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f} "
-          f"on {os.cpu_count()} CPUs")
+    print(
+        f"torch {torch.__version__}, {args.threads} threads, eta={args.eta}, {len(rows)} queries "
+        f"({source}), table {len(table)} x {table.dim}; load average {load[0]:.2f}/{load[1]:.2f}/{load[2]:.2f} "
+        f"on {os.cpu_count()} CPUs"
+    )
     print(f"{'method':58s} {'build s':>8s} {'median s':>9s} {'/ exact':>8s} {'agree':>7s} {'kept':>7s}")
     for name in methods:
         med = statistics.median(times[name])

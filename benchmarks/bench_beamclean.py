@@ -30,8 +30,15 @@ def inputs(n_seq: int, tokens: int):
     enc = EmbeddingTableEncoder.from_pretrained()
     tok = enc.tokenizer
     texts = list(dict.fromkeys(mcqa_prompt(r).private for r in ppft_split("pri-ddx")["heldout"]))[:n_seq]
-    seqs = [torch.tensor([tok.cls_token_id, *tok(t, add_special_tokens=False)["input_ids"][: tokens - 2], tok.sep_token_id]) for t in texts]
-    public = [" ".join(x for x in (r.instruction, r.input, r.output) if x) for name in ("alpaca", "lima") for r in load_dataset(name)]
+    seqs = [
+        torch.tensor([tok.cls_token_id, *tok(t, add_special_tokens=False)["input_ids"][: tokens - 2], tok.sep_token_id])
+        for t in texts
+    ]
+    public = [
+        " ".join(x for x in (r.instruction, r.input, r.output) if x)
+        for name in ("alpaca", "lima")
+        for r in load_dataset(name)
+    ]
     prior = BigramPrior.from_texts(public, tok, enc.vocab_size)
     return enc.table.detach().float(), seqs, prior
 
@@ -45,8 +52,10 @@ def bench_beamclean(table, seqs, prior, args) -> None:
     gen = seeded_generator(0, warn=False)
     noisy = [mech.sample(table[s].double(), generator=gen).float() for s in seqs]
     grant = ThreatModel(embedding_table=True, training_text="public", knows_mechanism=True, knows_parameters=True)
-    print(f"\nBeamClean, beam 20, {len(seqs)} sequences of {len(seqs[0])} tokens, L2-Laplace eps {args.eps:g}, bigram prior; "
-          f"sequences / s (median of {args.repeats} rounds)\n")
+    print(
+        f"\nBeamClean, beam 20, {len(seqs)} sequences of {len(seqs[0])} tokens, L2-Laplace eps {args.eps:g}, bigram prior; "
+        f"sequences / s (median of {args.repeats} rounds)\n"
+    )
     print("| candidates | noise | 1 thread | 2 threads |")
     print("|---|---|---|---|")
     for m in (64, 1024):
@@ -55,7 +64,9 @@ def bench_beamclean(table, seqs, prior, args) -> None:
             row = []
             for threads in (1, 2):
                 torch.set_num_threads(threads)
-                beamclean_attack(noisy[:1], table, prior, threat=grant, noise=noise, mechanism=mech, config=cfg)  # warm-up
+                beamclean_attack(
+                    noisy[:1], table, prior, threat=grant, noise=noise, mechanism=mech, config=cfg
+                )  # warm-up
                 times = []
                 for _ in range(args.repeats):
                     t0 = time.perf_counter()
@@ -80,8 +91,10 @@ def bench_nn(table, args) -> None:
 
     inverter = NearestNeighbourInverter(table)
     t_t = table.T.contiguous()
-    print(f"\nOne nearest-neighbour pass vs a plain float32 matmul [N, 384] x [384, {table.shape[0]}] "
-          f"(median seconds of {args.repeats * 3} interleaved rounds)\n")
+    print(
+        f"\nOne nearest-neighbour pass vs a plain float32 matmul [N, 384] x [384, {table.shape[0]}] "
+        f"(median seconds of {args.repeats * 3} interleaved rounds)\n"
+    )
     print("| threads | N | matmul s | NN L2 s | L2 / matmul | NN cosine s | cosine / matmul |")
     print("|---|---|---|---|---|---|---|")
     for threads in (1, 2):
@@ -91,7 +104,11 @@ def bench_nn(table, args) -> None:
             gen = torch.Generator().manual_seed(n)
             rows = torch.randint(0, table.shape[0], (n,), generator=gen)
             q = (table[rows].double() + L2Laplace(args.eps).noise(n, table.shape[1], generator=gen)).float()
-            calls = {"matmul": lambda: q @ t_t, "l2": lambda: inverter.invert(q, "l2"), "cosine": lambda: inverter.invert(q, "cosine")}
+            calls = {
+                "matmul": lambda: q @ t_t,
+                "l2": lambda: inverter.invert(q, "l2"),
+                "cosine": lambda: inverter.invert(q, "cosine"),
+            }
             for f in calls.values():
                 f()  # warm-up
             times = {k: [] for k in calls}
@@ -101,8 +118,11 @@ def bench_nn(table, args) -> None:
                     f()
                     times[k].append(time.perf_counter() - t0)
             med = {k: statistics.median(v) for k, v in times.items()}
-            print(f"| {threads} | {n} | {med['matmul']:.4f} | {med['l2']:.4f} | {med['l2'] / med['matmul']:.2f}x | "
-                  f"{med['cosine']:.4f} | {med['cosine'] / med['matmul']:.2f}x |", flush=True)
+            print(
+                f"| {threads} | {n} | {med['matmul']:.4f} | {med['l2']:.4f} | {med['l2'] / med['matmul']:.2f}x | "
+                f"{med['cosine']:.4f} | {med['cosine'] / med['matmul']:.2f}x |",
+                flush=True,
+            )
 
 
 def main() -> None:

@@ -25,18 +25,21 @@ from textfree.mechanisms import L2Laplace, SlotPrivatization  # noqa: E402
 from textfree.rng import secure_generator  # noqa: E402
 
 FALLBACK = [
-    "A 46-year-old male has a history of cluster headaches, smokes a pack a day and reports sharp pain behind the left eye.",
+    "A 46-year-old male has a history of cluster headaches, smokes a pack a day and reports sharp pain behind the left "
+    "eye.",
     "The patient, a 29-year-old woman, presents with fever, productive cough and pleuritic chest pain for three days.",
-    "A 71-year-old man with diabetes and chronic kidney disease complains of swelling in both legs and shortness of breath.",
-    "She is 35, pregnant in the third trimester, and has had headaches, blurred vision and high blood pressure since Monday.",
+    "A 71-year-old man with diabetes and chronic kidney disease complains of swelling in both legs and shortness of "
+    "breath.",
+    "She is 35, pregnant in the third trimester, and has had headaches, blurred vision and high blood pressure since "
+    "Monday.",
 ]
 
 
 def load_prompts(n: int) -> list[str]:
     data = Path(os.environ.get("TEXTFREE_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
     try:
-        from textfree.data import load_dataset
         from textfree.alignment import private_texts
+        from textfree.data import load_dataset
 
         if data.is_dir():
             texts = private_texts(load_dataset("pri-ddx", split="test", limit=n))
@@ -67,9 +70,13 @@ def main() -> None:
     enc = ContextualEncoder.from_pretrained(None)
     sp = SlotPrivatization(L2Laplace(args.epsilon), k=args.k)
     prompts = load_prompts(32)
-    print(f"encoder {enc.name} (d={enc.dim}), eps={args.epsilon}, k={args.k}, threads={args.threads}, "
-          f"mean prompt length {statistics.mean(len(enc.tokenizer(p)['input_ids']) for p in prompts):.1f} tokens")
-    print(f"{'batch':>5} {'tokenize ms':>12} {'encode ms':>10} {'pool+noise ms':>14} {'total ms/prompt':>16} {'overhead/encode':>16}")
+    print(
+        f"encoder {enc.name} (d={enc.dim}), eps={args.epsilon}, k={args.k}, threads={args.threads}, "
+        f"mean prompt length {statistics.mean(len(enc.tokenizer(p)['input_ids']) for p in prompts):.1f} tokens"
+    )
+    print(
+        f"{'batch':>5} {'tokenize ms':>12} {'encode ms':>10} {'pool+noise ms':>14} {'total ms/prompt':>16} {'overhead/encode':>16}"
+    )
     for batch in (1, 32):
         texts = prompts[:batch]
         for _ in range(3):  # warm-up
@@ -84,7 +91,9 @@ def main() -> None:
         mask = toks["attention_mask"]
         t_noise, _ = timed(lambda: sp.apply(hidden, mask, generator=secure_generator()), args.repeats)
         total = t_tok + t_enc + t_noise
-        print(f"{batch:>5} {t_tok * 1e3:>12.2f} {t_enc * 1e3:>10.2f} {t_noise * 1e3:>14.3f} {total / batch * 1e3:>16.2f} {t_noise / t_enc:>15.2%}")
+        print(
+            f"{batch:>5} {t_tok * 1e3:>12.2f} {t_enc * 1e3:>10.2f} {t_noise * 1e3:>14.3f} {total / batch * 1e3:>16.2f} {t_noise / t_enc:>15.2%}"
+        )
     print("target: pool+noise overhead under 5% of encoding time")
 
 

@@ -88,16 +88,20 @@ def bench_table(name: str, table: torch.Tensor, args) -> None:
             times[key].append(time.perf_counter() - t0)
     ref = exact_reference(table, queries)
     base = statistics.median(times["faiss IndexFlatL2 (k=1, raw float32)"])
-    print(f"\n{name}: table {table.shape[0]} x {table.shape[1]}, {args.queries} queries (row + L2-Laplace noise, "
-          f"eta={args.eta}), {args.repeats} interleaved rounds, torch threads={torch.get_num_threads()}")
+    print(
+        f"\n{name}: table {table.shape[0]} x {table.shape[1]}, {args.queries} queries (row + L2-Laplace noise, "
+        f"eta={args.eta}), {args.repeats} interleaved rounds, torch threads={torch.get_num_threads()}"
+    )
     print(f"  {'method':42s} {'median s':>9s} {'min s':>8s} {'vs faiss':>9s} {'wrong NN':>9s}")
     for key in methods:
         med = statistics.median(times[key])
         wrong = int((results[key] != ref).sum())
         print(f"  {key:42s} {med:9.4f} {min(times[key]):8.4f} {med / base:8.2f}x {wrong:9d}")
-    print(f"  float64 re-searches by our exactness check: matmul {ours_mm.n_fallback}, faiss {ours_fa.n_fallback}, "
-          f"bf16 {ours_bf.n_fallback}; bfloat16 pass not certified: {ours_bf.n_bf16_fallback} "
-          f"(over {args.repeats + 2} calls each)")
+    print(
+        f"  float64 re-searches by our exactness check: matmul {ours_mm.n_fallback}, faiss {ours_fa.n_fallback}, "
+        f"bf16 {ours_bf.n_fallback}; bfloat16 pass not certified: {ours_bf.n_bf16_fallback} "
+        f"(over {args.repeats + 2} calls each)"
+    )
 
 
 def bf16_certificate(table: torch.Tensor, args) -> None:
@@ -106,8 +110,10 @@ def bf16_certificate(table: torch.Tensor, args) -> None:
     from textfree.substitution.nn import NearestNeighbors
 
     default = nn_module.BF16_SHORTLIST
-    print(f"\nbfloat16 certificate on {table.shape[0]} x {table.shape[1]}, {args.queries} queries per eta "
-          f"(default short list k + {default}):")
+    print(
+        f"\nbfloat16 certificate on {table.shape[0]} x {table.shape[1]}, {args.queries} queries per eta "
+        f"(default short list k + {default}):"
+    )
     lists = (3, 7, 15, 31)
     print("  " + f"{'eta':>6s}" + "".join(f"  list k+{r:<3d}" for r in lists) + "   wrong NN")
     try:

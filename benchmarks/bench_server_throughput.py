@@ -33,9 +33,9 @@ import httpx  # noqa: E402
 import torch  # noqa: E402
 
 from textfree.encoders.loading import resolve_encoder_path  # noqa: E402
+from textfree.lm.generate import greedy_generate
 from textfree.payload import Payload  # noqa: E402
 from textfree.ppft import server as ppft_server  # noqa: E402
-from textfree.lm.generate import greedy_generate
 from textfree.ppft.model import TextFreeLM  # noqa: E402
 from textfree.server import ServerConfig, create_app  # noqa: E402
 from textfree.server.loadtest import PROMPTS  # noqa: E402
@@ -56,16 +56,20 @@ def median_time(fn, rounds: int) -> float:
 
 def counting(counts: dict, name: str, generate):
     """``generate`` (a greedy loop) that also records how many tokens it produced."""
+
     def wrapper(*args, **kwargs):
         out = generate(*args, **kwargs)
         counts[name] = sum(map(len, out))
         return out
+
     return wrapper
 
 
 def throughput(server, *, batch: int, slots: int, new_tokens: int, rounds: int) -> None:
     d_e, tok = server.config.encoder_dim, server.tokenizer
-    vectors = torch.nn.functional.normalize(torch.randn(batch, slots, d_e), dim=-1)  # what noisy, renormalised slots are
+    vectors = torch.nn.functional.normalize(
+        torch.randn(batch, slots, d_e), dim=-1
+    )  # what noisy, renormalised slots are
     mask = torch.ones(batch, slots, dtype=torch.bool)
     public = [PUBLIC] * batch
     n_public = len(server._public_rows(public, 1)[0][0])
@@ -85,13 +89,26 @@ def throughput(server, *, batch: int, slots: int, new_tokens: int, rounds: int) 
 
     @torch.no_grad()
     def hf_tokens():
-        out = decoder.generate(input_ids=ids, attention_mask=attention, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                               do_sample=False, pad_token_id=tok.pad_token_id)
+        out = decoder.generate(
+            input_ids=ids,
+            attention_mask=attention,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=tok.pad_token_id,
+        )
         counts["hf"] = int((out[:, length:] != tok.pad_token_id).sum())
 
     @torch.no_grad()
     def loop_tokens():
-        out = greedy_generate(decoder, embed(ids), attention, max_new_tokens=new_tokens, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        out = greedy_generate(
+            decoder,
+            embed(ids),
+            attention,
+            max_new_tokens=new_tokens,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )
         counts["loop"] = sum(map(len, out))
 
     for fn in (textfree, hf_tokens, loop_tokens):  # warm up
@@ -99,16 +116,24 @@ def throughput(server, *, batch: int, slots: int, new_tokens: int, rounds: int) 
     times = {"textfree": [], "hf": [], "loop": []}
     paths = [("textfree", textfree), ("hf", hf_tokens), ("loop", loop_tokens)]
     for r in range(rounds):  # interleaved, each round starting with the next path, so background load hits all alike
-        for name, fn in paths[r % 3:] + paths[: r % 3]:
+        for name, fn in paths[r % 3 :] + paths[: r % 3]:
             times[name].append(median_time(fn, 1))
     ppft_server.greedy_generate = greedy_generate
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"\n1. generation: batch {batch}, {length} prompt positions (BOS + {slots} slots + {n_public} public tokens), "
-          f"{new_tokens} new tokens, greedy, median of {rounds} interleaved rounds (order rotated)")
+    print(
+        f"\n1. generation: batch {batch}, {length} prompt positions (BOS + {slots} slots + {n_public} public tokens), "
+        f"{new_tokens} new tokens, greedy, median of {rounds} interleaved rounds (order rotated)"
+    )
     print("| path | s / batch | prompts / s | new tokens | text-free / this |")
     print("|---|---|---|---|---|")
-    for name, label in (("textfree", "text-free (ServerModel.generate)"), ("hf", "token ids, HF generate"), ("loop", "token ids, same greedy loop")):
-        print(f"| {label} | {med[name]:.4f} | {batch / med[name]:.2f} | {counts[name]} | {med[name] / med['textfree']:.3f} |")
+    for name, label in (
+        ("textfree", "text-free (ServerModel.generate)"),
+        ("hf", "token ids, HF generate"),
+        ("loop", "token ids, same greedy loop"),
+    ):
+        print(
+            f"| {label} | {med[name]:.4f} | {batch / med[name]:.2f} | {counts[name]} | {med[name] / med['textfree']:.3f} |"
+        )
 
 
 def overhead(run: Path, *, slots_text: str, new_tokens: int, rounds: int) -> None:
@@ -134,10 +159,14 @@ def overhead(run: Path, *, slots_text: str, new_tokens: int, rounds: int) -> Non
         query = {"model": "m", "max_new_tokens": new_tokens}
 
         def post_raw():
-            http.post("/v1/generate", params=query, content=raw, headers={"Content-Type": "application/octet-stream"}).raise_for_status()
+            http.post(
+                "/v1/generate", params=query, content=raw, headers={"Content-Type": "application/octet-stream"}
+            ).raise_for_status()
 
         def post_json():
-            http.post("/v1/generate", json={"model": "m", "payload_b64": b64, "max_new_tokens": new_tokens}).raise_for_status()
+            http.post(
+                "/v1/generate", json={"model": "m", "payload_b64": b64, "max_new_tokens": new_tokens}
+            ).raise_for_status()
 
         post_raw(), post_json()
         e2e = {"raw": [], "json": []}
@@ -145,8 +174,10 @@ def overhead(run: Path, *, slots_text: str, new_tokens: int, rounds: int) -> Non
             e2e["raw"].append(median_time(post_raw, 1))
             e2e["json"].append(median_time(post_json, 1))
     med = {k: statistics.median(v) for k, v in e2e.items()}
-    print(f"\n2. request overhead: one prompt, {sum(payload.lengths)} slots x {payload.encoder.dim}, {len(raw)} payload bytes, "
-          f"{new_tokens} new tokens; medians ({n} decodes, {rounds * 3} requests per format)")
+    print(
+        f"\n2. request overhead: one prompt, {sum(payload.lengths)} slots x {payload.encoder.dim}, {len(raw)} payload bytes, "
+        f"{new_tokens} new tokens; medians ({n} decodes, {rounds * 3} requests per format)"
+    )
     print("| wire format | decode + validate ms | model checks ms | end-to-end ms | share of end-to-end |")
     print("|---|---|---|---|---|")
     for name, t_dec in (("raw (octet-stream)", t_raw), ("JSON (base64)", t_json)):

@@ -121,8 +121,11 @@ def floor_products(table: torch.Tensor) -> dict:
     the same shape (timing only: the values do not matter) and, where faiss is installed, an ``IndexFlatL2``."""
     v, d = table.shape
     tt = table.T.contiguous()
-    out = {"float32": tt, "bfloat16": tt.to(torch.bfloat16),
-           "int8": torch.randint(-127, 128, (d, v), dtype=torch.int8, generator=torch.Generator().manual_seed(1))}
+    out = {
+        "float32": tt,
+        "bfloat16": tt.to(torch.bfloat16),
+        "int8": torch.randint(-127, 128, (d, v), dtype=torch.int8, generator=torch.Generator().manual_seed(1)),
+    }
     try:
         import faiss
 
@@ -178,20 +181,38 @@ def main() -> None:
     parser.add_argument("--eta", type=float, default=100.0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--small-repeats", type=int, default=70,
-                        help="repeats for sizes of at most 100 words (cheap, and noisier on a shared machine)")
-    parser.add_argument("--backend", default="auto", choices=["auto", "matmul", "faiss", "bf16"],
-                        help="engine of the exact search (the approximate one always runs on torch)")
+    parser.add_argument(
+        "--small-repeats",
+        type=int,
+        default=70,
+        help="repeats for sizes of at most 100 words (cheap, and noisier on a shared machine)",
+    )
+    parser.add_argument(
+        "--backend",
+        default="auto",
+        choices=["auto", "matmul", "faiss", "bf16"],
+        help="engine of the exact search (the approximate one always runs on torch)",
+    )
     parser.add_argument("--search", default="both", choices=["exact", "approximate", "both"])
-    parser.add_argument("--shortlist", type=int, default=None,
-                        help="approximate search: words kept beyond the best one (default: the library's)")
+    parser.add_argument(
+        "--shortlist",
+        type=int,
+        default=None,
+        help="approximate search: words kept beyond the best one (default: the library's)",
+    )
     parser.add_argument("--tagger", default="textblob", choices=["textblob", "nltk"])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
-                        help="also time the bare table product of each precision (what no exact scan can skip) "
-                             "and compare it with a 10x target")
     parser.add_argument(
-        "--table", default="minilm", choices=["minilm", "glove"],
+        "--floor",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time the bare table product of each precision (what no exact scan can skip) "
+        "and compare it with a 10x target",
+    )
+    parser.add_argument(
+        "--table",
+        default="minilm",
+        choices=["minilm", "glove"],
         help="minilm: MiniLM input embeddings (the default); glove: GloVe Twitter 25d, 11,925 words (shared data)",
     )
     args = parser.parse_args()
@@ -273,25 +294,37 @@ def main() -> None:
             memory[(key, n)] = peak.mb
     load_end = os.getloadavg()
 
-    print(f"torch {torch.__version__}, {args.threads} threads, backend={args.backend}, tagger={args.tagger}, "
-          f"eta={args.eta}, search={args.search}, shortlist={shortlist}, repeats={args.repeats} "
-          f"({args.small_repeats} for <= 100 words)")
-    print(f"load average (1/5/15 min) at start {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}, "
-          f"at end {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f} on {os.cpu_count()} CPUs")
+    print(
+        f"torch {torch.__version__}, {args.threads} threads, backend={args.backend}, tagger={args.tagger}, "
+        f"eta={args.eta}, search={args.search}, shortlist={shortlist}, repeats={args.repeats} "
+        f"({args.small_repeats} for <= 100 words)"
+    )
+    print(
+        f"load average (1/5/15 min) at start {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}, "
+        f"at end {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f} on {os.cpu_count()} CPUs"
+    )
     print(f"text: {source}")
     print(f"table: {len(table)} words x {table.dim} ({table.name}), built in {t_table:.2f} s")
-    print("setup: " + ", ".join(f"{name} {mode} {sec:.2f} s" for (name, mode), sec in setup.items())
-          + " (PCT2T tags the table words once per mechanism)")
-    print(f"resident memory: python+torch {rss0:.0f} MB; +table (and, for MiniLM, loading the model) "
-          f"{rss_table - rss0:.0f} MB; +search indices, tagger lexicon and table tags {rss_ready - rss_table:.0f} MB")
+    print(
+        "setup: "
+        + ", ".join(f"{name} {mode} {sec:.2f} s" for (name, mode), sec in setup.items())
+        + " (PCT2T tags the table words once per mechanism)"
+    )
+    print(
+        f"resident memory: python+torch {rss0:.0f} MB; +table (and, for MiniLM, loading the model) "
+        f"{rss_table - rss0:.0f} MB; +search indices, tagger lexicon and table tags {rss_ready - rss_table:.0f} MB"
+    )
     token_mb = table.subword.token_vectors.numel() * 4 / 2**20 if table.subword is not None else 0.0
-    print(f"tensors: table {table.vectors.numel() * 4 / 2**20:.0f} MB, sub-token embeddings {token_mb:.0f} MB, "
-          f"exact search copy of the table {table.vectors.numel() * 4 / 2**20:.0f} MB (+ faiss's own copy once used), "
-          f"approximate search int8 copy {table.dim * len(table) / 2**20:.0f} MB")
+    print(
+        f"tensors: table {table.vectors.numel() * 4 / 2**20:.0f} MB, sub-token embeddings {token_mb:.0f} MB, "
+        f"exact search copy of the table {table.vectors.numel() * 4 / 2**20:.0f} MB (+ faiss's own copy once used), "
+        f"approximate search int8 copy {table.dim * len(table) / 2**20:.0f} MB"
+    )
     print()
     cols = [(name, mode) for name in ("T2T", "PCT2T") for mode in modes]
     head = f"{'words':>6s} | {'RAPT (Pi 4)':>11s} | {'noise':>7s} | " + " | ".join(
-        f"{name + ' ' + mode[:6]:>14s} {'speed-up':>8s} {'peak MB':>7s}" for name, mode in cols)
+        f"{name + ' ' + mode[:6]:>14s} {'speed-up':>8s} {'peak MB':>7s}" for name, mode in cols
+    )
     print(head)
     print("-" * len(head))
     for n in args.sizes:
@@ -303,14 +336,18 @@ def main() -> None:
             cells.append(f"{med:14.4f} {speed} {memory[(key, n)]:7.1f}")
         print(" | ".join(cells))
     print("\nmedian seconds per sequence; speed-up = RAPT's Table X time / ours; 'noise' = the L2-Laplace draw alone.")
-    print(f"RAPT Table X memory: ~{RAPT_MEMORY_MB} MB. 'peak MB' is the resident memory one privatize() call adds "
-          "on top of what is already resident (0.0: it fit in memory the process already held).")
+    print(
+        f"RAPT Table X memory: ~{RAPT_MEMORY_MB} MB. 'peak MB' is the resident memory one privatize() call adds "
+        "on top of what is already resident (0.0: it fit in memory the process already held)."
+    )
     print()
     if args.floor:
         print_floor(table, args, noise_times, repeats)
     if len(modes) == 2:
-        head = (f"{'words':>6s} | {'T2T agree':>10s} {'kept exact':>10s} {'kept approx':>11s} | "
-                f"{'PCT2T agree':>11s} {'kept exact':>10s} {'kept approx':>11s} | {'approx / exact time':>19s}")
+        head = (
+            f"{'words':>6s} | {'T2T agree':>10s} {'kept exact':>10s} {'kept approx':>11s} | "
+            f"{'PCT2T agree':>11s} {'kept exact':>10s} {'kept approx':>11s} | {'approx / exact time':>19s}"
+        )
     else:
         head = f"{'words':>6s} | {'T2T kept':>8s} | {'PCT2T kept':>10s}"
     print(head)
@@ -329,19 +366,25 @@ def main() -> None:
             else:
                 cells.append(f"{rates[modes[0]]:{8 if name == 'T2T' else 10}.4f}")
         if len(modes) == 2:
-            ratio = [statistics.median(times[((name, "approximate"), n)]) / statistics.median(times[((name, "exact"), n)])
-                     for name in ("T2T", "PCT2T")]
+            ratio = [
+                statistics.median(times[((name, "approximate"), n)]) / statistics.median(times[((name, "exact"), n)])
+                for name in ("T2T", "PCT2T")
+            ]
             cells.append(f"{ratio[0]:8.2f} / {ratio[1]:.2f}")
         print(" | ".join(cells))
     if len(modes) == 2:
-        print("\nagree: share of substituted words released identically in both modes (same noise), pooled over "
-              "the repeats; kept: share of substituted words released unchanged (1 - replacement rate).")
+        print(
+            "\nagree: share of substituted words released identically in both modes (same noise), pooled over "
+            "the repeats; kept: share of substituted words released unchanged (1 - replacement rate)."
+        )
 
 
 def print_floor(table, args, noise_times: dict, repeats) -> None:
     """The table product alone per precision, plus the noise draw, against a 10x-RAPT budget (RAPT time / 10)."""
-    head = (f"{'words':>6s} | {'10x budget':>10s} | {'float32':>8s} {'bfloat16':>8s} {'int8':>8s} {'faiss':>8s} | "
-            f"{'noise':>7s} | {'floor':>7s} | {'floor / budget':>14s}")
+    head = (
+        f"{'words':>6s} | {'10x budget':>10s} | {'float32':>8s} {'bfloat16':>8s} {'int8':>8s} {'faiss':>8s} | "
+        f"{'noise':>7s} | {'floor':>7s} | {'floor / budget':>14s}"
+    )
     print(head)
     print("-" * len(head))
     vectors = table.vectors.to(torch.float32)
@@ -352,17 +395,26 @@ def print_floor(table, args, noise_times: dict, repeats) -> None:
         scan = scan_floor(tables, n, repeats(n), skip)
         noise = statistics.median(noise_times[n])
         floor = min(scan.values()) + noise
-        cells = [f"{n:6d}", f"{budget:10.4f}",
-                 " ".join(f"{scan[p]:8.4f}" if p in scan else f"{'-':>8s}" for p in ("float32", "bfloat16", "int8", "faiss")),
-                 f"{noise:7.4f}", f"{floor:7.4f}", f"{floor / budget:13.2f}x"]
+        cells = [
+            f"{n:6d}",
+            f"{budget:10.4f}",
+            " ".join(
+                f"{scan[p]:8.4f}" if p in scan else f"{'-':>8s}" for p in ("float32", "bfloat16", "int8", "faiss")
+            ),
+            f"{noise:7.4f}",
+            f"{floor:7.4f}",
+            f"{floor / budget:13.2f}x",
+        ]
         print(" | ".join(cells))
     flops = {n: 2 * n * table.dim * len(table) for n in args.sizes}
-    print(f"\nfloor = the fastest of the bare product [words, {table.dim}] x [{table.dim}, {len(table)}] (no selection, "
-          f"no re-rank; in chunks of {FLOOR_CHUNK} words) and faiss's fused float32 search, + the noise draw: the "
-          "least any exact scan of this table needs here. floor / budget > 1: a 10x speed-up over RAPT's Pi is out "
-          "of reach for an exact search of this table on this machine (PCT2T searches smaller per-tag tables). "
-          "Operations per call: " + ", ".join(f"{n}: {flops[n]:.2e}" for n in args.sizes) + ". '-': a precision "
-          "slower than float32 at a smaller size (emulated on this CPU) is not run again.")
+    print(
+        f"\nfloor = the fastest of the bare product [words, {table.dim}] x [{table.dim}, {len(table)}] (no selection, "
+        f"no re-rank; in chunks of {FLOOR_CHUNK} words) and faiss's fused float32 search, + the noise draw: the "
+        "least any exact scan of this table needs here. floor / budget > 1: a 10x speed-up over RAPT's Pi is out "
+        "of reach for an exact search of this table on this machine (PCT2T searches smaller per-tag tables). "
+        "Operations per call: " + ", ".join(f"{n}: {flops[n]:.2e}" for n in args.sizes) + ". '-': a precision "
+        "slower than float32 at a smaller size (emulated on this CPU) is not run again."
+    )
     print_concentration(vectors, args.eta, args.seed)
     print()
 
@@ -378,10 +430,12 @@ def print_concentration(vectors: torch.Tensor, eta: float, seed: int, n: int = 5
     noise = L2Laplace(eta).noise(n, table.shape[1], generator=gen).to(torch.float64)
     dist = torch.cdist(table[rows] + noise, table).sort(dim=1).values
     nn = dist[:, :1]
-    print(f"distances from {n} noisy words (eta {eta:g}; mean noise norm {noise.norm(dim=1).mean():.2f}, mean row norm "
-          f"{table.norm(dim=1).mean():.2f}): nearest {nn.mean():.3f}, median row {dist[:, len(table) // 2].mean():.3f}, "
-          f"farthest {dist[:, -1].mean():.3f}; rows within 5% / 10% of the nearest distance: "
-          f"{(dist <= 1.05 * nn).double().mean():.1%} / {(dist <= 1.10 * nn).double().mean():.1%}")
+    print(
+        f"distances from {n} noisy words (eta {eta:g}; mean noise norm {noise.norm(dim=1).mean():.2f}, mean row norm "
+        f"{table.norm(dim=1).mean():.2f}): nearest {nn.mean():.3f}, median row {dist[:, len(table) // 2].mean():.3f}, "
+        f"farthest {dist[:, -1].mean():.3f}; rows within 5% / 10% of the nearest distance: "
+        f"{(dist <= 1.05 * nn).double().mean():.1%} / {(dist <= 1.10 * nn).double().mean():.1%}"
+    )
 
 
 if __name__ == "__main__":

@@ -30,8 +30,29 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "data"
 # fields that are times, dates, versions or paths: they differ between any two runs
-VOLATILE = ("_s", "elapsed", "time", "date", "seconds", "git", "version", "path", "out", "init", "created", "host",
-            "encoder", "decoder", "model", "fingerprint", "file", "sha256", "build", "dir", "texts")
+VOLATILE = (
+    "_s",
+    "elapsed",
+    "time",
+    "date",
+    "seconds",
+    "git",
+    "version",
+    "path",
+    "out",
+    "init",
+    "created",
+    "host",
+    "encoder",
+    "decoder",
+    "model",
+    "fingerprint",
+    "file",
+    "sha256",
+    "build",
+    "dir",
+    "texts",
+)
 
 
 def _textfree(*args: str, env: dict[str, str]) -> None:
@@ -99,25 +120,78 @@ def main() -> None:
     from textfree.encoders import make_tiny_encoder_dir
 
     encoder = make_tiny_encoder_dir(work / "encoder", hidden=32, layers=2, heads=2, seed=0)
-    words = ("patient fever cough pain chest history male female year old reports days weeks treatment answer question "
-             "the a of and with has no is was in for on to").split()
+    words = (
+        "patient fever cough pain chest history male female year old reports days weeks treatment answer question "
+        "the a of and with has no is was in for on to"
+    ).split()
     texts = work / "pretrain.txt"
     texts.write_text("\n\n".join(" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(40)) for i in range(60)))
     pipe = work / "pipeline"
-    _textfree("ppft", "pipeline", "--out", str(pipe), "--encoder", str(encoder), "--preset", "tiny", "--pretrain-steps", "6",
-              "--pretrain-texts", str(texts), "--stage1-max-steps", "3", "--stage1-limit-per-source", "8",
-              "--stage2-epochs", "1", "--stage2-max-steps", "4", "--eval-limit", "2", "--no-progress", env=env)
-    cell = {"name": "fp_inversion", "kind": "learned_inversion", "dataset": "pri-ddx",
-            "params": {"variant": "aware", "init": {"encoder": str(encoder), "decoder": str(pipe / "decoder")},
-                       "out": str(work / "inv-{epsilon}"), "epochs": 1, "train_limit": 8, "eval_limit": 3,
-                       "max_new_tokens": 6, "max_target_tokens": 24, "prior_sample": 5},
-            "attack": {"threat": {"encoder_queries": True, "training_text": "in_domain", "knows_mechanism": True,
-                                  "knows_parameters": True}},
-            "grid": {"params.epsilon": [75]}, "seeds": [0]}
+    _textfree(
+        "ppft",
+        "pipeline",
+        "--out",
+        str(pipe),
+        "--encoder",
+        str(encoder),
+        "--preset",
+        "tiny",
+        "--pretrain-steps",
+        "6",
+        "--pretrain-texts",
+        str(texts),
+        "--stage1-max-steps",
+        "3",
+        "--stage1-limit-per-source",
+        "8",
+        "--stage2-epochs",
+        "1",
+        "--stage2-max-steps",
+        "4",
+        "--eval-limit",
+        "2",
+        "--no-progress",
+        env=env,
+    )
+    cell = {
+        "name": "fp_inversion",
+        "kind": "learned_inversion",
+        "dataset": "pri-ddx",
+        "params": {
+            "variant": "aware",
+            "init": {"encoder": str(encoder), "decoder": str(pipe / "decoder")},
+            "out": str(work / "inv-{epsilon}"),
+            "epochs": 1,
+            "train_limit": 8,
+            "eval_limit": 3,
+            "max_new_tokens": 6,
+            "max_target_tokens": 24,
+            "prior_sample": 5,
+        },
+        "attack": {
+            "threat": {
+                "encoder_queries": True,
+                "training_text": "in_domain",
+                "knows_mechanism": True,
+                "knows_parameters": True,
+            }
+        },
+        "grid": {"params.epsilon": [75]},
+        "seeds": [0],
+    }
     (work / "cell.json").write_text(json.dumps(cell))
     _textfree("run", str(work / "cell.json"), "--out-dir", str(work / "results"), env=env)
-    print(json.dumps({"pipeline": fingerprint(pipe), "inversion": fingerprint(work / "inv-75"),
-                      "results": fingerprint(work / "results")}, indent=1, sort_keys=True))
+    print(
+        json.dumps(
+            {
+                "pipeline": fingerprint(pipe),
+                "inversion": fingerprint(work / "inv-75"),
+                "results": fingerprint(work / "results"),
+            },
+            indent=1,
+            sort_keys=True,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -30,7 +30,9 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--max-new-tokens", type=int, default=8)
-    ap.add_argument("--size", choices=sorted(RUN_SIZES), default="tiny", help="decoder shape of the built run (without --model)")
+    ap.add_argument(
+        "--size", choices=sorted(RUN_SIZES), default="tiny", help="decoder shape of the built run (without --model)"
+    )
     ap.add_argument("--model", type=Path, help="a PPFT run directory to serve instead")
     ap.add_argument("--encoder", type=Path, help="the client encoder (default: RUN_DIR/encoder)")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -39,18 +41,27 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="textfree-load-") as tmp:
         run = args.model or make_demo_run(Path(tmp) / "demo", args.size)
         encoder = args.encoder or (run / "encoder" if (run / "encoder").is_dir() else None)
-        with serve_subprocess(run, log_path=Path(tmp) / "server.log", max_new_tokens=max(64, cfg.max_new_tokens)) as (proc, url):
+        with serve_subprocess(run, log_path=Path(tmp) / "server.log", max_new_tokens=max(64, cfg.max_new_tokens)) as (
+            proc,
+            url,
+        ):
             result = run_load_test(url, proc.pid, encoder=encoder, config=cfg)
     s = result.summary()
     if args.json:
         print(json.dumps(s, indent=2))
     else:
-        print(f"{cfg.clients} clients x {s['seconds']} s, max_new_tokens {cfg.max_new_tokens}, model {run if args.model else args.size}")
-        print(f"requests {s['requests']}  throughput {s['throughput_rps']} req/s  p50 {s['p50_ms']} ms  p99 {s['p99_ms']} ms")
+        print(
+            f"{cfg.clients} clients x {s['seconds']} s, max_new_tokens {cfg.max_new_tokens}, model {run if args.model else args.size}"
+        )
+        print(
+            f"requests {s['requests']}  throughput {s['throughput_rps']} req/s  p50 {s['p50_ms']} ms  p99 {s['p99_ms']} ms"
+        )
         print(f"statuses {s['statuses']}  5xx {s['n_5xx']}  no answer {s['errors']}")
         r = s["rss_mib"]
-        print(f"server RSS MiB: idle {r['idle']}  start {r['start']}  middle {r['middle']}  end {r['end']}  max {r['max']}"
-              f"  (end - middle {r['end'] - r['middle']:+.1f})")
+        print(
+            f"server RSS MiB: idle {r['idle']}  start {r['start']}  middle {r['middle']}  end {r['end']}  max {r['max']}"
+            f"  (end - middle {r['end'] - r['middle']:+.1f})"
+        )
         print("server RSS MiB every tenth of the run: " + " ".join(f"{result.rss_at(i / 10):.0f}" for i in range(11)))
         batches = result.server_metrics.get("batches", {})
         if batches.get("calls"):

@@ -57,8 +57,10 @@ def main() -> None:
     gen = torch.Generator().manual_seed(args.seed + 5)
     noisy = torch.cat([noisy_means([center_slots(s, center) for s in train], None, mech, gen) for _ in range(12)])
     smap = torch.cat([center[None], class_subspace(noisy, train_answers * 12)])
-    print(f"{args.dataset}: {len(train)} training / {len(test)} {scored} prompts, {len(classes)} training answers, "
-          f"eps {args.epsilon:g}, k {args.k}, class subspace rank {smap.shape[0] - 1}")
+    print(
+        f"{args.dataset}: {len(train)} training / {len(test)} {scored} prompts, {len(classes)} training answers, "
+        f"eps {args.epsilon:g}, k {args.k}, class subspace rank {smap.shape[0] - 1}"
+    )
     acc = reader_accuracy(train, ytr, test, yte, smap, mech, len(classes), 60, args.seed)
     print(f"  the probe's linear reader (probe_slot_maps.py): {scored} answer accuracy {acc:.3f}", flush=True)
 
@@ -72,7 +74,9 @@ def main() -> None:
 
     for name, settings in HEADS.items():
         config = AttributeAttackConfig(**({"pooling": "mean", "count": True, "epochs": 100} | settings))
-        head = train_attribute_attacker(xtr, mtr, targets, spec, config, noise=noise, generator=torch.Generator().manual_seed(args.seed))
+        head = train_attribute_attacker(
+            xtr, mtr, targets, spec, config, noise=noise, generator=torch.Generator().manual_seed(args.seed)
+        )
         accs = []
         for draw in range(3):
             x = noisy_rows(noise, xte, mte, torch.Generator().manual_seed(args.seed + 1000 + draw))

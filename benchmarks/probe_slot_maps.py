@@ -63,7 +63,9 @@ def noisy_means(slots, smap, mech, gen, repeat: bool = False) -> torch.Tensor:
     return torch.stack(out)
 
 
-def reader_accuracy(train, ytr, test, yte, smap, mech, n_classes: int, passes: int, seed: int, repeat: bool = False) -> float:
+def reader_accuracy(
+    train, ytr, test, yte, smap, mech, n_classes: int, passes: int, seed: int, repeat: bool = False
+) -> float:
     torch.manual_seed(seed)
     reader = torch.nn.Linear(train[0].shape[-1], n_classes)
     opt = torch.optim.Adam(reader.parameters(), lr=1e-2, weight_decay=1e-4)
@@ -103,12 +105,18 @@ def probe_parser(description: str) -> argparse.ArgumentParser:
     ap.add_argument("--epsilon", type=float, default=28.0)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--validation", type=float, default=0.0,
-                    help="score on this share of the training rows (ppft_split validation), never on the held-out part")
+    ap.add_argument(
+        "--validation",
+        type=float,
+        default=0.0,
+        help="score on this share of the training rows (ppft_split validation), never on the held-out part",
+    )
     return ap
 
 
-def probe_data(args) -> tuple[str, list[str], list[torch.Tensor], list[str], torch.Tensor, list[torch.Tensor], torch.Tensor]:
+def probe_data(
+    args,
+) -> tuple[str, list[str], list[torch.Tensor], list[str], torch.Tensor, list[torch.Tensor], torch.Tensor]:
     """The part scored ("heldout" or "validation"); the classes (the training answers, sorted); the training
     prompts' unit slots, answers and class indices; the scored prompts' slots and class indices (-1: an answer never
     seen in training, never right)."""
@@ -127,10 +135,17 @@ def main() -> None:
     ap = probe_parser(__doc__.splitlines()[0])
     ap.add_argument("--passes", type=int, default=60, help="passes of fresh noise over the training prompts")
     ap.add_argument("--fit-passes", type=int, default=12, help="noisy passes the class subspace is fitted from")
-    ap.add_argument("--ranks", type=_ranks, default=(),
-                    help="comma-separated m: add the noisy-pass class subspace cut to its strongest m directions")
-    ap.add_argument("--repeat-mean", action="store_true",
-                    help="also read each map with every slot of a prompt replaced by its unit mean slot (repeat_mean)")
+    ap.add_argument(
+        "--ranks",
+        type=_ranks,
+        default=(),
+        help="comma-separated m: add the noisy-pass class subspace cut to its strongest m directions",
+    )
+    ap.add_argument(
+        "--repeat-mean",
+        action="store_true",
+        help="also read each map with every slot of a prompt replaced by its unit mean slot (repeat_mean)",
+    )
     args = ap.parse_args()
 
     scored, classes, train, train_answers, ytr, test, yte = probe_data(args)
@@ -146,20 +161,27 @@ def main() -> None:
     clean = torch.stack([s.mean(dim=0) for s in centred])
     subspace = class_subspace(noisy, train_answers * args.fit_passes)
     if whole := [m for m in args.ranks if m >= subspace.shape[0]]:
-        print(f"--ranks {whole}: not below the subspace's rank {subspace.shape[0]}; "
-              "the whole-subspace row stands for them")
+        print(
+            f"--ranks {whole}: not below the subspace's rank {subspace.shape[0]}; "
+            "the whole-subspace row stands for them"
+        )
     subspace_name = f"centred, class subspace from {args.fit_passes} noisy passes"
     maps = {
         "as encoded (PPFT)": None,
         "centred": center,
         subspace_name: torch.cat([center[None], subspace]),
-        **{f"centred, its strongest {m} directions": torch.cat([center[None], subspace[:m]])
-           for m in args.ranks if m < subspace.shape[0]},
+        **{
+            f"centred, its strongest {m} directions": torch.cat([center[None], subspace[:m]])
+            for m in args.ranks
+            if m < subspace.shape[0]
+        },
         "centred, class subspace from clean slots": torch.cat([center[None], class_subspace(clean, train_answers)]),
         **{f"centred, top {m} principal directions": torch.cat([center[None], pcs[:m]]) for m in (32, 64, 128)},
     }
-    print(f"{args.dataset}: {len(train)} training / {len(test)} {scored} prompts, {len(classes)} training answers, "
-          f"eps {args.epsilon:g}, k {args.k}; centre norm {float(center.norm()):.3f}")
+    print(
+        f"{args.dataset}: {len(train)} training / {len(test)} {scored} prompts, {len(classes)} training answers, "
+        f"eps {args.epsilon:g}, k {args.k}; centre norm {float(center.norm()):.3f}"
+    )
     for name, smap in maps.items():
         if smap is not None and smap.dim() == 2:
             share = float(((flat @ smap[1:].T) ** 2).sum(dim=1).mean())
@@ -168,10 +190,14 @@ def main() -> None:
             acc = reader_accuracy(train, ytr, test, yte, smap, mech, len(classes), args.passes, args.seed, repeat)
             label = name + (", each prompt's mean slot repeated" if repeat else "")
             print(f"  {label}: {scored} answer accuracy {acc:.3f}", flush=True)
-    if args.repeat_mean:  # how much a prompt's own slots cancel in their mean: the norm of the mean of its mapped unit slots
+    if (
+        args.repeat_mean
+    ):  # how much a prompt's own slots cancel in their mean: the norm of the mean of its mapped unit slots
         norms = torch.stack([center_slots(s, maps[subspace_name]).double().mean(dim=0).norm() for s in train])
-        print(f"  norm of a training prompt's mean slot on the class subspace: mean {float(norms.mean()):.3f} "
-              f"(the repeated mean slot: 1); slots per prompt: mean {sum(len(s) for s in train) / len(train):.1f}")
+        print(
+            f"  norm of a training prompt's mean slot on the class subspace: mean {float(norms.mean()):.3f} "
+            f"(the repeated mean slot: 1); slots per prompt: mean {sum(len(s) for s in train) / len(train):.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ import torch  # noqa: E402
 
 torch.set_num_threads(2)
 
-SHARED_DATA = Path(os.environ.get("TEXTFREE_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data")).resolve()
+SHARED_DATA = Path(
+    os.environ.get("TEXTFREE_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data")
+).resolve()
 SHARED_REASON = "../shared/data not found (set TEXTFREE_DATA)"
 
 

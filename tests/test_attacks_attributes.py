@@ -6,13 +6,6 @@ import pytest
 import torch
 
 from textfree.attacks import ThreatModel, ThreatModelError
-from textfree.heads.classifier import (
-    AttributeAttackConfig,
-    AttributeClassifier,
-    AttributeSpec,
-    predict_attributes,
-    train_attribute_attacker,
-)
 from textfree.attacks.attributes import (
     age_bucket,
     attribute_inference_attack,
@@ -21,6 +14,13 @@ from textfree.attacks.attributes import (
     label_predictions,
     prior_predictions,
     score_attributes,
+)
+from textfree.heads.classifier import (
+    AttributeAttackConfig,
+    AttributeClassifier,
+    AttributeSpec,
+    predict_attributes,
+    train_attribute_attacker,
 )
 from textfree.mechanisms.transforms import l2_normalize
 
@@ -36,7 +36,16 @@ LABELS = ["flu", "flu", "measles", "flu"]
 
 def test_age_buckets():
     assert [age_bucket(a) for a in (0, 17, 18, 46, 59, 60, 74, 75, 99)] == [
-        "0-17", "0-17", "18-29", "45-59", "45-59", "60-74", "60-74", "75+", "75+"]
+        "0-17",
+        "0-17",
+        "18-29",
+        "45-59",
+        "45-59",
+        "60-74",
+        "60-74",
+        "75+",
+        "75+",
+    ]
     for bad in (-1, float("nan"), "46", True):
         with pytest.raises(ValueError, match="age"):
             age_bucket(bad)
@@ -60,7 +69,11 @@ def test_references_by_hand():
     assert prior_predictions(specs, TRAIN, 2) == [{"sex": "M", "symptoms": ["cough"]}] * 2
     # label: flu rows (M, M, M; cough 3/3, fever 1/3, rash 1/3) -> M, [cough]; measles -> F, [rash]; unknown -> prior
     got = label_predictions(specs, TRAIN, LABELS, ["measles", "flu", "ebola"])
-    assert got == [{"sex": "F", "symptoms": ["rash"]}, {"sex": "M", "symptoms": ["cough"]}, {"sex": "M", "symptoms": ["cough"]}]
+    assert got == [
+        {"sex": "F", "symptoms": ["rash"]},
+        {"sex": "M", "symptoms": ["cough"]},
+        {"sex": "M", "symptoms": ["cough"]},
+    ]
     with pytest.raises(ValueError, match="3 training labels for 4"):
         label_predictions(specs, TRAIN, LABELS[:3], ["flu"])
 
@@ -74,7 +87,11 @@ def test_length_reference_is_the_label_rule_over_unit_counts():
     test_mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0]], dtype=torch.bool)
     got = length_predictions(specs, TRAIN, train_mask, test_mask)
     # count 3: row 3 alone (M; cough, rash); count 2: rows 0-2 (M, M, F -> M; cough in 2 of 3); count 1 unseen -> prior
-    assert got == [{"sex": "M", "symptoms": ["cough", "rash"]}, {"sex": "M", "symptoms": ["cough"]}, {"sex": "M", "symptoms": ["cough"]}]
+    assert got == [
+        {"sex": "M", "symptoms": ["cough", "rash"]},
+        {"sex": "M", "symptoms": ["cough"]},
+        {"sex": "M", "symptoms": ["cough"]},
+    ]
 
 
 def test_scores_by_hand():
@@ -99,7 +116,9 @@ def _planted(n: int, gen: torch.Generator, d: int = 16, slots: int = 3):
     cough = torch.randint(0, 2, (n,), generator=gen)
     x[:, 1, 0] += 2.0 * (2 * sex - 1)
     x[:, 2, 1] += 2.0 * (2 * cough - 1)
-    targets = [{"sex": "MF"[s], "symptoms": ["cough"] * int(c) + ["pain"]} for s, c in zip(sex.tolist(), cough.tolist())]
+    targets = [
+        {"sex": "MF"[s], "symptoms": ["cough"] * int(c) + ["pain"]} for s, c in zip(sex.tolist(), cough.tolist())
+    ]
     return l2_normalize(x), torch.ones(n, slots, dtype=torch.bool), targets
 
 
@@ -115,7 +134,9 @@ def test_attacker_finds_a_planted_leak_and_a_shuffled_control_does_not(pooling):
     assert s["sex_accuracy"] > 0.95 and s["symptoms_f1"] > 0.9
     # control: the same attacker trained on shuffled targets cannot beat chance by much (binomial, n=200)
     perm = torch.randperm(300, generator=gen).tolist()
-    control = train_attribute_attacker(x, m, [y[i] for i in perm], specs, config, noise=None, generator=torch.Generator().manual_seed(1))
+    control = train_attribute_attacker(
+        x, m, [y[i] for i in perm], specs, config, noise=None, generator=torch.Generator().manual_seed(1)
+    )
     assert score_attributes(specs, predict_attributes(control, xt, mt), yt)["sex_accuracy"] < 0.65
 
 
@@ -135,8 +156,9 @@ def test_noise_aware_training_reads_through_heavy_noise():
     grant = ThreatModel(encoder_queries=True, training_text="in_domain", knows_mechanism=True, knows_parameters=True)
     scores = {}
     for name, fn in (("unaware", None), ("aware", noise)):
-        pred = attribute_inference_attack((x, m), y, (observed, mt), specs, config, threat=grant, noise=fn,
-                                          generator=torch.Generator().manual_seed(5))
+        pred = attribute_inference_attack(
+            (x, m), y, (observed, mt), specs, config, threat=grant, noise=fn, generator=torch.Generator().manual_seed(5)
+        )
         scores[name] = score_attributes(specs, pred, yt)["sex_accuracy"]
     assert scores["aware"] > 0.8, scores
 
@@ -146,12 +168,27 @@ def test_grant_is_checked():
     specs = build_specs(y, KINDS)
     config = AttributeAttackConfig(epochs=1)
     with pytest.raises(ThreatModelError, match="encoder_queries"):
-        attribute_inference_attack((x, m), y, (x, m), specs, config, threat=ThreatModel(training_text="in_domain"),
-                                   noise=None, generator=torch.Generator())
+        attribute_inference_attack(
+            (x, m),
+            y,
+            (x, m),
+            specs,
+            config,
+            threat=ThreatModel(training_text="in_domain"),
+            noise=None,
+            generator=torch.Generator(),
+        )
     with pytest.raises(ThreatModelError, match="knows_parameters"):
-        attribute_inference_attack((x, m), y, (x, m), specs, config,
-                                   threat=ThreatModel(encoder_queries=True, training_text="in_domain"),
-                                   noise=lambda v, g: v, generator=torch.Generator())
+        attribute_inference_attack(
+            (x, m),
+            y,
+            (x, m),
+            specs,
+            config,
+            threat=ThreatModel(encoder_queries=True, training_text="in_domain"),
+            noise=lambda v, g: v,
+            generator=torch.Generator(),
+        )
 
 
 def test_config_and_input_validation():
@@ -165,11 +202,15 @@ def test_config_and_input_validation():
     x, m, y = _planted(8, torch.Generator().manual_seed(0))
     specs = build_specs(y, KINDS)
     with pytest.raises(ValueError, match="8 payload rows but 7 targets"):
-        train_attribute_attacker(x, m, y[:7], specs, AttributeAttackConfig(epochs=1), noise=None, generator=torch.Generator())
+        train_attribute_attacker(
+            x, m, y[:7], specs, AttributeAttackConfig(epochs=1), noise=None, generator=torch.Generator()
+        )
     empty = m.clone()
     empty[0] = False
     with pytest.raises(ValueError, match="at least one valid slot"):
-        train_attribute_attacker(x, empty, y, specs, AttributeAttackConfig(epochs=1), noise=None, generator=torch.Generator())
+        train_attribute_attacker(
+            x, empty, y, specs, AttributeAttackConfig(epochs=1), noise=None, generator=torch.Generator()
+        )
 
 
 def test_variants_replace_the_clean_slots_and_epochs_cycle_over_them(monkeypatch):
@@ -187,8 +228,16 @@ def test_variants_replace_the_clean_slots_and_epochs_cycle_over_them(monkeypatch
     first, second = torch.full_like(x, 1.0), torch.full_like(x, 2.0)
     short = m.clone()
     short[:, 2] = False  # a variant may have other slot counts than the clean slots
-    train_attribute_attacker(x, m, y, specs, AttributeAttackConfig(epochs=5, hidden=8, batch_size=8), noise=None,
-                             variants=[(first, m), (second, short)], generator=torch.Generator().manual_seed(1))
+    train_attribute_attacker(
+        x,
+        m,
+        y,
+        specs,
+        AttributeAttackConfig(epochs=5, hidden=8, batch_size=8),
+        noise=None,
+        variants=[(first, m), (second, short)],
+        generator=torch.Generator().manual_seed(1),
+    )
     assert seen == [[1.0], [2.0], [1.0], [2.0], [1.0]]
 
 
@@ -202,12 +251,28 @@ def test_callable_variants_make_each_epochs_release_when_needed():
         asked.append(epoch)
         return torch.full_like(x, float(epoch)), m
 
-    train_attribute_attacker(x, m, y, specs, AttributeAttackConfig(epochs=4, hidden=8), noise=None, variants=release,
-                             generator=torch.Generator().manual_seed(1))
+    train_attribute_attacker(
+        x,
+        m,
+        y,
+        specs,
+        AttributeAttackConfig(epochs=4, hidden=8),
+        noise=None,
+        variants=release,
+        generator=torch.Generator().manual_seed(1),
+    )
     assert asked == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="width 5, the training slots 16"):
-        train_attribute_attacker(x, m, y, specs, AttributeAttackConfig(epochs=1), noise=None, generator=torch.Generator(),
-                                 variants=lambda e: (torch.zeros(8, 3, 5), m))
+        train_attribute_attacker(
+            x,
+            m,
+            y,
+            specs,
+            AttributeAttackConfig(epochs=1),
+            noise=None,
+            generator=torch.Generator(),
+            variants=lambda e: (torch.zeros(8, 3, 5), m),
+        )
 
 
 def test_aware_training_learns_from_the_variants():
@@ -223,8 +288,18 @@ def test_aware_training_learns_from_the_variants():
     grant = ThreatModel(training_text="in_domain", knows_mechanism=True, knows_parameters=True)
     scores = {}
     for name, v in (("unaware", None), ("aware", variants)):
-        pred = attribute_inference_attack((clean, m), y, (xt, mt), specs, config, threat=grant, noise=None, variants=v,
-                                          release="text", generator=torch.Generator().manual_seed(7))
+        pred = attribute_inference_attack(
+            (clean, m),
+            y,
+            (xt, mt),
+            specs,
+            config,
+            threat=grant,
+            noise=None,
+            variants=v,
+            release="text",
+            generator=torch.Generator().manual_seed(7),
+        )
         scores[name] = score_attributes(specs, pred, yt)["sex_accuracy"]
     assert scores["aware"] > 0.9 and scores["unaware"] < 0.65, scores
 
@@ -236,7 +311,9 @@ def test_each_release_needs_its_own_grant():
     text_only = ThreatModel(training_text="in_domain")
 
     def attack(threat, **kwargs):
-        return attribute_inference_attack((x, m), y, (x, m), specs, config, threat=threat, generator=torch.Generator(), **kwargs)
+        return attribute_inference_attack(
+            (x, m), y, (x, m), specs, config, threat=threat, generator=torch.Generator(), **kwargs
+        )
 
     assert len(attack(text_only, noise=None, release="text")) == 8  # the attacker encodes text itself
     with pytest.raises(ThreatModelError, match="needs embedding_table"):
@@ -275,10 +352,12 @@ def test_standardize_reads_the_pooled_vector_standardised_by_hand():
 
     spec = AttributeSpec("y", "categorical", ("a", "b"))
     torch.manual_seed(0)
-    model = AttributeClassifier(3, [spec], AttributeAttackConfig(count=True, standardize=True, hidden=4), max_count=2).eval()
+    model = AttributeClassifier(
+        3, [spec], AttributeAttackConfig(count=True, standardize=True, hidden=4), max_count=2
+    ).eval()
     x = torch.tensor([[[0.0, 2.0, 4.0], [2.0, 2.0, 2.0]]])  # mean slot [1, 2, 3]: mean 2, variance 2/3
     m = torch.tensor([[True, True]])
-    r = 1.5 ** 0.5 / (1 + 1.5e-5) ** 0.5  # 1 / sqrt(2/3 + 1e-5), LayerNorm's eps
+    r = 1.5**0.5 / (1 + 1.5e-5) ** 0.5  # 1 / sqrt(2/3 + 1e-5), LayerNorm's eps
     torch.testing.assert_close(model.features(x, m), torch.tensor([[-r, 0.0, r, 0.0, 1.0]]))
     torch.testing.assert_close(model(3.0 * x, m)["y"], model(x, m)["y"])
     torch.manual_seed(0)
@@ -301,7 +380,9 @@ def test_hidden_zero_is_a_linear_reader_of_the_features_by_hand():
     m = torch.tensor([[True, True]])
     torch.testing.assert_close(model(x, m)["y"], torch.tensor([[1.0 + 20.0 + 0.5, 2.0 - 3.0 - 0.5]]))
     # the same weights read the count alone when one slot is real: one-hot [1, 0], mean slot [0, 2, 4]
-    torch.testing.assert_close(model(x, torch.tensor([[True, False]]))["y"], torch.tensor([[0.0 + 10.0 + 0.5, 2.0 - 4.0 - 0.5]]))
+    torch.testing.assert_close(
+        model(x, torch.tensor([[True, False]]))["y"], torch.tensor([[0.0 + 10.0 + 0.5, 2.0 - 4.0 - 0.5]])
+    )
 
 
 def test_a_linear_reader_finds_a_planted_leak():

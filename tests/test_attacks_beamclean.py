@@ -98,7 +98,9 @@ def test_estimated_sigma_converges_near_the_true_one(chain):
     -12% .. +9% at sigma 0.5."""
     table, prior, test = chain
     for sigma in (0.5, 1.3):
-        out = beamclean_attack(_noisy(Gaussian(sigma), table, test), table, prior, threat=GRANT, family="gaussian", config=CFG)
+        out = beamclean_attack(
+            _noisy(Gaussian(sigma), table, test), table, prior, threat=GRANT, family="gaussian", config=CFG
+        )
         scales = torch.tensor([n.scale for n in out.noise])
         assert ((scales / sigma - 1).abs() < 0.2).all(), scales
         assert abs(float(scales.mean()) / sigma - 1) < 0.1
@@ -109,7 +111,9 @@ def test_estimated_l2_laplace_scale_converges(chain):
     table, prior, test = chain
     # s = 0.3: expected noise norm d*s = 2.4. Measured over seeds 0-5: per-sequence errors -14% .. +8%, recovery 93-95%.
     mech = L2Laplace(epsilon=1 / 0.3)
-    out = beamclean_attack(_noisy(mech, table, test), table, prior, threat=GRANT, mechanism=mech, true_ids=test, config=CFG)
+    out = beamclean_attack(
+        _noisy(mech, table, test), table, prior, threat=GRANT, mechanism=mech, true_ids=test, config=CFG
+    )
     assert out.family == "l2_laplace"
     scales = torch.tensor([n.scale for n in out.noise])
     assert ((scales / 0.3 - 1).abs() < 0.25).all(), scales
@@ -131,8 +135,10 @@ def test_oracle_result_is_labelled_and_uses_the_true_parameter(chain):
 
 
 # vmf has no mean (its refusal: test_vmf_refuses_a_mean).
-@pytest.mark.parametrize("family,estimate_mean", [(f, m) for f in ("gaussian", "l1_laplace", "l2_laplace") for m in (False, True)]
-                         + [("vmf", False)])
+@pytest.mark.parametrize(
+    "family,estimate_mean",
+    [(f, m) for f in ("gaussian", "l1_laplace", "l2_laplace") for m in (False, True)] + [("vmf", False)],
+)
 def test_every_surrogate_family_runs(chain, family, estimate_mean):
     table, prior, test = chain
     y = _noisy(Gaussian(0.05), table, test[:3])
@@ -180,7 +186,9 @@ def test_surrogate_densities_are_normalised():
     assert torch.allclose(SurrogateNoise("l2_laplace", s).log_prob(r), laplace)  # d = 1: L2-Laplace is Laplace
     assert torch.allclose(SurrogateNoise("l1_laplace", s).log_prob(r), laplace)
     r2 = torch.tensor([[0.3, 0.4]], dtype=torch.float64)  # d = 2: density exp(-||r||/s) / (2 pi s^2)
-    assert SurrogateNoise("l2_laplace", s).log_prob(r2).item() == pytest.approx(-0.5 / s - math.log(2 * math.pi * s * s))
+    assert SurrogateNoise("l2_laplace", s).log_prob(r2).item() == pytest.approx(
+        -0.5 / s - math.log(2 * math.pi * s * s)
+    )
     normal = torch.distributions.Normal(0.0, s).log_prob(r2).sum()
     assert SurrogateNoise("gaussian", s).log_prob(r2).item() == pytest.approx(normal.item())
     with pytest.raises(ValueError, match="'cauchy'"):
@@ -253,8 +261,15 @@ def tiny_llama(tmp_path_factory):
     tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=90, special_tokens=["<unk>", "<s>", "</s>"]))
     lm_tok = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
     cfg = LlamaConfig(
-        vocab_size=len(lm_tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2,
+        vocab_size=len(lm_tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        bos_token_id=1,
+        eos_token_id=2,
     )
     torch.manual_seed(0)
     out = tmp_path_factory.mktemp("tiny-llama")
@@ -275,7 +290,15 @@ def test_causal_lm_prior_same_tokenizer_shapes(tiny_llama):
     # BeamClean with an LM prior over a table of the LM's (first 50) tokens.
     table = torch.randn(50, D, generator=torch.Generator().manual_seed(1))
     ids = torch.randint(50, (6,), generator=torch.Generator().manual_seed(2))
-    out = beamclean_attack(table[ids] + 0.01, table, small, threat=GRANT, family="gaussian", true_ids=ids, config=BeamCleanConfig(beam_width=2, candidates=4))
+    out = beamclean_attack(
+        table[ids] + 0.01,
+        table,
+        small,
+        threat=GRANT,
+        family="gaussian",
+        true_ids=ids,
+        config=BeamCleanConfig(beam_width=2, candidates=4),
+    )
     assert out.recovery == 1.0 and out.requires["training_text"] == "public"
 
 
@@ -292,7 +315,9 @@ def test_causal_lm_prior_cross_tokenizer_shapes(tiny_llama):
     assert lp.shape == (4, len(target))
     assert torch.allclose(lp.logsumexp(dim=1), torch.zeros(4, dtype=torch.float64))
     specials = torch.tensor(target.all_special_ids)
-    assert torch.allclose(lp[1, specials], lp[1, specials[0]].expand(len(specials)))  # no surface form: one shared score
+    assert torch.allclose(
+        lp[1, specials], lp[1, specials[0]].expand(len(specials))
+    )  # no surface form: one shared score
     strings = surface_strings(target)
     assert strings[target.convert_tokens_to_ids("the")] == " the"
     assert strings[target.convert_tokens_to_ids("##ing")] == "ing"
@@ -318,7 +343,9 @@ def test_log_bessel_iv_matches_scipy_and_the_asymptotic_branch_takes_over_where_
 def test_vmf_normaliser_and_kappa_by_hand():
     # d = 3: C_3(kappa) = kappa / (4 pi sinh kappa).
     for kappa in (0.5, 3.0, 40.0):
-        assert vmf_log_normalizer(3, kappa) == pytest.approx(math.log(kappa / (4 * math.pi * math.sinh(kappa))), rel=1e-9)
+        assert vmf_log_normalizer(3, kappa) == pytest.approx(
+            math.log(kappa / (4 * math.pi * math.sinh(kappa))), rel=1e-9
+        )
     # kappa solves A_d(kappa) = R with A_d = I_{d/2} / I_{d/2-1} (checked with scipy's Bessel functions directly).
     from scipy.special import ive
 
@@ -348,7 +375,9 @@ def test_vmf_refuses_a_mean():
     with pytest.raises(ValueError, match="no mean"):
         SurrogateNoise.fit("vmf", torch.zeros(1, 2, 3), estimate_mean=True)
     with pytest.raises(ValueError, match="estimate_mean"):
-        beamclean_decode(torch.randn(2, 4), torch.randn(5, 4), UniformPrior(5), "vmf", BeamCleanConfig(estimate_mean=True))
+        beamclean_decode(
+            torch.randn(2, 4), torch.randn(5, 4), UniformPrior(5), "vmf", BeamCleanConfig(estimate_mean=True)
+        )
 
 
 @pytest.fixture(scope="module")
@@ -358,7 +387,9 @@ def clipped_chain():
     d = 64
     g = torch.Generator().manual_seed(0)
     table = torch.randn(V, d, generator=g)
-    table = table / table.norm(dim=1, keepdim=True) * torch.linspace(0.3, 1.0, V)[torch.randperm(V, generator=g)][:, None]
+    table = (
+        table / table.norm(dim=1, keepdim=True) * torch.linspace(0.3, 1.0, V)[torch.randperm(V, generator=g)][:, None]
+    )
     succ = torch.randperm(V, generator=g)
     g = torch.Generator().manual_seed(100)
     train, test = _chain_sequences(succ, 200, g), _chain_sequences(succ, 10, g)

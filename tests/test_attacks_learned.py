@@ -43,16 +43,26 @@ def test_grants_and_the_restore_instruction_are_checked():
     assert restoration_attack(_Model(), ok, threat=ThreatModel()) == ["x", "x"]
     with pytest.raises(ThreatModelError, match="encoder_queries"):
         learned_inversion_attack(_Model(), ok, threat=ThreatModel())
-    assert learned_inversion_attack(_Model(), ok, threat=ThreatModel(encoder_queries=True, training_text="in_domain")) == ["x", "x"]
+    assert learned_inversion_attack(
+        _Model(), ok, threat=ThreatModel(encoder_queries=True, training_text="in_domain")
+    ) == ["x", "x"]
     with pytest.raises(ValueError, match="restore instruction"):
         reconstruct(_Model(), _Payload(["Answer:", RESTORE_INSTRUCTION]))
 
 
 def _cell(**params) -> dict:
-    return {"name": "inv_test", "kind": "learned_inversion", "dataset": "pri-ddx",
-            "params": {k: v for k, v in {"variant": "aware", "epsilon": 75, "init": "runs/stage1", "out": "runs/x", **params}.items()
-                       if v is not None},  # None drops a default
-            "attack": {"threat": dict(GRANT)}, "seeds": [0]}
+    return {
+        "name": "inv_test",
+        "kind": "learned_inversion",
+        "dataset": "pri-ddx",
+        "params": {
+            k: v
+            for k, v in {"variant": "aware", "epsilon": 75, "init": "runs/stage1", "out": "runs/x", **params}.items()
+            if v is not None
+        },  # None drops a default
+        "attack": {"threat": dict(GRANT)},
+        "seeds": [0],
+    }
 
 
 @pytest.mark.parametrize(
@@ -66,10 +76,18 @@ def _cell(**params) -> dict:
         ({"epochs": 0}, "params.epochs", "integer >= 1"),
         ({"train_decoder": "yes"}, "params.train_decoder", "true or false"),
         ({"lr": 0}, "params.lr", "number in \\(0, 1\\)"),
-        ({"variant": "restoration", "model": "runs/m", "init": None, "out": None, "train_decoder": True}, "params.train_decoder", "takes no train_decoder"),
+        (
+            {"variant": "restoration", "model": "runs/m", "init": None, "out": None, "train_decoder": True},
+            "params.train_decoder",
+            "takes no train_decoder",
+        ),
         ({"fixed_slots": "yes"}, "params.fixed_slots", "fixed_slots must be true or false, got 'yes'"),
         ({"max_private_tokens": 0}, "params.max_private_tokens", "max_private_tokens must be an integer >= 1, got 0"),
-        ({"variant": "restoration", "model": "runs/m", "init": None, "out": None, "fixed_slots": True}, "params.fixed_slots", "no fixed_slots or max_private_tokens"),
+        (
+            {"variant": "restoration", "model": "runs/m", "init": None, "out": None, "fixed_slots": True},
+            "params.fixed_slots",
+            "no fixed_slots or max_private_tokens",
+        ),
     ],
 )
 def test_cell_validation(over, field, message):
@@ -79,9 +97,21 @@ def test_cell_validation(over, field, message):
 
 
 def _public_cell(**params) -> dict:
-    return {"name": "inv_pupa", "kind": "learned_inversion", "dataset": "pupa",
-            "params": {"variant": "unaware", "epsilon": 75, "init": "runs/stage1", "out": "runs/x", "train_text": ["alpaca"], **params},
-            "attack": {"threat": {"encoder_queries": True, "training_text": "public"}}, "seeds": [0]}
+    return {
+        "name": "inv_pupa",
+        "kind": "learned_inversion",
+        "dataset": "pupa",
+        "params": {
+            "variant": "unaware",
+            "epsilon": 75,
+            "init": "runs/stage1",
+            "out": "runs/x",
+            "train_text": ["alpaca"],
+            **params,
+        },
+        "attack": {"threat": {"encoder_queries": True, "training_text": "public"}},
+        "seeds": [0],
+    }
 
 
 def test_an_inverter_trained_on_public_text_needs_only_public_text():
@@ -139,15 +169,34 @@ def test_tiny_unaligned_inverter_trains_and_restoration_runs(shared_data, tiny_r
     import json
 
     decoder = json.loads((tiny_run_dir / "decoder_ref.json").read_text())["name_or_path"]
-    cell = Cell.from_dict({
-        "name": "inv_tiny", "kind": "learned_inversion", "dataset": "pri-ddx",
-        "params": {"variant": "aware", "init": {"encoder": str(tiny_encoder_dir), "decoder": decoder},
-                   "out": str(tmp_path / "inv-{variant}-{epsilon}"), "epochs": 1, "train_limit": 8, "eval_limit": 3,
-                   "max_new_tokens": 6, "max_target_tokens": 24, "prior_sample": 5},
-        "attack": {"threat": dict(GRANT)},
-        "grid": {"params.epsilon": [75]}, "seeds": [0]})
-    m = {k: v["mean"] for k, v in load_results(run_cell(cell, out_dir=tmp_path, progress=False))["results"][0]["metrics"].items()}
-    assert m["n_eval"] == 3 and m["train_steps"] >= 1 and m["reused"] == 0.0 and m["init_stage"] == 0.0  # built, not trained
+    cell = Cell.from_dict(
+        {
+            "name": "inv_tiny",
+            "kind": "learned_inversion",
+            "dataset": "pri-ddx",
+            "params": {
+                "variant": "aware",
+                "init": {"encoder": str(tiny_encoder_dir), "decoder": decoder},
+                "out": str(tmp_path / "inv-{variant}-{epsilon}"),
+                "epochs": 1,
+                "train_limit": 8,
+                "eval_limit": 3,
+                "max_new_tokens": 6,
+                "max_target_tokens": 24,
+                "prior_sample": 5,
+            },
+            "attack": {"threat": dict(GRANT)},
+            "grid": {"params.epsilon": [75]},
+            "seeds": [0],
+        }
+    )
+    m = {
+        k: v["mean"]
+        for k, v in load_results(run_cell(cell, out_dir=tmp_path, progress=False))["results"][0]["metrics"].items()
+    }
+    assert (
+        m["n_eval"] == 3 and m["train_steps"] >= 1 and m["reused"] == 0.0 and m["init_stage"] == 0.0
+    )  # built, not trained
     assert 0.0 <= m["rouge_l"] <= 1.0 and m["slot_epsilon"] == 150.0 and m["prompt_epsilon"] > 150.0
     assert m["rouge_l_prior"] > 0.2  # one Pri-DDX prompt already shares much of the template with any other
     assert (tmp_path / "inv-aware-75" / "summary.json").is_file() and (tmp_path / "inv-aware-75-init").is_dir()
@@ -155,8 +204,18 @@ def test_tiny_unaligned_inverter_trains_and_restoration_runs(shared_data, tiny_r
     again = load_results(run_cell(cell, out_dir=tmp_path, progress=False))["results"][0]["metrics"]
     assert again["reused"]["mean"] == 1.0
     # an inverter of padded payloads: every payload has ceil(96 / 4) = 24 slots, and the result says so
-    padded = Cell.from_dict({**cell.to_dict(), "name": "inv_tiny_padded",
-                             "params": {**cell.params, "out": str(tmp_path / "inv-padded-{epsilon}"), "fixed_slots": True, "max_private_tokens": 96}})
+    padded = Cell.from_dict(
+        {
+            **cell.to_dict(),
+            "name": "inv_tiny_padded",
+            "params": {
+                **cell.params,
+                "out": str(tmp_path / "inv-padded-{epsilon}"),
+                "fixed_slots": True,
+                "max_private_tokens": 96,
+            },
+        }
+    )
     (row,) = load_results(run_cell(padded, out_dir=tmp_path, progress=False))["results"]
     m = {k: v["mean"] for k, v in row["metrics"].items()}
     assert "provenance" not in row  # its init is an encoder and a decoder, no PPFT run: no build to name
@@ -170,30 +229,62 @@ def test_tiny_unaligned_inverter_trains_and_restoration_runs(shared_data, tiny_r
     served = tmp_path / "served"
     shutil.copytree(tiny_run_dir, served)
     (served / "summary.json").write_text('{"stage": "stage1"}')
-    restoration = Cell.from_dict({"name": "rest_tiny", "kind": "learned_inversion", "dataset": "pri-ddx",
-                                  "params": {"variant": "restoration", "model": str(served), "epsilon": 75,
-                                             "eval_limit": 2, "max_new_tokens": 4, "prior_sample": 5},
-                                  "attack": {"threat": {}}, "seeds": [0]})
+    restoration = Cell.from_dict(
+        {
+            "name": "rest_tiny",
+            "kind": "learned_inversion",
+            "dataset": "pri-ddx",
+            "params": {
+                "variant": "restoration",
+                "model": str(served),
+                "epsilon": 75,
+                "eval_limit": 2,
+                "max_new_tokens": 4,
+                "prior_sample": 5,
+            },
+            "attack": {"threat": {}},
+            "seeds": [0],
+        }
+    )
     (row,) = load_results(run_cell(restoration, out_dir=tmp_path, progress=False))["results"]
     assert row["metrics"]["n_eval"]["mean"] == 2.0 and "train_steps" not in row["metrics"]
     assert row["provenance"] == {"stage1_build": run_fingerprint(served)}
 
 
 @pytest.mark.shared_data
-def test_tiny_inverter_trained_on_public_text_inverts_pupa_and_counts_pii(shared_data, tiny_run_dir, tiny_encoder_dir, tmp_path):
+def test_tiny_inverter_trained_on_public_text_inverts_pupa_and_counts_pii(
+    shared_data, tiny_run_dir, tiny_encoder_dir, tmp_path
+):
     import json
 
     from textfree.data import load_dataset
     from textfree.ppft.model import TextFreeLM
 
     decoder = json.loads((tiny_run_dir / "decoder_ref.json").read_text())["name_or_path"]
-    cell = Cell.from_dict({
-        "name": "inv_pupa_tiny", "kind": "learned_inversion", "dataset": "pupa",
-        "params": {"variant": "unaware", "init": {"encoder": str(tiny_encoder_dir), "decoder": decoder}, "train_text": ["alpaca"],
-                   "train_text_limit": 12, "train_decoder": True, "lr": 3e-4, "out": str(tmp_path / "inv-pupa"), "epochs": 1, "eval_limit": 4,
-                   "max_new_tokens": 6, "max_target_tokens": 24, "prior_sample": 5},
-        "attack": {"threat": {"encoder_queries": True, "training_text": "public"}},
-        "grid": {"params.epsilon": [None, 75]}, "seeds": [0]})
+    cell = Cell.from_dict(
+        {
+            "name": "inv_pupa_tiny",
+            "kind": "learned_inversion",
+            "dataset": "pupa",
+            "params": {
+                "variant": "unaware",
+                "init": {"encoder": str(tiny_encoder_dir), "decoder": decoder},
+                "train_text": ["alpaca"],
+                "train_text_limit": 12,
+                "train_decoder": True,
+                "lr": 3e-4,
+                "out": str(tmp_path / "inv-pupa"),
+                "epochs": 1,
+                "eval_limit": 4,
+                "max_new_tokens": 6,
+                "max_target_tokens": 24,
+                "prior_sample": 5,
+            },
+            "attack": {"threat": {"encoder_queries": True, "training_text": "public"}},
+            "grid": {"params.epsilon": [None, 75]},
+            "seeds": [0],
+        }
+    )
     results = load_results(run_cell(cell, out_dir=tmp_path, progress=False))["results"]
     clean, noisy = ({k: v["mean"] for k, v in r["metrics"].items()} for r in results)
     summary = json.loads((tmp_path / "inv-pupa" / "summary.json").read_text())
@@ -203,10 +294,14 @@ def test_tiny_inverter_trained_on_public_text_inverts_pupa_and_counts_pii(shared
     lm = TextFreeLM.load(tmp_path / "inv-pupa")
     limit = lm.config.max_private_tokens
     fitting = [r for r in load_dataset("pupa") if len(lm.encoder.tokenizer(r.text)["input_ids"]) <= limit][:4]
-    assert lm.sends_whole(fitting[0].text) and not lm.sends_whole(load_dataset("pupa")[0].text)  # the first query is long
+    assert lm.sends_whole(fitting[0].text) and not lm.sends_whole(
+        load_dataset("pupa")[0].text
+    )  # the first query is long
     assert clean["n_eval"] == 4 and clean["n_pii_units"] == float(sum(len(set(r.pii)) for r in fitting))
     for m in (clean, noisy):
-        assert all(0.0 <= m[name] <= 1.0 for name in ("pii_exact", "pii_fuzzy", "pii_exact_prior", "rouge_l", "rouge_l_prior"))
+        assert all(
+            0.0 <= m[name] <= 1.0 for name in ("pii_exact", "pii_fuzzy", "pii_exact_prior", "rouge_l", "rouge_l_prior")
+        )
         assert m["pii_exact"] <= m["pii_fuzzy"]
     assert clean["slot_epsilon"] is None and noisy["slot_epsilon"] == 150.0  # clean payloads carry no guarantee
 

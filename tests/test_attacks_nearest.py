@@ -62,14 +62,20 @@ def test_cosine_beats_l2_under_clipping():
     g = torch.Generator().manual_seed(0)
     v, d = 200, 128
     dirs = torch.randn(v, d, generator=g)
-    norms = torch.cat([torch.empty(180).uniform_(1.0, 2.0, generator=g), torch.empty(20).uniform_(0.02, 0.2, generator=g)])
+    norms = torch.cat(
+        [torch.empty(180).uniform_(1.0, 2.0, generator=g), torch.empty(20).uniform_(0.02, 0.2, generator=g)]
+    )
     tab = dirs / dirs.norm(dim=1, keepdim=True) * norms[:, None]
     ids = torch.randint(v, (2000,), generator=g)
     inner = L2Laplace(d / 6.0)
     clipped = Clipped(inner, float(norms.max()))
     inverter = NearestNeighbourInverter(tab)
-    plain = nearest_neighbour_attack(inner.sample(tab[ids], generator=torch.Generator().manual_seed(1)), inverter, threat=WHITE_BOX, true_ids=ids)
-    clip = nearest_neighbour_attack(clipped.sample(tab[ids], generator=torch.Generator().manual_seed(1)), inverter, threat=WHITE_BOX, true_ids=ids)
+    plain = nearest_neighbour_attack(
+        inner.sample(tab[ids], generator=torch.Generator().manual_seed(1)), inverter, threat=WHITE_BOX, true_ids=ids
+    )
+    clip = nearest_neighbour_attack(
+        clipped.sample(tab[ids], generator=torch.Generator().manual_seed(1)), inverter, threat=WHITE_BOX, true_ids=ids
+    )
     assert plain.recovery["l2"] > 0.4 and plain.recovery["cosine"] > 0.4
     assert clip.recovery["l2"] < 0.1
     assert clip.recovery["cosine"] > 0.4
@@ -106,7 +112,9 @@ def test_chunked_topk_matches_one_chunk(table):
     score = lambda a, b, rows: -torch.cdist(a, b)  # noqa: E731
     one = vocab_topk(q, table, 5, score, chunk_size=10_000)
     many = vocab_topk(q, table, 5, score, chunk_size=7, query_chunk=4)
-    assert torch.equal(one[1], many[1]) and torch.allclose(one[0], many[0], atol=1e-5)  # cdist's blocking may round differently
+    assert torch.equal(one[1], many[1]) and torch.allclose(
+        one[0], many[0], atol=1e-5
+    )  # cdist's blocking may round differently
     assert torch.equal(one[1], torch.cdist(q, table).topk(5, largest=False).indices)
     inv_small, inv_big = NearestNeighbourInverter(table, chunk_size=3), NearestNeighbourInverter(table, chunk_size=4096)
     assert torch.equal(inv_small.invert(q, "cosine"), inv_big.invert(q, "cosine"))

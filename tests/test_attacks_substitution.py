@@ -53,7 +53,9 @@ def test_channel_inverter_maps_each_output_to_its_most_likely_input():
     grant = ThreatModel(**GRANT)
     assert substitution_channel_attack([["cold"]], inv, threat=grant) == [["cough"]]
     with pytest.raises(ThreatModelError, match="knows_parameters"):
-        substitution_channel_attack([["cold"]], inv, threat=ThreatModel(training_text="in_domain", knows_mechanism=True))
+        substitution_channel_attack(
+            [["cold"]], inv, threat=ThreatModel(training_text="in_domain", knows_mechanism=True)
+        )
     assert substitution_identity_attack([("a", "b")], threat=ThreatModel()) == [["a", "b"]]
     with pytest.raises(ValueError, match="rounds"):
         ChannelInverter.fit(_Swap(), train, rounds=0, generator=torch.Generator())
@@ -70,30 +72,70 @@ def test_channel_inverter_maps_each_output_to_its_most_likely_input():
 )
 def test_cell_validation(params, field, message):
     with pytest.raises(CellError, match=message) as info:
-        Cell.from_dict({"name": "s", "kind": "substitution_inversion", "dataset": "pri-ddx", "params": params,
-                        "attack": {"threat": GRANT}, "seeds": [0]})
+        Cell.from_dict(
+            {
+                "name": "s",
+                "kind": "substitution_inversion",
+                "dataset": "pri-ddx",
+                "params": params,
+                "attack": {"threat": GRANT},
+                "seeds": [0],
+            }
+        )
     assert info.value.field == field
 
 
 def test_channel_attack_needs_its_grant():
     with pytest.raises(CellError, match="training_text") as info:
-        Cell.from_dict({"name": "s", "kind": "substitution_inversion", "dataset": "pri-ddx", "params": {"eta": 50},
-                        "attack": {"threat": {}}, "seeds": [0]})
+        Cell.from_dict(
+            {
+                "name": "s",
+                "kind": "substitution_inversion",
+                "dataset": "pri-ddx",
+                "params": {"eta": 50},
+                "attack": {"threat": {}},
+                "seeds": [0],
+            }
+        )
     assert info.value.field == "attack.threat"
-    Cell.from_dict({"name": "s", "kind": "substitution_inversion", "dataset": "pri-ddx",
-                    "params": {"eta": 50, "attacks": ["identity"]}, "attack": {"threat": {}}, "seeds": [0]})
+    Cell.from_dict(
+        {
+            "name": "s",
+            "kind": "substitution_inversion",
+            "dataset": "pri-ddx",
+            "params": {"eta": 50, "attacks": ["identity"]},
+            "attack": {"threat": {}},
+            "seeds": [0],
+        }
+    )
 
 
 @pytest.mark.shared_data
 def test_real_run_on_pri_ddx(shared_data, tmp_path):
     """Large eta: nothing is replaced and both readers recover every word; small eta: most words change and the
     channel inverter recovers more than reading the text."""
-    cell = Cell.from_dict({"name": "s", "kind": "substitution_inversion", "dataset": "pri-ddx", "split": "heldout",
-                           "limit": 12, "params": {"eta": 50, "rounds": 1, "train_limit": 60},
-                           "attack": {"threat": GRANT}, "grid": {"params.eta": [30, 1000]}, "seeds": [0]})
+    cell = Cell.from_dict(
+        {
+            "name": "s",
+            "kind": "substitution_inversion",
+            "dataset": "pri-ddx",
+            "split": "heldout",
+            "limit": 12,
+            "params": {"eta": 50, "rounds": 1, "train_limit": 60},
+            "attack": {"threat": GRANT},
+            "grid": {"params.eta": [30, 1000]},
+            "seeds": [0],
+        }
+    )
     results = load_results(run_cell(cell, out_dir=tmp_path, progress=False))["results"]
     low, high = ({k: v["mean"] for k, v in r["metrics"].items()} for r in results)
-    assert high["replacement_rate"] == 0.0 and high["word_recovery_identity"] == 1.0 and high["word_recovery_channel"] == 1.0
-    assert low["replacement_rate"] > 0.9 and low["word_recovery_best"] == max(low["word_recovery_identity"], low["word_recovery_channel"])
+    assert (
+        high["replacement_rate"] == 0.0
+        and high["word_recovery_identity"] == 1.0
+        and high["word_recovery_channel"] == 1.0
+    )
+    assert low["replacement_rate"] > 0.9 and low["word_recovery_best"] == max(
+        low["word_recovery_identity"], low["word_recovery_channel"]
+    )
     assert low["word_epsilon"] == pytest.approx(30 / 1000 * high["word_epsilon"])
     assert low["prompt_epsilon"] > low["word_epsilon"] and low["n_texts"] == 12

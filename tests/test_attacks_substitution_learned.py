@@ -14,8 +14,10 @@ from textfree.experiments import Cell, CellError, load_results, run_cell
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
 
 GRANT = {"training_text": "in_domain", "knows_mechanism": True, "knows_parameters": True}
-WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliett kilo lima mike november oscar papa quebec "
-         "romeo sierra tango uniform victor whiskey xray yankee zulu").split()
+WORDS = (
+    "alpha bravo charlie delta echo foxtrot golf hotel india juliett kilo lima mike november oscar papa quebec "
+    "romeo sierra tango uniform victor whiskey xray yankee zulu"
+).split()
 
 
 class _Replace:
@@ -46,8 +48,9 @@ def tiny_bpe_decoder(tmp_path_factory, texts):
     from textfree.lm.local import train_tokenizer
 
     tok = train_tokenizer(texts + [SEPARATOR] * 5, vocab_size=400, min_frequency=2, model_max_length=64)
-    return make_tiny_decoder_dir(tmp_path_factory.mktemp("bpe-decoder"), tokenizer=tok, hidden=64, layers=2, heads=2,
-                                 max_positions=64)
+    return make_tiny_decoder_dir(
+        tmp_path_factory.mktemp("bpe-decoder"), tokenizer=tok, hidden=64, layers=2, heads=2, max_positions=64
+    )
 
 
 def test_examples_mask_the_prompt_and_end_with_eos(tiny_bpe_decoder):
@@ -57,7 +60,7 @@ def test_examples_mask_the_prompt_and_end_with_eos(tiny_bpe_decoder):
     assert prompt[0] == inv.tokenizer.eos_token_id  # BOS = EOS = <|endoftext|> in our BPE tokenizers
     assert len(prompt) == 1 + 3 + len(inv._sep)  # the released text is cut to max_source_tokens
     assert ex["input_ids"][: len(prompt)] == prompt and ex["labels"][: len(prompt)] == [-100] * len(prompt)
-    target = ex["labels"][len(prompt):]
+    target = ex["labels"][len(prompt) :]
     assert target[-1] == inv.tokenizer.eos_token_id and inv.tokenizer.decode(target[:-1]).strip() == "echo golf"
     batch = inv.collate([ex, inv.example("alpha", "bravo")])
     assert batch["input_ids"].shape == batch["labels"].shape == batch["attention_mask"].shape
@@ -101,8 +104,18 @@ def test_release_deals_the_texts_out_to_the_mechanisms():
 def _train(decoder, out, p, texts):
     from textfree.attacks.substitution_training import InverterConfig, train_substitution_inverter
 
-    cfg = InverterConfig(out=str(out), decoder=str(decoder), mechanism={"name": "replace", "p": p}, epochs=20,
-                         batch_size=32, lr=3e-3, warmup_steps=10, max_source_tokens=12, max_target_tokens=12, progress=False)
+    cfg = InverterConfig(
+        out=str(out),
+        decoder=str(decoder),
+        mechanism={"name": "replace", "p": p},
+        epochs=20,
+        batch_size=32,
+        lr=3e-3,
+        warmup_steps=10,
+        max_source_tokens=12,
+        max_target_tokens=12,
+        progress=False,
+    )
     return train_substitution_inverter(cfg, [_Replace(p)], texts[:400])
 
 
@@ -129,9 +142,14 @@ def test_learned_inverter_reads_clean_text_and_not_pure_noise(tiny_bpe_decoder, 
 
 
 def _cell(**params) -> dict:
-    return {"name": "s", "kind": "substitution_inversion", "dataset": "pri-ddx",
-            "params": {"eta": 50, "attacks": ["identity", "learned"], "out": "runs/x-{mechanism}-{eta}", **params},
-            "attack": {"threat": dict(GRANT)}, "seeds": [0]}
+    return {
+        "name": "s",
+        "kind": "substitution_inversion",
+        "dataset": "pri-ddx",
+        "params": {"eta": 50, "attacks": ["identity", "learned"], "out": "runs/x-{mechanism}-{eta}", **params},
+        "attack": {"threat": dict(GRANT)},
+        "seeds": [0],
+    }
 
 
 @pytest.mark.parametrize(
@@ -175,11 +193,28 @@ def test_learned_attack_needs_its_grant_and_a_run_per_eta():
 def test_kind_trains_reuses_and_scores_on_pri_ddx(shared_data, tiny_decoder_dir, tmp_path):
     """A real T2T run with a tiny decoder (too small to read Pri-DDX: only the plumbing is checked), trained once per
     eta, reused by a second run; the no-input reference is reported beside it."""
-    cell = Cell.from_dict({"name": "s", "kind": "substitution_inversion", "dataset": "pri-ddx", "split": "heldout",
-                           "limit": 4, "params": {"eta": 1000, "attacks": ["identity", "learned"], "train_limit": 16,
-                                                  "decoder": str(tiny_decoder_dir), "out": str(tmp_path / "inv-{mechanism}-{eta}"),
-                                                  "epochs": 1, "batch_size": 8, "max_new_tokens": 4, "threads": 1},
-                           "attack": {"threat": GRANT}, "seeds": [0, 1]})
+    cell = Cell.from_dict(
+        {
+            "name": "s",
+            "kind": "substitution_inversion",
+            "dataset": "pri-ddx",
+            "split": "heldout",
+            "limit": 4,
+            "params": {
+                "eta": 1000,
+                "attacks": ["identity", "learned"],
+                "train_limit": 16,
+                "decoder": str(tiny_decoder_dir),
+                "out": str(tmp_path / "inv-{mechanism}-{eta}"),
+                "epochs": 1,
+                "batch_size": 8,
+                "max_new_tokens": 4,
+                "threads": 1,
+            },
+            "attack": {"threat": GRANT},
+            "seeds": [0, 1],
+        }
+    )
     m = load_results(run_cell(cell, out_dir=tmp_path, progress=False))["results"][0]["metrics"]
     assert m["word_recovery_identity"]["mean"] == 1.0 and m["replacement_rate"]["mean"] == 0.0
     assert 0.0 <= m["word_recovery_learned"]["mean"] < 0.5 and 0.0 <= m["rouge_l_learned"]["mean"] <= 1.0

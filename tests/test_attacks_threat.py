@@ -35,7 +35,13 @@ def tiny():
 
 
 def test_round_trip_and_defaults():
-    tm = ThreatModel(embedding_table=True, encoder_queries=True, training_text="in_domain", knows_mechanism=True, knows_parameters=True)
+    tm = ThreatModel(
+        embedding_table=True,
+        encoder_queries=True,
+        training_text="in_domain",
+        knows_mechanism=True,
+        knows_parameters=True,
+    )
     assert ThreatModel.from_dict(tm.to_dict()) == tm
     assert ThreatModel.from_dict({}) == PAYLOAD_ONLY
     assert PAYLOAD_ONLY.to_dict() == {
@@ -84,8 +90,12 @@ def test_check_grant_names_every_missing_capability():
 def test_training_text_order_and_union():
     assert ThreatModel(training_text="in_domain").grants(ThreatModel(training_text="public"))
     assert not ThreatModel(training_text="public").grants(ThreatModel(training_text="in_domain"))
-    assert missing_capabilities(ThreatModel(training_text="public"), PAYLOAD_ONLY) == ["training_text='public' (granted: None)"]
-    u = ThreatModel(embedding_table=True, training_text="public").union(ThreatModel(training_text="in_domain", knows_mechanism=True))
+    assert missing_capabilities(ThreatModel(training_text="public"), PAYLOAD_ONLY) == [
+        "training_text='public' (granted: None)"
+    ]
+    u = ThreatModel(embedding_table=True, training_text="public").union(
+        ThreatModel(training_text="in_domain", knows_mechanism=True)
+    )
     assert u == ThreatModel(embedding_table=True, training_text="in_domain", knows_mechanism=True)
 
 
@@ -106,7 +116,10 @@ def test_nearest_neighbour_refuses_without_embedding_table(tiny):
     ):
         with pytest.raises(ThreatModelError, match="needs embedding_table"):
             call()
-    assert run_attack("nearest_neighbour", y, table, threat=WHITE_BOX, true_ids=ids).recovery == {"l2": 1.0, "cosine": 1.0}
+    assert run_attack("nearest_neighbour", y, table, threat=WHITE_BOX, true_ids=ids).recovery == {
+        "l2": 1.0,
+        "cosine": 1.0,
+    }
 
 
 def test_oracle_noise_refused_without_knows_parameters(tiny):
@@ -137,4 +150,7 @@ def test_prior_provenance_is_part_of_the_requirement(tiny):
     with pytest.raises(ThreatModelError, match="training_text='in_domain'"):
         beamclean_attack(y, table, in_domain, threat=ORACLE, family="gaussian")
     granted = ThreatModel(embedding_table=True, training_text="in_domain")
-    assert beamclean_attack(y, table, in_domain, threat=granted, family="gaussian").requires["training_text"] == "in_domain"
+    assert (
+        beamclean_attack(y, table, in_domain, threat=granted, family="gaussian").requires["training_text"]
+        == "in_domain"
+    )

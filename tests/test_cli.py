@@ -24,8 +24,18 @@ def run_cli(*args):
 
 def test_privatize_then_inspect_with_tiny_encoder(tiny_encoder_dir, tmp_path):
     out = tmp_path / "q.safetensors"
-    r = run_cli("privatize", "A 46-year-old male has a history of cluster headaches", "--epsilon", 75, "--k", 4,
-                "--encoder", tiny_encoder_dir, "--out", out)
+    r = run_cli(
+        "privatize",
+        "A 46-year-old male has a history of cluster headaches",
+        "--epsilon",
+        75,
+        "--k",
+        4,
+        "--encoder",
+        tiny_encoder_dir,
+        "--out",
+        out,
+    )
     assert r.exit_code == 0, r.output
     p = Payload.load(out)
     assert p.privatization.noise.epsilon == 75.0 and p.privatization.k == 4
@@ -43,8 +53,23 @@ def test_privatize_gaussian_and_file_input(tiny_encoder_dir, tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("first prompt here\n\nsecond prompt is longer than the first\n", encoding="utf-8")
     out = tmp_path / "g.safetensors"
-    r = run_cli("privatize", "--file", prompts, "--mechanism", "gaussian", "--epsilon", 2, "--delta", 1e-6,
-                "--encoder", tiny_encoder_dir, "--out", out, "--k", 2)
+    r = run_cli(
+        "privatize",
+        "--file",
+        prompts,
+        "--mechanism",
+        "gaussian",
+        "--epsilon",
+        2,
+        "--delta",
+        1e-6,
+        "--encoder",
+        tiny_encoder_dir,
+        "--out",
+        out,
+        "--k",
+        2,
+    )
     assert r.exit_code == 0, r.output
     p = Payload.load(out)
     assert p.batch_size == 2 and p.privatization.noise.name == "gaussian"
@@ -70,7 +95,10 @@ def test_privatize_gaussian_and_file_input(tiny_encoder_dir, tmp_path):
         (["ask", "hi", "--model", "m", "--url", "http://127.0.0.1:9", "--retries", "-1"], "--retries must be"),
         (["ask", "hi", "--model", "m", "--url", "http://127.0.0.1:9", "--k", "0"], "--k must be"),
         (["ask", "hi", "--model", "m", "--url", "http://127.0.0.1:9", "--max-epsilon", "0"], "--max-epsilon must be"),
-        (["finetune", "--data", "x.jsonl", "--model", "m", "--url", "http://127.0.0.1:9", "--timeout", "0"], "--timeout must be"),
+        (
+            ["finetune", "--data", "x.jsonl", "--model", "m", "--url", "http://127.0.0.1:9", "--timeout", "0"],
+            "--timeout must be",
+        ),
     ],
 )
 def test_bad_flags_give_clear_errors(args, message):
@@ -92,8 +120,23 @@ def test_inspect_rejects_a_garbage_file(tmp_path):
 
 def test_privatize_into_a_directory_charges_no_ledger(tiny_encoder_dir, tmp_path):
     ledger = tmp_path / "ledger.json"
-    r = runner.invoke(app, ["privatize", "one two three", "--epsilon", "75", "--encoder", str(tiny_encoder_dir),
-                            "--ledger", str(ledger), "--budget", "400", "--out", str(tmp_path)])
+    r = runner.invoke(
+        app,
+        [
+            "privatize",
+            "one two three",
+            "--epsilon",
+            "75",
+            "--encoder",
+            str(tiny_encoder_dir),
+            "--ledger",
+            str(ledger),
+            "--budget",
+            "400",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert r.exit_code == 2 and "is a directory" in r.output
     assert not ledger.exists() or json.loads(ledger.read_text())["entries"] == []
     r = runner.invoke(app, ["privatize", "x", "--epsilon", "3", "--out", str(tmp_path / "missing" / "q.safetensors")])
@@ -103,8 +146,22 @@ def test_privatize_into_a_directory_charges_no_ledger(tiny_encoder_dir, tmp_path
 def test_ledger_refusal_writes_nothing(tiny_encoder_dir, tmp_path):
     ledger, out = tmp_path / "ledger.json", tmp_path / "q.safetensors"
     # [CLS] one two three [SEP] = 5 tokens -> 2 slots of k=4 -> 2 * 2 * 75 = 300 per release
-    base = ["privatize", "one two three", "--epsilon", 75, "--encoder", tiny_encoder_dir, "--ledger", ledger,
-            "--budget", 400, "--ledger-key", "alice", "--out", out]
+    base = [
+        "privatize",
+        "one two three",
+        "--epsilon",
+        75,
+        "--encoder",
+        tiny_encoder_dir,
+        "--ledger",
+        ledger,
+        "--budget",
+        400,
+        "--ledger-key",
+        "alice",
+        "--out",
+        out,
+    ]
     assert run_cli(*base).exit_code == 0
     first = out.read_bytes()
     r = runner.invoke(app, [str(a) for a in base])
@@ -116,8 +173,24 @@ def test_ledger_refusal_writes_nothing(tiny_encoder_dir, tmp_path):
 
 def test_ledger_delta_budget_from_the_cli(tiny_encoder_dir, tmp_path):
     ledger, out = tmp_path / "ledger.json", tmp_path / "q.safetensors"
-    base = ["privatize", "one two three", "--mechanism", "gaussian", "--sigma", "0.5", "--delta", "1e-5",
-            "--encoder", str(tiny_encoder_dir), "--ledger", str(ledger), "--delta-budget", "3e-5", "--out", str(out)]
+    base = [
+        "privatize",
+        "one two three",
+        "--mechanism",
+        "gaussian",
+        "--sigma",
+        "0.5",
+        "--delta",
+        "1e-5",
+        "--encoder",
+        str(tiny_encoder_dir),
+        "--ledger",
+        str(ledger),
+        "--delta-budget",
+        "3e-5",
+        "--out",
+        str(out),
+    ]
     # 5 tokens -> 2 slots, each a Gaussian release at delta 1e-5: 2e-5 per prompt, so the second prompt passes 3e-5
     assert runner.invoke(app, base).exit_code == 0
     r = runner.invoke(app, base)
@@ -128,16 +201,33 @@ def test_ledger_delta_budget_from_the_cli(tiny_encoder_dir, tmp_path):
 
 
 def test_account_on_fixture_dataset(tmp_path, tiny_encoder_dir):
-    r = runner.invoke(app, ["account", "--dataset", "pri-ddx", "--split", "dev", "--budget", "150", "--encoder", str(tiny_encoder_dir), "--json"],
-                      env={"TEXTFREE_DATA": str(ROOT / "tests" / "fixtures" / "data")})
+    r = runner.invoke(
+        app,
+        [
+            "account",
+            "--dataset",
+            "pri-ddx",
+            "--split",
+            "dev",
+            "--budget",
+            "150",
+            "--encoder",
+            str(tiny_encoder_dir),
+            "--json",
+        ],
+        env={"TEXTFREE_DATA": str(ROOT / "tests" / "fixtures" / "data")},
+    )
     assert r.exit_code == 0, r.output
     res = json.loads(r.output)
     row = res["at_n_max"]
     assert row["eps_ppft"] == 75.0 and row["eps_pr"] == 75.0
     assert row["eps_dchi"] == pytest.approx(150 / (row["n"] * row["d_max"]))
     assert row["tau"] == pytest.approx(2 * row["n"] / 150)
-    text = runner.invoke(app, ["account", "--dataset", "pri-ddx", "--split", "dev", "--budget", "150", "--encoder", str(tiny_encoder_dir)],
-                         env={"TEXTFREE_DATA": str(ROOT / "tests" / "fixtures" / "data"), "COLUMNS": "400"}).output
+    text = runner.invoke(
+        app,
+        ["account", "--dataset", "pri-ddx", "--split", "dev", "--budget", "150", "--encoder", str(tiny_encoder_dir)],
+        env={"TEXTFREE_DATA": str(ROOT / "tests" / "fixtures" / "data"), "COLUMNS": "400"},
+    ).output
     assert "spends B per slot" in " ".join(text.split()) and "s x B" in text  # the table's units are stated
 
 
@@ -145,14 +235,18 @@ def readme_commands(section: str) -> list[str]:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     body = text.split(f"## {section}", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```bash\n(.*?)```", body, re.S)
-    return [line.strip() for block in blocks for line in block.splitlines() if line.strip() and not line.startswith("#")]
+    return [
+        line.strip() for block in blocks for line in block.splitlines() if line.strip() and not line.startswith("#")
+    ]
 
 
 def test_readme_main_commands_run_verbatim(tmp_path):
     """Every `textfree ...` line of the README's run section, exactly as written (the real default encoder)."""
     commands = [c for c in readme_commands("Install and run") if c.startswith("textfree ")]
     assert len(commands) >= 2
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""), HF_HUB_OFFLINE="1")
+    env = dict(
+        os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""), HF_HUB_OFFLINE="1"
+    )
     outputs = []
     for cmd in commands:
         argv = [sys.executable, "-m", "textfree.cli", *shlex.split(cmd)[1:]]
@@ -208,7 +302,18 @@ def test_substitute_t2t_and_pct2t_with_a_glove_table():
     first_line = lambda out: out.strip().splitlines()[0]
     assert first_line(r.stdout) == "the cat sat on the mat"
     assert first_line(r_low.stdout) != "the cat sat on the mat"
-    r = run_cli("substitute", "the cat sat on the mat", "--eta", 1e9, "--pos", "noun,verb", "--table", f"glove:{GLOVE}", "--seed", 0)
+    r = run_cli(
+        "substitute",
+        "the cat sat on the mat",
+        "--eta",
+        1e9,
+        "--pos",
+        "noun,verb",
+        "--table",
+        f"glove:{GLOVE}",
+        "--seed",
+        0,
+    )
     assert r.exit_code == 0 and first_line(r.stdout) == "the cat sat on the mat"
     assert "same part-of-speech category only" in " ".join(r.output.split())  # PCT2T's bound says what it covers
     import inspect
@@ -218,30 +323,56 @@ def test_substitute_t2t_and_pct2t_with_a_glove_table():
 
     assert inspect.signature(substitute).parameters["shortlist"].default.default == DEFAULT_SHORTLIST
     for pos in ([], ["--pos", "noun,verb"]):
-        r = run_cli("substitute", "the cat sat on the mat", "--eta", 1e9, *pos, "--search", "approximate",
-                    "--shortlist", 2, "--table", f"glove:{GLOVE}", "--seed", 0)
+        r = run_cli(
+            "substitute",
+            "the cat sat on the mat",
+            "--eta",
+            1e9,
+            *pos,
+            "--search",
+            "approximate",
+            "--shortlist",
+            2,
+            "--table",
+            f"glove:{GLOVE}",
+            "--seed",
+            0,
+        )
         assert r.exit_code == 0 and first_line(r.stdout) == "the cat sat on the mat", r.output
 
 
 def test_substitute_replacement_table_is_monotone(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the cat sat on the mat\na dog ran to the park\n", encoding="utf-8")
-    r = run_cli("substitute", "--replacement-table", "--etas", "0.01,1,100,1e6", "--corpus", corpus,
-                "--table", f"glove:{GLOVE}", "--seed", 0)
+    r = run_cli(
+        "substitute",
+        "--replacement-table",
+        "--etas",
+        "0.01,1,100,1e6",
+        "--corpus",
+        corpus,
+        "--table",
+        f"glove:{GLOVE}",
+        "--seed",
+        0,
+    )
     assert r.exit_code == 0, r.output
     rates = [float(x) for x in re.findall(r"│\s*[\de.+]+\s*│\s*([01]\.\d{3})\s*│", r.output)]
     assert len(rates) == 4 and rates == sorted(rates, reverse=True)
     assert rates[0] > 0.5 and rates[-1] == 0.0
 
 
-@pytest.mark.parametrize("args,message", [
-    (["substitute", "x", "--eta", "0"], "--eta"),
-    (["substitute"], "give a text"),
-    (["substitute", "x", "--table", "glove:/no/such.txt"], "no/such"),
-    (["substitute", "x", "--pos", "nouns,verb"], "pos_categories"),
-    (["substitute", "x", "--search", "fast"], "--search"),
-    (["substitute", "x", "--search", "approximate", "--shortlist", "-1"], "--shortlist"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["substitute", "x", "--eta", "0"], "--eta"),
+        (["substitute"], "give a text"),
+        (["substitute", "x", "--table", "glove:/no/such.txt"], "no/such"),
+        (["substitute", "x", "--pos", "nouns,verb"], "pos_categories"),
+        (["substitute", "x", "--search", "fast"], "--search"),
+        (["substitute", "x", "--search", "approximate", "--shortlist", "-1"], "--shortlist"),
+    ],
+)
 def test_substitute_bad_flags(args, message):
     if "--table" not in args:
         args = args + ["--table", f"glove:{GLOVE}"]
@@ -252,8 +383,11 @@ def test_substitute_bad_flags(args, message):
 def test_ppft_width_match_prints_both_rules_and_rejects_bad_widths():
     r = run_cli("ppft", "width-match", "--samples", 20000)
     assert r.exit_code == 0, r.output
-    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in r.output.splitlines()
-            if line.startswith("| ") and not line.startswith("| setting")}
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in r.output.splitlines()
+        if line.startswith("| ") and not line.startswith("| setting")
+    }
     assert rows["norm-matched"][:2] == ["384", "28.12"] and rows["gdp-matched"][:2] == ["384", "45.93"]
     assert rows["gdp-matched"][4] == rows["reference"][4] == "4.688"  # the same mu
     assert abs(float(rows["gdp-matched"][6]) - float(rows["reference"][6])) < 0.005  # measured test error

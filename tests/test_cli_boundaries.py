@@ -66,8 +66,11 @@ def test_run_says_where_the_results_could_not_be_written(counted_kind, tmp_path,
 
 def test_run_with_an_encoder_that_cannot_load_is_one_error_line(tmp_path):
     cell = tmp_path / "cell.yaml"
-    cell.write_text(f"name: e\nkind: privatization\nencoder: {tmp_path / 'no-such-encoder'}\ntexts: ['a cough']\n"
-                    "mechanism: {name: l2_laplace, epsilon: 10}\nparams: {k: 2}\nseeds: [0]\n", encoding="utf-8")
+    cell.write_text(
+        f"name: e\nkind: privatization\nencoder: {tmp_path / 'no-such-encoder'}\ntexts: ['a cough']\n"
+        "mechanism: {name: l2_laplace, epsilon: 10}\nparams: {k: 2}\nseeds: [0]\n",
+        encoding="utf-8",
+    )
     one_error_line(["run", cell, "--out-dir", tmp_path / "res"], "no-such-encoder")
 
 
@@ -80,41 +83,50 @@ def test_run_names_a_cell_file_that_is_not_utf8(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- account
 def test_account_with_an_encoder_that_cannot_load_is_one_error_line(tmp_path):
-    one_error_line(["account", "--dataset", "pri-ddx", "--split", "dev", "--encoder", tmp_path / "no-such-encoder"],
-                   "no-such-encoder", env={"TEXTFREE_DATA": str(FIXTURE_DATA)})
+    one_error_line(
+        ["account", "--dataset", "pri-ddx", "--split", "dev", "--encoder", tmp_path / "no-such-encoder"],
+        "no-such-encoder",
+        env={"TEXTFREE_DATA": str(FIXTURE_DATA)},
+    )
 
 
 def test_account_never_claims_a_split_of_a_dataset_file(tiny_encoder_dir):
-    one_error_line(["account", "--dataset", DDX_DEV, "--split", "test", "--encoder", tiny_encoder_dir, "--json"],
-                   "--split 'test'")
+    one_error_line(
+        ["account", "--dataset", DDX_DEV, "--split", "test", "--encoder", tiny_encoder_dir, "--json"], "--split 'test'"
+    )
     r = runner.invoke(app, ["account", "--dataset", str(DDX_DEV), "--encoder", str(tiny_encoder_dir), "--json"])
     assert r.exit_code == 0, r.output
     res = json.loads(r.output)
     assert res["dataset"] == str(DDX_DEV) and res["split"] is None  # the file is what was read
-    r = runner.invoke(app, ["account", "--dataset", str(DDX_DEV.parent), "--split", "dev", "--encoder",
-                            str(tiny_encoder_dir), "--json"])  # a dataset's directory still takes a split
+    r = runner.invoke(
+        app,
+        ["account", "--dataset", str(DDX_DEV.parent), "--split", "dev", "--encoder", str(tiny_encoder_dir), "--json"],
+    )  # a dataset's directory still takes a split
     assert r.exit_code == 0 and json.loads(r.output)["split"] == "dev", r.output
 
 
 # ------------------------------------------------------------------------------------------- substitute
-@pytest.mark.parametrize("args,fragment", [
-    (["--replacement-table", "--etas", "-5,0"], "--etas must be finite numbers > 0, got -5"),
-    (["--replacement-table", "--etas", ","], "--etas ',' lists no eta"),
-    (["--replacement-table", "--etas", "1,inf"], "--etas must be finite numbers > 0, got inf"),
-    (["--replacement-table", "--seed", "-1"], "--seed must be >= 0, got -1"),
-    (["the cat", "--seed", "-1"], "--seed must be >= 0, got -1"),
-    (["the cat", "--pos", ""], "--pos '' lists no POS category"),
-    (["the cat", "--pos", " , "], "lists no POS category"),
-    (["the cat", "--tagger", "bogus"], "--tagger must be one of textblob, nltk, got 'bogus'"),
-    (["the cat", "--tagger", "nltk"], "--tagger nltk needs --nltk-data"),
-    (["the cat", "--tagger", "nltk", "--nltk-data", "/no/such/nltk_data"], "is not a directory"),
-    (["the cat", "--pos", "noun", "--nltk-data", "/no/such/nltk_data"], "is not a directory"),
-    (["the cat", "--tagger", "nltk", "--nltk-data", ROOT / "tests"], "has no effect without --pos"),
-    (["the cat", "--pos", "noun", "--nltk-data", ROOT / "tests"], "--nltk-data is only used by --tagger nltk"),
-    (["   "], "give a text to substitute"),
-    (["the cat", "--replacement-table"], "not over TEXT"),
-    (["the cat", "--eta", "1.7e308"], "is not a finite privacy loss: this eta promises no privacy"),
-])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--replacement-table", "--etas", "-5,0"], "--etas must be finite numbers > 0, got -5"),
+        (["--replacement-table", "--etas", ","], "--etas ',' lists no eta"),
+        (["--replacement-table", "--etas", "1,inf"], "--etas must be finite numbers > 0, got inf"),
+        (["--replacement-table", "--seed", "-1"], "--seed must be >= 0, got -1"),
+        (["the cat", "--seed", "-1"], "--seed must be >= 0, got -1"),
+        (["the cat", "--pos", ""], "--pos '' lists no POS category"),
+        (["the cat", "--pos", " , "], "lists no POS category"),
+        (["the cat", "--tagger", "bogus"], "--tagger must be one of textblob, nltk, got 'bogus'"),
+        (["the cat", "--tagger", "nltk"], "--tagger nltk needs --nltk-data"),
+        (["the cat", "--tagger", "nltk", "--nltk-data", "/no/such/nltk_data"], "is not a directory"),
+        (["the cat", "--pos", "noun", "--nltk-data", "/no/such/nltk_data"], "is not a directory"),
+        (["the cat", "--tagger", "nltk", "--nltk-data", ROOT / "tests"], "has no effect without --pos"),
+        (["the cat", "--pos", "noun", "--nltk-data", ROOT / "tests"], "--nltk-data is only used by --tagger nltk"),
+        (["   "], "give a text to substitute"),
+        (["the cat", "--replacement-table"], "not over TEXT"),
+        (["the cat", "--eta", "1.7e308"], "is not a finite privacy loss: this eta promises no privacy"),
+    ],
+)
 def test_substitute_bad_values_are_one_error_line(args, fragment):
     one_error_line(["substitute", *args, "--table", f"glove:{GLOVE}"], fragment)
 
@@ -122,12 +134,15 @@ def test_substitute_bad_values_are_one_error_line(args, fragment):
 def test_substitute_corpus_errors_are_one_error_line(tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n  \n", encoding="utf-8")
-    one_error_line(["substitute", "--replacement-table", "--corpus", empty, "--table", f"glove:{GLOVE}"],
-                   "holds no sentence")
+    one_error_line(
+        ["substitute", "--replacement-table", "--corpus", empty, "--table", f"glove:{GLOVE}"], "holds no sentence"
+    )
     unknown = tmp_path / "unknown.txt"
     unknown.write_text("zzxq qqxz\n", encoding="utf-8")
-    one_error_line(["substitute", "--replacement-table", "--corpus", unknown, "--table", f"glove:{GLOVE}"],
-                   "no word that the table can substitute")
+    one_error_line(
+        ["substitute", "--replacement-table", "--corpus", unknown, "--table", f"glove:{GLOVE}"],
+        "no word that the table can substitute",
+    )
 
 
 def test_substitute_with_a_table_that_cannot_load_is_one_error_line(tmp_path):

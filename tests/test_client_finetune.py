@@ -21,9 +21,17 @@ pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomness
 
 # (no private word is also protocol vocabulary such as the events poll's "after" parameter)
 ROWS = [
-    {"private": "Bartholomew coughed saffron dust near the Reykjavik lighthouse", "target": "saffron lung", "public": "Options: saffron lung, flu"},
+    {
+        "private": "Bartholomew coughed saffron dust near the Reykjavik lighthouse",
+        "target": "saffron lung",
+        "public": "Options: saffron lung, flu",
+    },
     {"private": "Wilhelmina sneezed beside marmalade crates in Tbilisi", "target": "marmalade allergy"},
-    {"private": "Ezekiel's kneecap clicked during the trampoline marathon", "target": "trampoline knee", "public": "Options: trampoline knee"},
+    {
+        "private": "Ezekiel's kneecap clicked during the trampoline marathon",
+        "target": "trampoline knee",
+        "public": "Options: trampoline knee",
+    },
     {"private": "Philippa saw zigzag lights before a thunderous migraine", "target": "migraine aura"},
 ]
 FAST = {"epochs": 1, "batch_size": 2, "lr": 0.05, "warmup_steps": 1, "log_every": 1}
@@ -34,7 +42,9 @@ def server(tmp_path_factory, tiny_encoder_dir):
     tmp = tmp_path_factory.mktemp("client-finetune")
     run = make_tiny_run(tmp, tiny_encoder_dir)
     key = KeyStore(tmp / "keys.json").add_key("alice")
-    config = ServerConfig(models={"tiny": str(run)}, keys_path=str(tmp / "keys.json"), sqlite_path=str(tmp / "db.sqlite"))
+    config = ServerConfig(
+        models={"tiny": str(run)}, keys_path=str(tmp / "keys.json"), sqlite_path=str(tmp / "db.sqlite")
+    )
     app = create_app(config)
     with serve_in_thread(app) as url:
         yield {"url": url, "key": key, "encoder": tiny_encoder_dir, "tmp": tmp}
@@ -42,8 +52,14 @@ def server(tmp_path_factory, tiny_encoder_dir):
 
 def test_client_uploads_trains_waits_and_generates_with_the_adapter(server):
     with Client(server["url"], api_key=server["key"], encoder=server["encoder"]) as client:
-        ds = client.upload_dataset([r["private"] for r in ROWS], [r["target"] for r in ROWS],
-                                   [r.get("public", "") for r in ROWS], model="tiny", name="clinic", seed=0)
+        ds = client.upload_dataset(
+            [r["private"] for r in ROWS],
+            [r["target"] for r in ROWS],
+            [r.get("public", "") for r in ROWS],
+            model="tiny",
+            name="clinic",
+            seed=0,
+        )
         assert ds["rows"] == 4 and ds["name"] == "clinic" and client.dataset(ds["id"]) == ds
         assert ds["id"] in [d["id"] for d in client.datasets()]
         job = client.create_fine_tuning_job(model="tiny", datasets=ds["id"], **FAST)
@@ -53,7 +69,9 @@ def test_client_uploads_trains_waits_and_generates_with_the_adapter(server):
         assert [e["type"] for e in seen][0] == "queued" and [e["type"] for e in seen][-1] == "succeeded"
         assert sum(e["type"] == "progress" for e in seen) == 2 and job["id"] in [j["id"] for j in client.jobs()]
         assert done["adapter"] in [a["id"] for a in client.model_card("tiny")["adapters"]]
-        answer = client.generate("a new private question", model="tiny", adapter=done["adapter"], seed=0, max_new_tokens=2)
+        answer = client.generate(
+            "a new private question", model="tiny", adapter=done["adapter"], seed=0, max_new_tokens=2
+        )
         assert len(answer.answers) == 1 and answer.usage["rows"] == 1
         with pytest.raises(ServerError) as info:
             client.generate("another one", model="tiny", adapter="ad_00000000000000000000", max_new_tokens=2)
@@ -68,16 +86,39 @@ def test_no_private_text_on_the_wire_finetune_cli(server, tmp_path):
     tokenizer = ContextualEncoder.from_pretrained(server["encoder"]).tokenizer
     target = urlparse(server["url"])
     with RecordingProxy(target.hostname, target.port) as proxy:
-        result = CliRunner().invoke(cli_app, [
-            "finetune", "--data", str(data), "--url", proxy.url, "--model", "tiny", "--encoder", str(server["encoder"]),
-            "--seed", "0", "--epochs", "1", "--batch-size", "2", "--lr", "0.05", "--poll", "0.05",
-        ], env={"TEXTFREE_API_KEY": server["key"]})
+        result = CliRunner().invoke(
+            cli_app,
+            [
+                "finetune",
+                "--data",
+                str(data),
+                "--url",
+                proxy.url,
+                "--model",
+                "tiny",
+                "--encoder",
+                str(server["encoder"]),
+                "--seed",
+                "0",
+                "--epochs",
+                "1",
+                "--batch-size",
+                "2",
+                "--lr",
+                "0.05",
+                "--poll",
+                "0.05",
+            ],
+            env={"TEXTFREE_API_KEY": server["key"]},
+        )
     assert result.exit_code == 0, result.output
     assert result.stdout.strip().startswith("ad_") and "uploaded" in result.stderr and "succeeded" in result.stderr
     sent = proxy.sent.replace(server["key"].encode(), b"")
     assert b"POST /v1/datasets" in sent and b"POST /v1/fine_tuning/jobs" in sent
     # the payload travels as base64 in JSON: check the bytes it stands for (random base64 spells short words by chance)
-    sent, n = re.subn(rb'"payload_b64":\s*"([A-Za-z0-9+/=]+)"', lambda m: b'"payload_b64": ' + base64.b64decode(m.group(1)), sent)
+    sent, n = re.subn(
+        rb'"payload_b64":\s*"([A-Za-z0-9+/=]+)"', lambda m: b'"payload_b64": ' + base64.b64decode(m.group(1)), sent
+    )
     assert n == 1
     clear = " ".join(r["target"] + " " + r.get("public", "") for r in ROWS)  # sent in clear by design
     private = " ".join(r["private"] for r in ROWS)
@@ -88,7 +129,17 @@ def test_no_private_text_on_the_wire_finetune_cli(server, tmp_path):
 
 def test_finetune_cli_refuses_bad_flags_and_data(server, tmp_path):
     runner = CliRunner()
-    base = ["finetune", "--url", server["url"], "--model", "tiny", "--encoder", str(server["encoder"]), "--retries", "0"]
+    base = [
+        "finetune",
+        "--url",
+        server["url"],
+        "--model",
+        "tiny",
+        "--encoder",
+        str(server["encoder"]),
+        "--retries",
+        "0",
+    ]
     env = {"TEXTFREE_API_KEY": server["key"]}
     good = tmp_path / "ok.jsonl"
     good.write_text(json.dumps(ROWS[0]) + "\n")

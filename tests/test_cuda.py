@@ -5,10 +5,10 @@ seed gives the same noise wherever the data lives. These need a CUDA GPU and are
 import pytest
 import torch
 
+from textfree.lm.generate import next_tokens
 from textfree.mechanisms import Gaussian, L2Laplace
 from textfree.mechanisms.slots import SlotPrivatization
 from textfree.ppft.evaluate import random_unit_slots
-from textfree.lm.generate import next_tokens
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)")
 

@@ -138,8 +138,10 @@ def test_privacyrestore_ddx_fixture() -> None:
     first = dev[0]
     assert first.id == "pri-ddx-101"
     assert first.question == "What is the likely diagnosis?"
-    assert first.context == ("A 34-year-old female has a history of frequent colds, seasonal allergies. "
-                             "The 34-year-old female presents the symptoms of ear pain, fever, sore throat.")
+    assert first.context == (
+        "A 34-year-old female has a history of frequent colds, seasonal allergies. "
+        "The 34-year-old female presents the symptoms of ear pain, fever, sore throat."
+    )
     assert first.options == ["Acute otitis media", "Anemia", "GERD", "Myocarditis"]
     assert first.answer_index == 0 and first.answer == "Acute otitis media"
     attrs = first.attributes
@@ -162,8 +164,11 @@ def test_privacyrestore_slja_fixture() -> None:
     assert record.options == ["Theft", "Arson", "Bribery", "Fraud"] and record.answer == "Theft"
     assert record.attributes["option_labels"] == ["A", "B", "C", "D"]
     assert record.attributes["private_atoms"] == [
-        "property of others", "taking a bicycle from a yard", "a person with full criminal responsibility",
-        "to obtain money"]
+        "property of others",
+        "taking a bicycle from a yard",
+        "a person with full criminal responsibility",
+        "to obtain money",
+    ]
     assert record.attributes["non_private_atoms"] == ["public order", "general subject", "intentional"]
     test = load_privacyrestore(SLJA_DIR, split="test")
     assert record.id in {r.id for r in test}
@@ -198,8 +203,11 @@ def test_split_question() -> None:
 
 def test_glue_fixtures() -> None:
     sst = load_sst2(FIXTURES / "glue" / "SST-2")
-    assert [(r.text, r.label) for r in sst] == [('a gentle , "quiet" film', 1), ("nothing works here", 0),
-                                                ("funny and warm", 1)]
+    assert [(r.text, r.label) for r in sst] == [
+        ('a gentle , "quiet" film', 1),
+        ("nothing works here", 0),
+        ("funny and warm", 1),
+    ]
     assert [r.id for r in load_sst2(FIXTURES / "glue" / "SST-2", split="validation")] == ["sst2-dev-0", "sst2-dev-1"]
     assert load_sst2(FIXTURES / "glue" / "SST-2" / "test-labeled.tsv")[0].id == "sst2-test-0"  # split from file name
     cola = load_cola(FIXTURES / "glue" / "CoLA")  # train = train.tsv + val.tsv
@@ -220,10 +228,16 @@ def test_trustpilot_fixture() -> None:
     records = load_trustpilot(FIXTURES / "trustpilot-milanlp")
     assert [r.label for r in records] == ["M", "F", "M"]
     assert records[1].text == "Good prices, slow support." and records[1].attributes == {
-        "age": 67, "age_cat": "65+", "gender": "F"}
+        "age": 67,
+        "age_cat": "65+",
+        "gender": "F",
+    }
     assert records[2].text == ""  # empty reviews are kept
     assert [r.label for r in load_trustpilot(FIXTURES / "trustpilot-milanlp", label="age_cat")] == [
-        "25-54", "65+", "15-24"]
+        "25-54",
+        "65+",
+        "15-24",
+    ]
     assert len(load_trustpilot(FIXTURES / "trustpilot-milanlp", split="test")) == 1
 
 
@@ -311,16 +325,28 @@ def test_pri_fields_of_the_wrong_type_name_the_line(tmp_path: Path) -> None:
     """restore_symptoms of the wrong type was a TypeError (an int) or silently became characters (a string); an empty
     prompt was a record with no private text."""
     rows = [json.loads(line) for line in (DDX_DIR / "dev.json").read_text(encoding="utf-8").splitlines()]
-    for i, (key, value, words) in enumerate((("restore_symptoms", 5, "restore_symptoms"), ("restore_symptoms", "abc", "restore_symptoms"),
-                                              ("question_init", "", "is empty"), ("question_init", "   ", "is empty"))):
+    for i, (key, value, words) in enumerate(
+        (
+            ("restore_symptoms", 5, "restore_symptoms"),
+            ("restore_symptoms", "abc", "restore_symptoms"),
+            ("question_init", "", "is empty"),
+            ("question_init", "   ", "is empty"),
+        )
+    ):
         edited = [dict(r) for r in rows]
         edited[1][key] = value
         bad = write(tmp_path / f"ddx{i}.json", "".join(json.dumps(r) + "\n" for r in edited))
         with pytest.raises(DataError, match=rf"ddx{i}\.json, line 2: .*{words}"):
             load_privacyrestore(bad)
     rows = [json.loads(line) for line in (SLJA_DIR / "dev.json").read_text(encoding="utf-8").splitlines()]
-    for i, (key, value, words) in enumerate((("restore_evidences", 5, "restore_evidences"), ("keep_evidences", "abc", "keep_evidences"),
-                                              ("minor_premise_atoms", ["a"], "minor_premise_atoms"), ("question_init", " ", "is empty"))):
+    for i, (key, value, words) in enumerate(
+        (
+            ("restore_evidences", 5, "restore_evidences"),
+            ("keep_evidences", "abc", "keep_evidences"),
+            ("minor_premise_atoms", ["a"], "minor_premise_atoms"),
+            ("question_init", " ", "is empty"),
+        )
+    ):
         edited = [dict(r) for r in rows]
         edited[0][key] = value
         bad = write(tmp_path / f"slja{i}.json", "".join(json.dumps(r) + "\n" for r in edited))
@@ -348,8 +374,14 @@ def test_a_file_that_is_not_utf8_names_the_file_and_line(tmp_path: Path) -> None
 
 def test_trustpilot_labels_outside_the_release_are_refused(tmp_path: Path) -> None:
     """A stray gender (or an empty one) would become a label class of its own."""
-    for i, (row, words) in enumerate((("x,30,25-54,Q", "gender 'Q'"), ("x,30,25-54,", "gender ''"),
-                                      ("x,-5,25-54,M", "age -5"), ("x,30,bogus,F", "age_cat 'bogus'"))):
+    for i, (row, words) in enumerate(
+        (
+            ("x,30,25-54,Q", "gender 'Q'"),
+            ("x,30,25-54,", "gender ''"),
+            ("x,-5,25-54,M", "age -5"),
+            ("x,30,bogus,F", "age_cat 'bogus'"),
+        )
+    ):
         write(tmp_path / f"tp{i}" / "english_train.csv", f"text,age,age_cat,gender\nok,30,25-54,F\n{row}\n")
         with pytest.raises(DataError, match=rf"line 3: {words}"):
             load_trustpilot(tmp_path / f"tp{i}")
@@ -415,24 +447,48 @@ def test_hub_rows_go_through_the_same_converters(monkeypatch: pytest.MonkeyPatch
             return [{"question": "1+1?", "answer": "1 + 1 = 2\n#### 2"}]
         if args[0] == "nyu-mll/glue":
             return [{"sentence": "great", "label": 1, "idx": 0}, {"sentence": "hidden", "label": -1, "idx": 1}]
-        return [{"id": "Mercury_1", "question": "Q?", "choices": {"text": ["a", "b"], "label": ["1", "2"]},
-                 "answerKey": "2"}]
+        return [
+            {
+                "id": "Mercury_1",
+                "question": "Q?",
+                "choices": {"text": ["a", "b"], "label": ["1", "2"]},
+                "answerKey": "2",
+            }
+        ]
 
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=fake_load_dataset))
     assert load_gsm8k("openai/gsm8k")[0].output == "2"
     sst = load_sst2("nyu-mll/glue", split="dev")
     assert [r.label for r in sst] == [1, None]
     assert load_arc("allenai/ai2_arc")[0].answer == "b"
-    assert calls == [(("openai/gsm8k", "main"), "test"), (("nyu-mll/glue", "sst2"), "validation"),
-                     (("allenai/ai2_arc", "ARC-Challenge"), "test")]
+    assert calls == [
+        (("openai/gsm8k", "main"), "test"),
+        (("nyu-mll/glue", "sst2"), "validation"),
+        (("allenai/ai2_arc", "ARC-Challenge"), "test"),
+    ]
 
 
 # ------------------------------------------------------------------------------------------ registry
 
 
 def test_registry_names_and_aliases(fixture_data: Path) -> None:
-    expected = {"pri-ddx", "pri-slja", "sst2", "cola", "rte", "mrpc", "qqp", "trustpilot", "pupa", "presidio",
-                "alpaca", "lima", "csqa", "arc", "gsm8k"}
+    expected = {
+        "pri-ddx",
+        "pri-slja",
+        "sst2",
+        "cola",
+        "rte",
+        "mrpc",
+        "qqp",
+        "trustpilot",
+        "pupa",
+        "presidio",
+        "alpaca",
+        "lima",
+        "csqa",
+        "arc",
+        "gsm8k",
+    }
     assert expected <= set(available_datasets())
     for name in expected:
         assert load_dataset(name, limit=1), name
@@ -478,13 +534,31 @@ def test_register_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 @pytest.mark.parametrize(
     ("name", "split", "count"),
     [
-        ("pri-ddx", "dev", 309), ("pri-ddx", "test", 1549), ("pri-slja", "dev", 130), ("pri-slja", "test", 654),
-        ("sst2", "train", 67349), ("sst2", "dev", 872), ("sst2", "test", 1821),
-        ("cola", "train", 8551), ("cola", "dev", 1043), ("rte", "train", 2490), ("rte", "dev", 277),
-        ("mrpc", "train", 4076), ("mrpc", "test", 1725), ("qqp", "dev", 23497),
-        ("trustpilot", "train", 5004), ("trustpilot", "test", 403), ("pupa", "new", 664),
-        ("presidio", "synth", 1500), ("presidio", "large", 2109), ("alpaca", "train", 999), ("lima", "train", 1029),
-        ("csqa", "dev", 1221), ("arc", "test", 1172), ("gsm8k", "train", 7473), ("gsm8k", "test", 1319),
+        ("pri-ddx", "dev", 309),
+        ("pri-ddx", "test", 1549),
+        ("pri-slja", "dev", 130),
+        ("pri-slja", "test", 654),
+        ("sst2", "train", 67349),
+        ("sst2", "dev", 872),
+        ("sst2", "test", 1821),
+        ("cola", "train", 8551),
+        ("cola", "dev", 1043),
+        ("rte", "train", 2490),
+        ("rte", "dev", 277),
+        ("mrpc", "train", 4076),
+        ("mrpc", "test", 1725),
+        ("qqp", "dev", 23497),
+        ("trustpilot", "train", 5004),
+        ("trustpilot", "test", 403),
+        ("pupa", "new", 664),
+        ("presidio", "synth", 1500),
+        ("presidio", "large", 2109),
+        ("alpaca", "train", 999),
+        ("lima", "train", 1029),
+        ("csqa", "dev", 1221),
+        ("arc", "test", 1172),
+        ("gsm8k", "train", 7473),
+        ("gsm8k", "test", 1319),
     ],
 )
 def test_real_row_counts_and_unique_ids(name: str, split: str, count: int) -> None:
@@ -513,20 +587,27 @@ def test_real_privacyrestore_first_records() -> None:
     assert ddx.context == (
         "A 31-year-old male has a history of antipsychotic medication usage, nausea, stimulant drug use. "
         "The 31-year-old male presents the symptoms of involuntary eye movement, jaw pain, muscle spasms, ptosis, "
-        "shortness of breath.")
+        "shortness of breath."
+    )
     assert ddx.question == "What is the likely diagnosis?"
     assert ddx.options == ["Spontaneous pneumothorax", "PSVT", "Unstable angina", "Acute dystonic reactions"]
     assert ddx.answer_index == 3
     assert (ddx.attributes["age"], ddx.attributes["sex"]) == (31, "M")
     assert ddx.attributes["antecedents"] == ["antipsychotic medication usage", "nausea", "stimulant drug use"]
     slja = load_privacyrestore("slja", "dev", limit=1)[0]
-    assert slja.options == ["Fraud", "Allowing others to take drugs", "Illegal Detention",
-                            "Illegal Business Operation Crime"]
+    assert slja.options == [
+        "Fraud",
+        "Allowing others to take drugs",
+        "Illegal Detention",
+        "Illegal Business Operation Crime",
+    ]
     assert slja.answer_index == 1 and slja.question == "What crime is being committed in this case?"
-    assert slja.attributes["private_atoms"] == ["a person with full criminal responsibility",
-                                                "allowing others to take drugs",
-                                                "physical health rights and life safety",
-                                                "to satisfy his own and others' drug needs"]
+    assert slja.attributes["private_atoms"] == [
+        "a person with full criminal responsibility",
+        "allowing others to take drugs",
+        "physical health rights and life safety",
+        "to satisfy his own and others' drug needs",
+    ]
     test_ids = {r.id for r in load_privacyrestore("ddx", "test")}
     assert {r.id for r in load_privacyrestore("ddx", "dev")} <= test_ids  # dev is a subset of test
 
@@ -538,9 +619,17 @@ def test_real_first_records_of_other_datasets() -> None:
     assert (sst.text, sst.label) == ("hide new secretions from the parental units", 0)
     tp = load_dataset("trustpilot", limit=1)[0]
     assert (tp.text, tp.label, tp.attributes["age"], tp.attributes["age_cat"]) == (
-        "Not the best overall service.", "M", 42, "25-54")
+        "Not the best overall service.",
+        "M",
+        42,
+        "25-54",
+    )
     qqp = load_dataset("qqp", limit=1)[0]  # the row whose label tab is a space in the file
-    assert (qqp.id, qqp.text_b, qqp.label) == ("qqp-133273", "Which level of prepration is enough for the exam jlpt5?", 0)
+    assert (qqp.id, qqp.text_b, qqp.label) == (
+        "qqp-133273",
+        "Which level of prepration is enough for the exam jlpt5?",
+        0,
+    )
     mrpc = load_dataset("mrpc", limit=1)[0]
     assert mrpc.text_a.startswith("Amrozi accused his brother") and mrpc.label == 1
     rte = load_dataset("rte", split="train")

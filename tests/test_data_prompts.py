@@ -122,16 +122,23 @@ def test_contains_answer() -> None:
 def test_contains_answer_on_fixtures() -> None:
     ddx = load_privacyrestore(FIXTURES / "privacyrestore" / "Pri-DDXPlus_dataset", split="test")
     assert {r.id: contains_answer(r) for r in ddx} == {
-        "pri-ddx-303": False, "pri-ddx-101": False, "pri-ddx-405": False, "pri-ddx-102": False,
-        "pri-ddx-202": True, "pri-ddx-304": False}
+        "pri-ddx-303": False,
+        "pri-ddx-101": False,
+        "pri-ddx-405": False,
+        "pri-ddx-102": False,
+        "pri-ddx-202": True,
+        "pri-ddx-304": False,
+    }
     slja = load_privacyrestore(FIXTURES / "privacyrestore" / "Pri-SLJA_dataset", split="test")
     assert [contains_answer(r) for r in slja] == [True, False, False]  # "gambling in a back room" -> Gambling
 
 
 @pytest.mark.shared_data
 @requires_shared_data
-@pytest.mark.parametrize(("dataset", "split", "leaking"),
-                         [("ddx", "dev", 146), ("ddx", "test", 672), ("slja", "dev", 43), ("slja", "test", 219)])
+@pytest.mark.parametrize(
+    ("dataset", "split", "leaking"),
+    [("ddx", "dev", 146), ("ddx", "test", 672), ("slja", "dev", 43), ("slja", "test", 219)],
+)
 def test_real_answer_leak_counts(dataset: str, split: str, leaking: int) -> None:
     records = load_privacyrestore(dataset, split)
     assert sum(contains_answer(r) for r in records) == leaking

@@ -34,7 +34,9 @@ def check_invariants(split: dict, directory: Path | str) -> None:
     assert set(ids(dev)) <= set(side), "a dev record is held out"
     assert set(heldout) <= set(ids(test))
     keys = {name: {private_key(r) for r in split[name]} for name in ("train", "validation", "heldout")}
-    assert not (keys["train"] | keys["validation"]) & keys["heldout"], "the same private text appears in train and heldout"
+    assert not (keys["train"] | keys["validation"]) & keys["heldout"], (
+        "the same private text appears in train and heldout"
+    )
     assert not keys["train"] & keys["validation"], "the same private text appears in train and validation"
     counts = split["manifest"]["counts"]
     assert (counts["train"], counts["validation"], counts["heldout"]) == (len(train), len(validation), len(heldout))
@@ -59,9 +61,20 @@ def test_fixture_split_invariants_and_groups() -> None:
     manifest = split["manifest"]
     assert manifest["fraction"] == 0.5 and manifest["group_by"] == "context"
     assert manifest["counts"] | {} == {
-        "dev": 2, "test": 6, "dev_in_test": 2, "unique": 6, "test_only": 4, "groups": 4, "groups_with_dev": 2,
-        "test_only_sharing_dev_context": 1, "train": 5, "train_from_dev_groups": 3, "train_from_hash": 2,
-        "validation": 0, "heldout": 1}
+        "dev": 2,
+        "test": 6,
+        "dev_in_test": 2,
+        "unique": 6,
+        "test_only": 4,
+        "groups": 4,
+        "groups_with_dev": 2,
+        "test_only_sharing_dev_context": 1,
+        "train": 5,
+        "train_from_dev_groups": 3,
+        "train_from_hash": 2,
+        "validation": 0,
+        "heldout": 1,
+    }
     assert set(manifest["files_sha256"]) == {"dev.json", "test.json"}
     check_invariants(ppft_split(SLJA_DIR), SLJA_DIR)
 
@@ -89,10 +102,13 @@ def test_validation_is_carved_from_train_by_group_and_leaves_heldout_alone() -> 
         assert ids(split["heldout"]) == ids(base["heldout"])  # held-out membership never changes
         assert sorted(ids(split["train"]) + ids(split["validation"])) == sorted(ids(base["train"]))
         keys = {private_key(r) for r in base["train"]}  # the rule, recomputed by hand
-        assert {private_key(r) for r in split["validation"]} == \
-            {k for k in keys if stable_unit_interval(k, "textfree-ppft-split-v1:validation") < v}
+        assert {private_key(r) for r in split["validation"]} == {
+            k for k in keys if stable_unit_interval(k, "textfree-ppft-split-v1:validation") < v
+        }
     assert ("pri-ddx-101" in ids(split["validation"])) == ("pri-ddx-102" in ids(split["validation"]))  # one context
-    assert ids(ppft_split(DDX_DIR, validation=0.6)["validation"]) == ids(ppft_split(DDX_DIR, validation=0.6)["validation"])
+    assert ids(ppft_split(DDX_DIR, validation=0.6)["validation"]) == ids(
+        ppft_split(DDX_DIR, validation=0.6)["validation"]
+    )
     for bad in (1.0, -0.1, True, "0.2"):
         with pytest.raises(ValueError, match="validation must be a number in \\[0, 1\\)"):
             ppft_split(DDX_DIR, validation=bad)
@@ -131,12 +147,42 @@ def test_short_names_use_shared_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: P
 @pytest.mark.parametrize(
     ("dataset", "expected"),
     [
-        ("ddx", {"dev": 309, "test": 1549, "dev_in_test": 309, "unique": 1549, "test_only": 1240, "groups": 1359,
-                 "groups_with_dev": 298, "test_only_sharing_dev_context": 61, "train": 967,
-                 "train_from_dev_groups": 370, "train_from_hash": 597, "validation": 0, "heldout": 582}),
-        ("slja", {"dev": 130, "test": 654, "dev_in_test": 130, "unique": 654, "test_only": 524, "groups": 651,
-                  "groups_with_dev": 130, "test_only_sharing_dev_context": 2, "train": 387,
-                  "train_from_dev_groups": 132, "train_from_hash": 255, "validation": 0, "heldout": 267}),
+        (
+            "ddx",
+            {
+                "dev": 309,
+                "test": 1549,
+                "dev_in_test": 309,
+                "unique": 1549,
+                "test_only": 1240,
+                "groups": 1359,
+                "groups_with_dev": 298,
+                "test_only_sharing_dev_context": 61,
+                "train": 967,
+                "train_from_dev_groups": 370,
+                "train_from_hash": 597,
+                "validation": 0,
+                "heldout": 582,
+            },
+        ),
+        (
+            "slja",
+            {
+                "dev": 130,
+                "test": 654,
+                "dev_in_test": 130,
+                "unique": 654,
+                "test_only": 524,
+                "groups": 651,
+                "groups_with_dev": 130,
+                "test_only_sharing_dev_context": 2,
+                "train": 387,
+                "train_from_dev_groups": 132,
+                "train_from_hash": 255,
+                "validation": 0,
+                "heldout": 267,
+            },
+        ),
     ],
 )
 def test_real_split_counts(dataset: str, expected: dict[str, int]) -> None:

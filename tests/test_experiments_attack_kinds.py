@@ -8,18 +8,29 @@ import json
 
 import pytest
 import torch
+from test_attacks_beamclean import tiny_llama  # noqa: F401  (fixture: a 2-layer Llama with its own BPE tokenizer)
 
 from textfree.attacks import ThreatModelError
 from textfree.experiments import Cell, CellError, load_results, run_cell
 
-from test_attacks_beamclean import tiny_llama  # noqa: F401  (fixture: a 2-layer Llama with its own BPE tokenizer)
-
-WORDS = ("the patient has a cough and fever with pain in chest since two days she he reports history of smoking "
-         "diabetes mild severe no").split()
-TEXTS = ["the patient has a cough and fever", "she reports pain in chest since two days",
-         "he has a history of smoking and diabetes", "the patient reports mild fever with no pain"]
-PUBLIC = ["he has a cough", "she has a fever and pain", "the history of the patient", "no pain since two days",
-          "he reports severe pain in chest", "mild cough with fever"]
+WORDS = (
+    "the patient has a cough and fever with pain in chest since two days she he reports history of smoking "
+    "diabetes mild severe no"
+).split()
+TEXTS = [
+    "the patient has a cough and fever",
+    "she reports pain in chest since two days",
+    "he has a history of smoking and diabetes",
+    "the patient reports mild fever with no pain",
+]
+PUBLIC = [
+    "he has a cough",
+    "she has a fever and pain",
+    "the history of the patient",
+    "no pain since two days",
+    "he reports severe pain in chest",
+    "mild cough with fever",
+]
 FULL_GRANT = {"embedding_table": True, "training_text": "public", "knows_mechanism": True, "knows_parameters": True}
 
 
@@ -31,12 +42,20 @@ def tiny_table_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny-table")
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
     tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)})
-    config = BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=1,
-                        intermediate_size=32, max_position_embeddings=64)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        intermediate_size=32,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     model = BertModel(config)
     with torch.no_grad():
-        model.embeddings.word_embeddings.weight.copy_(torch.randn(len(vocab), 16, generator=torch.Generator().manual_seed(1)))
+        model.embeddings.word_embeddings.weight.copy_(
+            torch.randn(len(vocab), 16, generator=torch.Generator().manual_seed(1))
+        )
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return str(out)
@@ -105,7 +124,11 @@ def test_checks_the_attack_section_and_the_prior_source(tiny_table_dir):
     cell["attack"]["prior"] = {"kind": "bigram", "sources": [{"dataset": "pri-ddx", "split": "train"}]}
     with pytest.raises(CellError, match="in-domain"):  # Pri-* text is never 'public'
         Cell.from_dict(cell)
-    cell["attack"]["prior"] = {"kind": "bigram", "training_text": "in_domain", "sources": [{"dataset": "pri-ddx", "split": "test"}]}
+    cell["attack"]["prior"] = {
+        "kind": "bigram",
+        "training_text": "in_domain",
+        "sources": [{"dataset": "pri-ddx", "split": "test"}],
+    }
     cell["attack"]["threat"]["training_text"] = "in_domain"
     with pytest.raises(CellError, match="only the PPFT train part"):
         Cell.from_dict(cell)
@@ -128,7 +151,9 @@ def test_oracle_metrics_exist_only_when_asked_for_and_granted(tiny_table_dir, tm
     cell = _cell(tiny_table_dir)
     cell["attack"]["beamclean"]["noise"] = ["estimated", "oracle"]
     (both,) = _metrics(run_cell(cell, tmp_path, progress=False))
-    assert {"recovery_beamclean_oracle", "beamclean_oracle_over_nn", "seconds_per_sequence_beamclean_oracle"} <= set(both)
+    assert {"recovery_beamclean_oracle", "beamclean_oracle_over_nn", "seconds_per_sequence_beamclean_oracle"} <= set(
+        both
+    )
     assert not any("oracle" in k and "error" in k for k in both)  # the scale error is an estimated-noise figure only
 
 
@@ -137,7 +162,13 @@ def test_no_noise_recovers_everything_extreme_noise_almost_nothing(tiny_table_di
     cell = _cell(tiny_table_dir, grid={"mechanism.sigma": [0.01, 100.0]}, seeds=[0, 1])
     cell["attack"]["beamclean"]["noise"] = ["estimated", "oracle"]
     low, high = _metrics(run_cell(cell, tmp_path, progress=False))
-    for name in ("recovery_nn_l2", "recovery_nn_cosine", "recovery_nn_best", "recovery_beamclean_estimated", "recovery_beamclean_oracle"):
+    for name in (
+        "recovery_nn_l2",
+        "recovery_nn_cosine",
+        "recovery_nn_best",
+        "recovery_beamclean_estimated",
+        "recovery_beamclean_oracle",
+    ):
         assert low[name] == 1.0, name
         assert high[name] <= 0.25, (name, high[name])  # measured (seeds 0-5): NN 0.02-0.05, BeamClean 0.03-0.11
     assert abs(low["scale_rel_error_estimated"]) < 0.2
@@ -166,7 +197,6 @@ def test_max_tokens_cuts_the_texts_and_repeats_are_dropped(tiny_table_dir, tmp_p
     assert saved["cell"]["attack"]["attacks"] == ["nn_l2"]
 
 
-
 def test_causal_lm_prior_through_the_cell(tiny_table_dir, tiny_llama, tmp_path):  # noqa: F811
     """A causal LM with another tokenizer as BeamClean's prior (cross-tokenizer mode); tiny noise: all recovered."""
     cell = _cell(tiny_table_dir)
@@ -181,13 +211,24 @@ def test_causal_lm_prior_through_the_cell(tiny_table_dir, tiny_llama, tmp_path):
 def test_pii_units_are_counted_in_decoded_guesses(shared_data, tmp_path):
     """PUPA with MiniLM's table and nearest neighbour only: with almost no noise every released PII unit is found in
     the decoded guess; with overwhelming noise none is. Units cut off by max_tokens are not counted."""
-    cell = Cell.from_dict({
-        "name": "pii_test", "kind": "token_inversion", "dataset": "pupa", "limit": 6, "encoder": "default",
-        "mechanism": {"name": "gaussian", "sigma": 0.001}, "params": {"max_tokens": 48, "threads": 1},
-        "attack": {"threat": {"embedding_table": True}, "attacks": ["nn_l2", "nn_cosine"]},
-        "grid": {"mechanism.sigma": [0.001, 50.0]}, "seeds": [0]})
-    clean, noisy = ({k: v["mean"] for k, v in r["metrics"].items()}
-                    for r in load_results(run_cell(cell, out_dir=tmp_path, progress=False))["results"])
+    cell = Cell.from_dict(
+        {
+            "name": "pii_test",
+            "kind": "token_inversion",
+            "dataset": "pupa",
+            "limit": 6,
+            "encoder": "default",
+            "mechanism": {"name": "gaussian", "sigma": 0.001},
+            "params": {"max_tokens": 48, "threads": 1},
+            "attack": {"threat": {"embedding_table": True}, "attacks": ["nn_l2", "nn_cosine"]},
+            "grid": {"mechanism.sigma": [0.001, 50.0]},
+            "seeds": [0],
+        }
+    )
+    clean, noisy = (
+        {k: v["mean"] for k, v in r["metrics"].items()}
+        for r in load_results(run_cell(cell, out_dir=tmp_path, progress=False))["results"]
+    )
     assert clean["n_pii_units"] > 0 and clean["recovery_nn_best"] == 1.0
     assert clean["pii_exact_nn_best"] == 1.0 and clean["pii_fuzzy_nn_best"] == 1.0
     assert noisy["pii_exact_nn_best"] == 0.0 and noisy["recovery_nn_best"] < 0.01
@@ -196,11 +237,22 @@ def test_pii_units_are_counted_in_decoded_guesses(shared_data, tmp_path):
 def test_blackbox_attacks_need_queries_and_recover_under_weak_noise(tiny_table_dir, tmp_path):
     grant = {"encoder_queries": True, "training_text": "public", "knows_mechanism": True, "knows_parameters": True}
     cell = _cell(tiny_table_dir)
-    cell["attack"] = {"threat": grant, "attacks": ["mlp", "autoencoder"],
-                      "blackbox": {"texts": PUBLIC + [" ".join(WORDS)], "vocab_size": 64, "samples": 4000, "hidden": 32, "epochs": 30}}
+    cell["attack"] = {
+        "threat": grant,
+        "attacks": ["mlp", "autoencoder"],
+        "blackbox": {
+            "texts": PUBLIC + [" ".join(WORDS)],
+            "vocab_size": 64,
+            "samples": 4000,
+            "hidden": 32,
+            "epochs": 30,
+        },
+    }
     cell["grid"] = {"mechanism.sigma": [0.01, 400.0]}
-    weak, strong = ({k: v["mean"] for k, v in r["metrics"].items()}
-                    for r in load_results(run_cell(Cell.from_dict(cell), out_dir=tmp_path, progress=False))["results"])
+    weak, strong = (
+        {k: v["mean"] for k, v in r["metrics"].items()}
+        for r in load_results(run_cell(Cell.from_dict(cell), out_dir=tmp_path, progress=False))["results"]
+    )
     # every evaluated word is among the public words (the queried vocabulary): weak noise -> all recovered
     assert weak["recovery_mlp"] > 0.95 and weak["recovery_autoencoder"] > 0.95
     assert weak["autoencoder_mse"] <= weak["noisy_mse"] + 1e-3

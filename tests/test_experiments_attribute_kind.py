@@ -34,10 +34,21 @@ def _cell(encoder: str = "default", **over) -> dict:
     "over, field, message",
     [
         ({"dataset": "sst2"}, "dataset", "supports datasets"),
-        ({"dataset": "pri-slja"}, "dataset", r"target 'attributes' supports datasets \['pri-ddx', 'trustpilot'\], got 'pri-slja'"),
-        ({"dataset": "trustpilot", "params": {"target": "answer"}}, "dataset",
-         r"target 'answer' supports datasets \['pri-ddx', 'pri-slja'\], got 'trustpilot'"),
-        ({"params": {"target": "diagnosis"}}, "params.target", r"target must be one of \['attributes', 'answer'\], got 'diagnosis'"),
+        (
+            {"dataset": "pri-slja"},
+            "dataset",
+            r"target 'attributes' supports datasets \['pri-ddx', 'trustpilot'\], got 'pri-slja'",
+        ),
+        (
+            {"dataset": "trustpilot", "params": {"target": "answer"}},
+            "dataset",
+            r"target 'answer' supports datasets \['pri-ddx', 'pri-slja'\], got 'trustpilot'",
+        ),
+        (
+            {"params": {"target": "diagnosis"}},
+            "params.target",
+            r"target must be one of \['attributes', 'answer'\], got 'diagnosis'",
+        ),
         ({"mechanism": None}, "mechanism", "needs a `mechanism`"),
         ({"params": {"attackers": ["mlp"]}}, "params.attackers", "distinct values from"),
         ({"params": {"training": []}}, "params.training", "non-empty list"),
@@ -47,49 +58,156 @@ def _cell(encoder: str = "default", **over) -> dict:
         ({"attack": {"threat": {**GRANT, "knows_parameters": False}}}, "attack.threat", "knows_parameters"),
         ({"attack": {"threat": {"training_text": "public", "encoder_queries": True}}}, "attack.threat", "in_domain"),
         # releases
-        ({"params": {"release": "words"}}, "params.release", r"release must be one of \['slots', 'tokens', 't2t', 'pct2t'\], got 'words'"),
-        ({"params": {"release": "tokens"}, "mechanism": GAUSS, "attack": {"threat": {**TOKEN_GRANT, "embedding_table": False}}},
-         "attack.threat", "needs embedding_table"),
-        ({"params": {"release": "tokens"}, "mechanism": GAUSS,
-          "attack": {"threat": {"embedding_table": True, "training_text": "in_domain", "knows_mechanism": True}}},
-         "attack.threat", "needs knows_parameters"),
-        ({"params": {"release": "tokens", "max_tokens": 0}, "mechanism": GAUSS, "attack": {"threat": TOKEN_GRANT}},
-         "params.max_tokens", "max_tokens must be an integer >= 1, got 0"),
-        ({"params": {"release": "tokens", "k": 4}, "mechanism": GAUSS, "attack": {"threat": TOKEN_GRANT}},
-         "params.k", r"params \['k'\] do not apply to release 'tokens'"),
+        (
+            {"params": {"release": "words"}},
+            "params.release",
+            r"release must be one of \['slots', 'tokens', 't2t', 'pct2t'\], got 'words'",
+        ),
+        (
+            {
+                "params": {"release": "tokens"},
+                "mechanism": GAUSS,
+                "attack": {"threat": {**TOKEN_GRANT, "embedding_table": False}},
+            },
+            "attack.threat",
+            "needs embedding_table",
+        ),
+        (
+            {
+                "params": {"release": "tokens"},
+                "mechanism": GAUSS,
+                "attack": {"threat": {"embedding_table": True, "training_text": "in_domain", "knows_mechanism": True}},
+            },
+            "attack.threat",
+            "needs knows_parameters",
+        ),
+        (
+            {"params": {"release": "tokens", "max_tokens": 0}, "mechanism": GAUSS, "attack": {"threat": TOKEN_GRANT}},
+            "params.max_tokens",
+            "max_tokens must be an integer >= 1, got 0",
+        ),
+        (
+            {"params": {"release": "tokens", "k": 4}, "mechanism": GAUSS, "attack": {"threat": TOKEN_GRANT}},
+            "params.k",
+            r"params \['k'\] do not apply to release 'tokens'",
+        ),
         ({"params": {"max_tokens": 64}}, "params.max_tokens", r"do not apply to release 'slots'"),
         ({"params": {"center": 3}}, "params.center", "center must be a PPFT run directory, got 3"),
         ({"params": {"standardize": "yes"}}, "params.standardize", "standardize must be true or false, got 'yes'"),
         ({"params": {"repeat_mean": "yes"}}, "params.repeat_mean", "repeat_mean must be true or false, got 'yes'"),
-        ({"params": {"max_private_tokens": 0}}, "params.max_private_tokens", "max_private_tokens must be an integer >= 1, got 0"),
-        ({"params": {"release": "tokens", "max_private_tokens": 192}, "mechanism": GAUSS, "attack": {"threat": TOKEN_GRANT}},
-         "params.max_private_tokens", r"params \['max_private_tokens'\] do not apply to release 'tokens'"),
-        ({"params": {"release": "tokens", "repeat_mean": True}, "mechanism": GAUSS, "attack": {"threat": TOKEN_GRANT}},
-         "params.repeat_mean", r"params \['repeat_mean'\] do not apply to release 'tokens'"),
+        (
+            {"params": {"max_private_tokens": 0}},
+            "params.max_private_tokens",
+            "max_private_tokens must be an integer >= 1, got 0",
+        ),
+        (
+            {
+                "params": {"release": "tokens", "max_private_tokens": 192},
+                "mechanism": GAUSS,
+                "attack": {"threat": TOKEN_GRANT},
+            },
+            "params.max_private_tokens",
+            r"params \['max_private_tokens'\] do not apply to release 'tokens'",
+        ),
+        (
+            {
+                "params": {"release": "tokens", "repeat_mean": True},
+                "mechanism": GAUSS,
+                "attack": {"threat": TOKEN_GRANT},
+            },
+            "params.repeat_mean",
+            r"params \['repeat_mean'\] do not apply to release 'tokens'",
+        ),
         ({"params": {"hidden": -1}}, "params.hidden", "hidden must be an integer >= 0, got -1"),
         ({"params": {"epochs": 0}}, "params.epochs", "epochs must be an integer >= 1, got 0"),
-        ({"params": {"release": "tokens", "center": "runs/x"}, "mechanism": GAUSS, "attack": {"threat": TOKEN_GRANT}},
-         "params.center", r"params \['center'\] do not apply to release 'tokens'"),
-        ({"params": {"release": "t2t", "eta": 50, "rounds": 0}, "mechanism": None, "attack": {"threat": TEXT_GRANT}},
-         "params.rounds", "rounds must be an integer >= 1, got 0"),
-        ({"params": {"release": "t2t", "eta": 50, "rounds": 2.5}, "mechanism": None, "attack": {"threat": TEXT_GRANT}},
-         "params.rounds", "rounds must be an integer >= 1, got 2.5"),
-        ({"params": {"release": "t2t", "eta": -1}, "mechanism": None, "attack": {"threat": TEXT_GRANT}},
-         "params.eta", "eta must be a finite number > 0, got -1"),
+        (
+            {
+                "params": {"release": "tokens", "center": "runs/x"},
+                "mechanism": GAUSS,
+                "attack": {"threat": TOKEN_GRANT},
+            },
+            "params.center",
+            r"params \['center'\] do not apply to release 'tokens'",
+        ),
+        (
+            {"params": {"release": "t2t", "eta": 50, "rounds": 0}, "mechanism": None, "attack": {"threat": TEXT_GRANT}},
+            "params.rounds",
+            "rounds must be an integer >= 1, got 0",
+        ),
+        (
+            {
+                "params": {"release": "t2t", "eta": 50, "rounds": 2.5},
+                "mechanism": None,
+                "attack": {"threat": TEXT_GRANT},
+            },
+            "params.rounds",
+            "rounds must be an integer >= 1, got 2.5",
+        ),
+        (
+            {"params": {"release": "t2t", "eta": -1}, "mechanism": None, "attack": {"threat": TEXT_GRANT}},
+            "params.eta",
+            "eta must be a finite number > 0, got -1",
+        ),
         ({"params": {"release": "t2t"}, "mechanism": None, "attack": {"threat": TEXT_GRANT}}, "params.eta", "got None"),
-        ({"params": {"release": "t2t", "eta": 50, "pos": "default"}, "mechanism": None, "attack": {"threat": TEXT_GRANT}},
-         "params.pos", "release t2t takes no pos .* got 'default'"),
-        ({"params": {"release": "pct2t", "eta": 50, "pos": None}, "mechanism": None, "attack": {"threat": TEXT_GRANT}},
-         "params.pos", "release pct2t needs pos"),
-        ({"params": {"release": "pct2t", "eta": 50, "pos": ["NOUN", "WORD"]}, "mechanism": None, "attack": {"threat": TEXT_GRANT}},
-         "params.pos", r"unknown categories \['WORD'\]"),
-        ({"params": {"release": "t2t", "eta": 50, "tagger": "spacy"}, "mechanism": None, "attack": {"threat": TEXT_GRANT}},
-         "params.tagger", "got 'spacy'"),
-        ({"params": {"release": "t2t", "eta": 50}, "attack": {"threat": TEXT_GRANT}}, "mechanism", "takes its mechanism in params"),
-        ({"params": {"release": "t2t", "eta": 50}, "mechanism": None, "attack": {"threat": {"training_text": "in_domain"}}},
-         "attack.threat", "needs knows_mechanism, knows_parameters"),
-        ({"params": {"release": "pct2t", "eta": 50, "rounds": 2}, "mechanism": None, "attack": {"threat": {"knows_mechanism": True}}},
-         "attack.threat", "training_text='in_domain'"),
+        (
+            {
+                "params": {"release": "t2t", "eta": 50, "pos": "default"},
+                "mechanism": None,
+                "attack": {"threat": TEXT_GRANT},
+            },
+            "params.pos",
+            "release t2t takes no pos .* got 'default'",
+        ),
+        (
+            {
+                "params": {"release": "pct2t", "eta": 50, "pos": None},
+                "mechanism": None,
+                "attack": {"threat": TEXT_GRANT},
+            },
+            "params.pos",
+            "release pct2t needs pos",
+        ),
+        (
+            {
+                "params": {"release": "pct2t", "eta": 50, "pos": ["NOUN", "WORD"]},
+                "mechanism": None,
+                "attack": {"threat": TEXT_GRANT},
+            },
+            "params.pos",
+            r"unknown categories \['WORD'\]",
+        ),
+        (
+            {
+                "params": {"release": "t2t", "eta": 50, "tagger": "spacy"},
+                "mechanism": None,
+                "attack": {"threat": TEXT_GRANT},
+            },
+            "params.tagger",
+            "got 'spacy'",
+        ),
+        (
+            {"params": {"release": "t2t", "eta": 50}, "attack": {"threat": TEXT_GRANT}},
+            "mechanism",
+            "takes its mechanism in params",
+        ),
+        (
+            {
+                "params": {"release": "t2t", "eta": 50},
+                "mechanism": None,
+                "attack": {"threat": {"training_text": "in_domain"}},
+            },
+            "attack.threat",
+            "needs knows_mechanism, knows_parameters",
+        ),
+        (
+            {
+                "params": {"release": "pct2t", "eta": 50, "rounds": 2},
+                "mechanism": None,
+                "attack": {"threat": {"knows_mechanism": True}},
+            },
+            "attack.threat",
+            "training_text='in_domain'",
+        ),
     ],
 )
 def test_cells_are_validated_before_anything_runs(over, field, message):
@@ -99,24 +217,42 @@ def test_cells_are_validated_before_anything_runs(over, field, message):
 
 
 def test_standardize_reaches_every_attackers_config():
-    from textfree.heads.classifier import AttributeAttackConfig
     from textfree.experiments.kinds.attributes import _settings
+    from textfree.heads.classifier import AttributeAttackConfig
 
     on = _settings(Cell.from_dict(_cell(params={"standardize": True})).resolve({}))
     assert on.config == {"epochs": 150, "hidden": 256, "standardize": True}
     assert AttributeAttackConfig(pooling="mean", count=True, **on.config).standardize
     assert _settings(Cell.from_dict(_cell()).resolve({})).config["standardize"] is False
     linear = _settings(Cell.from_dict(_cell(params={"hidden": 0, "standardize": True})).resolve({}))
-    assert linear.config == {"epochs": 150, "hidden": 0, "standardize": True}  # a linear attacker, the answer head's twin
+    assert linear.config == {
+        "epochs": 150,
+        "hidden": 0,
+        "standardize": True,
+    }  # a linear attacker, the answer head's twin
 
 
 def test_unaware_only_needs_no_mechanism_knowledge():
-    Cell.from_dict(_cell(params={"training": ["unaware"]}, attack={"threat": {"encoder_queries": True, "training_text": "in_domain"}}))
+    Cell.from_dict(
+        _cell(
+            params={"training": ["unaware"]}, attack={"threat": {"encoder_queries": True, "training_text": "in_domain"}}
+        )
+    )
     # token noise: the table instead of the encoder; text: the attacker picks its own encoder, in-domain text is all
-    Cell.from_dict(_cell(mechanism=GAUSS, params={"release": "tokens", "training": ["unaware"]},
-                         attack={"threat": {"embedding_table": True, "training_text": "in_domain"}}))
-    Cell.from_dict(_cell(mechanism=None, params={"release": "pct2t", "eta": 50, "training": ["unaware"]},
-                         attack={"threat": {"training_text": "in_domain"}}))
+    Cell.from_dict(
+        _cell(
+            mechanism=GAUSS,
+            params={"release": "tokens", "training": ["unaware"]},
+            attack={"threat": {"embedding_table": True, "training_text": "in_domain"}},
+        )
+    )
+    Cell.from_dict(
+        _cell(
+            mechanism=None,
+            params={"release": "pct2t", "eta": 50, "training": ["unaware"]},
+            attack={"threat": {"training_text": "in_domain"}},
+        )
+    )
 
 
 @pytest.mark.shared_data
@@ -128,7 +264,9 @@ def test_pri_ddx_run_reports_attackers_references_and_guarantee(shared_data, tin
     run = tmp_path / "stage1"  # the encoder of a stage-1 run, as the Pri-* attack cells read runs/stage1/encoder
     shutil.copytree(tiny_encoder_dir, run / "encoder")
     (run / "summary.json").write_text('{"stage": "stage1"}')
-    cell = Cell.from_dict(_cell(str(run / "encoder"), params={"k": 4, "epochs": 2, "hidden": 16, "threads": 1, "train_limit": 120}))
+    cell = Cell.from_dict(
+        _cell(str(run / "encoder"), params={"k": 4, "epochs": 2, "hidden": 16, "threads": 1, "train_limit": 120})
+    )
     result = load_results(run_cell(cell, out_dir=tmp_path, progress=False))
     assert result["results"][0]["provenance"] == {"stage1_build": run_fingerprint(run)}
     m = {k: v["mean"] for k, v in result["results"][0]["metrics"].items()}
@@ -147,10 +285,18 @@ def test_pri_ddx_run_reports_attackers_references_and_guarantee(shared_data, tin
 
 @pytest.mark.shared_data
 def test_trustpilot_run_has_no_label_reference(shared_data, tiny_encoder_dir, tmp_path):
-    cell = Cell.from_dict(_cell(str(tiny_encoder_dir), dataset="trustpilot",
-                                params={"epochs": 1, "hidden": 8, "attackers": ["mean"], "training": ["unaware"], "train_limit": 100},
-                                attack={"threat": {"encoder_queries": True, "training_text": "in_domain"}}))
-    m = {k: v["mean"] for k, v in load_results(run_cell(cell, out_dir=tmp_path, progress=False))["results"][0]["metrics"].items()}
+    cell = Cell.from_dict(
+        _cell(
+            str(tiny_encoder_dir),
+            dataset="trustpilot",
+            params={"epochs": 1, "hidden": 8, "attackers": ["mean"], "training": ["unaware"], "train_limit": 100},
+            attack={"threat": {"encoder_queries": True, "training_text": "in_domain"}},
+        )
+    )
+    m = {
+        k: v["mean"]
+        for k, v in load_results(run_cell(cell, out_dir=tmp_path, progress=False))["results"][0]["metrics"].items()
+    }
     assert 0.0 <= m["gender_accuracy_best"] <= 1.0 and m["gender_accuracy_label"] is None  # NaN in the result file
     assert m["gender_accuracy_excess"] == pytest.approx(m["gender_accuracy_best"] - m["gender_accuracy_prior"])
     assert "sex_accuracy_best" not in m
@@ -158,18 +304,32 @@ def test_trustpilot_run_has_no_label_reference(shared_data, tiny_encoder_dir, tm
 
 @pytest.mark.shared_data
 @pytest.mark.parametrize("dataset", ["pri-ddx", "pri-slja"])
-def test_answer_target_predicts_the_tasks_answer_with_no_label_reference(shared_data, tiny_encoder_dir, tmp_path, dataset):
+def test_answer_target_predicts_the_tasks_answer_with_no_label_reference(
+    shared_data, tiny_encoder_dir, tmp_path, dataset
+):
     from textfree.data import ppft_split
     from textfree.experiments.inputs import record_private_text
 
-    cell = Cell.from_dict(_cell(str(tiny_encoder_dir), dataset=dataset,
-                                params={"target": "answer", "k": 4, "epochs": 3, "hidden": 16, "threads": 1, "attackers": ["mean"]}))
+    cell = Cell.from_dict(
+        _cell(
+            str(tiny_encoder_dir),
+            dataset=dataset,
+            params={"target": "answer", "k": 4, "epochs": 3, "hidden": 16, "threads": 1, "attackers": ["mean"]},
+        )
+    )
     result = load_results(run_cell(cell, out_dir=tmp_path, progress=False))
     m = {k: v["mean"] for k, v in result["results"][0]["metrics"].items()}
     assert {k for k in m if k.startswith("answer_accuracy_")} == {
-        "answer_accuracy_mean_unaware", "answer_accuracy_mean_aware", "answer_accuracy_best", "answer_accuracy_prior",
-        "answer_accuracy_label", "answer_accuracy_length", "answer_accuracy_excess"}
+        "answer_accuracy_mean_unaware",
+        "answer_accuracy_mean_aware",
+        "answer_accuracy_best",
+        "answer_accuracy_prior",
+        "answer_accuracy_label",
+        "answer_accuracy_length",
+        "answer_accuracy_excess",
+    }
     assert "sex_accuracy_best" not in m and m["answer_accuracy_label"] is None  # the label is the target: no reference
+
     # the prior is the training part's most frequent answer, scored on the distinct held-out prompts: recompute it
     def distinct(records):  # the first record of each distinct non-empty private text
         out = {}
@@ -209,16 +369,34 @@ def _means(path) -> list[dict[str, float]]:
 
 
 @pytest.mark.shared_data
-def test_token_release_leaks_under_negligible_noise_and_falls_to_the_prior_under_extreme_noise(shared_data, unit_table_dir, tmp_path):
+def test_token_release_leaks_under_negligible_noise_and_falls_to_the_prior_under_extreme_noise(
+    shared_data, unit_table_dir, tmp_path
+):
     """Gaussian noise of norm ~0.004 against rows ~4 apart: the prompt's "male" / "female" token is read (fixed seeds:
     99.7% against a 56% prior); noise of norm ~4000: every attacker is within a few points of the prior."""
-    cell = Cell.from_dict(_cell(unit_table_dir, limit=300, mechanism=GAUSS, grid={"mechanism.sigma": [1e-3, 1e3]},
-                                params={"release": "tokens", "max_tokens": 64, "epochs": 60, "hidden": 32, "threads": 1, "train_limit": 500},
-                                attack={"threat": dict(TOKEN_GRANT)}))
+    cell = Cell.from_dict(
+        _cell(
+            unit_table_dir,
+            limit=300,
+            mechanism=GAUSS,
+            grid={"mechanism.sigma": [1e-3, 1e3]},
+            params={
+                "release": "tokens",
+                "max_tokens": 64,
+                "epochs": 60,
+                "hidden": 32,
+                "threads": 1,
+                "train_limit": 500,
+            },
+            attack={"threat": dict(TOKEN_GRANT)},
+        )
+    )
     clean, noisy = _means(run_cell(cell, out_dir=tmp_path, progress=False))
     for m in (clean, noisy):
         assert m["n_train"] == 500 and m["n_test"] == 300
-        assert m["sex_accuracy_best"] == max(m[f"sex_accuracy_{a}_{t}"] for a in ("mean", "slots") for t in ("unaware", "aware"))
+        assert m["sex_accuracy_best"] == max(
+            m[f"sex_accuracy_{a}_{t}"] for a in ("mean", "slots") for t in ("unaware", "aware")
+        )
         # the formal guarantee: one token at the table's diameter, composed over the prompt's own tokens
         assert m["prompt_epsilon"] == pytest.approx(m["token_epsilon"] * m["tokens_per_prompt"])
         assert 0 < m["tokens_per_prompt"] <= 64 and "slot_epsilon" not in m
@@ -233,7 +411,9 @@ def test_token_release_leaks_under_negligible_noise_and_falls_to_the_prior_under
 
 
 @pytest.mark.shared_data
-def test_t2t_release_end_to_end_with_aware_training_on_the_precomputed_runs(shared_data, tiny_encoder_dir, tmp_path, monkeypatch):
+def test_t2t_release_end_to_end_with_aware_training_on_the_precomputed_runs(
+    shared_data, tiny_encoder_dir, tmp_path, monkeypatch
+):
     """T2T over a 46-word GloVe table, the tiny encoder as the attacker's: every attacker runs, the guarantee is eta x
     the table's diameter per substituted word, and aware training gets `rounds` encoded runs of its training text."""
     from textfree.attacks import attributes as attack
@@ -247,16 +427,33 @@ def test_t2t_release_end_to_end_with_aware_training_on_the_precomputed_runs(shar
         return train(*args, variants=variants, **kwargs)
 
     monkeypatch.setattr(attack, "train_attribute_attacker", spy)
-    cell = Cell.from_dict(_cell(str(tiny_encoder_dir), limit=40, mechanism=None,
-                                params={"release": "t2t", "eta": 2, "rounds": 2, "table": f"glove:{GLOVE}", "k": 4,
-                                        "epochs": 2, "hidden": 8, "threads": 1, "train_limit": 60},
-                                attack={"threat": dict(TEXT_GRANT)}))
+    cell = Cell.from_dict(
+        _cell(
+            str(tiny_encoder_dir),
+            limit=40,
+            mechanism=None,
+            params={
+                "release": "t2t",
+                "eta": 2,
+                "rounds": 2,
+                "table": f"glove:{GLOVE}",
+                "k": 4,
+                "epochs": 2,
+                "hidden": 8,
+                "threads": 1,
+                "train_limit": 60,
+            },
+            attack={"threat": dict(TEXT_GRANT)},
+        )
+    )
     (m,) = _means(run_cell(cell, out_dir=tmp_path, progress=False))
     assert m["n_train"] == 60 and m["n_test"] == 40
     assert m["word_epsilon"] == pytest.approx(2 * WordEmbeddingTable.from_glove(GLOVE).diameter())
     assert m["prompt_epsilon_max"] >= m["prompt_epsilon"] > m["word_epsilon"]
     assert 0 < m["replacement_rate"] <= 1 and 0 < m["kept_rate"] < 1  # most Pri-DDX words are not in the tiny table
-    assert m["sex_accuracy_best"] == max(m[f"sex_accuracy_{a}_{t}"] for a in ("mean", "slots") for t in ("unaware", "aware"))
+    assert m["sex_accuracy_best"] == max(
+        m[f"sex_accuracy_{a}_{t}"] for a in ("mean", "slots") for t in ("unaware", "aware")
+    )
     # unaware, aware for each of the two attackers; the aware ones get the same two runs (made once per point)
     assert [v is None for v in seen] == [True, False, True, False]
     runs = seen[1]
@@ -299,8 +496,11 @@ def test_repeat_mean_param_releases_each_prompts_unit_mean_slot_like_the_runs_cl
     from textfree.experiments.kinds import _attribute_release as kind
     from textfree.mechanisms.transforms import l2_normalize
 
-    x = l2_normalize(torch.tensor([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]],
-                                   [[0.0, 0.0, 1.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]]))
+    x = l2_normalize(
+        torch.tensor(
+            [[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]], [[0.0, 0.0, 1.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]]
+        )
+    )
     m = torch.tensor([[True, True, False], [True, True, True]])
     monkeypatch.setattr(kind, "_clean_slots", lambda *a: (x.clone(), m.clone()))
     s = SimpleNamespace(k=4, train_limit=None, center=None, pad_to=None, repeat_mean=True, max_private_tokens=None)
@@ -326,7 +526,9 @@ def test_max_private_tokens_cuts_prompts_like_a_ppft_client_and_restores_the_enc
     full_x, full_m = _encode(encoder, texts, 4)
     cut_x, cut_m = _encode(encoder, texts, 4, 18)
     assert encoder.max_length == 512
-    assert int(cut_m[0].sum()) < int(full_m[0].sum()) and torch.equal(cut_m[1, : int(full_m[1].sum())], full_m[1, : int(full_m[1].sum())])
+    assert int(cut_m[0].sum()) < int(full_m[0].sum()) and torch.equal(
+        cut_m[1, : int(full_m[1].sum())], full_m[1, : int(full_m[1].sum())]
+    )
     encoder.max_length = 18  # a PPFT client with max_private_tokens 18 (TextFreeLM sets its encoder's limit so)
     client = Privatizer(encoder, None, 4).privatize(texts)
     torch.testing.assert_close(cut_x, client.vectors)

@@ -30,8 +30,13 @@ def test_read_runs_finds_the_ppft_runs_a_point_reads_and_skips_what_it_writes(tm
     assert read_runs("default", {}) == []
     assert read_runs(str(a / "encoder"), {}) == [a]  # a run's encoder/ is that run
     assert read_runs(str(plain), {"k": 4, "epochs": 2}) == []  # a directory that is no run
-    assert read_runs(str(a / "encoder"), {"init": {"encoder": str(a / "encoder"), "decoder": str(plain)}}) == [a]  # once
-    assert read_runs("default", {"model": str(s2), "center": [None, str(b)], "missing": str(tmp_path / "gone")}) == [s2, b]
+    assert read_runs(str(a / "encoder"), {"init": {"encoder": str(a / "encoder"), "decoder": str(plain)}}) == [
+        a
+    ]  # once
+    assert read_runs("default", {"model": str(s2), "center": [None, str(b)], "missing": str(tmp_path / "gone")}) == [
+        s2,
+        b,
+    ]
     assert read_runs("default", {"out": str(s2)}) == []  # written, not read
 
 
@@ -46,7 +51,9 @@ def test_record_read_builds_names_one_build_or_each_of_several(tmp_path):
         record_read_builds(context, encoder, params)
         return context.provenance
 
-    assert recorded(str(a / "encoder"), {"model": str(s2)}) == {"stage1_build": build_a}  # the stage-2 run descends from a
+    assert recorded(str(a / "encoder"), {"model": str(s2)}) == {
+        "stage1_build": build_a
+    }  # the stage-2 run descends from a
     assert recorded(str(b / "encoder"), {"model": str(s2)}) == {"stage1_build": ", ".join(sorted([build_a, build_b]))}
     assert recorded("default", {"k": 4}) == {}  # reads no PPFT run: nothing recorded
     stale = _stage2(tmp_path / "stale", a, "0" * 64)  # its init was rebuilt since: no build to name

@@ -62,8 +62,20 @@ def test_example_cells_load(name):
 def test_every_field_has_help():
     helps = Cell.field_help()
     assert set(helps) == {
-        "name", "kind", "dataset", "split", "limit", "texts", "encoder", "mechanism",
-        "params", "grid", "attack", "metrics", "seeds", "notes",
+        "name",
+        "kind",
+        "dataset",
+        "split",
+        "limit",
+        "texts",
+        "encoder",
+        "mechanism",
+        "params",
+        "grid",
+        "attack",
+        "metrics",
+        "seeds",
+        "notes",
     }
     assert all(h.strip() for h in helps.values())
 
@@ -95,26 +107,70 @@ def test_yaml_exponent_is_a_float(tmp_path):
         (lambda t: t.replace('"the patient has a fever"', '""'), "texts", "entry 0"),
         (lambda t: t.replace("params: {k: 4}", "params: 4"), "params", "mapping"),
         (lambda t: t.replace("params: {k: 4}", "params: {q: 4}"), "params", "takes no parameter"),
-        (lambda t: t.replace("params: {k: 4}", "params: {k: 0}").replace("  params.k: [4, 8]\n", ""), "params.k", "k must be an integer >= 1, got 0"),
-        (lambda t: t.replace("params.k: [4, 8]", "params.k: [4, 2.5]"), "grid.params.k", "k must be an integer >= 1, got 2.5"),
+        (
+            lambda t: t.replace("params: {k: 4}", "params: {k: 0}").replace("  params.k: [4, 8]\n", ""),
+            "params.k",
+            "k must be an integer >= 1, got 0",
+        ),
+        (
+            lambda t: t.replace("params.k: [4, 8]", "params.k: [4, 2.5]"),
+            "grid.params.k",
+            "k must be an integer >= 1, got 2.5",
+        ),
         (lambda t: t.replace("params: {k: 4}", "params: {k: 4, normalize: 1}"), "params.normalize", "true or false"),
-        (lambda t: t.replace("params: {k: 4}", "params: {k: 4, sensitivity: -2}"), "params.sensitivity", "finite number > 0"),
+        (
+            lambda t: t.replace("params: {k: 4}", "params: {k: 4, sensitivity: -2}"),
+            "params.sensitivity",
+            "finite number > 0",
+        ),
         (lambda t: t.replace("params.k: [4, 8]", "params.k: []"), "grid.params.k", "non-empty list"),
         (lambda t: t.replace("params.k: [4, 8]", "params.k: 4"), "grid.params.k", "non-empty list"),
         (lambda t: t.replace("params.k: [4, 8]", "params.k: [4, 4]"), "grid.params.k", "distinct"),
         # compared by value: 75 and 75.0 are one grid point, which would run twice
-        (lambda t: t.replace("[10, 28, 75]", "[10, 75, 75.0]"), "grid.mechanism.epsilon", "75 and 75.0 are the same value"),
+        (
+            lambda t: t.replace("[10, 28, 75]", "[10, 75, 75.0]"),
+            "grid.mechanism.epsilon",
+            "75 and 75.0 are the same value",
+        ),
         # privatization runs no attack: an attack section would be silently ignored
         (lambda t: t + "attack: {threat: {embedding_table: true}}\n", "attack", "runs no attack"),
         (lambda t: t.replace("params.k: [4, 8]", "params.q: [4, 8]"), "grid", "takes no parameter"),
         (lambda t: t.replace("params.k: [4, 8]", "foo.k: [4, 8]"), "grid", "<mechanism|params|attack>"),
         (lambda t: t.replace("params.k: [4, 8]", "attack.steps: [1, 2]"), "grid", "needs a `attack` mapping"),
-        (lambda t: t.replace("[10, 28, 75]", "[10, -1]"), "mechanism", "grid point {mechanism.epsilon: -1, params.k: 4}"),
-        (lambda t: t.replace("mechanism: {name: l2_laplace, epsilon: 75}", "mechanism: {epsilon: 75}"), "mechanism.name", "needs a 'name'"),
-        (lambda t: t.replace("mechanism: {name: l2_laplace, epsilon: 75}", "mechanism: {name: nope}"), "mechanism", "unknown mechanism"),
-        (lambda t: t.replace("mechanism: {name: l2_laplace, epsilon: 75}", "mechanism: {name: l2_laplace, sigma: 1}"), "mechanism", "no parameter"),
-        (lambda t: t.replace("mechanism: {name: l2_laplace, epsilon: 75}\n", "").replace("  mechanism.epsilon: [10, 28, 75]\n", ""), "mechanism", "needs a `mechanism`"),
-        (lambda t: t.replace("texts: [\"the patient has a fever\", \"chest pain since this morning\"]\n", ""), "texts", "needs a `dataset` or inline `texts`"),
+        (
+            lambda t: t.replace("[10, 28, 75]", "[10, -1]"),
+            "mechanism",
+            "grid point {mechanism.epsilon: -1, params.k: 4}",
+        ),
+        (
+            lambda t: t.replace("mechanism: {name: l2_laplace, epsilon: 75}", "mechanism: {epsilon: 75}"),
+            "mechanism.name",
+            "needs a 'name'",
+        ),
+        (
+            lambda t: t.replace("mechanism: {name: l2_laplace, epsilon: 75}", "mechanism: {name: nope}"),
+            "mechanism",
+            "unknown mechanism",
+        ),
+        (
+            lambda t: t.replace(
+                "mechanism: {name: l2_laplace, epsilon: 75}", "mechanism: {name: l2_laplace, sigma: 1}"
+            ),
+            "mechanism",
+            "no parameter",
+        ),
+        (
+            lambda t: t.replace("mechanism: {name: l2_laplace, epsilon: 75}\n", "").replace(
+                "  mechanism.epsilon: [10, 28, 75]\n", ""
+            ),
+            "mechanism",
+            "needs a `mechanism`",
+        ),
+        (
+            lambda t: t.replace('texts: ["the patient has a fever", "chest pain since this morning"]\n', ""),
+            "texts",
+            "needs a `dataset` or inline `texts`",
+        ),
         (lambda t: t + "name: other\n", "name", "duplicate key"),
     ],
 )

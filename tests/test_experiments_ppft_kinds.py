@@ -27,7 +27,13 @@ STAGE2 = {
     "grid": {"params.epsilon": [28, 75]},
     "seeds": [0, 1],
 }
-EVALUATE = {"name": "tiny_eval", "kind": "ppft_evaluate", "dataset": "pri-ddx", "params": {"model": "runs/x"}, "seeds": [0]}
+EVALUATE = {
+    "name": "tiny_eval",
+    "kind": "ppft_evaluate",
+    "dataset": "pri-ddx",
+    "params": {"model": "runs/x"},
+    "seeds": [0],
+}
 
 
 def _with(base, **changes):
@@ -50,7 +56,9 @@ def test_ppft_kinds_are_registered():
     assert {"ppft_stage2", "ppft_evaluate", "ppft_stage1", "ppft_pretrain"} <= set(available_cell_kinds())
     stage2 = get_cell_kind("ppft_stage2")
     assert set(eval_metric_names()) <= set(stage2.metrics) and "reused" in stage2.metrics
-    assert {"init", "out", "epsilon", "tasks", "blind", "noise_match", "eval_tasks", "eval_limit", "train_seed"} <= set(stage2.params)
+    assert {"init", "out", "epsilon", "tasks", "blind", "noise_match", "eval_tasks", "eval_limit", "train_seed"} <= set(
+        stage2.params
+    )
     assert "seed" not in stage2.params  # the cell's seeds are evaluation noise seeds
     assert {f"acc_{t}" for t in EVAL_TASKS} <= set(get_cell_kind("ppft_evaluate").metrics)
 
@@ -59,7 +67,9 @@ def test_valid_cells_load():
     cell = Cell.from_dict(STAGE2)
     assert cell.kind == "ppft_stage2" and len(cell.points()) == 2
     assert Cell.from_dict(EVALUATE).kind == "ppft_evaluate"
-    Cell.from_dict(_params(STAGE2, eval_tasks=["mcqa", "blind_open"], mechanism="gaussian", noise_match="norm", tasks=["open"]))
+    Cell.from_dict(
+        _params(STAGE2, eval_tasks=["mcqa", "blind_open"], mechanism="gaussian", noise_match="norm", tasks=["open"])
+    )
     Cell.from_dict(_with(_params(STAGE2, blind=True, epsilon=None), grid={}))
     with pytest.raises(CellError, match="blind run"):  # the grid puts an epsilon on a blind run
         Cell.from_dict(_params(STAGE2, blind=True, epsilon=None))
@@ -181,13 +191,23 @@ def _metric(data, name):
     return row["metrics"][name]
 
 
-def test_stage2_cell_trains_once_evaluates_per_seed_and_reuses_the_run(fixture_data, init_run, tmp_path, count_training):
+def test_stage2_cell_trains_once_evaluates_per_seed_and_reuses_the_run(
+    fixture_data, init_run, tmp_path, count_training
+):
     cell = {
         "name": "tiny_ppft_stage2",
         "kind": "ppft_stage2",
         "dataset": "pri-ddx",
-        "params": {"init": str(init_run), "out": str(tmp_path / "runs" / "{dataset}-eps{epsilon}-k{k}"), "k": 4, "epochs": 1,
-                   "batch_size": 2, "limit": 4, "eval_limit": 3, "tasks": ["mcqa"]},
+        "params": {
+            "init": str(init_run),
+            "out": str(tmp_path / "runs" / "{dataset}-eps{epsilon}-k{k}"),
+            "k": 4,
+            "epochs": 1,
+            "batch_size": 2,
+            "limit": 4,
+            "eval_limit": 3,
+            "tasks": ["mcqa"],
+        },
         "grid": {"params.epsilon": [28]},
         "seeds": [0, 1],
     }
@@ -198,7 +218,15 @@ def test_stage2_cell_trains_once_evaluates_per_seed_and_reuses_the_run(fixture_d
     # trained once for the grid point, not once per seed
     assert len(count_training) == 1
     cfg = count_training[0]
-    assert (cfg.out, cfg.dataset, cfg.epsilon, cfg.k, cfg.tasks, cfg.limit, cfg.seed) == (str(run), "pri-ddx", 28, 4, ["mcqa"], 4, 0)
+    assert (cfg.out, cfg.dataset, cfg.epsilon, cfg.k, cfg.tasks, cfg.limit, cfg.seed) == (
+        str(run),
+        "pri-ddx",
+        28,
+        4,
+        ["mcqa"],
+        4,
+        0,
+    )
     assert run.is_dir() and (run / "summary.json").is_file() and (run / "textfree_config.json").is_file()
     saved = json.loads((run / "textfree_config.json").read_text())
     assert (saved["stage"], saved["epsilon"], saved["k"], saved["mechanism"]) == ("stage2", 28, 4, "l2_laplace")
@@ -207,8 +235,19 @@ def test_stage2_cell_trains_once_evaluates_per_seed_and_reuses_the_run(fixture_d
     assert data["kind"] == "ppft_stage2" and data["seeds"] == [0, 1]
     assert data["results"][0]["point"] == {"params.epsilon": 28}
     metrics = data["results"][0]["metrics"]
-    for name in ("acc_mcqa", "acc_open", "acc_mcqa_no_leak", "acc_open_exclusive", "n_heldout", "majority_baseline",
-                 "slot_epsilon", "prompt_epsilon", "eval_wall_s", "train_steps", "reused"):
+    for name in (
+        "acc_mcqa",
+        "acc_open",
+        "acc_mcqa_no_leak",
+        "acc_open_exclusive",
+        "n_heldout",
+        "majority_baseline",
+        "slot_epsilon",
+        "prompt_epsilon",
+        "eval_wall_s",
+        "train_steps",
+        "reused",
+    ):
         assert name in metrics and len(metrics[name]["values"]) == 2, name
     assert "acc_blind_mcqa" not in metrics  # default eval tasks on Pri-*: mcqa + open
     for name in ("acc_mcqa", "acc_open"):
@@ -237,8 +276,13 @@ def test_stage2_cell_trains_once_evaluates_per_seed_and_reuses_the_run(fixture_d
         run_cell(changed, tmp_path / "results", progress=False)
 
     # evaluate that run on the blind task: nothing private is sent, so no privacy loss is reported
-    evaluate = {"name": "tiny_ppft_eval", "kind": "ppft_evaluate", "dataset": "pri-ddx",
-                "params": {"model": str(run), "eval_tasks": ["blind_mcqa"]}, "seeds": [0]}
+    evaluate = {
+        "name": "tiny_ppft_eval",
+        "kind": "ppft_evaluate",
+        "dataset": "pri-ddx",
+        "params": {"model": str(run), "eval_tasks": ["blind_mcqa"]},
+        "seeds": [0],
+    }
     ev = json.loads(run_cell(evaluate, tmp_path / "results", progress=False).read_text())
     m = ev["results"][0]["metrics"]
     assert 0.0 <= m["acc_blind_mcqa"]["mean"] <= 1.0 and m["n_heldout"]["mean"] == 1.0
@@ -248,36 +292,63 @@ def test_stage2_cell_trains_once_evaluates_per_seed_and_reuses_the_run(fixture_d
 
 @pytest.mark.parametrize(
     "change, message",
-    [({"tasks": ["bogus"]}, "tasks"), ({"tasks": ["mcqa", "mcqa"]}, "tasks"), ({"noise_match": "volume"}, "noise_match"),
-     ({"mechanism": "nope"}, "unknown mechanism"), ({"epsilon": -1}, "epsilon")],
+    [
+        ({"tasks": ["bogus"]}, "tasks"),
+        ({"tasks": ["mcqa", "mcqa"]}, "tasks"),
+        ({"noise_match": "volume"}, "noise_match"),
+        ({"mechanism": "nope"}, "unknown mechanism"),
+        ({"epsilon": -1}, "epsilon"),
+    ],
 )
 def test_stage2_settings_are_checked_when_the_cell_loads(change, message):
     err = _error(_with(_params(STAGE2, **change), grid={}))
     assert err.field == "params" and message in err.message
 
 
-def test_a_finished_stage2_run_is_not_reused_after_its_init_was_rebuilt_at_the_same_path(fixture_data, init_run, tmp_path, count_training, caplog):
+def test_a_finished_stage2_run_is_not_reused_after_its_init_was_rebuilt_at_the_same_path(
+    fixture_data, init_run, tmp_path, count_training, caplog
+):
     import shutil
 
-    from textfree.training.runs import run_fingerprint
     from textfree.ppft.checkpoint import stage1_build
+    from textfree.training.runs import run_fingerprint
 
     init = tmp_path / "stage1"
     shutil.copytree(init_run, init)
     (init / "summary.json").write_text(json.dumps({"stage": "stage1"}))  # as train_stage1 leaves it
     build = run_fingerprint(init)
     run = tmp_path / "runs" / "s2"
-    cell = {"name": "tiny_ppft_stage2_init", "kind": "ppft_stage2", "dataset": "pri-ddx",
-            "params": {"init": str(init), "out": str(run), "k": 4, "epochs": 1, "batch_size": 2, "limit": 4,
-                       "eval_limit": 3, "tasks": ["mcqa"], "eval_tasks": ["mcqa"], "epsilon": 28}, "seeds": [0]}
+    cell = {
+        "name": "tiny_ppft_stage2_init",
+        "kind": "ppft_stage2",
+        "dataset": "pri-ddx",
+        "params": {
+            "init": str(init),
+            "out": str(run),
+            "k": 4,
+            "epochs": 1,
+            "batch_size": 2,
+            "limit": 4,
+            "eval_limit": 3,
+            "tasks": ["mcqa"],
+            "eval_tasks": ["mcqa"],
+            "epsilon": 28,
+        },
+        "seeds": [0],
+    }
     first = json.loads(run_cell(cell, tmp_path / "results", progress=False).read_text())
     summary = json.loads((run / "summary.json").read_text())
     assert len(summary["init_fingerprint"]) == 64
     # the result names the stage-1 build, and so does an evaluation of the stage-2 run or of the stage-1 run itself
     assert first["results"][0]["provenance"] == {"stage1_build": build} and stage1_build(run) == build
     for model in (run, init):
-        evaluate = {"name": "tiny_ppft_eval_build", "kind": "ppft_evaluate", "dataset": "pri-ddx",
-                    "params": {"model": str(model), "eval_tasks": ["blind_mcqa"]}, "seeds": [0]}
+        evaluate = {
+            "name": "tiny_ppft_eval_build",
+            "kind": "ppft_evaluate",
+            "dataset": "pri-ddx",
+            "params": {"model": str(model), "eval_tasks": ["blind_mcqa"]},
+            "seeds": [0],
+        }
         ev = json.loads(run_cell(evaluate, tmp_path / "results", progress=False).read_text())
         assert ev["results"][0]["provenance"] == {"stage1_build": build}, model
     again = json.loads(run_cell(cell, tmp_path / "results", progress=False).read_text())
@@ -295,6 +366,7 @@ def test_a_finished_stage2_run_is_not_reused_after_its_init_was_rebuilt_at_the_s
     # rebuild the init at the same path (its projection weights change): refused, and the old run is kept
     (weights,) = (init / "projection").glob("*.safetensors")
     from safetensors.torch import load_file, save_file
+
     tensors = load_file(weights)
     save_file({k: v + 0.01 for k, v in tensors.items()}, weights)
     assert stage1_build(run) is None and stage1_build(init) != build  # the run's build is gone; the path holds another
@@ -353,8 +425,8 @@ def test_a_run_that_recorded_the_legacy_fingerprint_of_its_init_still_names_its_
     ``same_init`` and name the init's (new) fingerprint as their build; a changed init is still refused."""
     import shutil
 
-    from textfree.training.runs import TRAIN_CONFIG, InitChanged, run_fingerprint, same_init
     from textfree.ppft.checkpoint import stage1_build
+    from textfree.training.runs import TRAIN_CONFIG, InitChanged, run_fingerprint, same_init
 
     init = tmp_path / "stage1"
     shutil.copytree(init_run, init)
@@ -375,8 +447,10 @@ def test_a_run_that_recorded_the_legacy_fingerprint_of_its_init_still_names_its_
 # ------------------------------------------------------------------------------------------------ validation part
 @pytest.mark.parametrize(
     "change, field, message",
-    [({"split": "validation"}, "params.validation", "params.validation must be > 0"),
-     ({"split": "test"}, "split", "split must be 'heldout' or 'validation' or unset, got 'test'")],
+    [
+        ({"split": "validation"}, "params.validation", "params.validation must be > 0"),
+        ({"split": "test"}, "split", "split must be 'heldout' or 'validation' or unset, got 'test'"),
+    ],
 )
 def test_stage2_split_is_the_heldout_or_a_validation_part(change, field, message):
     err = _error(_with(STAGE2, **change))
@@ -389,12 +463,29 @@ def test_stage2_split_is_the_heldout_or_a_validation_part(change, field, message
         Cell.from_dict(_with(_params(STAGE2, validation=1.5), grid={}))
 
 
-def test_a_validation_run_trains_without_its_validation_part_and_is_evaluated_there(fixture_data, init_run, tmp_path, count_training):
+def test_a_validation_run_trains_without_its_validation_part_and_is_evaluated_there(
+    fixture_data, init_run, tmp_path, count_training
+):
     """Fixture split at validation 0.6: train keeps 2 of its 5 rows (303, 304), the validation part is the other 3
     (101, 202, 102: one context for 101 and 102); the held-out row is not read."""
-    cell = {"name": "tiny_select", "kind": "ppft_stage2", "dataset": "pri-ddx", "split": "validation",
-            "params": {"init": str(init_run), "out": str(tmp_path / "runs" / "sel"), "k": 4, "epochs": 1, "batch_size": 2,
-                       "tasks": ["mcqa"], "eval_tasks": ["mcqa", "open"], "epsilon": 28, "validation": 0.6}, "seeds": [0]}
+    cell = {
+        "name": "tiny_select",
+        "kind": "ppft_stage2",
+        "dataset": "pri-ddx",
+        "split": "validation",
+        "params": {
+            "init": str(init_run),
+            "out": str(tmp_path / "runs" / "sel"),
+            "k": 4,
+            "epochs": 1,
+            "batch_size": 2,
+            "tasks": ["mcqa"],
+            "eval_tasks": ["mcqa", "open"],
+            "epsilon": 28,
+            "validation": 0.6,
+        },
+        "seeds": [0],
+    }
     data = json.loads(run_cell(cell, tmp_path / "results", progress=False).read_text())
     (cfg,) = count_training
     assert cfg.validation == 0.6
@@ -408,11 +499,31 @@ def test_pretrain_and_stage1_cells_train_once_then_reuse_their_runs(fixture_data
     aligns it with the tiny encoder, each records its figures; run again, each reuses its finished run (reused = 1,
     the same figures) instead of training again."""
     decoder, stage1 = tmp_path / "decoder", tmp_path / "stage1"
-    pre = {"name": "tiny_pretrain", "kind": "ppft_pretrain", "seeds": [0],
-           "params": {"out": str(decoder), "preset": "tiny", "config": {"sources": ["alpaca", "lima", "gsm8k-train"], "max_steps": 3}}}
-    s1 = {"name": "tiny_stage1", "kind": "ppft_stage1", "seeds": [0],
-          "params": {"decoder": str(decoder), "encoder": str(tiny_encoder_dir), "out": str(stage1), "k": 2, "max_steps": 2,
-                     "limit_per_source": 8, "batch_size": 2, "max_target_tokens": 16}}
+    pre = {
+        "name": "tiny_pretrain",
+        "kind": "ppft_pretrain",
+        "seeds": [0],
+        "params": {
+            "out": str(decoder),
+            "preset": "tiny",
+            "config": {"sources": ["alpaca", "lima", "gsm8k-train"], "max_steps": 3},
+        },
+    }
+    s1 = {
+        "name": "tiny_stage1",
+        "kind": "ppft_stage1",
+        "seeds": [0],
+        "params": {
+            "decoder": str(decoder),
+            "encoder": str(tiny_encoder_dir),
+            "out": str(stage1),
+            "k": 2,
+            "max_steps": 2,
+            "limit_per_source": 8,
+            "batch_size": 2,
+            "max_target_tokens": 16,
+        },
+    }
 
     def metrics(cell):
         (row,) = json.loads(run_cell(cell, tmp_path / "results", progress=False).read_text())["results"]

@@ -15,9 +15,9 @@ from textfree.experiments import (
     load_results,
     plot_results,
     register_cell_kind,
+    registry,
     run_cell,
 )
-from textfree.experiments import registry
 from textfree.experiments.kinds.privatization import privatize_batch
 from textfree.experiments.runner import REQUIRED_KEYS
 from textfree.mechanisms import L2Laplace, SlotPrivatization
@@ -124,7 +124,11 @@ def test_aggregate_is_mean_and_stderr_of_the_seed_values(run):
 
 def test_same_seeds_reproduce_the_numbers(run, tiny_cell, tmp_path):
     _, data = run
-    again = json.loads(run_cell({**tiny_cell, "grid": {"mechanism.epsilon": [30], "params.k": [4]}}, tmp_path, progress=False).read_text())
+    again = json.loads(
+        run_cell(
+            {**tiny_cell, "grid": {"mechanism.epsilon": [30], "params.k": [4]}}, tmp_path, progress=False
+        ).read_text()
+    )
     assert again["results"][0]["metrics"]["cosine"]["values"] == row(data, 30, 4)["cosine"]["values"]
 
 
@@ -201,7 +205,14 @@ def test_custom_kind_runs_with_aggregation_filtering_and_nan(scratch_registry, t
         context.cached("setup", lambda: calls.append("setup"))
         return {"a": float(seed), "b": point.get("params.x", 0) * 10, "c": math.nan}
 
-    cell = {"name": "fake", "kind": "fake", "params": {}, "grid": {"params.x": [1, 2]}, "seeds": [0, 1, 2], "metrics": ["a", "c"]}
+    cell = {
+        "name": "fake",
+        "kind": "fake",
+        "params": {},
+        "grid": {"params.x": [1, 2]},
+        "seeds": [0, 1, 2],
+        "metrics": ["a", "c"],
+    }
     p1 = run_cell(cell, tmp_path, progress=False)
     p2 = run_cell(cell, tmp_path, progress=False)
     assert p1 != p2 and p1.is_file() and p2.is_file()  # never overwrites, even within one second
@@ -261,7 +272,12 @@ def test_git_info_tells_a_result_file_left_by_an_earlier_run_from_changed_code(t
     (tmp_path / "code.py").write_text("x = 2\n")
     for where in (tmp_path, tmp_path / "pkg"):
         changed = git_info(where)
-        assert (changed["dirty"], changed["modified"], changed["n_modified"], changed["untracked"]) == (True, ["code.py"], 1, 2)
+        assert (changed["dirty"], changed["modified"], changed["n_modified"], changed["untracked"]) == (
+            True,
+            ["code.py"],
+            1,
+            2,
+        )
 
 
 def test_provenance_is_recorded_per_point_and_checked(scratch_registry, tmp_path):
@@ -282,7 +298,9 @@ def test_provenance_is_recorded_per_point_and_checked(scratch_registry, tmp_path
         context.record("built_from", f"run-{seed}")
         return {"v": 1.0}
 
-    with pytest.raises(ValueError, match="provenance 'built_from' differs between the seeds of one point: 'run-0' and 'run-1'"):
+    with pytest.raises(
+        ValueError, match="provenance 'built_from' differs between the seeds of one point: 'run-0' and 'run-1'"
+    ):
         run_cell({"name": "f", "kind": "fickle", "seeds": [0, 1]}, tmp_path, progress=False)
 
     @register_cell_kind("numeric")
@@ -311,8 +329,13 @@ def test_custom_kind_without_grid_and_bad_return(scratch_registry, tmp_path):
 
     path = run_cell({"name": "const", "kind": "const", "seeds": [5]}, tmp_path, progress=False)
     data = load_results(path)
-    assert data["results"] == [{"point": {}, "resolved": {"mechanism": None, "params": {}, "attack": None},
-                                "metrics": {"v": {"mean": 3.0, "stderr": None, "values": [3.0]}}}]
+    assert data["results"] == [
+        {
+            "point": {},
+            "resolved": {"mechanism": None, "params": {}, "attack": None},
+            "metrics": {"v": {"mean": 3.0, "stderr": None, "values": [3.0]}},
+        }
+    ]
     assert plot_results(path, tmp_path / "plots")[0].read_bytes()[:8] == PNG_MAGIC
     with pytest.raises(TypeError, match="metric 'v' must be a real number"):
         run_cell({"name": "b", "kind": "broken", "seeds": [0]}, tmp_path, progress=False)
@@ -350,5 +373,7 @@ def test_a_failed_final_write_says_where_the_results_could_not_go(scratch_regist
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(runner, "_write_new_json", full_disk)
-    with pytest.raises(OSError, match=f"could not write the results of cell 'w' to '{re.escape(str(tmp_path))}'.*No space"):
+    with pytest.raises(
+        OSError, match=f"could not write the results of cell 'w' to '{re.escape(str(tmp_path))}'.*No space"
+    ):
         run_cell({"name": "w", "kind": "const_w", "seeds": [0]}, tmp_path, progress=False)

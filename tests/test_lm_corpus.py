@@ -21,8 +21,9 @@ from textfree.lm.local.corpus import (
 )
 
 SHARED = shared_data_dir()
-needs_shared = pytest.mark.skipif(SHARED is None or not SHARED.is_dir(),
-                                  reason="../shared/data not found (set TEXTFREE_DATA)")
+needs_shared = pytest.mark.skipif(
+    SHARED is None or not SHARED.is_dir(), reason="../shared/data not found (set TEXTFREE_DATA)"
+)
 
 
 # ------------------------------------------------------------------------------------------ no shared data
@@ -73,8 +74,11 @@ def test_protected_paths_are_refused(tmp_path):
     (root / "privacyrestore" / "Pri-DDXPlus_dataset").mkdir(parents=True)
     (root / "gsm8k").mkdir()
     (root / "public").mkdir()
-    for bad in (root / "privacyrestore" / "Pri-DDXPlus_dataset" / "test.json", root / "gsm8k" / "test.jsonl",
-                root / "qa" / "arc" / "arc_challenge_test.jsonl"):
+    for bad in (
+        root / "privacyrestore" / "Pri-DDXPlus_dataset" / "test.json",
+        root / "gsm8k" / "test.jsonl",
+        root / "qa" / "arc" / "arc_challenge_test.jsonl",
+    ):
         with pytest.raises(CorpusError, match="may not be pretrained on"):
             check_public_path(bad, root)
     assert check_public_path(root / "public" / "notes.txt", root).name == "notes.txt"
@@ -149,8 +153,11 @@ def test_unknown_source_and_protected_extra_file_are_refused():
     with pytest.raises(CorpusError, match="unknown corpus source"):
         build_corpus(SHARED, sources=["pri-ddx"])
     with pytest.raises(CorpusError, match="may not be pretrained on"):
-        build_corpus(SHARED, sources=["legalbench-train"],
-                     extra_text_files=[SHARED / "privacyrestore" / "Pri-DDXPlus_dataset" / "dev.json"])
+        build_corpus(
+            SHARED,
+            sources=["legalbench-train"],
+            extra_text_files=[SHARED / "privacyrestore" / "Pri-DDXPlus_dataset" / "dev.json"],
+        )
 
 
 @pytest.mark.shared_data

@@ -68,8 +68,16 @@ def test_tiny_pretraining_reduces_heldout_loss(run_a):
 
 
 def test_saved_dir_loads_with_load_decoder_and_generates(run_a):
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "pretrain_config.json", "metrics.json",
-                 "corpus_manifest.json", "tokens.safetensors", "train_log.jsonl"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "pretrain_config.json",
+        "metrics.json",
+        "corpus_manifest.json",
+        "tokens.safetensors",
+        "train_log.jsonl",
+    ):
         assert (run_a / name).is_file(), name
     model, tok = load_decoder(run_a)
     assert model.config.model_type == "llama" and model.config.tie_word_embeddings
@@ -78,8 +86,9 @@ def test_saved_dir_loads_with_load_decoder_and_generates(run_a):
     assert DecoderPretrainConfig.load(run_a) == tiny(run_a)
     assert torch.get_num_threads() == 2  # conftest's setting, restored after the 1-thread run
     ids = tok("The cat", return_tensors="pt").input_ids
-    gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False,
-                         pad_token_id=tok.pad_token_id)
+    gen = model.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id
+    )
     assert gen.shape[1] > ids.shape[1]
     cat, capital = greedy_generate(model, tok, ["The cat", "Question: What is the capital of France?\nAnswer:"], 10)
     assert cat.startswith(" sat on the mat") and "Paris" in capital  # it learned its (tiny, repeated) corpus
@@ -185,7 +194,9 @@ def test_config_presets_help_and_files(tmp_path):
     assert set(small.mismatches(small.replace(seed=1))) == {"seed"}
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "examples" / "cells").glob("ppft_pretrain*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "examples" / "cells").glob("ppft_pretrain*.yaml")), ids=lambda p: p.name
+)
 def test_example_configs_load(path):
     cfg = DecoderPretrainConfig.from_file(path)
     assert cfg.preset in PRESETS
@@ -197,8 +208,27 @@ def test_cli_pretrain_decoder(tmp_path):
     docs = tmp_path / "docs.txt"
     docs.write_text("\n".join(TEXTS))
     out = tmp_path / "cli"
-    r = CliRunner().invoke(app, ["ppft", "pretrain-decoder", "--preset", "tiny", "--texts", str(docs), "--out", str(out),
-                                 "--max-steps", "30", "--seed", "1", "--threads", "1", "--no-progress"], catch_exceptions=False)
+    r = CliRunner().invoke(
+        app,
+        [
+            "ppft",
+            "pretrain-decoder",
+            "--preset",
+            "tiny",
+            "--texts",
+            str(docs),
+            "--out",
+            str(out),
+            "--max-steps",
+            "30",
+            "--seed",
+            "1",
+            "--threads",
+            "1",
+            "--no-progress",
+        ],
+        catch_exceptions=False,
+    )
     assert r.exit_code == 0, r.output
     assert "held-out loss" in r.output and "'The patient' ->" in r.output
     cfg = DecoderPretrainConfig.load(out)

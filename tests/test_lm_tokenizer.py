@@ -19,12 +19,15 @@ def tok():
     return train_tokenizer(TEXTS, vocab_size=400, model_max_length=128)
 
 
-@pytest.mark.parametrize("text", [
-    "The Patient, aged 78, has   two\tspaces and\nnewlines.",
-    "Unicode: naïve café – 東京 😀",
-    "Question: What is 12*7?\nAnswer: 84",
-    "",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The Patient, aged 78, has   two\tspaces and\nnewlines.",
+        "Unicode: naïve café – 東京 😀",
+        "Question: What is 12*7?\nAnswer: 84",
+        "",
+    ],
+)
 def test_round_trip(tok, text):
     ids = tok(text, add_special_tokens=True)["input_ids"]
     assert tok.decode(ids) == text  # cased, spacing kept, no special tokens added, nothing unknown

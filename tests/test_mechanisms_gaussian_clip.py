@@ -44,11 +44,17 @@ def test_gaussian_privacy_map_round_trips_its_calibration():
     assert Gaussian(c.sigma, 1e-6, "analytic").privacy_loss(0.7).epsilon < 0.8
 
 
-@pytest.mark.parametrize("sigma,classic,exact", [
-    # hand-checked: classic = sqrt(2 ln(1.25e5)) / sigma = 4.844805 / sigma; exact from Balle & Wang's delta(eps)
-    # (scipy brentq on it, independently of the package): the formula is false above about eps 8.4 at delta 1e-5
-    (0.1, 48.44805, 91.82), (0.2, 24.22403, 33.10), (0.3, 16.14935, 19.13), (0.8, 6.05601, 5.68),
-])
+@pytest.mark.parametrize(
+    "sigma,classic,exact",
+    [
+        # hand-checked: classic = sqrt(2 ln(1.25e5)) / sigma = 4.844805 / sigma; exact from Balle & Wang's delta(eps)
+        # (scipy brentq on it, independently of the package): the formula is false above about eps 8.4 at delta 1e-5
+        (0.1, 48.44805, 91.82),
+        (0.2, 24.22403, 33.10),
+        (0.3, 16.14935, 19.13),
+        (0.8, 6.05601, 5.68),
+    ],
+)
 def test_classic_loss_is_never_below_the_exact_loss(sigma, classic, exact):
     formula = 4.844805 / sigma
     assert formula == pytest.approx(classic, rel=1e-5)
@@ -86,7 +92,16 @@ def test_gaussian_noise_is_normal_with_sigma():
     assert zn.mean().item() == pytest.approx(g.expected_noise_norm(8), rel=0.01)
 
 
-@pytest.mark.parametrize("kwargs", [{"sigma": 0}, {"sigma": -1}, {"sigma": 1, "delta": 0}, {"sigma": 1, "delta": 1.5}, {"sigma": 1, "calibration": "rdp"}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"sigma": 0},
+        {"sigma": -1},
+        {"sigma": 1, "delta": 0},
+        {"sigma": 1, "delta": 1.5},
+        {"sigma": 1, "calibration": "rdp"},
+    ],
+)
 def test_gaussian_validation(kwargs):
     with pytest.raises(ValueError):
         Gaussian(**kwargs)

@@ -122,8 +122,8 @@ def test_gdp_matched_eps_leaks_what_the_paper_leaks_and_norm_matched_less():
 @pytest.mark.parametrize("d", [2, 3, 16, 384])
 def test_first_coordinate_sampler_matches_full_directions(d):
     """u_1 drawn from (g_1, chi^2) against the first coordinate of whole uniform directions (two-sample KS)."""
-    from textfree.mechanisms.gdp import _first_coordinate_of_unit_directions
     from textfree.mechanisms import sample_unit_directions
+    from textfree.mechanisms.gdp import _first_coordinate_of_unit_directions
 
     fast = _first_coordinate_of_unit_directions(20_000, d, generator=gen(d))
     full = sample_unit_directions(20_000, d, generator=gen(d + 1))[:, 0]

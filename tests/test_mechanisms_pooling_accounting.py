@@ -4,12 +4,13 @@ import pytest
 import torch
 
 from textfree.mechanisms import (
+    Clipped,
+    Gaussian,
     L2Laplace,
     PrivacyLoss,
     SlotPrivatization,
     build_mechanism,
     k_pool,
-    l2_normalize,
     mechanism_from_dict,
     mechanism_to_dict,
     n_slots,
@@ -22,7 +23,6 @@ from textfree.mechanisms.accounting import (
     snd_epsilon,
     t2t_epsilon,
 )
-from textfree.mechanisms import Clipped, Gaussian
 
 
 def test_k_pool_hand_computed_with_right_padding_and_short_last_block():
@@ -92,7 +92,12 @@ def test_high_epsilon_keeps_direction_low_epsilon_destroys_it():
     h = torch.randn(1, 64, 384)
     mask = torch.ones(1, 64)
     clean, _ = SlotPrivatization(None, k=4).apply(h, mask, generator=None)
-    cos = lambda eps: (SlotPrivatization(L2Laplace(eps), k=4).apply(h, mask, generator=torch.Generator().manual_seed(0))[0] * clean).sum(-1).mean().item()
+    cos = lambda eps: (
+        (SlotPrivatization(L2Laplace(eps), k=4).apply(h, mask, generator=torch.Generator().manual_seed(0))[0] * clean)
+        .sum(-1)
+        .mean()
+        .item()
+    )
     # E||z|| = d/eps: 384/1e5 ~ 0.004 -> cos ~ 1 ; 384/1 = 384 -> cos ~ 0
     assert cos(1e5) > 0.99
     assert abs(cos(1.0)) < 0.05
@@ -150,7 +155,9 @@ def test_a_declared_sensitivity_is_enforced_never_just_believed():
     to norm sensitivity / 2, so any two inputs lie within the declared diameter (the stated loss holds)."""
     with pytest.raises(ValueError, match="sensitivity=0.5"):
         SlotPrivatization(L2Laplace(7.0), k=1, sensitivity=0.5)
-    assert SlotPrivatization(L2Laplace(7.0), k=1, sensitivity=3.0).slot_loss().epsilon == pytest.approx(21.0)  # over: allowed
+    assert SlotPrivatization(L2Laplace(7.0), k=1, sensitivity=3.0).slot_loss().epsilon == pytest.approx(
+        21.0
+    )  # over: allowed
     sp = SlotPrivatization(None, k=1, normalize=False, renormalize=False, sensitivity=2.0)
     hidden = torch.tensor([[[100.0, 0.0], [0.3, 0.4]]])
     released, _ = sp.apply(hidden, torch.ones(1, 2, dtype=torch.long), generator=None)

@@ -164,7 +164,8 @@ def test_bleu_brevity_penalty_tie_takes_shorter_reference():
 
 
 def test_bleu_agrees_with_nltk_when_all_hypotheses_have_four_tokens():
-    from nltk.translate.bleu_score import SmoothingFunction, corpus_bleu as nltk_bleu
+    from nltk.translate.bleu_score import SmoothingFunction
+    from nltk.translate.bleu_score import corpus_bleu as nltk_bleu
 
     hyps = ["the cat sat on the mat", "a dog ran down the road", "one two three four"]
     refs = [["the cat is on the mat", "a cat sat on a mat"], ["the dog ran down a road"], ["one two three four five"]]

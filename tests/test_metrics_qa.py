@@ -65,7 +65,9 @@ def test_welch_test_hand_values():
     # df = 0.75^2 / ((1/3)^2 / 2 + (5/12)^2 / 3) = 0.5625 / 0.113426 = 4.959184
     w = welch_test([1, 2, 3], [4, 5, 6, 7])
     assert w["t"] == pytest.approx(-4.041452, abs=1e-6) and w["df"] == pytest.approx(4.959184, abs=1e-6)
-    assert w["p"] == pytest.approx(0.0100769, abs=1e-6)  # the t distribution's two-sided tail (scipy's ttest_ind agrees)
+    assert w["p"] == pytest.approx(
+        0.0100769, abs=1e-6
+    )  # the t distribution's two-sided tail (scipy's ttest_ind agrees)
     assert welch_test([4, 5, 6, 7], [1, 2, 3])["t"] == pytest.approx(4.041452, abs=1e-6)
     with pytest.raises(ValueError, match="at least two values on each side, got 1 and 3"):
         welch_test([1], [1, 2, 3])

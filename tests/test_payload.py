@@ -83,7 +83,11 @@ def test_wrong_dtype_and_extra_tensors_are_rejected():
     with pytest.raises(PayloadError, match="BOOL"):
         Payload.from_bytes(st_save({"vectors": p.vectors, "mask": p.mask.to(torch.uint8)}, metadata=meta))
     with pytest.raises(PayloadError, match="exactly the tensors"):
-        Payload.from_bytes(st_save({"vectors": p.vectors, "mask": p.mask, "input_ids": torch.zeros(2, 3, dtype=torch.long)}, metadata=meta))
+        Payload.from_bytes(
+            st_save(
+                {"vectors": p.vectors, "mask": p.mask, "input_ids": torch.zeros(2, 3, dtype=torch.long)}, metadata=meta
+            )
+        )
     with pytest.raises(PayloadError, match="no 'textfree' header"):
         Payload.from_bytes(st_save({"vectors": p.vectors, "mask": p.mask}))
 

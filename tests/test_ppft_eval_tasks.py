@@ -11,6 +11,7 @@ import torch
 
 from textfree.data import MCQARecord, blind_prompt, mcqa_prompt, normalize_answer, ppft_split
 from textfree.data.prompts import OPEN_INSTRUCTION, private_text
+from textfree.lm.loading import make_tiny_decoder_dir
 from textfree.mechanisms import Gaussian, L2Laplace
 from textfree.ppft.batches import (
     STAGE2_TASKS,
@@ -24,7 +25,6 @@ from textfree.ppft.batches import (
     open_answer_prompt,
 )
 from textfree.ppft.config import TextFreeConfig
-from textfree.lm.loading import make_tiny_decoder_dir
 from textfree.ppft.evaluate import TASKS, evaluate_qa, task_labels
 from textfree.ppft.model import TextFreeLM, make_noise
 from textfree.ppft.server import ServerModel
@@ -34,13 +34,28 @@ pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomness
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "data"
 
 RECORDS = [
-    MCQARecord("r1", "A patient with a cough and a fever.", "What is the likely diagnosis?",
-               ["Influenza", "Anemia", "GERD", "Croup"], 0),
-    MCQARecord("r2", "A patient with palpitations and chest pain.", "What is the likely diagnosis?",
-               ["Myocarditis", "Influenza", "Anemia", "PSVT"], 3),
+    MCQARecord(
+        "r1",
+        "A patient with a cough and a fever.",
+        "What is the likely diagnosis?",
+        ["Influenza", "Anemia", "GERD", "Croup"],
+        0,
+    ),
+    MCQARecord(
+        "r2",
+        "A patient with palpitations and chest pain.",
+        "What is the likely diagnosis?",
+        ["Myocarditis", "Influenza", "Anemia", "PSVT"],
+        3,
+    ),
     # the private text names the gold answer: a "leaking" record
-    MCQARecord("r3", "A history of anemia and fatigue.", "What is the likely diagnosis?",
-               ["Sarcoidosis", "Anemia", "Chagas", "GERD"], 1),
+    MCQARecord(
+        "r3",
+        "A history of anemia and fatigue.",
+        "What is the likely diagnosis?",
+        ["Sarcoidosis", "Anemia", "Chagas", "GERD"],
+        1,
+    ),
 ]
 LABELS = ["Influenza", "Anemia", "GERD", "Croup", "Myocarditis", "PSVT", "Sarcoidosis", "Chagas"]
 # gold; another option then gold; gold then another option
@@ -158,7 +173,11 @@ def test_mcqa_accuracy_by_hand():
     assert (r["n"], r["task"], r["epsilon"], r["k"], r["n_labels"]) == (3, "mcqa", 28.0, 4, None)
     assert r["accuracy"] == 1.0 and r["accuracy_exclusive"] == pytest.approx(1 / 3)
     assert [p["leaks"] for p in r["predictions"]] == [False, False, True] and r["n_no_leak"] == 2
-    assert [p["answer"] for p in r["predictions"]] == ANSWERS and [p["gold"] for p in r["predictions"]] == ["Influenza", "PSVT", "Anemia"]
+    assert [p["answer"] for p in r["predictions"]] == ANSWERS and [p["gold"] for p in r["predictions"]] == [
+        "Influenza",
+        "PSVT",
+        "Anemia",
+    ]
     # the client privatized context + question; options went in clear; two batches (2 + 1)
     assert [c["private"] for c in lm.privatized] == [[private_text(x) for x in RECORDS[:2]], [private_text(RECORDS[2])]]
     assert sum(lm.answered, []) == [mcqa_prompt(x).public for x in RECORDS]
@@ -209,8 +228,20 @@ def test_unknown_task_raises():
     for bad in ("closed", "MCQA", "blind", ""):
         with pytest.raises(ValueError, match="task must be one of"):
             evaluate_qa(FakeLM(ANSWERS), RECORDS, task=bad, epsilon=None)
-    assert TASKS == ("mcqa", "open", "blind_mcqa", "blind_open", "mcqa_rank", "blind_mcqa_rank", "open_rank", "blind_open_rank",
-                     "length_mcqa", "length_open", "open_head", "mcqa_head")
+    assert TASKS == (
+        "mcqa",
+        "open",
+        "blind_mcqa",
+        "blind_open",
+        "mcqa_rank",
+        "blind_mcqa_rank",
+        "open_rank",
+        "blind_open_rank",
+        "length_mcqa",
+        "length_open",
+        "open_head",
+        "mcqa_head",
+    )
 
 
 @pytest.mark.parametrize("task", ["blind_mcqa", "blind_open"])
@@ -285,7 +316,7 @@ def test_ranked_tasks_answer_one_of_the_options_without_generating(tiny_lm, monk
     r = evaluate_qa(tiny_lm, RECORDS, task=task, epsilon=28.0, seed=0)
     blind = task.startswith("blind")
     assert r["n"] == 3 and r["epsilon"] == (None if blind else 28.0)
-    (shape, public, options), = ranked
+    ((shape, public, options),) = ranked
     assert options == [list(x.options) for x in RECORDS]
     assert public == [mcqa_prompt(x).public for x in RECORDS]
     assert (shape[1] == 0) == blind
@@ -317,7 +348,7 @@ def test_label_ranked_open_tasks_pick_one_label_of_the_task_without_generating(t
     labels = LABELS[:3] + [x.answer for x in RECORDS if x.answer not in LABELS[:3]]
     r = evaluate_qa(tiny_lm, RECORDS, task=task, epsilon=28.0, seed=0, labels=labels)
     blind = task.startswith("blind")
-    (shape, public, options), = ranked
+    ((shape, public, options),) = ranked
     assert options == [labels] * 3  # every label of the task, for every record: no options were shown
     assert public == [OPEN_INSTRUCTION] * 3 and (shape[1] == 0) == blind
     assert r["n_labels"] == len(labels) and r["epsilon"] == (None if blind else 28.0)
@@ -366,7 +397,9 @@ def test_restore_examples_target_the_private_text_once_each():
 
     doubled = list(RECORDS) + list(RECORDS)
     got = domain_examples(doubled, ["restore"])
-    assert got == [TextExample(private=private_text(r), public=RESTORE_INSTRUCTION, target=private_text(r)) for r in RECORDS]
+    assert got == [
+        TextExample(private=private_text(r), public=RESTORE_INSTRUCTION, target=private_text(r)) for r in RECORDS
+    ]
 
 
 def test_public_restore_examples_refuse_domain_data_and_keep_what_fits(shared_data):
@@ -379,7 +412,9 @@ def test_public_restore_examples_refuse_domain_data_and_keep_what_fits(shared_da
     assert [ex.private for ex in every] == list(dict.fromkeys(texts))
     assert all(ex.public == RESTORE_INSTRUCTION and ex.target == ex.private for ex in every)
     short = public_restore_examples(["alpaca"], limit_per_source=20, fits=lambda s: len(s) < 60)
-    assert [ex.private for ex in short] == [s for s in dict.fromkeys(texts) if len(s) < 60] and 0 < len(short) < len(every)
+    assert [ex.private for ex in short] == [s for s in dict.fromkeys(texts) if len(s) < 60] and 0 < len(short) < len(
+        every
+    )
 
 
 @pytest.mark.parametrize(
@@ -398,7 +433,16 @@ def test_stage2_config_checks_public_restore_text(over, message):
 
     with pytest.raises(ValueError, match=message):
         Stage2Config(init="runs/stage1", out="runs/x", **over)
-    assert Stage2Config(init="runs/stage1", out="runs/x", tasks=["restore"], restore_text=["alpaca", "gsm8k:train"], restore_text_limit=5).restore_text_limit == 5
+    assert (
+        Stage2Config(
+            init="runs/stage1",
+            out="runs/x",
+            tasks=["restore"],
+            restore_text=["alpaca", "gsm8k:train"],
+            restore_text_limit=5,
+        ).restore_text_limit
+        == 5
+    )
 
 
 @pytest.mark.parametrize("tasks", [[], ["mcqa", "mcqa"], ["closed"], ["mcqa", "blind_mcqa"], "mcqa"])
@@ -433,8 +477,22 @@ def init_run(tmp_path_factory, tiny_encoder_dir, tiny_decoder_dir):
 
 
 def _blind_cfg(out, init, **kw):
-    base = dict(out=str(out), init=str(init), dataset="ddx", epsilon=None, blind=True, epochs=1, batch_size=2, lr=1e-2,
-                limit=2, tasks=["mcqa", "open"], warmup_steps=1, save_every=100, log_every=1, progress=False)
+    base = dict(
+        out=str(out),
+        init=str(init),
+        dataset="ddx",
+        epsilon=None,
+        blind=True,
+        epochs=1,
+        batch_size=2,
+        lr=1e-2,
+        limit=2,
+        tasks=["mcqa", "open"],
+        warmup_steps=1,
+        save_every=100,
+        log_every=1,
+        progress=False,
+    )
     return Stage2Config(**(base | kw))
 
 
@@ -501,7 +559,7 @@ def test_length_tasks_keep_the_slot_count_and_drop_the_content(tiny_lm, monkeypa
 
     monkeypatch.setattr(tiny_lm.server, "generate", spy)
     r = evaluate_qa(tiny_lm, RECORDS, task=task, epsilon=28.0, seed=0, max_new_tokens=2, labels=LABELS)
-    (vectors, mask, public), = seen
+    ((vectors, mask, public),) = seen
     base = task.removeprefix("length_")
     parts = [mcqa_prompt(x) if base == "mcqa" else open_answer_prompt(x) for x in RECORDS]
     real = tiny_lm.privatizer(28.0).privatize([p.private for p in parts], seed=0)
@@ -513,7 +571,9 @@ def test_length_tasks_keep_the_slot_count_and_drop_the_content(tiny_lm, monkeypa
     from textfree.rng import resolve_generator
 
     gen = resolve_generator(None, 0)
-    again = tiny_lm.privatizer(28.0).privatize([p.private for p in parts], generator=gen, public=[p.public for p in parts])
+    again = tiny_lm.privatizer(28.0).privatize(
+        [p.private for p in parts], generator=gen, public=[p.public for p in parts]
+    )
     assert torch.equal(again.vectors, real.vectors)
     assert torch.equal(vectors, random_unit_slots(mask, tiny_lm.config.encoder_dim, gen))
     assert (vectors * real.vectors.float()).sum(-1)[mask].abs().max() < 0.9
@@ -528,7 +588,9 @@ def head_lm(tiny_lm):
 
     torch.manual_seed(0)
     spec = AttributeSpec("answer", "categorical", ("Influenza", "PSVT", "Anemia"))
-    head = AttributeClassifier(tiny_lm.config.encoder_dim, [spec], AttributeAttackConfig(count=True, hidden=8), max_count=8)
+    head = AttributeClassifier(
+        tiny_lm.config.encoder_dim, [spec], AttributeAttackConfig(count=True, hidden=8), max_count=8
+    )
     saved = tiny_lm.server.projection
     tiny_lm.server.projection = saved.with_answer_head(head, torch.zeros(3, saved.config.out_dim))
     try:
@@ -553,7 +615,10 @@ def test_open_head_answers_with_the_heads_most_probable_class_on_the_open_payloa
     parts = [open_answer_prompt(x) for x in RECORDS]
     payload = lm.privatizer(28.0).privatize([p.private for p in parts], seed=0)
     proj = lm.server.projection
-    want = [spec.classes[int(proj.answer_probabilities(payload.vectors[i, :n].float()).argmax())] for i, n in enumerate(payload.lengths)]
+    want = [
+        spec.classes[int(proj.answer_probabilities(payload.vectors[i, :n].float()).argmax())]
+        for i, n in enumerate(payload.lengths)
+    ]
     assert head_answers(proj, payload) == want
     assert [p["answer"] for p in r["predictions"]] == want and set(want) <= set(spec.classes)
     assert r["accuracy"] == sum(w == x.answer for w, x in zip(want, RECORDS)) / 3 and r["n_labels"] == len(LABELS)
@@ -589,8 +654,11 @@ def test_mcqa_head_sums_the_classes_that_spell_one_option():
     from textfree.ppft.evaluate import head_answers
 
     probs = torch.tensor([0.3, 0.4, 0.3])
-    projection = SimpleNamespace(config=SimpleNamespace(answer_classes=("Theft", "Fraud", "theft")),
-                                 answer_embed=torch.zeros(3, 2), answer_probabilities=lambda slots: probs)
+    projection = SimpleNamespace(
+        config=SimpleNamespace(answer_classes=("Theft", "Fraud", "theft")),
+        answer_embed=torch.zeros(3, 2),
+        answer_probabilities=lambda slots: probs,
+    )
     payload = SimpleNamespace(vectors=torch.zeros(1, 2, 4), lengths=[2])
     assert head_answers(projection, payload, [["Fraud", "THEFT", "Gout"]]) == ["THEFT"]
     assert head_answers(projection, payload, [["Gout", "Fraud"]]) == ["Fraud"]

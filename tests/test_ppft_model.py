@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from textfree.encoders import make_tiny_encoder_dir
+from textfree.lm.generate import greedy_generate
+from textfree.lm.loading import make_tiny_decoder_dir
 from textfree.mechanisms import L2Laplace
 from textfree.payload import Payload
-from textfree.lm.loading import make_tiny_decoder_dir
-from textfree.lm.generate import greedy_generate
 from textfree.ppft.model import TextFreeLM
 from textfree.ppft.server import IGNORE_INDEX, PayloadMismatchError, ServerModel
 from textfree.privatizer import Privatizer
@@ -121,12 +121,20 @@ def test_padding_slots_and_tokens_do_not_change_a_row(lm):
     batch = lm.server(noisy, wide_mask, public=PUBLIC, targets=TARGETS, all_logits=True)
     for i in range(3):
         n = int(mask[i].sum())
-        alone = lm.server(vectors[i : i + 1, :n], mask[i : i + 1, :n], public=PUBLIC[i : i + 1], targets=TARGETS[i : i + 1], all_logits=True)
+        alone = lm.server(
+            vectors[i : i + 1, :n],
+            mask[i : i + 1, :n],
+            public=PUBLIC[i : i + 1],
+            targets=TARGETS[i : i + 1],
+            all_logits=True,
+        )
         length = int(alone.attention_mask.sum())
         assert int(batch.attention_mask[i].sum()) == length
         torch.testing.assert_close(batch.logits[i, :length], alone.logits[0, :length], atol=1e-5, rtol=1e-5)
         assert batch.labels[i, :length].tolist() == alone.labels[0, :length].tolist()
-        row_loss = torch.nn.functional.cross_entropy(batch.logits[i, :-1], batch.labels[i, 1:], ignore_index=IGNORE_INDEX)
+        row_loss = torch.nn.functional.cross_entropy(
+            batch.logits[i, :-1], batch.labels[i, 1:], ignore_index=IGNORE_INDEX
+        )
         assert row_loss.item() == pytest.approx(alone.loss.item(), rel=1e-5)
 
 
@@ -164,15 +172,36 @@ def test_server_entry_points_take_no_text(lm):
     with pytest.raises(TypeError, match="list of 3 strings"):
         server(vectors, mask, public="one string for three rows")
     # No entry point has a parameter that could carry the private part.
-    allowed = {"self", "vectors", "mask", "public", "targets", "all_logits", "max_new_tokens", "payload", "batch_size",
-               "temperature", "top_p", "generators", "options"}
-    for fn in (ServerModel.forward, ServerModel.generate, ServerModel.answer, ServerModel.score_targets,
-               ServerModel.rank_options, ServerModel.choose):
+    allowed = {
+        "self",
+        "vectors",
+        "mask",
+        "public",
+        "targets",
+        "all_logits",
+        "max_new_tokens",
+        "payload",
+        "batch_size",
+        "temperature",
+        "top_p",
+        "generators",
+        "options",
+    }
+    for fn in (
+        ServerModel.forward,
+        ServerModel.generate,
+        ServerModel.answer,
+        ServerModel.score_targets,
+        ServerModel.rank_options,
+        ServerModel.choose,
+    ):
         assert set(inspect.signature(fn).parameters) <= allowed, fn.__name__
 
 
 def test_answer_checks_the_payload_encoder(lm, tmp_path):
-    other = TextFreeLM.build(lm.server.decoder_ref["name_or_path"], encoder=make_tiny_encoder_dir(tmp_path / "e2", seed=5), k=2)
+    other = TextFreeLM.build(
+        lm.server.decoder_ref["name_or_path"], encoder=make_tiny_encoder_dir(tmp_path / "e2", seed=5), k=2
+    )
     payload = other.privatizer(75.0).privatize(PRIVATE[:1], seed=0)
     with pytest.raises(PayloadMismatchError, match="encoder"):
         lm.server.answer(payload)
@@ -197,7 +226,9 @@ def test_generation_is_deterministic_and_batch_independent(lm):
     assert a == b and len(a) == 3
     for i in range(3):
         n = int(mask[i].sum())
-        assert lm.server.generate(vectors[i : i + 1, :n], mask[i : i + 1, :n], public=PUBLIC[i : i + 1], max_new_tokens=6) == [a[i]]
+        assert lm.server.generate(
+            vectors[i : i + 1, :n], mask[i : i + 1, :n], public=PUBLIC[i : i + 1], max_new_tokens=6
+        ) == [a[i]]
     assert lm.server.generate(vectors, mask, public=PUBLIC, max_new_tokens=0) == ["", "", ""]
 
 
@@ -210,17 +241,30 @@ def test_manual_greedy_loop_matches_transformers_generate(lm):
     ours = greedy_generate(dec, embeds, attention, max_new_tokens=5, eos_token_id=None)
     for i in range(2):
         keep = attention[i].bool()
-        ref = dec.generate(inputs_embeds=embeds[i : i + 1, keep], attention_mask=attention[i : i + 1, keep],
-                           max_new_tokens=5, do_sample=False, eos_token_id=None, pad_token_id=0)
+        ref = dec.generate(
+            inputs_embeds=embeds[i : i + 1, keep],
+            attention_mask=attention[i : i + 1, keep],
+            max_new_tokens=5,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
         assert ours[i] == ref[0, -5:].tolist()
 
 
 # ---------------------------------------------------------------------------------------------- persistence
 def test_save_load_round_trip_gives_identical_logits(lm, tmp_path):
     run = lm.save(tmp_path / "run")
-    for rel in ("textfree_config.json", "decoder_ref.json", "encoder/config.json", "encoder/model.safetensors",
-                "projection/config.json", "projection/model.safetensors", "adapter/adapter_config.json",
-                "adapter/adapter_model.safetensors"):
+    for rel in (
+        "textfree_config.json",
+        "decoder_ref.json",
+        "encoder/config.json",
+        "encoder/model.safetensors",
+        "projection/config.json",
+        "projection/model.safetensors",
+        "adapter/adapter_config.json",
+        "adapter/adapter_model.safetensors",
+    ):
         assert (run / rel).is_file(), rel
     assert not [p for p in run.rglob("*") if p.suffix in (".bin", ".pt", ".pth", ".pkl", ".pickle")]
     loaded = TextFreeLM.load(run)
@@ -231,11 +275,15 @@ def test_save_load_round_trip_gives_identical_logits(lm, tmp_path):
         a = lm(enc["input_ids"], enc["attention_mask"], public=PUBLIC, targets=TARGETS)
         b = loaded(enc["input_ids"], enc["attention_mask"], public=PUBLIC, targets=TARGETS)
         a_all = lm.server(*lm.encode_slots(enc["input_ids"], enc["attention_mask"]), public=PUBLIC, all_logits=True)
-        b_all = loaded.server(*loaded.encode_slots(enc["input_ids"], enc["attention_mask"]), public=PUBLIC, all_logits=True)
+        b_all = loaded.server(
+            *loaded.encode_slots(enc["input_ids"], enc["attention_mask"]), public=PUBLIC, all_logits=True
+        )
     assert torch.equal(a_all.logits, b_all.logits)
     assert torch.equal(a.logits, b.logits) and torch.equal(a.loss, b.loss)
     vectors, mask = _slots(lm)
-    assert lm.server.generate(vectors, mask, public=PUBLIC, max_new_tokens=5) == loaded.server.generate(vectors, mask, public=PUBLIC, max_new_tokens=5)
+    assert lm.server.generate(vectors, mask, public=PUBLIC, max_new_tokens=5) == loaded.server.generate(
+        vectors, mask, public=PUBLIC, max_new_tokens=5
+    )
     # a payload from the loaded client is accepted by the loaded server
     loaded.server.answer(loaded.privatizer(75.0).privatize(PRIVATE[:1], seed=1), max_new_tokens=2)
     # the server part alone loads without the encoder
@@ -312,10 +360,15 @@ def test_sampled_generation_is_reproducible_per_row_and_independent_of_the_batch
     alone = lm.server.generate(vectors[1:2], mask[1:2], max_new_tokens=8, temperature=1.5, generators=gens(1, 1))
     assert alone == [a[1]]  # row 1 drew from its own generator, whatever else was in the batch
     greedy = lm.server.generate(vectors, mask, max_new_tokens=8)
-    assert lm.server.generate(vectors, mask, max_new_tokens=8, temperature=1.0, top_p=1e-9, generators=gens(5, 3)) == greedy
+    assert (
+        lm.server.generate(vectors, mask, max_new_tokens=8, temperature=1.0, top_p=1e-9, generators=gens(5, 3))
+        == greedy
+    )
 
 
-@pytest.mark.parametrize("temperature,top_p", [(1e-300, 1.0), (5e-324, 1.0), (1.0, 1e-300), (1.0, 5e-324), (1e-300, 5e-324)])
+@pytest.mark.parametrize(
+    "temperature,top_p", [(1e-300, 1.0), (5e-324, 1.0), (1.0, 1e-300), (1.0, 5e-324), (1e-300, 5e-324)]
+)
 def test_sampling_at_vanishing_temperature_or_top_p_is_the_argmax_not_a_crash(temperature, top_p):
     """The limits of sampling: temperature -> 0 and top_p -> 0 both leave only the most likely token (in float32
     these overflowed to inf / NaN probabilities or an empty nucleus, and torch.multinomial raised)."""
@@ -345,8 +398,9 @@ def test_score_targets_is_the_sum_of_answer_token_log_probs(lm):
     # the training loss is the negated mean of the same token log-probabilities
     assert -scores.sum().item() / full.n_target_tokens == pytest.approx(full.loss.item(), rel=1e-5)
     # a row's score does not depend on the other rows of the batch
-    alone = lm.server.score_targets(vectors[1:2, : int(mask[1].sum())], mask[1:2, : int(mask[1].sum())],
-                                    public=PUBLIC[1:2], targets=TARGETS[1:2])
+    alone = lm.server.score_targets(
+        vectors[1:2, : int(mask[1].sum())], mask[1:2, : int(mask[1].sum())], public=PUBLIC[1:2], targets=TARGETS[1:2]
+    )
     assert alone.item() == pytest.approx(scores[1].item(), rel=1e-5, abs=1e-6)
 
 
@@ -356,8 +410,12 @@ def test_rank_options_picks_the_most_likely_full_answer(lm):
     chosen = lm.server.rank_options(vectors, mask, public=PUBLIC, options=options)
     for i, opts in enumerate(options):
         n = int(mask[i].sum())
-        scores = lm.server.score_targets(vectors[i : i + 1, :n].expand(len(opts), n, -1), mask[i : i + 1, :n].expand(len(opts), n),
-                                         public=[PUBLIC[i]] * len(opts), targets=opts)
+        scores = lm.server.score_targets(
+            vectors[i : i + 1, :n].expand(len(opts), n, -1),
+            mask[i : i + 1, :n].expand(len(opts), n),
+            public=[PUBLIC[i]] * len(opts),
+            targets=opts,
+        )
         assert chosen[i] == opts[int(scores.argmax())]
     # chunking the (row, option) pairs changes nothing
     assert lm.server.rank_options(vectors, mask, public=PUBLIC, options=options, batch_size=1) == chosen
@@ -382,9 +440,9 @@ def test_summary_vectors_are_unit_group_means():
 
     slots = torch.tensor([[2.0, 0.0], [0.0, 2.0], [1.0, 1.0], [2.0, 0.0], [0.0, 1.0]])
     one = summary_vectors(slots, 1)  # mean (1, 0.8) -> (5, 4)/sqrt(41)
-    torch.testing.assert_close(one, torch.tensor([[5 / 41 ** 0.5, 4 / 41 ** 0.5]]))
+    torch.testing.assert_close(one, torch.tensor([[5 / 41**0.5, 4 / 41**0.5]]))
     two = summary_vectors(slots, 2)  # groups of 3 and 2: means (1, 1) and (1, 0.5)
-    torch.testing.assert_close(two, torch.tensor([[2 ** -0.5, 2 ** -0.5], [2 / 5 ** 0.5, 1 / 5 ** 0.5]]))
+    torch.testing.assert_close(two, torch.tensor([[2**-0.5, 2**-0.5], [2 / 5**0.5, 1 / 5**0.5]]))
     assert summary_vectors(slots[:2], 4).shape == (2, 2)  # never more groups than slots
     for bad in (torch.zeros(0, 2), torch.zeros(2)):
         with pytest.raises(ValueError, match="non-empty"):
@@ -406,7 +464,9 @@ def test_summary_slots_go_before_the_slots_and_take_no_labels(lm, tmp_path):
         extra = min(2, n)
         assert int(out.attention_mask[i].sum()) == int(plain.attention_mask[i].sum()) + extra
         # the same target labels, shifted right by the summary vectors
-        assert [x for x in out.labels[i].tolist() if x != IGNORE_INDEX] == [x for x in plain.labels[i].tolist() if x != IGNORE_INDEX]
+        assert [x for x in out.labels[i].tolist() if x != IGNORE_INDEX] == [
+            x for x in plain.labels[i].tolist() if x != IGNORE_INDEX
+        ]
         assert out.labels[i, : 1 + extra + n].eq(IGNORE_INDEX).all()
         with torch.no_grad():
             want = lm.server.projection(summary_vectors(vectors[i, :n], 2))
@@ -415,7 +475,9 @@ def test_summary_slots_go_before_the_slots_and_take_no_labels(lm, tmp_path):
     empty, none = torch.zeros(1, 0, vectors.shape[-1]), torch.zeros(1, 0, dtype=torch.bool)
     with_summary = lm.server(empty, none, public=PUBLIC[:1], targets=TARGETS[:1], all_logits=True)
     lm.server.config = lm.config.replace(summary_slots=0)
-    torch.testing.assert_close(with_summary.logits, lm.server(empty, none, public=PUBLIC[:1], targets=TARGETS[:1], all_logits=True).logits)
+    torch.testing.assert_close(
+        with_summary.logits, lm.server(empty, none, public=PUBLIC[:1], targets=TARGETS[:1], all_logits=True).logits
+    )
     lm.server.config = lm.config.replace(summary_slots=2)
     assert TextFreeLM.load(lm.save(tmp_path / "run")).config.summary_slots == 2
     with pytest.raises(ValueError, match="summary_slots must be an integer >= 0, got -1"):
@@ -434,7 +496,9 @@ def test_summary_only_lays_out_the_summary_vectors_in_place_of_the_slots(lm, tmp
         n = int(mask[i].sum())
         # one summary vector, no slots: n - 1 positions fewer than PPFT's layout, the same target labels
         assert int(out.attention_mask[i].sum()) == int(plain.attention_mask[i].sum()) - n + 1
-        assert [x for x in out.labels[i].tolist() if x != IGNORE_INDEX] == [x for x in plain.labels[i].tolist() if x != IGNORE_INDEX]
+        assert [x for x in out.labels[i].tolist() if x != IGNORE_INDEX] == [
+            x for x in plain.labels[i].tolist() if x != IGNORE_INDEX
+        ]
         with torch.no_grad():
             want = lm.server.projection(summary_vectors(vectors[i, :n], 1))
         torch.testing.assert_close(embed_rows[i][1:2], want)  # right after BOS
@@ -485,15 +549,19 @@ def test_count_vector_goes_first_trains_and_round_trips(lm, tmp_path):
     for i in range(len(PRIVATE)):
         n = int(mask[i].sum())
         assert int(out.attention_mask[i].sum()) == int(plain.attention_mask[i].sum()) + 1
-        assert [x for x in out.labels[i].tolist() if x != IGNORE_INDEX] == [x for x in plain.labels[i].tolist() if x != IGNORE_INDEX]
+        assert [x for x in out.labels[i].tolist() if x != IGNORE_INDEX] == [
+            x for x in plain.labels[i].tolist() if x != IGNORE_INDEX
+        ]
         want = lm.server.projection.count[min(n, 8) - 1]  # counts above 8 share the 8th
         torch.testing.assert_close(rows[i][1], want.detach().to(rows[i].dtype))  # after BOS, before the slots
     out.loss.backward()
     assert lm.server.projection.count.grad is not None and lm.server.projection.count.grad.abs().sum() > 0
     loaded = TextFreeLM.load(lm.save(tmp_path / "run"))
     assert loaded.server.projection.config.count_vectors == 8
-    torch.testing.assert_close(loaded.server(vectors, mask, public=PUBLIC, all_logits=True).logits,
-                               lm.server(vectors, mask, public=PUBLIC, all_logits=True).logits)
+    torch.testing.assert_close(
+        loaded.server(vectors, mask, public=PUBLIC, all_logits=True).logits,
+        lm.server(vectors, mask, public=PUBLIC, all_logits=True).logits,
+    )
     # a blind row (no slots) gets no count vector: the same sequence as PPFT's layout
     empty, none = torch.zeros(1, 0, vectors.shape[-1]), torch.zeros(1, 0, dtype=torch.bool)
     with_count = lm.server._rows(empty, none, PUBLIC[:1], TARGETS[:1])[0][0]
@@ -520,12 +588,16 @@ def test_count_dropout_zeroes_count_vectors_in_training_only():
 
 
 # ---------------------------------------------------------------------------------------------- answer head
-def _answer_head(dim: int, classes=("flu", "cold", "otitis"), max_count: int = 4, standardize: bool = False, hidden: int = 8):
+def _answer_head(
+    dim: int, classes=("flu", "cold", "otitis"), max_count: int = 4, standardize: bool = False, hidden: int = 8
+):
     from textfree.heads.classifier import AttributeAttackConfig, AttributeClassifier, AttributeSpec
 
     torch.manual_seed(0)
     spec = AttributeSpec("answer", "categorical", tuple(classes))
-    return AttributeClassifier(dim, [spec], AttributeAttackConfig(count=True, hidden=hidden, standardize=standardize), max_count=max_count)
+    return AttributeClassifier(
+        dim, [spec], AttributeAttackConfig(count=True, hidden=hidden, standardize=standardize), max_count=max_count
+    )
 
 
 def test_answer_vector_is_the_heads_probabilities_times_the_class_vectors():
@@ -568,8 +640,12 @@ def test_answer_head_config_is_checked_and_round_trips(tmp_path):
     slots = torch.randn(2, 4)
     torch.testing.assert_close(loaded.answer_vector(slots), proj.answer_vector(slots))
     assert not loaded.answer.training
-    for bad, words in ((("a", "a"), "distinct non-empty strings"), (("a", ""), "distinct non-empty strings"),
-                       (("a",), "at least 2 classes, got 1"), ("ab", "distinct non-empty strings")):
+    for bad, words in (
+        (("a", "a"), "distinct non-empty strings"),
+        (("a", ""), "distinct non-empty strings"),
+        (("a",), "at least 2 classes, got 1"),
+        ("ab", "distinct non-empty strings"),
+    ):
         with pytest.raises(ValueError, match=words):
             ProjectionConfig(4, 3, answer_classes=bad)
     with pytest.raises(ValueError, match="answer_max_count must be an integer >= 1, got 0"):
@@ -582,7 +658,9 @@ def test_answer_head_config_is_checked_and_round_trips(tmp_path):
     loaded = Projection.load(proj.save(tmp_path / "standardised"))
     assert proj.config.answer_standardize and loaded.config == proj.config and loaded.answer.standardize
     torch.testing.assert_close(loaded.answer_vector(slots), proj.answer_vector(slots))
-    torch.testing.assert_close(loaded.answer_probabilities(5.0 * slots), loaded.answer_probabilities(slots))  # scale-free
+    torch.testing.assert_close(
+        loaded.answer_probabilities(5.0 * slots), loaded.answer_probabilities(slots)
+    )  # scale-free
     # a linear head (hidden 0): saved as answer_hidden 0, read back with no trunk, the same answer
     with pytest.raises(ValueError, match="answer_hidden must be an integer >= 0, got -1"):
         ProjectionConfig(4, 3, answer_classes=("a", "b"), answer_hidden=-1)
@@ -611,7 +689,9 @@ def test_answer_vector_over_the_options_shown_renormalises_the_heads_probabiliti
     full = p @ embed
     torch.testing.assert_close(proj.answer_vector(slots)[0], full)  # no public text: every class
     torch.testing.assert_close(proj.answer_vector(slots, "Answer the question.")[0], full)  # no options block
-    torch.testing.assert_close(proj.answer_vector(slots, options_block(["measles", "mumps"]))[0], full)  # no class named
+    torch.testing.assert_close(
+        proj.answer_vector(slots, options_block(["measles", "mumps"]))[0], full
+    )  # no class named
     torch.testing.assert_close(plain.answer_vector(slots, public)[0], full)  # off: every class, options or not
     assert plain.option_classes(public) == []
     # one class named: its vector alone
@@ -631,8 +711,9 @@ def test_answer_vector_goes_after_the_count_vector_and_before_the_slots(lm):
     vectors, mask = _slots(lm)
     saved = lm.server.projection
     try:
-        proj = saved.with_count_vectors(8).with_answer_head(_answer_head(vectors.shape[-1], max_count=8),
-                                                           torch.randn(3, saved.config.out_dim))
+        proj = saved.with_count_vectors(8).with_answer_head(
+            _answer_head(vectors.shape[-1], max_count=8), torch.randn(3, saved.config.out_dim)
+        )
         lm.server.projection = proj
         n = int(mask[0].sum())
         row = slot_prefix(proj, vectors[0, :n], 0)

@@ -25,8 +25,10 @@ def fixture_data(monkeypatch):
 @pytest.fixture
 def pretrain_texts(tmp_path) -> Path:
     """A small .txt corpus for the tiny decoder (the fixtures hold no pretraining corpus)."""
-    words = ("patient fever cough pain chest history male female year old reports days weeks treatment answer question "
-             "the a of and with has no is was in for on to").split()
+    words = (
+        "patient fever cough pain chest history male female year old reports days weeks treatment answer question "
+        "the a of and with has no is was in for on to"
+    ).split()
     paragraphs = [" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(40)) for i in range(60)]
     path = tmp_path / "pretrain.txt"
     path.write_text("\n\n".join(paragraphs), encoding="utf-8")
@@ -34,8 +36,19 @@ def pretrain_texts(tmp_path) -> Path:
 
 
 def _tiny(out: Path, encoder: Path, texts: Path, **changes) -> PipelineConfig:
-    settings = dict(out=str(out), encoder=str(encoder), pretrain_texts=str(texts), preset="tiny", pretrain_steps=4, stage1_limit_per_source=8,
-                    stage1_max_steps=1, stage2_epochs=1, stage2_max_steps=2, eval_limit=2, progress=False)
+    settings = dict(
+        out=str(out),
+        encoder=str(encoder),
+        pretrain_texts=str(texts),
+        preset="tiny",
+        pretrain_steps=4,
+        stage1_limit_per_source=8,
+        stage1_max_steps=1,
+        stage2_epochs=1,
+        stage2_max_steps=2,
+        eval_limit=2,
+        progress=False,
+    )
     return PipelineConfig(**settings | changes)
 
 
@@ -62,8 +75,19 @@ def test_config_refuses_bad_settings_naming_them(change, message):
 
 def test_defaults_are_the_cells_settings():
     cfg = PipelineConfig()
-    assert (cfg.dataset, cfg.epsilon, cfg.k, cfg.stage2_epochs, cfg.eval_tasks) == ("pri-ddx", 28.0, 4, 12, ["mcqa", "open"])
-    assert (cfg.preset, cfg.stage1_max_steps, cfg.stage1_limit_per_source, cfg.max_private_tokens) == ("small", 250, 1000, 128)
+    assert (cfg.dataset, cfg.epsilon, cfg.k, cfg.stage2_epochs, cfg.eval_tasks) == (
+        "pri-ddx",
+        28.0,
+        4,
+        12,
+        ["mcqa", "open"],
+    )
+    assert (cfg.preset, cfg.stage1_max_steps, cfg.stage1_limit_per_source, cfg.max_private_tokens) == (
+        "small",
+        250,
+        1000,
+        128,
+    )
 
 
 def test_pipeline_runs_every_step_then_reuses_finished_ones(fixture_data, tmp_path, tiny_encoder_dir, pretrain_texts):
@@ -120,7 +144,9 @@ def test_pipeline_runs_every_step_then_reuses_finished_ones(fixture_data, tmp_pa
     assert (root / "stage2" / "summary.json").read_bytes() == before
     weights.write_bytes(original)
     shutil.rmtree(root / "decoder")
-    with pytest.raises(ValueError, match=r"stage1' holds a finished run, but .*decoder' below it is missing or unfinished"):
+    with pytest.raises(
+        ValueError, match=r"stage1' holds a finished run, but .*decoder' below it is missing or unfinished"
+    ):
         run_pipeline(cfg)
     assert not (root / "decoder").exists() and (root / "stage1" / "summary.json").is_file()
 
@@ -133,9 +159,33 @@ def test_a_decoder_of_other_settings_is_an_error_not_reused(fixture_data, tmp_pa
 
 def test_cli_prints_each_step_and_refuses_bad_flags(fixture_data, tmp_path, tiny_encoder_dir, pretrain_texts):
     runner = CliRunner()
-    args = ["ppft", "pipeline", "--out", str(tmp_path / "cli"), "--encoder", str(tiny_encoder_dir), "--preset", "tiny",
-            "--pretrain-steps", "3", "--pretrain-texts", str(pretrain_texts), "--stage1-max-steps", "1", "--stage1-limit-per-source", "8", "--stage2-epochs", "1",
-            "--stage2-max-steps", "1", "--eval-limit", "1", "--task", "mcqa", "--no-progress"]
+    args = [
+        "ppft",
+        "pipeline",
+        "--out",
+        str(tmp_path / "cli"),
+        "--encoder",
+        str(tiny_encoder_dir),
+        "--preset",
+        "tiny",
+        "--pretrain-steps",
+        "3",
+        "--pretrain-texts",
+        str(pretrain_texts),
+        "--stage1-max-steps",
+        "1",
+        "--stage1-limit-per-source",
+        "8",
+        "--stage2-epochs",
+        "1",
+        "--stage2-max-steps",
+        "1",
+        "--eval-limit",
+        "1",
+        "--task",
+        "mcqa",
+        "--no-progress",
+    ]
     result = runner.invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     for name in STEPS:
@@ -149,12 +199,25 @@ def test_cli_prints_each_step_and_refuses_bad_flags(fixture_data, tmp_path, tiny
 
 
 def test_cell_kind_runs_the_pipeline_and_reports_step_times(fixture_data, tmp_path, tiny_encoder_dir, pretrain_texts):
-    cell = {"name": "tiny_pipeline", "kind": "ppft_pipeline", "dataset": "pri-ddx",
-            "params": {"out": str(tmp_path / "cell"), "encoder": str(tiny_encoder_dir), "preset": "tiny", "pretrain_steps": 3,
-                       "pretrain_texts": str(pretrain_texts),
-                       "stage1_max_steps": 1, "stage1_limit_per_source": 8, "stage2_epochs": 1, "stage2_max_steps": 1,
-                       "eval_limit": 1, "eval_tasks": ["mcqa"]},
-            "seeds": [0]}
+    cell = {
+        "name": "tiny_pipeline",
+        "kind": "ppft_pipeline",
+        "dataset": "pri-ddx",
+        "params": {
+            "out": str(tmp_path / "cell"),
+            "encoder": str(tiny_encoder_dir),
+            "preset": "tiny",
+            "pretrain_steps": 3,
+            "pretrain_texts": str(pretrain_texts),
+            "stage1_max_steps": 1,
+            "stage1_limit_per_source": 8,
+            "stage2_epochs": 1,
+            "stage2_max_steps": 1,
+            "eval_limit": 1,
+            "eval_tasks": ["mcqa"],
+        },
+        "seeds": [0],
+    }
     data = json.loads(run_cell(cell, tmp_path / "results", progress=False).read_text())
     m = data["results"][0]["metrics"]
     assert m["measured_in_one_go"]["values"] == [1.0] and m["n_heldout"]["values"] == [1.0]

@@ -12,9 +12,13 @@ from scipy import stats
 from textfree.ppft.prompt_variants import PromptVariants, rewrite_ddx, rewriter_for
 
 ALPHA = 1e-6
-HISTORY = ("A 46-year-old male has a history of chronic pancreatitis, diabetes, obesity. The 46-year-old male presents "
-           "the symptoms of cough, pale stools and dark urine, skin lesions. What is the likely diagnosis?")
-SYMPTOMS_ONLY = "A 14-year-old woman presents the symptoms of cough, fever, mood instability, pain. What is the likely diagnosis?"
+HISTORY = (
+    "A 46-year-old male has a history of chronic pancreatitis, diabetes, obesity. The 46-year-old male presents "
+    "the symptoms of cough, pale stools and dark urine, skin lesions. What is the likely diagnosis?"
+)
+SYMPTOMS_ONLY = (
+    "A 14-year-old woman presents the symptoms of cough, fever, mood instability, pain. What is the likely diagnosis?"
+)
 
 
 def _lists(text: str) -> tuple[list[str], list[str]]:
@@ -34,9 +38,13 @@ def test_shuffle_keeps_every_item_and_the_rest_of_the_prompt():
         for _ in range(50):
             new = rewrite_ddx(text, rng, shuffle=True, drop=0.0)
             h, s = _lists(new)
-            assert sorted(h) == sorted(history) and sorted(s) == sorted(symptoms)  # "pale stools and dark urine" is one item
+            assert sorted(h) == sorted(history) and sorted(s) == sorted(
+                symptoms
+            )  # "pale stools and dark urine" is one item
             assert new.endswith(" What is the likely diagnosis?")
-            assert new.startswith(text.split(" has a history of ")[0] if history else "A 14-year-old woman presents the symptoms of ")
+            assert new.startswith(
+                text.split(" has a history of ")[0] if history else "A 14-year-old woman presents the symptoms of "
+            )
             seen.add(new)
         assert len(seen) > 1
 

@@ -14,8 +14,14 @@ from typer.testing import CliRunner
 
 from textfree.cli import app
 from textfree.data import mcqa_prompt, ppft_split
-from textfree.ppft.batches import RESTORE_INSTRUCTION, ClientCache, PayloadExample, add_restore_examples, general_examples
 from textfree.lm.loading import load_decoder, make_tiny_decoder_dir
+from textfree.ppft.batches import (
+    RESTORE_INSTRUCTION,
+    ClientCache,
+    PayloadExample,
+    add_restore_examples,
+    general_examples,
+)
 from textfree.ppft.model import TextFreeLM
 from textfree.ppft.server import ServerModel
 from textfree.ppft.train import Stage1Config, Stage2Config, train_stage1, train_stage2
@@ -36,14 +42,39 @@ def fixture_data(monkeypatch):
 
 
 def _stage1_cfg(out, decoder, encoder, **kw):
-    base = dict(out=str(out), decoder=str(decoder), encoder=str(encoder), k=2, epochs=2, batch_size=2, lr=1e-2,
-                encoder_lr=1e-3, warmup_steps=1, save_every=2, log_every=1, progress=False, max_target_tokens=16)
+    base = dict(
+        out=str(out),
+        decoder=str(decoder),
+        encoder=str(encoder),
+        k=2,
+        epochs=2,
+        batch_size=2,
+        lr=1e-2,
+        encoder_lr=1e-3,
+        warmup_steps=1,
+        save_every=2,
+        log_every=1,
+        progress=False,
+        max_target_tokens=16,
+    )
     return Stage1Config(**(base | kw))
 
 
 def _stage2_cfg(out, init, **kw):
-    base = dict(out=str(out), init=str(init), dataset="ddx", epsilon=28.0, epochs=3, batch_size=2, lr=1e-2, tasks=["mcqa"],
-                warmup_steps=1, save_every=2, log_every=1, progress=False)
+    base = dict(
+        out=str(out),
+        init=str(init),
+        dataset="ddx",
+        epsilon=28.0,
+        epochs=3,
+        batch_size=2,
+        lr=1e-2,
+        tasks=["mcqa"],
+        warmup_steps=1,
+        save_every=2,
+        log_every=1,
+        progress=False,
+    )
     return Stage2Config(**(base | kw))
 
 
@@ -192,11 +223,13 @@ def test_stage2_beyond_paper_fits_give_the_server_payload_rows_only(stage1_run, 
             _assert_payload_rows(rows, private)
             log.append(epoch)
             return rows
+
         return wrapped
 
     def spy(name, original, make):
         def call(*args, **kwargs):
             return original(*make(args, kwargs))
+
         monkeypatch.setattr(*name, call)
 
     original_subspace, original_fit = fits.fit_class_subspace, train.fit_answer_head
@@ -230,8 +263,18 @@ def test_stage2_beyond_paper_fits_give_the_server_payload_rows_only(stage1_run, 
     monkeypatch.setattr(answer_head, "train_answer_head", lambda *a, **k: original_train(*train_args(a, k), **k))
     spy((answer_head, "head_accuracy"), original_accuracy, accuracy_args)
     run1, _ = stage1_run
-    summary = train_stage2(_stage2_cfg(tmp_path / "fits", run1, center_mu=2.0, subspace_epochs=2, answer_head=True,
-                                       answer_head_epochs=3, tasks=["mcqa", "open"], epochs=1))
+    summary = train_stage2(
+        _stage2_cfg(
+            tmp_path / "fits",
+            run1,
+            center_mu=2.0,
+            subspace_epochs=2,
+            answer_head=True,
+            answer_head_epochs=3,
+            tasks=["mcqa", "open"],
+            epochs=1,
+        )
+    )
     distinct = len({mcqa_prompt(r).private for r in records})
     assert seen["subspace"] == [2 * distinct] and summary["center"]["subspace"]["releases_per_prompt"] == 2
     assert seen["head_train"] == [3] and seen["accuracy"] == [2 * len(records)]
@@ -247,14 +290,20 @@ def test_server_side_fits_refuse_anything_but_payload_rows(stage1_run, fixture_d
     text = [TextExample("A 46-year-old male with headaches", "Options: ...", "Cluster headache")]
     row = PayloadExample(torch.ones(2, 4) / 2, "Options: ...", "Cluster headache")
     for bad in (text, [row, text[0]], "A 46-year-old male", object()):
-        for call in (lambda b: fit_class_subspace(b), lambda b: collate_payloads(b), lambda b: head_accuracy(None, b),
-                     lambda b: train_answer_head(lambda epoch: b, epochs=1, generator=torch.Generator())):
+        for call in (
+            lambda b: fit_class_subspace(b),
+            lambda b: collate_payloads(b),
+            lambda b: head_accuracy(None, b),
+            lambda b: train_answer_head(lambda epoch: b, epochs=1, generator=torch.Generator()),
+        ):
             with pytest.raises(TypeError, match="PayloadExamples"):
                 call(bad)
     # a release whose rows change between passes is refused (the head's labels are pass 0's)
     rows = [PayloadExample(torch.ones(2, 4) / 2, "", t) for t in ("Cluster headache", "Sarcoidosis") * 2]
     with pytest.raises(ValueError, match="pass 1 holds other rows than pass 0"):
-        train_answer_head(lambda epoch: rows if epoch == 0 else rows[::-1], epochs=2, generator=torch.Generator().manual_seed(0))
+        train_answer_head(
+            lambda epoch: rows if epoch == 0 else rows[::-1], epochs=2, generator=torch.Generator().manual_seed(0)
+        )
     lm = TextFreeLM.load(stage1_run[0])
     cache = ClientCache(lm.encoder, text)
     with pytest.raises(TypeError, match="PayloadExamples .*got ClientCache"):
@@ -302,8 +351,9 @@ def _assert_same_run(a: Path, b: Path):
     assert wa.keys() == wb.keys()
     for k in wa:
         assert torch.equal(wa[k], wb[k]), k
-    assert [json.loads(x)["loss"] for x in (a / "metrics.jsonl").read_text().splitlines()] == \
-           [json.loads(x)["loss"] for x in (b / "metrics.jsonl").read_text().splitlines()]
+    assert [json.loads(x)["loss"] for x in (a / "metrics.jsonl").read_text().splitlines()] == [
+        json.loads(x)["loss"] for x in (b / "metrics.jsonl").read_text().splitlines()
+    ]
 
 
 def test_stage2_resumes_exactly_after_an_interruption(stage1_run, fixture_data, tmp_path):
@@ -358,7 +408,9 @@ def test_a_resumed_run_reports_the_whole_runs_first_loss_and_training_time(stage
     assert any("records no training time or first loss" in r.getMessage() for r in caplog.records)
     assert old["steps"] == 9 and old["first_loss"] is None and old["wall_s"] is None and old["total_wall_s"] is None
     metrics = _train_metrics(old, reused=False)
-    assert math.isnan(metrics["train_first_loss"]) and math.isnan(metrics["train_wall_s"]) and metrics["train_steps"] == 9
+    assert (
+        math.isnan(metrics["train_first_loss"]) and math.isnan(metrics["train_wall_s"]) and metrics["train_steps"] == 9
+    )
 
     interrupted_again(state | {"elapsed_s": -3})
     with pytest.raises(ValueError, match="elapsed_s must be a finite number >= 0 or null, got -3"):
@@ -397,7 +449,9 @@ def test_stage2_resumes_only_from_the_init_run_it_started_from(stage1_run, fixtu
     assert any("records no fingerprint of its init run" in r.getMessage() for r in caplog.records)
 
 
-def test_stage2_answer_head_trains_first_stays_frozen_and_is_reused_on_resume(stage1_run, fixture_data, tmp_path, monkeypatch):
+def test_stage2_answer_head_trains_first_stays_frozen_and_is_reused_on_resume(
+    stage1_run, fixture_data, tmp_path, monkeypatch
+):
     """The answer head is trained before the loop on fresh payloads (classes: the distinct targets), saved in the run,
     left unchanged by the loop (its class vectors train); an interrupted run resumes with the saved head, not a new one."""
     run1, _ = stage1_run
@@ -405,7 +459,11 @@ def test_stage2_answer_head_trains_first_stays_frozen_and_is_reused_on_resume(st
     full = train_stage2(_stage2_cfg(tmp_path / "full", run1, **cfg))
     info = full["answer_head"]
     assert info["classes"] == 3 and info["epochs"] == 5 and 0.0 <= info["train_accuracy_fresh_draw"] <= 1.0
-    assert info["standardize"] is False and not full["model"].server.projection.answer.standardize and info["hidden"] == 256
+    assert (
+        info["standardize"] is False
+        and not full["model"].server.projection.answer.standardize
+        and info["hidden"] == 256
+    )
     proj = full["model"].server.projection
     assert set(proj.config.answer_classes) == {"Acute otitis media", "Cluster headache", "Sarcoidosis"}
     before = _tensors(tmp_path / "full" / "answer_head" / "model.safetensors")
@@ -426,13 +484,19 @@ def test_stage2_answer_head_trains_first_stays_frozen_and_is_reused_on_resume(st
     _assert_same_run(tmp_path / "full", tmp_path / "cut")
 
 
-@pytest.mark.parametrize("name, bad, message", [
-    ("lr", 0, "lr must be a number > 0, got 0"), ("lr", float("inf"), "lr must be a number > 0, got inf"),
-    ("lr", "1e-3", "lr must be a number > 0, got '1e-3'"), ("weight_decay", -0.1, "weight_decay must be a number >= 0, got -0.1"),
-    ("grad_clip", -1.0, r"grad_clip must be a number >= 0 \(0: no clipping\), got -1.0"),
-    ("min_lr_ratio", 1.5, r"min_lr_ratio must be a number in \[0, 1\], got 1.5"),
-    ("warmup_steps", 2.5, "warmup_steps must be an integer >= 0, got 2.5"), ("encoder_lr", -1e-5, "encoder_lr must be a number >= 0, got -1e-05"),
-])
+@pytest.mark.parametrize(
+    "name, bad, message",
+    [
+        ("lr", 0, "lr must be a number > 0, got 0"),
+        ("lr", float("inf"), "lr must be a number > 0, got inf"),
+        ("lr", "1e-3", "lr must be a number > 0, got '1e-3'"),
+        ("weight_decay", -0.1, "weight_decay must be a number >= 0, got -0.1"),
+        ("grad_clip", -1.0, r"grad_clip must be a number >= 0 \(0: no clipping\), got -1.0"),
+        ("min_lr_ratio", 1.5, r"min_lr_ratio must be a number in \[0, 1\], got 1.5"),
+        ("warmup_steps", 2.5, "warmup_steps must be an integer >= 0, got 2.5"),
+        ("encoder_lr", -1e-5, "encoder_lr must be a number >= 0, got -1e-05"),
+    ],
+)
 def test_optimiser_settings_are_checked_by_name(tmp_path, name, bad, message):
     cls = Stage1Config if name == "encoder_lr" else Stage2Config
     base = {"decoder": "d"} if cls is Stage1Config else {"init": "i"}
@@ -457,7 +521,9 @@ def test_stage2_answer_head_settings_are_checked(stage1_run, fixture_data, tmp_p
     with pytest.raises(ValueError, match="answer_head_standardize needs answer_head: true"):
         _stage2_cfg(tmp_path / "t", run1, answer_head_standardize=True)
     for bad in (-1, 1.0, True):
-        with pytest.raises(ValueError, match=rf"answer_head_hidden must be an integer >= 0 \(0: a linear head\), got {bad}"):
+        with pytest.raises(
+            ValueError, match=rf"answer_head_hidden must be an integer >= 0 \(0: a linear head\), got {bad}"
+        ):
             _stage2_cfg(tmp_path / "h", run1, answer_head=True, answer_head_hidden=bad)
     with pytest.raises(ValueError, match="answer_head_hidden needs answer_head: true"):
         _stage2_cfg(tmp_path / "h", run1, answer_head_hidden=0)
@@ -503,66 +569,217 @@ def test_cli_stage1_stage2_ask_evaluate(fixture_data, tmp_path, tiny_encoder_dir
         return result.output
 
     s1, s2 = tmp_path / "s1", tmp_path / "s2"
-    run("train-stage1", "--decoder", tiny_decoder_dir, "--encoder", tiny_encoder_dir, "--out", s1, "--max-steps", 2, "--k", 2, "--ema-decay", 0.9)
-    run("train-stage2", "--from", s1, "--dataset", "pri-ddx", "--epsilon", 75, "--k", 4, "--out", s2, "--epochs", 1, "--summary-slots", 1,
-        "--answer-head", "--answer-head-epochs", 2, "--answer-head-standardize", "--answer-head-hidden", 0, "--answer-head-options",
-        "--center-mu", 1, "--repeat-mean", "--ema-decay", 0.99, "--weight-decay", 0.01)
+    run(
+        "train-stage1",
+        "--decoder",
+        tiny_decoder_dir,
+        "--encoder",
+        tiny_encoder_dir,
+        "--out",
+        s1,
+        "--max-steps",
+        2,
+        "--k",
+        2,
+        "--ema-decay",
+        0.9,
+    )
+    run(
+        "train-stage2",
+        "--from",
+        s1,
+        "--dataset",
+        "pri-ddx",
+        "--epsilon",
+        75,
+        "--k",
+        4,
+        "--out",
+        s2,
+        "--epochs",
+        1,
+        "--summary-slots",
+        1,
+        "--answer-head",
+        "--answer-head-epochs",
+        2,
+        "--answer-head-standardize",
+        "--answer-head-hidden",
+        0,
+        "--answer-head-options",
+        "--center-mu",
+        1,
+        "--repeat-mean",
+        "--ema-decay",
+        0.99,
+        "--weight-decay",
+        0.01,
+    )
     for run_dir, decay in ((s1, 0.9), (s2, 0.99)):  # the weight average reaches both stages' configs
         assert json.loads((run_dir / "train_config.json").read_text())["config"]["ema_decay"] == decay
     assert json.loads((s2 / "train_config.json").read_text())["config"]["weight_decay"] == 0.01
     saved = json.loads((s2 / "textfree_config.json").read_text())
-    assert saved["k"] == 4 and saved["summary_slots"] == 1  # ask and evaluate below read payloads with the summary vector
-    assert saved["center_mu"] == 1.0 and len(saved["center_sha256"]) == 64 and (s2 / "slot_center.safetensors").is_file()  # ... centred
+    assert (
+        saved["k"] == 4 and saved["summary_slots"] == 1
+    )  # ask and evaluate below read payloads with the summary vector
+    assert (
+        saved["center_mu"] == 1.0 and len(saved["center_sha256"]) == 64 and (s2 / "slot_center.safetensors").is_file()
+    )  # ... centred
     assert saved["repeat_mean"] is True  # ... sending each prompt's mean slot repeated
     head = json.loads((s2 / "projection" / "config.json").read_text())
-    assert len(head["answer_classes"]) == 3 and head["answer_standardize"] is True  # ... and the standardised answer head,
-    assert head["answer_hidden"] == 0 and head["answer_options"] is True  # linear, over the options: evaluate and ask run it
+    assert (
+        len(head["answer_classes"]) == 3 and head["answer_standardize"] is True
+    )  # ... and the standardised answer head,
+    assert (
+        head["answer_hidden"] == 0 and head["answer_options"] is True
+    )  # linear, over the options: evaluate and ask run it
     out = run("evaluate", "--model", s2, "--dataset", "pri-ddx", "--task", "open_head", "--out", tmp_path / "head.json")
     assert "open_head" in out and json.loads((tmp_path / "head.json").read_text())["task"] == "open_head"
-    out = run("ask", "--model", s2, "A 46-year-old man with a history of cluster headaches", "--public", "Options:\nA. Cluster headache",
-              "--seed", 1, "--max-new-tokens", 3)
+    out = run(
+        "ask",
+        "--model",
+        s2,
+        "A 46-year-old man with a history of cluster headaches",
+        "--public",
+        "Options:\nA. Cluster headache",
+        "--seed",
+        1,
+        "--max-new-tokens",
+        3,
+    )
     assert "privacy:" in out and "epsilon 75.0 per unit distance" in out  # the model's training eps by default
     # the issue's form, with the noise set on the command line
-    out = run("ask", "--model", s2, "A 46-year-old man with a history of cluster headaches", "--epsilon", 28, "--k", 4, "--seed", 1,
-              "--max-new-tokens", 3)
+    out = run(
+        "ask",
+        "--model",
+        s2,
+        "A 46-year-old man with a history of cluster headaches",
+        "--epsilon",
+        28,
+        "--k",
+        4,
+        "--seed",
+        1,
+        "--max-new-tokens",
+        3,
+    )
     assert "epsilon 28.0 per unit distance" in out and "worst-case loss for this prompt" in out
-    out = run("evaluate", "--model", s2, "--dataset", "pri-ddx", "--epsilon", 28, "--out", tmp_path / "eval.json", "--max-new-tokens", 3)
+    out = run(
+        "evaluate",
+        "--model",
+        s2,
+        "--dataset",
+        "pri-ddx",
+        "--epsilon",
+        28,
+        "--out",
+        tmp_path / "eval.json",
+        "--max-new-tokens",
+        3,
+    )
     assert "accuracy" in out and json.loads((tmp_path / "eval.json").read_text())["n"] == 1
-    out = run("evaluate", "--model", s2, "--dataset", "pri-ddx", "--task", "blind_open", "--out", tmp_path / "blind.json", "--max-new-tokens", 3)
+    out = run(
+        "evaluate",
+        "--model",
+        s2,
+        "--dataset",
+        "pri-ddx",
+        "--task",
+        "blind_open",
+        "--out",
+        tmp_path / "blind.json",
+        "--max-new-tokens",
+        3,
+    )
     blind = json.loads((tmp_path / "blind.json").read_text())
     assert "blind_open" in out and blind["task"] == "blind_open" and blind["epsilon"] is None
-    for flags, words in ((["--epsilon", "-1"], "epsilon"), (["--k", "0"], "k must be")):  # one error line, not a traceback
+    for flags, words in (
+        (["--epsilon", "-1"], "epsilon"),
+        (["--k", "0"], "k must be"),
+    ):  # one error line, not a traceback
         bad = runner.invoke(app, ["ppft", "ask", "--model", str(s2), "a prompt", *flags])  # (--k 0 was the model's k)
         assert bad.exit_code == 2 and "error" in bad.output and words in bad.output, bad.output
     bad = runner.invoke(app, ["ppft", "evaluate", "--model", str(s2), "--dataset", "pri-ddx", "--limit", "-1"])
     assert bad.exit_code == 2 and "--limit must be >= 1, got -1" in bad.output  # (it dropped the last record)
-    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(tmp_path / "missing"), "--out", str(tmp_path / "x")])
+    bad = runner.invoke(
+        app, ["ppft", "train-stage2", "--from", str(tmp_path / "missing"), "--out", str(tmp_path / "x")]
+    )
     assert bad.exit_code == 2 and "error" in bad.output
     bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "y"), "--blind"])
     assert bad.exit_code == 2 and "blind run" in bad.output  # a blind run with an epsilon is refused before training
-    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "z"), "--task", "essay"])
+    bad = runner.invoke(
+        app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "z"), "--task", "essay"]
+    )
     assert bad.exit_code == 2 and "tasks" in bad.output
-    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "w"), "--summary-slots", "-1"])
+    bad = runner.invoke(
+        app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "w"), "--summary-slots", "-1"]
+    )
     assert bad.exit_code == 2 and "summary_slots must be an integer >= 0 or null, got -1" in bad.output
-    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "v"), "--count-vectors", "-2"])
+    bad = runner.invoke(
+        app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "v"), "--count-vectors", "-2"]
+    )
     assert bad.exit_code == 2 and "count_vectors must be an integer >= 0 or null, got -2" in bad.output
-    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "u"), "--answer-head", "--answer-head-epochs", "0"])
+    bad = runner.invoke(
+        app,
+        [
+            "ppft",
+            "train-stage2",
+            "--from",
+            str(s1),
+            "--out",
+            str(tmp_path / "u"),
+            "--answer-head",
+            "--answer-head-epochs",
+            "0",
+        ],
+    )
     assert bad.exit_code == 2 and "answer_head_epochs must be an integer >= 1, got 0" in bad.output
-    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "t"), "--center-mu", "-1"])
+    bad = runner.invoke(
+        app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "t"), "--center-mu", "-1"]
+    )
     assert bad.exit_code == 2 and "center_mu must be a number > 0 or null, got -1" in bad.output
-    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "s"), "--slot-drop", "0.95"])
+    bad = runner.invoke(
+        app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "s"), "--slot-drop", "0.95"]
+    )
     assert bad.exit_code == 2 and "slot_drop must be a number in [0, 0.9], got 0.95" in bad.output
-    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "r"), "--slot-augment-epochs", "2"])
+    bad = runner.invoke(
+        app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "r"), "--slot-augment-epochs", "2"]
+    )
     assert bad.exit_code == 2 and "slot_augment_epochs (2) needs slot_insert or slot_drop" in bad.output
-    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "p"), "--ema-decay", "1"])
-    assert bad.exit_code == 2 and "ema_decay must be a number strictly between 0 and 1 (e.g. 0.999) or null, got 1.0" in bad.output
-    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "o"), "--weight-decay", "-1"])
+    bad = runner.invoke(
+        app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "p"), "--ema-decay", "1"]
+    )
+    assert (
+        bad.exit_code == 2
+        and "ema_decay must be a number strictly between 0 and 1 (e.g. 0.999) or null, got 1.0" in bad.output
+    )
+    bad = runner.invoke(
+        app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "o"), "--weight-decay", "-1"]
+    )
     assert bad.exit_code == 2 and "weight_decay must be a number >= 0, got -1.0" in bad.output
-    bad = runner.invoke(app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "q"), "--validation", "1"])
+    bad = runner.invoke(
+        app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "q"), "--validation", "1"]
+    )
     assert bad.exit_code == 2 and "validation must be a number in [0, 1) or null, got 1.0" in bad.output
     # model selection: train without the validation part (fixture at 0.6: 2 of 5 training rows), score that part (3 rows)
-    out = run("train-stage2", "--from", s1, "--dataset", "pri-ddx", "--epsilon", 28, "--out", tmp_path / "sel", "--epochs", 1,
-              "--task", "mcqa", "--validation", 0.6, "--eval")
+    out = run(
+        "train-stage2",
+        "--from",
+        s1,
+        "--dataset",
+        "pri-ddx",
+        "--epsilon",
+        28,
+        "--out",
+        tmp_path / "sel",
+        "--epochs",
+        1,
+        "--task",
+        "mcqa",
+        "--validation",
+        0.6,
+        "--eval",
+    )
     assert "validation mcqa accuracy" in out and "(n=3, epsilon=28.0)" in out
     assert json.loads((tmp_path / "sel" / "summary.json").read_text())["examples"] == 2
 
@@ -581,8 +798,21 @@ def test_stage2_on_real_pri_ddx_beats_chance(shared_data, monkeypatch, tmp_path,
     decoder = make_tiny_decoder_dir(tmp_path / "decoder", hidden=64, layers=2, heads=4, seed=0)
     TextFreeLM.build(decoder, encoder=tiny_encoder_dir, k=4, seed=0).save(tmp_path / "init")
     t0 = time.time()
-    summary = train_stage2(Stage2Config(out=str(tmp_path / "ddx"), init=str(tmp_path / "init"), dataset="ddx", epsilon=75.0, tasks=["mcqa"],
-                                        epochs=3, batch_size=16, lr=3e-3, warmup_steps=10, progress=False, save_every=1000))
+    summary = train_stage2(
+        Stage2Config(
+            out=str(tmp_path / "ddx"),
+            init=str(tmp_path / "init"),
+            dataset="ddx",
+            epsilon=75.0,
+            tasks=["mcqa"],
+            epochs=3,
+            batch_size=16,
+            lr=3e-3,
+            warmup_steps=10,
+            progress=False,
+            save_every=1000,
+        )
+    )
     train_s = time.time() - t0
     heldout = ppft_split("ddx")["heldout"]
     result = evaluate_mcqa(summary["model"], heldout, epsilon=75.0, seed=0, max_new_tokens=8, batch_size=50)
@@ -602,7 +832,11 @@ def _hand_centre(lm, texts, mu):
         b = lm.encoder.encode([t])
         pooled, m = k_pool(b.hidden, b.mask, lm.config.k)
         slots.append(l2_normalize(pooled[0][m[0]]))
-    return PrivateMean(mu).sample(prompt_mean_slots(slots), generator=seeded_generator(0 * 100_003 + 90_001, warn=False)).float()
+    return (
+        PrivateMean(mu)
+        .sample(prompt_mean_slots(slots), generator=seeded_generator(0 * 100_003 + 90_001, warn=False))
+        .float()
+    )
 
 
 def test_stage2_center_is_the_private_mean_of_the_prompts_and_ships_with_the_model(stage1_run, fixture_data, tmp_path):
@@ -628,19 +862,25 @@ def test_stage2_center_is_the_private_mean_of_the_prompts_and_ships_with_the_mod
     clean = lm.privatizer(None).privatize([texts[0]])
     b = lm.encoder.encode([texts[0]])
     pooled, m = k_pool(b.hidden, b.mask, lm.config.k)
-    torch.testing.assert_close(clean.vectors[0, : int(m.sum())], l2_normalize(l2_normalize(pooled[0][m[0]]) - lm.center), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        clean.vectors[0, : int(m.sum())], l2_normalize(l2_normalize(pooled[0][m[0]]) - lm.center), atol=1e-5, rtol=0
+    )
     noisy = lm.privatizer(28.0).privatize([texts[0]], seed=1)
     assert noisy.privatization.center_sha256 == info["sha256"]
     torch.testing.assert_close(noisy.vectors[0].norm(dim=-1), torch.ones(noisy.vectors.shape[1]), atol=1e-5, rtol=0)
     # resume reuses the saved centre
     with pytest.raises(Interrupt):
-        train_stage2(_stage2_cfg(tmp_path / "cut", run1, center_mu=2.0, tasks=["mcqa", "open"]), on_step=_interrupt_at(5))
+        train_stage2(
+            _stage2_cfg(tmp_path / "cut", run1, center_mu=2.0, tasks=["mcqa", "open"]), on_step=_interrupt_at(5)
+        )
     resumed = train_stage2(_stage2_cfg(tmp_path / "cut", run1, center_mu=2.0, tasks=["mcqa", "open"]))
     assert resumed["center"] == info
     _assert_same_run(tmp_path / "full", tmp_path / "cut")
 
 
-def test_stage2_subspace_is_the_class_span_of_fresh_centred_payloads_and_ships_with_the_centre(stage1_run, fixture_data, tmp_path):
+def test_stage2_subspace_is_the_class_span_of_fresh_centred_payloads_and_ships_with_the_centre(
+    stage1_run, fixture_data, tmp_path
+):
     """subspace_epochs: after the centre, the server draws that many passes of fresh centred payloads of each training
     prompt (seeded 70_000 + pass), labels each payload's mean slot by its target, and keeps class_subspace of them; the
     map [centre; basis] is saved, named by sha256, applied by the loaded client (unit(B^T B unit(unit(v) - c))) and
@@ -662,8 +902,16 @@ def test_stage2_subspace_is_the_class_span_of_fresh_centred_payloads_and_ships_w
         first.setdefault(ex.private, normalize_answer(ex.target))
     texts, labels = list(first), list(first.values())
     center = _hand_centre(lm, texts, 2.0)
-    assert lm.center.shape[0] == 1 + info["subspace"]["rank"] and lm.config.center_sha256 == center_sha256(lm.center) == info["sha256"]
-    assert info["subspace"] == {"rank": len(set(labels)) - 1, "epochs": 2, "prompts": len(texts), "releases_per_prompt": 2}
+    assert (
+        lm.center.shape[0] == 1 + info["subspace"]["rank"]
+        and lm.config.center_sha256 == center_sha256(lm.center) == info["sha256"]
+    )
+    assert info["subspace"] == {
+        "rank": len(set(labels)) - 1,
+        "epochs": 2,
+        "prompts": len(texts),
+        "releases_per_prompt": 2,
+    }
     torch.testing.assert_close(lm.center[0], center, atol=1e-5, rtol=0)
     # the basis by hand: two seeded passes of centred L2-Laplace(28) payloads, each reduced to its mean slot
     from textfree.mechanisms.laplace import L2Laplace
@@ -683,7 +931,9 @@ def test_stage2_subspace_is_the_class_span_of_fresh_centred_payloads_and_ships_w
     pooled, m = k_pool(b.hidden, b.mask, lm.config.k)
     x = l2_normalize(l2_normalize(pooled[0][m[0]]) - center)
     want = l2_normalize(x @ basis.T @ basis)
-    torch.testing.assert_close(lm.privatizer(None).privatize([texts[0]]).vectors[0, : int(m.sum())], want, atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        lm.privatizer(None).privatize([texts[0]]).vectors[0, : int(m.sum())], want, atol=1e-4, rtol=0
+    )
     # resume reuses the saved map; a resume without the subspace is refused, the map kept
     with pytest.raises(Interrupt):
         train_stage2(_stage2_cfg(tmp_path / "cut", run1, **cfg), on_step=_interrupt_at(5))
@@ -710,7 +960,9 @@ def test_stage2_center_settings_are_checked(stage1_run, fixture_data, tmp_path):
             _stage2_cfg(tmp_path / "s", run1, center_mu=1.0, subspace_epochs=bad)
 
 
-def test_stage2_prompt_variants_rewrite_the_clients_training_prompts_before_encoding(stage1_run, fixture_data, tmp_path, monkeypatch):
+def test_stage2_prompt_variants_rewrite_the_clients_training_prompts_before_encoding(
+    stage1_run, fixture_data, tmp_path, monkeypatch
+):
     """prompt_variants: each epoch the client encodes fresh rewrites of some training prompts (same items, another
     order) and privatizes them; the server still gets payload rows only; the cache it started from is untouched;
     the summary records the setting; runs it cannot apply to refuse it by name."""
@@ -765,7 +1017,9 @@ def test_stage2_prompt_variants_rewrite_the_clients_training_prompts_before_enco
         _stage2_cfg(tmp_path / "p", run1, prompt_variants=2)
 
 
-def test_stage2_slot_augment_blurs_the_count_of_the_servers_training_rows_only(stage1_run, fixture_data, tmp_path, monkeypatch):
+def test_stage2_slot_augment_blurs_the_count_of_the_servers_training_rows_only(
+    stage1_run, fixture_data, tmp_path, monkeypatch
+):
     """slot_insert: the server's training batches hold more slots than the client's payloads (never fewer), the
     client's payloads are untouched, the summary records the setting; blind and restore runs refuse it."""
     seen, sent = [], []
@@ -806,7 +1060,9 @@ def test_stage2_slot_augment_blurs_the_count_of_the_servers_training_rows_only(s
         _stage2_cfg(tmp_path / "r", run1, tasks=["restore"], slot_insert=0.5)
 
 
-def test_stage2_repeat_mean_client_sends_each_prompts_mean_slot_in_training_the_subspace_fit_and_the_saved_client(stage1_run, fixture_data, tmp_path, monkeypatch):
+def test_stage2_repeat_mean_client_sends_each_prompts_mean_slot_in_training_the_subspace_fit_and_the_saved_client(
+    stage1_run, fixture_data, tmp_path, monkeypatch
+):
     """repeat_mean: every payload the server trains on (and the class subspace is fitted from) has all of a row's
     slots equal before the noise, and the saved model's client keeps doing it; without it (PPFT) a row's slots differ."""
     from textfree.mechanisms.slots import SlotPrivatization
@@ -821,7 +1077,9 @@ def test_stage2_repeat_mean_client_sends_each_prompts_mean_slot_in_training_the_
         return real_apply(self, hidden, mask, generator=generator)
 
     monkeypatch.setattr(SlotPrivatization, "apply", spy)
-    summary = train_stage2(_stage2_cfg(tmp_path / "rep", run1, center_mu=2.0, subspace_epochs=1, repeat_mean=True, epochs=1))
+    summary = train_stage2(
+        _stage2_cfg(tmp_path / "rep", run1, center_mu=2.0, subspace_epochs=1, repeat_mean=True, epochs=1)
+    )
     assert seen and all(seen)  # the subspace fit's payloads and every epoch's
     assert summary["repeat_mean"] is True
     lm = TextFreeLM.load(tmp_path / "rep")

@@ -28,7 +28,9 @@ def test_a_prompt_cut_at_the_encoders_limit_is_said_not_silent(tiny_encoder):
     n_tok = len(tiny_encoder.tokenizer(PROMPT)["input_ids"])
     try:
         tiny_encoder.max_length = n_tok - 1
-        with pytest.warns(UserWarning, match=f"1 of 2 prompt\\(s\\) are longer than the encoder's limit of {n_tok - 1} tokens"):
+        with pytest.warns(
+            UserWarning, match=f"1 of 2 prompt\\(s\\) are longer than the encoder's limit of {n_tok - 1} tokens"
+        ):
             p = Privatizer(tiny_encoder, L2Laplace(75.0), k=4).privatize([PROMPT, "short one"], seed=1)
         assert p.lengths[0] == -(-(n_tok - 1) // 4)  # what was released: the cut prompt
         tiny_encoder.max_length = n_tok
@@ -157,7 +159,10 @@ def test_ledger_refuses_damaged_entries_and_expands_home(tmp_path, monkeypatch):
         path.write_text(json.dumps({"format": "textfree.ledger", "version": 1, "entries": [entry]}))
         with pytest.raises(LedgerError, match="entry 0 is malformed"):
             PrivacyLedger(path, budget=1000.0).spent("alice")
-    path.write_text('{"format": "textfree.ledger", "version": 1, "entries": [{"key": "a", "epsilon": NaN, "delta": 0, "notion": "metric"}]}')
+    path.write_text(
+        '{"format": "textfree.ledger", "version": 1, "entries": [{"key": "a", "epsilon": NaN, "delta": 0, "notion": '
+        '"metric"}]}'
+    )
     with pytest.raises(LedgerError, match="entry 0 is malformed"):
         PrivacyLedger(path).charge("a", PrivacyLoss(1.0))
     monkeypatch.setenv("HOME", str(tmp_path))

@@ -24,7 +24,9 @@ OCTET = {"Content-Type": "application/octet-stream"}
 def setup(tmp_path_factory, tiny_run_dir, tiny_encoder_dir):
     keys = tmp_path_factory.mktemp("keys") / "keys.json"
     key = KeyStore(keys).add_key("alice")
-    config = ServerConfig(models={"tiny": str(tiny_run_dir)}, embed_models={"tiny-embed": str(tiny_encoder_dir)}, keys_path=str(keys))
+    config = ServerConfig(
+        models={"tiny": str(tiny_run_dir)}, embed_models={"tiny-embed": str(tiny_encoder_dir)}, keys_path=str(keys)
+    )
     registry = ModelRegistry.load(config)
     server = registry.models["tiny"].server  # warm up (the first generation in a process is slow)
     server.generate(torch.zeros(1, 1, 32), torch.ones(1, 1, dtype=torch.bool), max_new_tokens=2)
@@ -64,12 +66,24 @@ def test_model_cards_state_what_a_client_needs(setup, tiny_lm):
 
 def test_generate_answers_a_batch_of_two_in_both_wire_formats(setup, tiny_lm):
     _, registry, auth = setup
-    payload = tiny_lm.privatizer(75.0).privatize(["the first private prompt", "a second one, longer than the first"],
-                                            public=["Options: A. yes B. no", ""], seed=0)
+    payload = tiny_lm.privatizer(75.0).privatize(
+        ["the first private prompt", "a second one, longer than the first"],
+        public=["Options: A. yes B. no", ""],
+        seed=0,
+    )
     expected = registry.models["tiny"].server.answer(payload, max_new_tokens=2)
     with client_for(setup) as c:
-        raw = c.post("/v1/generate", params={"model": "tiny", "max_new_tokens": 2}, content=payload.to_bytes(), headers={**auth, **OCTET})
-        js = c.post("/v1/generate", json={"model": "tiny", "payload_b64": payload.to_base64(), "max_new_tokens": 2}, headers=auth)
+        raw = c.post(
+            "/v1/generate",
+            params={"model": "tiny", "max_new_tokens": 2},
+            content=payload.to_bytes(),
+            headers={**auth, **OCTET},
+        )
+        js = c.post(
+            "/v1/generate",
+            json={"model": "tiny", "payload_b64": payload.to_base64(), "max_new_tokens": 2},
+            headers=auth,
+        )
     for r in (raw, js):
         assert r.status_code == 200, r.text
         body = r.json()
@@ -77,18 +91,30 @@ def test_generate_answers_a_batch_of_two_in_both_wire_formats(setup, tiny_lm):
         assert body["usage"]["rows"] == 2 and body["usage"]["slots"] == sum(payload.lengths)
     # JSON 'public' overrides the payload's own public parts
     with client_for(setup) as c:
-        r = c.post("/v1/generate", json={"model": "tiny", "payload_b64": payload.to_base64(), "public": ["x", "y"], "max_new_tokens": 2}, headers=auth)
+        r = c.post(
+            "/v1/generate",
+            json={"model": "tiny", "payload_b64": payload.to_base64(), "public": ["x", "y"], "max_new_tokens": 2},
+            headers=auth,
+        )
     assert r.json()["answers"] == registry.models["tiny"].server.answer(payload, public=["x", "y"], max_new_tokens=2)
 
 
 def test_concurrent_requests_are_answered_correctly_and_share_a_batch(setup, tiny_lm):
     _, registry, auth = setup
-    payloads = [tiny_lm.privatizer(75.0).privatize([text], seed=i) for i, text in enumerate(["alpha beta gamma", "delta"])]
+    payloads = [
+        tiny_lm.privatizer(75.0).privatize([text], seed=i) for i, text in enumerate(["alpha beta gamma", "delta"])
+    ]
     expected = [registry.models["tiny"].server.answer(p, max_new_tokens=2) for p in payloads]
     results = [None, None]
     with client_for(setup, batch_wait_ms=3000.0, batch_max_rows=2) as c:
+
         def send(i):
-            results[i] = c.post("/v1/generate", params={"model": "tiny", "max_new_tokens": 2}, content=payloads[i].to_bytes(), headers={**auth, **OCTET})
+            results[i] = c.post(
+                "/v1/generate",
+                params={"model": "tiny", "max_new_tokens": 2},
+                content=payloads[i].to_bytes(),
+                headers={**auth, **OCTET},
+            )
 
         threads = [threading.Thread(target=send, args=(i,)) for i in range(2)]
         for t in threads:
@@ -108,7 +134,9 @@ def test_embed_returns_the_mean_pooled_embedding_of_noisy_tokens(setup, tiny_enc
     table = EmbeddingTableEncoder.from_pretrained(tiny_encoder_dir)
     card = registry.models["tiny-embed"].card
     noise = Clipped(L2Laplace(50.0), max_norm=card["clip_norm"])
-    payload = Privatizer(table, noise, k=1, normalize=False, renormalize=False).privatize(["one two three", "four"], seed=0)
+    payload = Privatizer(table, noise, k=1, normalize=False, renormalize=False).privatize(
+        ["one two three", "four"], seed=0
+    )
     model = registry.models["tiny-embed"].model
     with torch.no_grad():
         hidden = model(inputs_embeds=payload.vectors, attention_mask=payload.mask.long()).last_hidden_state
@@ -116,8 +144,14 @@ def test_embed_returns_the_mean_pooled_embedding_of_noisy_tokens(setup, tiny_enc
     expected = (hidden * m).sum(1) / m.sum(1)
     with client_for(setup) as c:
         raw = c.post("/v1/embed", params={"model": "tiny-embed"}, content=payload.to_bytes(), headers={**auth, **OCTET})
-        js = c.post("/v1/embed", json={"model": "tiny-embed", "payload_b64": base64.b64encode(payload.to_bytes()).decode()}, headers=auth)
-        wrong_route = c.post("/v1/generate", params={"model": "tiny-embed"}, content=payload.to_bytes(), headers={**auth, **OCTET})
+        js = c.post(
+            "/v1/embed",
+            json={"model": "tiny-embed", "payload_b64": base64.b64encode(payload.to_bytes()).decode()},
+            headers=auth,
+        )
+        wrong_route = c.post(
+            "/v1/generate", params={"model": "tiny-embed"}, content=payload.to_bytes(), headers={**auth, **OCTET}
+        )
     for r in (raw, js):
         assert r.status_code == 200, r.text
         got = torch.tensor(r.json()["embeddings"])
@@ -142,7 +176,10 @@ def test_metrics_count_requests_by_route_and_status(setup):
     by_method = {(r["route"], r["method"], r["status"]): r["count"] for r in snap["requests"]}
     assert by_method[("other", "GET", 404)] == 1 and by_method[("other", "other", 404)] == 2
     assert {r["method"] for r in snap["requests"]} == {"GET", "other"} and "QWERTY" not in text
-    assert snap["latency_s"]["/v1/models"]["window"] == 2 and snap["latency_s"]["/v1/models"]["p99"] >= snap["latency_s"]["/v1/models"]["p50"] > 0
+    assert (
+        snap["latency_s"]["/v1/models"]["window"] == 2
+        and snap["latency_s"]["/v1/models"]["p99"] >= snap["latency_s"]["/v1/models"]["p50"] > 0
+    )
     assert snap["in_flight"] == 1 and snap["queue_depth"] == 0  # the /metrics request itself
     assert 'textfree_requests_total{route="/v1/models",method="GET",status="401"} 1' in text
     assert 'textfree_request_latency_seconds{route="/health",quantile="0.99"}' in text
@@ -163,12 +200,20 @@ def test_sampling_options_are_validated_and_a_seed_reproduces_the_answers(setup,
     body = {"model": "tiny", "payload_b64": payload.to_base64(), "max_new_tokens": 6, "temperature": 1.5, "seed": 11}
     with client_for(setup) as c:
         first = c.post("/v1/generate", json=body, headers=auth).json()["answers"]
-        again = c.post("/v1/generate", params={"model": "tiny", "max_new_tokens": 6, "temperature": 1.5, "seed": 11},
-                       content=payload.to_bytes(), headers={**auth, **OCTET}).json()["answers"]
-        other = [c.post("/v1/generate", json={**body, "seed": s}, headers=auth).json()["answers"] for s in range(12, 16)]
+        again = c.post(
+            "/v1/generate",
+            params={"model": "tiny", "max_new_tokens": 6, "temperature": 1.5, "seed": 11},
+            content=payload.to_bytes(),
+            headers={**auth, **OCTET},
+        ).json()["answers"]
+        other = [
+            c.post("/v1/generate", json={**body, "seed": s}, headers=auth).json()["answers"] for s in range(12, 16)
+        ]
         greedy = c.post("/v1/generate", json={**body, "temperature": 0}, headers=auth).json()["answers"]
-        bad = [c.post("/v1/generate", json={**body, **b}, headers=auth) for b in ({"temperature": -1}, {"temperature": 11},
-                                                                                    {"top_p": 0}, {"top_p": 1.5}, {"seed": -3})]
+        bad = [
+            c.post("/v1/generate", json={**body, **b}, headers=auth)
+            for b in ({"temperature": -1}, {"temperature": 11}, {"top_p": 0}, {"top_p": 1.5}, {"seed": -3})
+        ]
     assert first == again  # the same request and seed, either wire format
     assert any(o != first for o in other)  # other seeds sample other answers (the tiny decoder is random)
     assert greedy == registry.models["tiny"].server.answer(payload, max_new_tokens=6)

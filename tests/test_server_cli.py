@@ -24,7 +24,7 @@ def test_add_key_prints_a_key_once_and_stores_only_a_salted_hash(tmp_path):
     key = r.stdout.strip()
     assert key.startswith("tf_") and "shown only this once" in r.stderr
     stored = json.loads(keys.read_text())
-    (key_id, entry), = stored["keys"].items()
+    ((key_id, entry),) = stored["keys"].items()
     assert key == f"tf_{key_id}.{key.split('.', 1)[1]}" and entry["tenant"] == "alice"
     assert key.split(".", 1)[1] not in keys.read_text() and len(entry["salt"]) == 32 and len(entry["sha256"]) == 64
     assert oct(keys.stat().st_mode & 0o777) == "0o600"
@@ -63,8 +63,23 @@ def test_textfree_serve_process_answers_on_loopback(tmp_path, tiny_encoder_dir):
     key = KeyStore(keys).add_key("alice")
     port = _free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "textfree.cli", "serve", "--model", f"tiny={run}", "--keys", str(keys), "--port", str(port)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "textfree.cli",
+            "serve",
+            "--model",
+            f"tiny={run}",
+            "--keys",
+            str(keys),
+            "--port",
+            str(port),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 45
         while True:

@@ -28,10 +28,21 @@ PUBLIC = ["Options: alpha, beta", "Options: beta, gamma", ""]
 def env(tmp_path_factory, tiny_encoder_dir):
     tmp = tmp_path_factory.mktemp("datasets")
     run = make_tiny_run(tmp, tiny_encoder_dir)
-    config = ServerConfig(models={"tiny": str(run)}, keys_path=str(tmp / "keys.json"), sqlite_path=str(tmp / "db" / "textfree.sqlite"),
-                          max_dataset_rows=4, max_dataset_bytes=64 * 1024, rate_limit_per_minute=0)
-    return {"config": config, "registry": ModelRegistry.load(config), "lm": TextFreeLM.load(run), "tmp": tmp,
-            **tenant_headers(tmp / "keys.json", "alice", "bob")}
+    config = ServerConfig(
+        models={"tiny": str(run)},
+        keys_path=str(tmp / "keys.json"),
+        sqlite_path=str(tmp / "db" / "textfree.sqlite"),
+        max_dataset_rows=4,
+        max_dataset_bytes=64 * 1024,
+        rate_limit_per_minute=0,
+    )
+    return {
+        "config": config,
+        "registry": ModelRegistry.load(config),
+        "lm": TextFreeLM.load(run),
+        "tmp": tmp,
+        **tenant_headers(tmp / "keys.json", "alice", "bob"),
+    }
 
 
 def serve(env, **overrides):
@@ -54,7 +65,12 @@ def test_upload_list_get_persist_and_idempotency(env):
         r = c.post("/v1/datasets", json=body(env, name="my-set"), headers=env["alice"])
         assert r.status_code == 201, r.text
         ds = r.json()
-        assert ds["object"] == "dataset" and ds["id"].startswith("ds_") and ds["name"] == "my-set" and ds["model"] == "tiny"
+        assert (
+            ds["object"] == "dataset"
+            and ds["id"].startswith("ds_")
+            and ds["name"] == "my-set"
+            and ds["model"] == "tiny"
+        )
         assert ds["rows"] == 3 and ds["privacy"]["worst_case_row"]["epsilon"] > 0
         assert c.get(f"/v1/datasets/{ds['id']}", headers=env["alice"]).json() == ds
         assert [d["id"] for d in c.get("/v1/datasets", headers=env["alice"]).json()["data"]] == [ds["id"]]
@@ -66,7 +82,11 @@ def test_upload_list_get_persist_and_idempotency(env):
     # on disk: the validated payload (public text in its header) and the targets; nothing pickled
     d = env["config"].data_path / "datasets" / ds["id"]
     payload = Payload.load(d / "payload.safetensors")
-    assert payload.batch_size == 3 and payload.public == PUBLIC and json.loads((d / "rows.json").read_text())["targets"] == TARGETS
+    assert (
+        payload.batch_size == 3
+        and payload.public == PUBLIC
+        and json.loads((d / "rows.json").read_text())["targets"] == TARGETS
+    )
     assert ds["bytes"] == (d / "payload.safetensors").stat().st_size
     # a new server process on the same database and directory sees the same datasets
     with serve(env) as c:
@@ -74,11 +94,17 @@ def test_upload_list_get_persist_and_idempotency(env):
         assert {x["id"] for x in listed} == {ds["id"], again.json()["id"]}
         # JSON 'public' overrides the payload's own, as for /v1/generate
         r = c.post("/v1/datasets", json=body(env, public=["x", "y", "z"]), headers=env["alice"])
-    assert Payload.load(env["config"].data_path / "datasets" / r.json()["id"] / "payload.safetensors").public == ["x", "y", "z"]
+    assert Payload.load(env["config"].data_path / "datasets" / r.json()["id"] / "payload.safetensors").public == [
+        "x",
+        "y",
+        "z",
+    ]
 
 
 def test_uploads_are_checked_like_generate_payloads_and_nothing_bad_is_stored(env, tmp_path):
-    other = TextFreeLM.load(make_tiny_run(tmp_path, make_tiny_encoder_dir(tmp_path / "enc", hidden=32, layers=2, heads=2, seed=1)))
+    other = TextFreeLM.load(
+        make_tiny_run(tmp_path, make_tiny_encoder_dir(tmp_path / "enc", hidden=32, layers=2, heads=2, seed=1))
+    )
     alien = other.privatizer(75.0).privatize(PRIVATE, seed=0).to_base64()
     k8 = env["lm"].privatizer(75.0, k=8).privatize(PRIVATE, seed=0).to_base64()
     raw = base64.b64decode(body(env)["payload_b64"])
@@ -101,14 +127,21 @@ def test_uploads_are_checked_like_generate_payloads_and_nothing_bad_is_stored(en
             r = c.post("/v1/datasets", json=data, headers=env["bob"])
             assert r.status_code == status, (kind, r.text)
             assert r.json()["error"]["type"] == kind and words in r.json()["error"]["message"], r.text
-        big = c.post("/v1/datasets", content=b"{" + b" " * 70_000 + b"}", headers={**env["bob"], "Content-Type": "application/json"})
+        big = c.post(
+            "/v1/datasets",
+            content=b"{" + b" " * 70_000 + b"}",
+            headers={**env["bob"], "Content-Type": "application/json"},
+        )
         assert big.status_code == 413 and big.json()["error"]["type"] == "body_too_large"
         octet = c.post("/v1/datasets", content=raw, headers={**env["bob"], "Content-Type": "application/octet-stream"})
         assert octet.status_code == 415
         assert c.get("/v1/datasets", headers=env["bob"]).json()["data"] == []
         assert c.get("/health").status_code == 200
     data = tmp_path / "textfree-data"  # data_dir defaults to beside the database
-    assert sorted(p.name for p in (data / "datasets").iterdir()) == [] and sorted(p.name for p in (data / "tmp").iterdir()) == []
+    assert (
+        sorted(p.name for p in (data / "datasets").iterdir()) == []
+        and sorted(p.name for p in (data / "tmp").iterdir()) == []
+    )
 
 
 def test_an_upload_is_stored_whole_or_not_at_all(env, tmp_path, monkeypatch):
@@ -126,19 +159,26 @@ def test_an_upload_is_stored_whole_or_not_at_all(env, tmp_path, monkeypatch):
         assert r.status_code == 500 and r.json()["error"]["type"] == "internal_error"
         monkeypatch.setattr(datasets_module, "atomic_write_bytes", real_write)
         store = c.app.state.store
-        monkeypatch.setattr(store, "add_dataset", lambda values: (_ for _ in ()).throw(sqlite3.OperationalError("disk I/O error")))
+        monkeypatch.setattr(
+            store, "add_dataset", lambda values: (_ for _ in ()).throw(sqlite3.OperationalError("disk I/O error"))
+        )
         r = c.post("/v1/datasets", json=body(env), headers=env["alice"])
         assert r.status_code == 500
         monkeypatch.undo()
         assert c.get("/v1/datasets", headers=env["alice"]).json()["data"] == []
-        assert sorted((tmp_path / "data" / "datasets").iterdir()) == [] and sorted((tmp_path / "data" / "tmp").iterdir()) == []
+        assert (
+            sorted((tmp_path / "data" / "datasets").iterdir()) == []
+            and sorted((tmp_path / "data" / "tmp").iterdir()) == []
+        )
         ok = c.post("/v1/datasets", json=body(env), headers=env["alice"]).json()["id"]
     # what a crash mid-upload leaves (a temporary, a directory no row names) is removed at the next start
     (tmp_path / "data" / "tmp" / "ds_x.partial").mkdir()
     (tmp_path / "data" / "datasets" / "ds_orphan").mkdir()
     with serve(env, **config) as c:
         assert [d["id"] for d in c.get("/v1/datasets", headers=env["alice"]).json()["data"]] == [ok]
-    assert [p.name for p in (tmp_path / "data" / "datasets").iterdir()] == [ok] and not any((tmp_path / "data" / "tmp").iterdir())
+    assert [p.name for p in (tmp_path / "data" / "datasets").iterdir()] == [ok] and not any(
+        (tmp_path / "data" / "tmp").iterdir()
+    )
 
 
 def test_tenants_see_only_their_own_datasets(env, tmp_path):
@@ -150,7 +190,9 @@ def test_tenants_see_only_their_own_datasets(env, tmp_path):
         assert theirs.status_code == missing.status_code == 404
         assert theirs.json()["error"]["type"] == missing.json()["error"]["type"] == "dataset_not_found"
         # the same answer, whether the id exists for someone else or not at all
-        assert theirs.json()["error"]["message"].replace(mine, "ID") == missing.json()["error"]["message"].replace("ds_00000000000000000000", "ID")
+        assert theirs.json()["error"]["message"].replace(mine, "ID") == missing.json()["error"]["message"].replace(
+            "ds_00000000000000000000", "ID"
+        )
         assert c.get(f"/v1/datasets/{mine}", headers=env["alice"]).status_code == 200
         assert c.get("/v1/datasets").status_code == 401
 
@@ -158,7 +200,11 @@ def test_tenants_see_only_their_own_datasets(env, tmp_path):
 def test_without_a_database_the_routes_are_501_and_a_data_dir_is_locked(env, tmp_path):
     with serve(env, sqlite_path=None) as c:
         r = c.post("/v1/datasets", json=body(env), headers=env["alice"])
-        assert r.status_code == 501 and r.json()["error"]["type"] == "fine_tuning_disabled" and "--db" in r.json()["error"]["message"]
+        assert (
+            r.status_code == 501
+            and r.json()["error"]["type"] == "fine_tuning_disabled"
+            and "--db" in r.json()["error"]["message"]
+        )
         assert c.get("/v1/fine_tuning/jobs", headers=env["alice"]).status_code == 501
     first = Store(tmp_path / "a.sqlite", tmp_path / "data")
     with pytest.raises(StoreError, match="in use by another server process"):
@@ -176,12 +222,35 @@ def test_serve_cli_passes_db_and_data_dir_and_reports_a_locked_directory(env, tm
 
     held = Store(tmp_path / "other.sqlite", tmp_path / "data")
     try:
-        result = CliRunner().invoke(cli_app, ["serve", "--model", f"tiny={env['config'].models['tiny']}", "--no-auth",
-                                              "--db", str(tmp_path / "db.sqlite"), "--data-dir", str(tmp_path / "data"),
-                                              "--max-concurrent-jobs", "2"])
+        result = CliRunner().invoke(
+            cli_app,
+            [
+                "serve",
+                "--model",
+                f"tiny={env['config'].models['tiny']}",
+                "--no-auth",
+                "--db",
+                str(tmp_path / "db.sqlite"),
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--max-concurrent-jobs",
+                "2",
+            ],
+        )
     finally:
         held.close()
     assert result.exit_code == 2 and "in use by another server process" in " ".join(result.stderr.split())
-    result = CliRunner().invoke(cli_app, ["serve", "--model", f"tiny={env['config'].models['tiny']}", "--no-auth",
-                                          "--db", str(tmp_path / "db.sqlite"), "--max-concurrent-jobs", "0"])
+    result = CliRunner().invoke(
+        cli_app,
+        [
+            "serve",
+            "--model",
+            f"tiny={env['config'].models['tiny']}",
+            "--no-auth",
+            "--db",
+            str(tmp_path / "db.sqlite"),
+            "--max-concurrent-jobs",
+            "0",
+        ],
+    )
     assert result.exit_code == 2 and "max_concurrent_jobs must be an integer >= 1" in result.stderr

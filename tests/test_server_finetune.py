@@ -19,12 +19,27 @@ from textfree.server.testing import make_tiny_run, tenant_headers
 
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
 
-PRIVATE = ["the patient reports chest pain", "a rash after hiking", "fever and cough for a week",
-           "sudden loss of vision", "pain in the lower back", "itching between the fingers"]
+PRIVATE = [
+    "the patient reports chest pain",
+    "a rash after hiking",
+    "fever and cough for a week",
+    "sudden loss of vision",
+    "pain in the lower back",
+    "itching between the fingers",
+]
 PUBLIC = ["Options: angina, gout"] * 3 + [""] * 3
 TARGETS = ["angina", "lyme disease", "influenza", "retinal detachment", "sciatica", "scabies"]
 # 6 rows, batch 2, 2 epochs: 6 steps; a checkpoint every 2
-HP = {"epochs": 2, "batch_size": 2, "lr": 0.05, "warmup_steps": 1, "save_every": 2, "log_every": 1, "seed": 0, "ema_decay": 0.5}
+HP = {
+    "epochs": 2,
+    "batch_size": 2,
+    "lr": 0.05,
+    "warmup_steps": 1,
+    "save_every": 2,
+    "log_every": 1,
+    "seed": 0,
+    "ema_decay": 0.5,
+}
 OCTET = {"Content-Type": "application/octet-stream"}
 
 
@@ -32,15 +47,29 @@ OCTET = {"Content-Type": "application/octet-stream"}
 def env(tmp_path_factory, tiny_encoder_dir):
     tmp = tmp_path_factory.mktemp("finetune")
     run = make_tiny_run(tmp, tiny_encoder_dir)
-    config = ServerConfig(models={"tiny": str(run), "twin": str(run)}, keys_path=str(tmp / "keys.json"),
-                          sqlite_path=str(tmp / "main.sqlite"), data_dir=str(tmp / "main-data"), rate_limit_per_minute=0,
-                          max_concurrent_jobs=1, max_jobs_per_tenant=2, max_job_steps=500)
+    config = ServerConfig(
+        models={"tiny": str(run), "twin": str(run)},
+        keys_path=str(tmp / "keys.json"),
+        sqlite_path=str(tmp / "main.sqlite"),
+        data_dir=str(tmp / "main-data"),
+        rate_limit_per_minute=0,
+        max_concurrent_jobs=1,
+        max_jobs_per_tenant=2,
+        max_job_steps=500,
+    )
     tiny = GenerateModel.load("tiny", str(run))
     registry = ModelRegistry({"tiny": tiny, "twin": GenerateModel("twin", tiny.server)})  # two ids, one model in memory
     lm = TextFreeLM.load(run)
     payload = lm.privatizer(75.0).privatize(PRIVATE, seed=0, public=PUBLIC)
-    return {"config": config, "registry": registry, "lm": lm, "run": run, "tmp": tmp, "payload": payload,
-            **tenant_headers(tmp / "keys.json", "alice", "bob")}
+    return {
+        "config": config,
+        "registry": registry,
+        "lm": lm,
+        "run": run,
+        "tmp": tmp,
+        "payload": payload,
+        **tenant_headers(tmp / "keys.json", "alice", "bob"),
+    }
 
 
 def serve(env, **overrides):
@@ -48,13 +77,21 @@ def serve(env, **overrides):
 
 
 def upload(c, env, who="alice", model="tiny"):
-    r = c.post("/v1/datasets", json={"model": model, "payload_b64": env["payload"].to_base64(), "targets": TARGETS}, headers=env[who])
+    r = c.post(
+        "/v1/datasets",
+        json={"model": model, "payload_b64": env["payload"].to_base64(), "targets": TARGETS},
+        headers=env[who],
+    )
     assert r.status_code == 201, r.text
     return r.json()["id"]
 
 
 def start(c, env, datasets, who="alice", **hp):
-    r = c.post("/v1/fine_tuning/jobs", json={"model": "tiny", "datasets": datasets, "hyperparameters": {**HP, **hp}}, headers=env[who])
+    r = c.post(
+        "/v1/fine_tuning/jobs",
+        json={"model": "tiny", "datasets": datasets, "hyperparameters": {**HP, **hp}},
+        headers=env[who],
+    )
     assert r.status_code == 201, r.text
     return r.json()
 
@@ -74,8 +111,11 @@ def events(c, env, job_id, who="alice"):
 
 
 def weights(run) -> dict:
-    return {f"{rel}:{k}": v for rel in ("projection/model.safetensors", "adapter/adapter_model.safetensors")
-            for k, v in load_file(str(run / rel)).items()}
+    return {
+        f"{rel}:{k}": v
+        for rel in ("projection/model.safetensors", "adapter/adapter_model.safetensors")
+        for k, v in load_file(str(run / rel)).items()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +126,12 @@ def reference(env):
         job = start(c, env, [dataset])
         assert job["status"] == "queued" and job["progress"]["total_steps"] == 6 and job["id"].startswith("ftjob_")
         job = wait_for(c, env, job["id"], ("succeeded", "failed", "cancelled"))
-        return {"job": job, "dataset": dataset, "events": events(c, env, job["id"]),
-                "dir": env["config"].data_path / "jobs" / job["id"]}
+        return {
+            "job": job,
+            "dataset": dataset,
+            "events": events(c, env, job["id"]),
+            "dir": env["config"].data_path / "jobs" / job["id"],
+        }
 
 
 def test_a_job_trains_an_adapter_that_generate_serves(env, reference):
@@ -103,22 +147,44 @@ def test_a_job_trains_an_adapter_that_generate_serves(env, reference):
     run = reference["dir"]
     assert (run / "adapter").is_dir() and (run / "projection").is_dir()
     assert not (run / "encoder").exists() and not (run / "checkpoints").exists()
-    assert json.loads((run / "train_config.json").read_text())["config"]["ema_decay"] == 0.5  # the saved weights are the average
+    assert (
+        json.loads((run / "train_config.json").read_text())["config"]["ema_decay"] == 0.5
+    )  # the saved weights are the average
     base, tuned = weights(env["run"]), weights(run)
-    assert base.keys() == tuned.keys() and all(not torch.equal(base[k], tuned[k]) for k in base if "lora_B" in k or "projection" in k)
+    assert base.keys() == tuned.keys() and all(
+        not torch.equal(base[k], tuned[k]) for k in base if "lora_B" in k or "projection" in k
+    )
     adapted = ServerModel.load(run)
-    probe = env["lm"].privatizer(75.0).privatize(["chest pain again", "a new rash"], seed=5, public=["Options: angina", ""])
+    probe = (
+        env["lm"].privatizer(75.0).privatize(["chest pain again", "a new rash"], seed=5, public=["Options: angina", ""])
+    )
     with serve(env) as c:
         cards = {m["id"]: m for m in c.get("/v1/models", headers=env["alice"]).json()["data"]}
         assert [a["id"] for a in cards["tiny"]["adapters"]] == [job["adapter"]] and cards["twin"]["adapters"] == []
         assert [a["id"] for a in c.get("/v1/models/tiny", headers=env["alice"]).json()["adapters"]] == [job["adapter"]]
-        raw = c.post("/v1/generate", params={"model": "tiny", "max_new_tokens": 3, "adapter": job["adapter"]},
-                     content=probe.to_bytes(), headers={**env["alice"], **OCTET})
-        js = c.post("/v1/generate", json={"model": "tiny", "payload_b64": probe.to_base64(), "max_new_tokens": 3,
-                                          "adapter": job["adapter"]}, headers=env["alice"])
-        plain = c.post("/v1/generate", params={"model": "tiny", "max_new_tokens": 3}, content=probe.to_bytes(), headers={**env["alice"], **OCTET})
-        twin = c.post("/v1/generate", params={"model": "twin", "max_new_tokens": 3, "adapter": job["adapter"]},
-                      content=probe.to_bytes(), headers={**env["alice"], **OCTET})
+        raw = c.post(
+            "/v1/generate",
+            params={"model": "tiny", "max_new_tokens": 3, "adapter": job["adapter"]},
+            content=probe.to_bytes(),
+            headers={**env["alice"], **OCTET},
+        )
+        js = c.post(
+            "/v1/generate",
+            json={"model": "tiny", "payload_b64": probe.to_base64(), "max_new_tokens": 3, "adapter": job["adapter"]},
+            headers=env["alice"],
+        )
+        plain = c.post(
+            "/v1/generate",
+            params={"model": "tiny", "max_new_tokens": 3},
+            content=probe.to_bytes(),
+            headers={**env["alice"], **OCTET},
+        )
+        twin = c.post(
+            "/v1/generate",
+            params={"model": "twin", "max_new_tokens": 3, "adapter": job["adapter"]},
+            content=probe.to_bytes(),
+            headers={**env["alice"], **OCTET},
+        )
     expected = adapted.answer(probe, max_new_tokens=3)
     for r in (raw, js):
         assert r.status_code == 200, r.text
@@ -135,17 +201,34 @@ def test_tenants_cannot_see_or_use_each_others_jobs_datasets_or_adapters(env, re
         assert c.get("/v1/fine_tuning/jobs", headers=bob).json()["data"] == []
         assert [j["id"] for j in c.get("/v1/fine_tuning/jobs", headers=env["alice"]).json()["data"]] == [job["id"]]
         for path in (f"/v1/fine_tuning/jobs/{job['id']}", f"/v1/fine_tuning/jobs/{job['id']}/events"):
-            theirs, missing = c.get(path, headers=bob), c.get(path.replace(job["id"], "ftjob_00000000000000000000"), headers=bob)
+            theirs, missing = (
+                c.get(path, headers=bob),
+                c.get(path.replace(job["id"], "ftjob_00000000000000000000"), headers=bob),
+            )
             assert theirs.status_code == missing.status_code == 404
-            assert theirs.json()["error"]["message"].replace(job["id"], "X") == missing.json()["error"]["message"].replace("ftjob_00000000000000000000", "X")
+            assert theirs.json()["error"]["message"].replace(job["id"], "X") == missing.json()["error"][
+                "message"
+            ].replace("ftjob_00000000000000000000", "X")
         assert c.post(f"/v1/fine_tuning/jobs/{job['id']}/cancel", headers=bob).status_code == 404
         # bob cannot train on alice's dataset, nor generate with alice's adapter, nor see it on a card
         r = c.post("/v1/fine_tuning/jobs", json={"model": "tiny", "datasets": [reference["dataset"]]}, headers=bob)
         assert r.status_code == 404 and r.json()["error"]["type"] == "dataset_not_found"
-        r = c.post("/v1/generate", params={"model": "tiny", "max_new_tokens": 2, "adapter": job["adapter"]}, content=probe, headers={**bob, **OCTET})
-        missing = c.post("/v1/generate", params={"model": "tiny", "max_new_tokens": 2, "adapter": "ad_00000000000000000000"}, content=probe, headers={**bob, **OCTET})
+        r = c.post(
+            "/v1/generate",
+            params={"model": "tiny", "max_new_tokens": 2, "adapter": job["adapter"]},
+            content=probe,
+            headers={**bob, **OCTET},
+        )
+        missing = c.post(
+            "/v1/generate",
+            params={"model": "tiny", "max_new_tokens": 2, "adapter": "ad_00000000000000000000"},
+            content=probe,
+            headers={**bob, **OCTET},
+        )
         assert r.status_code == missing.status_code == 404 and r.json()["error"]["type"] == "adapter_not_found"
-        assert r.json()["error"]["message"].replace(job["adapter"], "X") == missing.json()["error"]["message"].replace("ad_00000000000000000000", "X")
+        assert r.json()["error"]["message"].replace(job["adapter"], "X") == missing.json()["error"]["message"].replace(
+            "ad_00000000000000000000", "X"
+        )
         assert c.get("/v1/models/tiny", headers=bob).json()["adapters"] == []
         assert c.get(f"/v1/fine_tuning/jobs/{job['id']}", headers=env["alice"]).status_code == 200
 
@@ -153,14 +236,18 @@ def test_tenants_cannot_see_or_use_each_others_jobs_datasets_or_adapters(env, re
 def test_events_page_and_stream_as_server_sent_events(env, reference):
     job_id = reference["job"]["id"]
     with serve(env) as c:
-        page = c.get(f"/v1/fine_tuning/jobs/{job_id}/events", params={"after": 2, "limit": 2}, headers=env["alice"]).json()
+        page = c.get(
+            f"/v1/fine_tuning/jobs/{job_id}/events", params={"after": 2, "limit": 2}, headers=env["alice"]
+        ).json()
         assert [e["seq"] for e in page["data"]] == [3, 4] and page["has_more"] and page["status"] == "succeeded"
         last = c.get(f"/v1/fine_tuning/jobs/{job_id}/events", params={"after": 2**63 - 1}, headers=env["alice"])
         assert last.status_code == 200 and last.json()["data"] == []
         for after in (2**63, 10**20):  # beyond SQLite's INTEGER: a 422, not an OverflowError's 500
             r = c.get(f"/v1/fine_tuning/jobs/{job_id}/events", params={"after": after}, headers=env["alice"])
             assert r.status_code == 422, r.text
-        with c.stream("GET", f"/v1/fine_tuning/jobs/{job_id}/events", params={"stream": "true"}, headers=env["alice"]) as r:
+        with c.stream(
+            "GET", f"/v1/fine_tuning/jobs/{job_id}/events", params={"stream": "true"}, headers=env["alice"]
+        ) as r:
             assert r.headers["content-type"].startswith("text/event-stream")
             text = "".join(r.iter_text())
     blocks = [dict(line.split(": ", 1) for line in b.splitlines()) for b in text.strip().split("\n\n")]
@@ -170,8 +257,12 @@ def test_events_page_and_stream_as_server_sent_events(env, reference):
 
 def test_job_validation_limits_queue_cancel_and_idempotency(env, reference, tmp_path):
     # no lifespan: no worker runs, so jobs stay queued
-    app = create_app(ServerConfig(**{**env["config"].__dict__, "sqlite_path": str(tmp_path / "q.sqlite"), "data_dir": str(tmp_path / "q")}),
-                     registry=env["registry"])
+    app = create_app(
+        ServerConfig(
+            **{**env["config"].__dict__, "sqlite_path": str(tmp_path / "q.sqlite"), "data_dir": str(tmp_path / "q")}
+        ),
+        registry=env["registry"],
+    )
     c = TestClient(app)
     try:
         ds = upload(c, env)
@@ -181,7 +272,11 @@ def test_job_validation_limits_queue_cancel_and_idempotency(env, reference, tmp_
             ({"model": "tiny", "datasets": [ds], "hyperparameters": {"lr": -1}}, 422, "lr"),
             ({"model": "tiny", "datasets": [ds], "hyperparameters": {"learning_rate": 0.1}}, 422, "learning_rate"),
             ({"model": "tiny", "datasets": [ds], "hyperparameters": {"ema_decay": 1}}, 422, "ema_decay"),
-            ({"model": "tiny", "datasets": [ds], "hyperparameters": {"epochs": 100, "batch_size": 1}}, 422, "600 steps"),
+            (
+                {"model": "tiny", "datasets": [ds], "hyperparameters": {"epochs": 100, "batch_size": 1}},
+                422,
+                "600 steps",
+            ),
             ({"model": "tiny", "datasets": [ds, ds]}, 422, "listed twice"),
             ({"model": "tiny", "datasets": []}, 422, "datasets"),
             ({"model": "tiny", "datasets": [twin]}, 400, "uploaded for model 'twin'"),
@@ -202,7 +297,9 @@ def test_job_validation_limits_queue_cancel_and_idempotency(env, reference, tmp_
         assert cancelled["status"] == "cancelled" and cancelled["finished_at"] is not None
         assert [e["type"] for e in events(c, env, first["id"])] == ["queued", "cancelled"]
         assert start(c, env, [ds])["status"] == "queued"  # room again
-        assert c.post(f"/v1/fine_tuning/jobs/{first['id']}/cancel", headers=env["alice"]).json()["status"] == "cancelled"
+        assert (
+            c.post(f"/v1/fine_tuning/jobs/{first['id']}/cancel", headers=env["alice"]).json()["status"] == "cancelled"
+        )
     finally:
         app.state.store.close()
 
@@ -239,7 +336,9 @@ def test_a_job_interrupted_by_a_restart_resumes_from_its_checkpoint(env, referen
     config = {"sqlite_path": str(tmp_path / "r.sqlite"), "data_dir": str(tmp_path / "r")}
     with serve(env, **config) as c:
         jobs = c.app.state.jobs
-        jobs.step_hook = lambda job_id, step: jobs.request_stop() if step == 3 else None  # the server stops after step 3
+        jobs.step_hook = lambda job_id, step: (
+            jobs.request_stop() if step == 3 else None
+        )  # the server stops after step 3
         job = start(c, env, [upload(c, env)])
         deadline = time.monotonic() + 120
         while "interrupted" not in [e["type"] for e in events(c, env, job["id"])]:
@@ -253,7 +352,9 @@ def test_a_job_interrupted_by_a_restart_resumes_from_its_checkpoint(env, referen
         done = wait_for(c, env, job["id"], ("succeeded", "failed", "cancelled"))
         kinds = [e["type"] for e in events(c, env, job["id"])]
     assert interrupted["progress"]["step"] >= 3
-    assert done["status"] == "succeeded" and done["progress"]["resumed_from_step"] == 2 and done["progress"]["step"] == 6
+    assert (
+        done["status"] == "succeeded" and done["progress"]["resumed_from_step"] == 2 and done["progress"]["step"] == 6
+    )
     assert kinds.count("started") == 2 and "interrupted" in kinds and "requeued" in kinds
     assert json.loads((run / "summary.json").read_text())["resumed_from_step"] == 2
     # resumed, not restarted: the same weights as the uninterrupted job, bit for bit

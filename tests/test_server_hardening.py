@@ -32,21 +32,38 @@ def env(tmp_path_factory, tiny_encoder_dir):
     run = make_tiny_run(tmp, tiny_encoder_dir)
     keys = tmp / "keys.json"
     key = KeyStore(keys).add_key("alice")
-    config = ServerConfig(models={"tiny": str(run)}, embed_models={"emb": str(tiny_encoder_dir)}, keys_path=str(keys),
-                          max_body_bytes=64 * 1024, max_batch_rows=4, max_new_tokens=8, rate_limit_per_minute=0)
+    config = ServerConfig(
+        models={"tiny": str(run)},
+        embed_models={"emb": str(tiny_encoder_dir)},
+        keys_path=str(keys),
+        max_body_bytes=64 * 1024,
+        max_batch_rows=4,
+        max_new_tokens=8,
+        rate_limit_per_minute=0,
+    )
     registry = ModelRegistry.load(config)
     lm = TextFreeLM.load(run)
     good = lm.privatizer(75.0).privatize(["a private prompt about nothing much", "second"], seed=0)
     app = create_app(config, registry=registry)
     with TestClient(app) as client:
-        yield {"client": client, "key": key, "good": good, "lm": lm, "config": config, "registry": registry, "keys": keys}
+        yield {
+            "client": client,
+            "key": key,
+            "good": good,
+            "lm": lm,
+            "config": config,
+            "registry": registry,
+            "keys": keys,
+        }
 
 
 def post(env, body: bytes, *, model="tiny", key=True, route="/v1/generate", ctype=OCTET, params=None):
     headers = {"Content-Type": ctype}
     if key:
         headers["Authorization"] = f"Bearer {env['key']}"
-    return env["client"].post(route, params={"model": model, "max_new_tokens": 1, **(params or {})}, content=body, headers=headers)
+    return env["client"].post(
+        route, params={"model": model, "max_new_tokens": 1, **(params or {})}, content=body, headers=headers
+    )
 
 
 def assert_error(r, status, kind, words=()):
@@ -59,7 +76,9 @@ def assert_error(r, status, kind, words=()):
 
 def framed(vectors, mask, header: dict) -> bytes:
     """Safetensors bytes with an arbitrary (possibly lying) textfree header: bypasses Payload's own checks."""
-    return st_save({"vectors": vectors.contiguous(), "mask": mask.contiguous()}, metadata={"textfree": json.dumps(header)})
+    return st_save(
+        {"vectors": vectors.contiguous(), "mask": mask.contiguous()}, metadata={"textfree": json.dumps(header)}
+    )
 
 
 def good_parts(env):
@@ -83,8 +102,12 @@ def test_wrong_dtype_and_shape(env):
 
 def test_wrong_width_encoder_or_k_is_a_mismatch(env):
     lm = env["lm"]
-    other_width = Payload(torch.nn.functional.normalize(torch.randn(1, 2, 16), dim=-1), torch.ones(1, 2, dtype=torch.bool),
-                          EncoderInfo(lm.config.encoder_id, lm.config.encoder_sha256, 16), SlotPrivatization(L2Laplace(75.0), k=4))
+    other_width = Payload(
+        torch.nn.functional.normalize(torch.randn(1, 2, 16), dim=-1),
+        torch.ones(1, 2, dtype=torch.bool),
+        EncoderInfo(lm.config.encoder_id, lm.config.encoder_sha256, 16),
+        SlotPrivatization(L2Laplace(75.0), k=4),
+    )
     assert_error(post(env, other_width.to_bytes()), 400, "payload_mismatch", ["width 16"])
     v, m, h = good_parts(env)
     foreign = Payload(v, m, EncoderInfo("someone/else", "b" * 64, 32), SlotPrivatization(L2Laplace(75.0), k=4))
@@ -107,13 +130,22 @@ def test_nan_inf_and_out_of_norm_vectors(env):
     assert_error(post(env, framed(v * 1000.0, m, h)), 400, "invalid_payload", ["unit-norm"])
     # a header that claims no normalisation passes the payload checks (norm < 1e4) but not this model's card
     lm = env["lm"]
-    raw = Payload(v * 100.0, m, EncoderInfo(lm.config.encoder_id, lm.config.encoder_sha256, 32),
-                  SlotPrivatization(None, k=4, normalize=False, renormalize=False))
+    raw = Payload(
+        v * 100.0,
+        m,
+        EncoderInfo(lm.config.encoder_id, lm.config.encoder_sha256, 32),
+        SlotPrivatization(None, k=4, normalize=False, renormalize=False),
+    )
     assert_error(post(env, raw.to_bytes()), 400, "payload_mismatch", ["normalize"])
     # the embed route: token vectors far beyond the clipping bound
     emb = env["registry"].models["emb"].card
-    tok = Payload(torch.ones(1, 3, 32) * 10.0, torch.ones(1, 3, dtype=torch.bool), EncoderInfo("x", emb["encoder_sha256"], 32, "embedding_table"),
-                  SlotPrivatization(None, k=1, normalize=False, renormalize=False), kind="token")
+    tok = Payload(
+        torch.ones(1, 3, 32) * 10.0,
+        torch.ones(1, 3, dtype=torch.bool),
+        EncoderInfo("x", emb["encoder_sha256"], 32, "embedding_table"),
+        SlotPrivatization(None, k=1, normalize=False, renormalize=False),
+        kind="token",
+    )
     assert_error(post(env, tok.to_bytes(), model="emb", route="/v1/embed"), 400, "payload_mismatch", ["clip_norm"])
     still_up(env)
 
@@ -137,8 +169,11 @@ def test_truncated_garbage_and_inconsistent_payloads(env):
     # JSON that gets past the field checks: brackets nested 3,000 deep, a 5,000-digit integer, an epsilon of 10**400
     raw = json.dumps(h)
     noise = json.dumps(h["privatization"]["noise"])
-    for text in (raw[:-1] + ', "zz": ' + "[" * 3000 + "]" * 3000 + "}", raw[:-1] + ', "zz": 1' + "0" * 5000 + "}",
-                 raw.replace(noise, noise.replace(str(h["privatization"]["noise"]["epsilon"]), "1" + "0" * 400))):
+    for text in (
+        raw[:-1] + ', "zz": ' + "[" * 3000 + "]" * 3000 + "}",
+        raw[:-1] + ', "zz": 1' + "0" * 5000 + "}",
+        raw.replace(noise, noise.replace(str(h["privatization"]["noise"]["epsilon"]), "1" + "0" * 400)),
+    ):
         blob = st_save({"vectors": v.contiguous(), "mask": m.contiguous()}, metadata={"textfree": text})
         assert_error(post(env, blob), 400, "invalid_payload", ["malformed"])
     still_up(env)
@@ -149,15 +184,21 @@ def test_oversized_bodies_are_413(env):
     limit = env["config"].max_body_bytes
     assert_error(post(env, b"\x00" * (limit + 1)), 413, "body_too_large")
     big = "A" * (limit * 2)
-    r = env["client"].post("/v1/generate", json={"model": "tiny", "payload_b64": big}, headers={"Authorization": f"Bearer {env['key']}"})
+    r = env["client"].post(
+        "/v1/generate", json={"model": "tiny", "payload_b64": big}, headers={"Authorization": f"Bearer {env['key']}"}
+    )
     assert_error(r, 413, "body_too_large")
 
     def chunks():  # no Content-Length: counted while streaming
         for _ in range(limit // 1024 + 2):
             yield b"\x00" * 1024
 
-    r = env["client"].post("/v1/generate", params={"model": "tiny"}, content=chunks(),
-                           headers={"Content-Type": OCTET, "Authorization": f"Bearer {env['key']}"})
+    r = env["client"].post(
+        "/v1/generate",
+        params={"model": "tiny"},
+        content=chunks(),
+        headers={"Content-Type": OCTET, "Authorization": f"Bearer {env['key']}"},
+    )
     assert_error(r, 413, "body_too_large")
     five = env["lm"].privatizer(75.0).privatize(["one", "two", "three", "four", "five"], seed=0)
     assert_error(post(env, five.to_bytes()), 413, "too_many_rows", ["at most 4"])
@@ -172,15 +213,38 @@ def test_schema_options_and_unknown_names(env):
     assert_error(post(env, good.to_bytes(), params={"max_new_tokens": 9}), 422, "invalid_request", ["max_new_tokens"])
     assert_error(post(env, good.to_bytes(), params={"max_new_tokens": "many"}), 422, "invalid_request")
     assert_error(post(env, good.to_bytes(), ctype="text/plain"), 415, "unsupported_media_type")
-    assert_error(c.post("/v1/generate", content=b"{not json", headers={**auth, "Content-Type": "application/json"}), 400, "invalid_json")
+    assert_error(
+        c.post("/v1/generate", content=b"{not json", headers={**auth, "Content-Type": "application/json"}),
+        400,
+        "invalid_json",
+    )
     assert_error(c.post("/v1/generate", json={"model": "tiny"}, headers=auth), 422, "invalid_request", ["payload_b64"])
-    assert_error(c.post("/v1/generate", json={"model": "tiny", "payload_b64": good.to_base64(), "evil": 1}, headers=auth), 422, "invalid_request", ["evil"])
-    assert_error(c.post("/v1/generate", json={"model": "tiny", "payload_b64": "***"}, headers=auth), 400, "invalid_payload", ["base64"])
+    assert_error(
+        c.post("/v1/generate", json={"model": "tiny", "payload_b64": good.to_base64(), "evil": 1}, headers=auth),
+        422,
+        "invalid_request",
+        ["evil"],
+    )
+    assert_error(
+        c.post("/v1/generate", json={"model": "tiny", "payload_b64": "***"}, headers=auth),
+        400,
+        "invalid_payload",
+        ["base64"],
+    )
     body = '{"model": "tiny", "payload_b64": "%s", "public": ["\\ud800", "x"]}' % good.to_base64()
-    assert_error(c.post("/v1/generate", content=body, headers={**auth, "Content-Type": "application/json"}), 400, "invalid_json")
+    assert_error(
+        c.post("/v1/generate", content=body, headers={**auth, "Content-Type": "application/json"}), 400, "invalid_json"
+    )
     v, m, h = good_parts(env)  # the payload header's JSON may carry a lone surrogate too: refused before tokenizing
     assert_error(post(env, framed(v, m, {**h, "public": ["\ud800", "x"]})), 422, "invalid_request", ["surrogate"])
-    assert_error(c.post("/v1/generate", json={"model": "tiny", "payload_b64": good.to_base64(), "public": ["one"]}, headers=auth), 422, "invalid_request", ["2 strings"])
+    assert_error(
+        c.post(
+            "/v1/generate", json={"model": "tiny", "payload_b64": good.to_base64(), "public": ["one"]}, headers=auth
+        ),
+        422,
+        "invalid_request",
+        ["2 strings"],
+    )
     assert_error(c.get("/v1/models/nope", headers=auth), 404, "model_not_found")
     assert_error(c.delete("/v1/models", headers=auth), 405, "method_not_allowed")
     still_up(env)
@@ -201,8 +265,12 @@ def test_public_text_longer_than_the_model_reads_is_refused_not_cut(env):
     over = at + unit
     body = {"model": "tiny", "payload_b64": env["good"].to_base64(), "max_new_tokens": 1}
     assert c.post("/v1/generate", json={**body, "public": [at, "x"]}, headers=auth).status_code == 200
-    assert_error(c.post("/v1/generate", json={**body, "public": ["x", over]}, headers=auth), 422, "invalid_request",
-                 ["public[1]", f"at most {limit}", "max_public_tokens"])
+    assert_error(
+        c.post("/v1/generate", json={**body, "public": ["x", over]}, headers=auth),
+        422,
+        "invalid_request",
+        ["public[1]", f"at most {limit}", "max_public_tokens"],
+    )
     v, m, h = good_parts(env)  # the payload's own public text is held to the same limit
     assert_error(post(env, framed(v, m, {**h, "public": [over, "x"]})), 422, "invalid_request", ["public[0]"])
     with pytest.warns(UserWarning, match=r"1 public text\(s\) longer than max_public_tokens"):
@@ -273,8 +341,12 @@ def test_a_crash_inside_the_model_is_a_bare_500_and_the_server_stays_up(env, mon
     monkeypatch.setattr(model, "run", flaky)
     with TestClient(create_app(env["config"], registry=env["registry"])) as c:
         auth = {"Authorization": f"Bearer {env['key']}", "Content-Type": OCTET}
-        first = c.post("/v1/generate", params={"model": "tiny", "max_new_tokens": 1}, content=env["good"].to_bytes(), headers=auth)
-        second = c.post("/v1/generate", params={"model": "tiny", "max_new_tokens": 1}, content=env["good"].to_bytes(), headers=auth)
+        first = c.post(
+            "/v1/generate", params={"model": "tiny", "max_new_tokens": 1}, content=env["good"].to_bytes(), headers=auth
+        )
+        second = c.post(
+            "/v1/generate", params={"model": "tiny", "max_new_tokens": 1}, content=env["good"].to_bytes(), headers=auth
+        )
         metrics = c.get("/metrics", params={"format": "json"}).json()
     assert_error(first, 500, "internal_error")
     assert "secret" not in first.text
@@ -284,7 +356,9 @@ def test_a_crash_inside_the_model_is_a_bare_500_and_the_server_stays_up(env, mon
 
 
 # ---------------------------------------------------------------------------------------------- fuzz
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(st.binary(max_size=4096))
 def test_fuzz_random_bytes_get_only_4xx(env, data):
     FUZZ["random"] += 1
@@ -293,9 +367,13 @@ def test_fuzz_random_bytes_get_only_4xx(env, data):
     assert r.json()["error"]["type"]
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.integers(min_value=0), st.integers(min_value=0, max_value=255)), min_size=1, max_size=8),
-       st.one_of(st.none(), st.integers(min_value=0)))
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(st.tuples(st.integers(min_value=0), st.integers(min_value=0, max_value=255)), min_size=1, max_size=8),
+    st.one_of(st.none(), st.integers(min_value=0)),
+)
 def test_fuzz_corrupted_payloads_get_4xx_or_an_answer(env, edits, cut):
     data = bytearray(env["good"].to_bytes())
     for pos, value in edits:
@@ -309,17 +387,42 @@ def test_fuzz_corrupted_payloads_get_4xx_or_an_answer(env, edits, cut):
 
 
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=20),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
-HEADER_PATHS = [("format",), ("format_version",), ("kind",), ("dtype",), ("shape",), ("lengths",), ("public",), ("extra",),
-                ("encoder",), ("encoder", "id"), ("encoder", "sha256"), ("encoder", "dim"), ("encoder", "kind"),
-                ("privatization",), ("privatization", "k"), ("privatization", "normalize"), ("privatization", "noise"),
-                ("privatization", "sensitivity"), ("privacy",), ("privacy", "slot"), ("new_field",)]
+HEADER_PATHS = [
+    ("format",),
+    ("format_version",),
+    ("kind",),
+    ("dtype",),
+    ("shape",),
+    ("lengths",),
+    ("public",),
+    ("extra",),
+    ("encoder",),
+    ("encoder", "id"),
+    ("encoder", "sha256"),
+    ("encoder", "dim"),
+    ("encoder", "kind"),
+    ("privatization",),
+    ("privatization", "k"),
+    ("privatization", "normalize"),
+    ("privatization", "noise"),
+    ("privatization", "sensitivity"),
+    ("privacy",),
+    ("privacy", "slot"),
+    ("new_field",),
+]
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(st.lists(st.tuples(st.sampled_from(HEADER_PATHS), JSON_VALUES), min_size=1, max_size=3))
 def test_fuzz_header_fields_get_4xx_or_an_answer(env, edits):
     v, m, h = good_parts(env)

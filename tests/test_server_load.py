@@ -56,11 +56,14 @@ def test_a_warm_up_that_never_reaches_its_requests_stops_at_max_warmup_s(monkeyp
     assert loadtest._warm_up("u", {}, [b""], LoadTestConfig(warmup_s=0, warmup_requests=5, max_warmup_s=0.2)) == 0
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"warmup_requests": -1}, "warmup_requests must be an integer >= 0, got -1"),
-    ({"warmup_requests": 2.5}, "warmup_requests must be an integer >= 0, got 2.5"),
-    ({"warmup_s": 5.0, "max_warmup_s": 1.0}, r"max_warmup_s \(1.0\) must be at least warmup_s \(5.0\)"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"warmup_requests": -1}, "warmup_requests must be an integer >= 0, got -1"),
+        ({"warmup_requests": 2.5}, "warmup_requests must be an integer >= 0, got 2.5"),
+        ({"warmup_s": 5.0, "max_warmup_s": 1.0}, r"max_warmup_s \(1.0\) must be at least warmup_s \(5.0\)"),
+    ],
+)
 def test_bad_warm_up_settings_are_refused_by_name(kwargs, message):
     with pytest.raises(ValueError, match=message):
         LoadTestConfig(**kwargs)

@@ -43,7 +43,9 @@ def test_private_mean_privacy_loss_golden_values_and_the_gdp_curve(mu, delta, go
     assert loss.notion == "approx" and loss.delta == delta
     assert loss.epsilon == pytest.approx(golden, abs=1e-4)
     assert _gdp_delta(loss.epsilon, mu) == pytest.approx(delta, rel=1e-4)
-    assert PrivateMean(mu, delta=delta).privacy_loss(2).epsilon == pytest.approx(PrivateMean(2 * mu, delta=delta).privacy_loss(1).epsilon)
+    assert PrivateMean(mu, delta=delta).privacy_loss(2).epsilon == pytest.approx(
+        PrivateMean(2 * mu, delta=delta).privacy_loss(1).epsilon
+    )
     assert PrivateMean(mu).privacy_loss(0).epsilon == 0.0
 
 
@@ -187,7 +189,9 @@ def test_the_client_refuses_a_card_whose_centre_does_not_hash_to_its_sha():
     with pytest.raises(ModelMismatchError, match="carries no usable one"):
         _card_center(card | {"center": [1.0, 1.0]}, "m", 4)
     assert _card_center({"center_sha256": None}, "m", 4) is None
-    np.testing.assert_array_equal(_card_center(card | {"center": [1.0] * 4}, "m", 4).numpy(), np.ones(4, dtype=np.float32))
+    np.testing.assert_array_equal(
+        _card_center(card | {"center": [1.0] * 4}, "m", 4).numpy(), np.ones(4, dtype=np.float32)
+    )
 
 
 def test_inspect_names_the_slot_centre_of_a_centred_payload(tmp_path):
@@ -202,6 +206,12 @@ def test_inspect_names_the_slot_centre_of_a_centred_payload(tmp_path):
     r = CliRunner().invoke(app, ["inspect", str(tmp_path / "p.safetensors")], terminal_width=200)
     assert r.exit_code == 0, r.output
     assert "slot centre" in r.output and spec.center_sha256[:12] in r.output
-    Payload(*SlotPrivatization(L2Laplace(20.0), k=2).apply(hidden, mask, generator=torch.Generator()), _info(),
-            SlotPrivatization(L2Laplace(20.0), k=2)).save(tmp_path / "q.safetensors")
-    assert "slot centre" not in CliRunner().invoke(app, ["inspect", str(tmp_path / "q.safetensors")], terminal_width=200).output
+    Payload(
+        *SlotPrivatization(L2Laplace(20.0), k=2).apply(hidden, mask, generator=torch.Generator()),
+        _info(),
+        SlotPrivatization(L2Laplace(20.0), k=2),
+    ).save(tmp_path / "q.safetensors")
+    assert (
+        "slot centre"
+        not in CliRunner().invoke(app, ["inspect", str(tmp_path / "q.safetensors")], terminal_width=200).output
+    )

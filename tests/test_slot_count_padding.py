@@ -1,16 +1,15 @@
 """Hiding the slot count: ``SlotPrivatization.pad_to`` (filler slots noised like the prompt's own), the payload and
 CLI that carry it, PPFT's ``fixed_slots`` client, the server card that asks for it, and the count-reading attackers."""
 
-import json
 import math
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
-from textfree.heads.classifier import AttributeAttackConfig, predict_attributes, train_attribute_attacker
 from textfree.attacks.attributes import build_specs, length_predictions, prior_predictions, score_attributes
 from textfree.cli import app
+from textfree.heads.classifier import AttributeAttackConfig, predict_attributes, train_attribute_attacker
 from textfree.mechanisms import L2Laplace, SlotPrivatization
 from textfree.mechanisms.slots import filler_slot, pad_slots
 from textfree.payload import EncoderInfo, Payload, PayloadError
@@ -33,8 +32,9 @@ def test_pad_slots_hand_example():
     out, m = pad_slots(slots, mask, 4)
     f = 2**-0.5
     assert m.tolist() == [[True] * 4, [True] * 4]
-    assert torch.allclose(out, torch.tensor([[[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [f, f]],
-                                             [[0.0, -1.0], [f, f], [f, f], [f, f]]]))
+    assert torch.allclose(
+        out, torch.tensor([[[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [f, f]], [[0.0, -1.0], [f, f], [f, f], [f, f]]])
+    )
     with pytest.raises(ValueError, match="prompt 0 has 3 slots, more than pad_to=2"):
         pad_slots(slots, mask, 2)
 
@@ -52,7 +52,9 @@ def test_padded_release_has_pad_to_unit_slots_for_every_prompt_and_bounds_every_
     assert not unpadded.count_hidden and math.isinf(unpadded.pair_loss().epsilon)
     # without noise the filler slots are exactly the public filler: nothing else is added
     clean, _ = SlotPrivatization(None, k=4, pad_to=5).apply(h, mask, generator=None)
-    assert torch.allclose(clean[1, 1:], filler_slot(16).expand(4, 16)) and torch.allclose(clean[0, 3:], filler_slot(16).expand(2, 16))
+    assert torch.allclose(clean[1, 1:], filler_slot(16).expand(4, 16)) and torch.allclose(
+        clean[0, 3:], filler_slot(16).expand(2, 16)
+    )
     with pytest.raises(ValueError, match="prompt 0 has 3 slots, more than pad_to=2"):
         SlotPrivatization(L2Laplace(75.0), k=4, pad_to=2).apply(h, mask, generator=torch.Generator().manual_seed(0))
 
@@ -72,9 +74,14 @@ def test_filler_slots_get_the_same_noise_as_real_ones():
     assert 0.2 < float((v[:, 1] @ f).mean()) < 0.95  # noised, not released as it is
 
 
-@pytest.mark.parametrize("bad, message", [(0, "pad_to must be an integer >= 1 or None, got 0"),
-                                          (True, "pad_to must be an integer >= 1 or None, got True"),
-                                          (2.0, "pad_to must be an integer >= 1 or None, got 2.0")])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (0, "pad_to must be an integer >= 1 or None, got 0"),
+        (True, "pad_to must be an integer >= 1 or None, got True"),
+        (2.0, "pad_to must be an integer >= 1 or None, got 2.0"),
+    ],
+)
 def test_pad_to_is_validated(bad, message):
     with pytest.raises(ValueError, match=message):
         SlotPrivatization(L2Laplace(1.0), pad_to=bad)
@@ -103,20 +110,58 @@ def test_padded_payload_round_trips_and_a_false_header_is_refused():
 def test_cli_privatize_pad_to_and_inspect(tiny_encoder_dir, tmp_path):
     runner = CliRunner()
     out = tmp_path / "q.safetensors"
-    r = runner.invoke(app, ["privatize", "one two three", "a longer second prompt with more words in it", "--epsilon", "75",
-                            "--k", "4", "--pad-to", "6", "--encoder", str(tiny_encoder_dir), "--out", str(out)])
+    r = runner.invoke(
+        app,
+        [
+            "privatize",
+            "one two three",
+            "a longer second prompt with more words in it",
+            "--epsilon",
+            "75",
+            "--k",
+            "4",
+            "--pad-to",
+            "6",
+            "--encoder",
+            str(tiny_encoder_dir),
+            "--out",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     p = Payload.load(out)
     assert p.lengths == [6, 6] and p.privatization.pad_to == 6
     r = runner.invoke(app, ["inspect", str(out)])
     assert r.exit_code == 0 and "hidden: every prompt padded to 6 slots" in r.output and "eps = 900" in r.output
-    too_long = runner.invoke(app, ["privatize", "a longer second prompt with more words in it", "--epsilon", "75",
-                                   "--pad-to", "1", "--encoder", str(tiny_encoder_dir), "--out", str(tmp_path / "x.safetensors")])
-    assert too_long.exit_code == 2 and "more than pad_to=1" in too_long.output and not (tmp_path / "x.safetensors").exists()
+    too_long = runner.invoke(
+        app,
+        [
+            "privatize",
+            "a longer second prompt with more words in it",
+            "--epsilon",
+            "75",
+            "--pad-to",
+            "1",
+            "--encoder",
+            str(tiny_encoder_dir),
+            "--out",
+            str(tmp_path / "x.safetensors"),
+        ],
+    )
+    assert (
+        too_long.exit_code == 2
+        and "more than pad_to=1" in too_long.output
+        and not (tmp_path / "x.safetensors").exists()
+    )
     bad = runner.invoke(app, ["privatize", "x", "--epsilon", "75", "--pad-to", "0", "--encoder", str(tiny_encoder_dir)])
     assert bad.exit_code == 2 and "--pad-to must be >= 1, got 0" in bad.output
     plain = tmp_path / "plain.safetensors"
-    assert runner.invoke(app, ["privatize", "one two", "--epsilon", "75", "--encoder", str(tiny_encoder_dir), "--out", str(plain)]).exit_code == 0
+    assert (
+        runner.invoke(
+            app, ["privatize", "one two", "--epsilon", "75", "--encoder", str(tiny_encoder_dir), "--out", str(plain)]
+        ).exit_code
+        == 0
+    )
     assert "released: ceil(tokens / k) tells the length" in runner.invoke(app, ["inspect", str(plain)]).output
 
 
@@ -137,7 +182,9 @@ def test_fixed_slots_client_pads_to_max_private_tokens_over_k(fixed_run):
 
     lm = TextFreeLM.load(fixed_run)
     assert lm.config.fixed_slots and lm.config.pad_to == 4  # ceil(16 / 4)
-    payload = lm.privatizer(75.0).privatize(["a", "a much longer private prompt that the client cuts at sixteen tokens"], seed=0)
+    payload = lm.privatizer(75.0).privatize(
+        ["a", "a much longer private prompt that the client cuts at sixteen tokens"], seed=0
+    )
     assert payload.lengths == [4, 4] and payload.privatization.pad_to == 4
     assert lm.privatizer(75.0, k=3).privatization.pad_to == 6  # ceil(16 / 3) for another k
     assert lm.ask(["a"], epsilon=75.0, seed=0, max_new_tokens=2)  # the server answers a padded payload
@@ -151,8 +198,8 @@ def test_fixed_slots_client_pads_to_max_private_tokens_over_k(fixed_run):
 
 def test_server_card_asks_for_padding_and_refuses_unpadded_payloads(fixed_run, tiny_encoder_dir):
     from textfree.client import Client
-    from textfree.privatizer import Privatizer
     from textfree.encoders import ContextualEncoder
+    from textfree.privatizer import Privatizer
     from textfree.server import ServerConfig, create_app
     from textfree.server.errors import ApiError
     from textfree.server.models import ModelRegistry
@@ -201,7 +248,9 @@ def test_count_reading_attacker_reads_the_count_and_padding_hides_it():
 
     def accuracy(count: bool, train, test) -> float:
         config = AttributeAttackConfig(pooling="mean", count=count, epochs=30, hidden=32)
-        model = train_attribute_attacker(*train, y, specs, config, noise=noise, generator=torch.Generator().manual_seed(0))
+        model = train_attribute_attacker(
+            *train, y, specs, config, noise=noise, generator=torch.Generator().manual_seed(0)
+        )
         released = noisy_rows(noise, *test, torch.Generator().manual_seed(2))
         return score_attributes(specs, predict_attributes(model, released, test[1]), ty)["size_accuracy"]
 

@@ -27,9 +27,13 @@ def _hidden(b=2, t=6, d=8, seed=0):
 
 def test_repeat_mean_slots_by_hand():
     s = 2**-0.5
-    slots = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]],     # two real slots and padding
-                          [[1.0, 0.0], [-1.0, 0.0], [0.0, 0.0]],    # real slots that cancel: zero, not NaN
-                          [[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]]])    # no real slot
+    slots = torch.tensor(
+        [
+            [[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]],  # two real slots and padding
+            [[1.0, 0.0], [-1.0, 0.0], [0.0, 0.0]],  # real slots that cancel: zero, not NaN
+            [[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]],
+        ]
+    )  # no real slot
     mask = torch.tensor([[True, True, False], [True, True, False], [False, False, False]])
     out = repeat_mean_slots(slots, mask)
     torch.testing.assert_close(out[0], torch.tensor([[s, s], [s, s], [0.0, 0.0]]))
@@ -53,7 +57,9 @@ def test_every_released_slot_is_the_prompts_unit_mean_and_the_guarantee_is_ppfts
             assert torch.equal(rep[row, n:], torch.zeros_like(rep[row, n:]))
     noisy = SlotPrivatization(L2Laplace(20.0), k=2, center=center, repeat_mean=True)
     base = SlotPrivatization(L2Laplace(20.0), k=2, center=center)
-    assert noisy.slot_loss() == base.slot_loss() and noisy.prompt_loss(3) == base.prompt_loss(3)  # unit slots: 2 eps each
+    assert noisy.slot_loss() == base.slot_loss() and noisy.prompt_loss(3) == base.prompt_loss(
+        3
+    )  # unit slots: 2 eps each
     v, m = noisy.apply(hidden, mask, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(v[m].norm(dim=-1), torch.ones(int(m.sum())), atol=1e-5, rtol=0)
     assert not torch.allclose(v[0, 0], v[0, 1])  # each copy gets its own noise
@@ -67,7 +73,8 @@ def test_each_copy_gets_its_own_l2_laplace_draw():
     mask = torch.ones(1, t, dtype=torch.bool)
     clean, _ = SlotPrivatization(None, k=1, repeat_mean=True).apply(hidden, mask, generator=None)
     noisy, _ = SlotPrivatization(L2Laplace(eps), k=1, renormalize=False, repeat_mean=True).apply(
-        hidden, mask, generator=torch.Generator().manual_seed(2))
+        hidden, mask, generator=torch.Generator().manual_seed(2)
+    )
     noise = (noisy[0] - clean[0]).double()
     radius = noise.norm(dim=-1).numpy()
     assert stats.kstest(radius, stats.gamma(a=d, scale=1 / eps).cdf).pvalue > ALPHA
@@ -114,7 +121,11 @@ def test_a_repeat_mean_model_is_served_with_its_client_and_checks_payloads(repea
     assert repeated.privatization.repeat_mean and repeated.lengths[0] > 1
     model.prepare(repeated, None, config)  # accepted
     ppft = TextFreeLM.load(plain).privatizer(30.0).privatize([text], seed=0)
-    with pytest.raises(ApiError, match=r"takes payloads whose slots are each prompt's repeated mean slot \(repeat_mean: true\), got repeat_mean=false") as err:
+    with pytest.raises(
+        ApiError,
+        match=r"takes payloads whose slots are each prompt's repeated mean slot \(repeat_mean: true\), got "
+        r"repeat_mean=false",
+    ) as err:
         model.prepare(ppft, None, config)
     assert err.value.status == 400
     with pytest.raises(ApiError, match=r"the prompt's own slots \(repeat_mean: false\), got repeat_mean=true"):

@@ -11,7 +11,9 @@ from textfree.payload import Payload
 def test_class_subspace_is_the_span_of_the_class_means_minus_their_average_by_hand():
     # three classes in R^4: means (2,0,0,0), (0,2,0,0), (1,1,0,0) -> minus their average (1,1,0,0): (1,-1,0,0),
     # (-1,1,0,0), (0,0,0,0): a rank-1 span along (1,-1,0,0)/sqrt(2)
-    x = torch.tensor([[2.0, 0, 0, 0], [2.0, 0, 1, 0], [2.0, 0, -1, 0], [0, 2.0, 0, 5], [0, 2.0, 0, -5], [1.0, 1.0, 0, 0]])
+    x = torch.tensor(
+        [[2.0, 0, 0, 0], [2.0, 0, 1, 0], [2.0, 0, -1, 0], [0, 2.0, 0, 5], [0, 2.0, 0, -5], [1.0, 1.0, 0, 0]]
+    )
     basis = class_subspace(x, ["a", "a", "a", "b", "b", "c"])
     assert basis.shape == (1, 4)
     torch.testing.assert_close(basis.abs(), torch.tensor([[2**-0.5, 2**-0.5, 0, 0]]), atol=1e-6, rtol=0)

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from textfree.substitution import nn as nn_module
 from textfree.geometry import gamma, max_pairwise_distance
+from textfree.substitution import nn as nn_module
 from textfree.substitution.nn import (
     AUTO_FAISS_MIN_QUERIES,
     SINGLE_PASS_MAX_QUERIES,
@@ -119,8 +119,14 @@ def test_bf16_score_error_bounds_every_row(scale):
     # search computes it), S = ||t||^2 - 2 q.t exactly. Queries of every size against a wide table, 64 dims.
     g = torch.Generator().manual_seed(7)
     table = scale * torch.randn(4000, 64, generator=g)
-    queries = torch.cat([scale * (10.0 ** torch.arange(-2, 3, dtype=torch.float64))[:, None]
-                         * torch.randn(5, 64, generator=g, dtype=torch.float64) for _ in range(40)])
+    queries = torch.cat(
+        [
+            scale
+            * (10.0 ** torch.arange(-2, 3, dtype=torch.float64))[:, None]
+            * torch.randn(5, 64, generator=g, dtype=torch.float64)
+            for _ in range(40)
+        ]
+    )
     nn = NearestNeighbors(table, "bf16")
     sub = nn._full
     scores, rows = nn._bf16_topr(sub, queries, len(table))  # every row, in some order
@@ -207,7 +213,10 @@ def test_approximate_agrees_with_exact_and_returns_valid_ids(dim, noise):
     assert float((got[:, 0] == want[:, 0]).double().mean()) >= 0.99
     d = torch.cdist(queries.double(), table.double()).gather(1, got)
     assert bool((d[:, :-1] <= d[:, 1:]).all())  # nearest first
-    assert float((approx.search(queries.float(), 1)[:, 0] == brute_force(queries.float(), table, 1)[:, 0]).double().mean()) >= 0.99
+    assert (
+        float((approx.search(queries.float(), 1)[:, 0] == brute_force(queries.float(), table, 1)[:, 0]).double().mean())
+        >= 0.99
+    )
 
 
 def test_approximate_is_deterministic_and_independent_of_the_batch(monkeypatch):
@@ -224,8 +233,10 @@ def test_approximate_is_deterministic_and_independent_of_the_batch(monkeypatch):
     sets = torch.stack([torch.rand(2000, generator=g) < p for p in (0.1, 0.4)])
     which = torch.randint(0, 2, (len(queries),), generator=g)
     whole = again.search(queries, 1, candidate_mask=sets, set_index=which)  # >= SINGLE_PASS_MAX_QUERIES: per set
-    small = [again.search(queries[i : i + 50], 1, candidate_mask=sets, set_index=which[i : i + 50])
-             for i in range(0, len(queries), 50)]
+    small = [
+        again.search(queries[i : i + 50], 1, candidate_mask=sets, set_index=which[i : i + 50])
+        for i in range(0, len(queries), 50)
+    ]
     assert torch.equal(torch.cat(small), whole)
     # torch._int_mm (native int8 CPUs) and the float32 product of the same codes (AVX2-only CPUs) give the same
     # answers; so does a float64 matmul of the same integers where a torch build has no _int_mm.

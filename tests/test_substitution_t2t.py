@@ -193,7 +193,11 @@ def test_approximate_search_keeps_the_accounting_and_nearly_every_output(minilm_
             a = approx.privatize_detailed(SENTENCES, generator=gen(seed))
             e = exact.privatize_detailed(SENTENCES, generator=gen(seed))
             assert (a.n_words, a.n_substituted, a.n_kept, a.substituted_per_text) == (
-                e.n_words, e.n_substituted, e.n_kept, e.substituted_per_text)
+                e.n_words,
+                e.n_substituted,
+                e.n_kept,
+                e.substituted_per_text,
+            )
             for wa, we in zip(a.output_words, e.output_words):
                 same += sum(x == y for x, y in zip(wa, we))
                 total += len(we)

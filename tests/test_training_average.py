@@ -7,10 +7,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from textfree.training.checkpoint import EMA_FILE, latest_checkpoint
-from textfree.training.average import WeightAverage, check_ema_decay
 from textfree.ppft.model import TextFreeLM
 from textfree.ppft.train import Stage2Config, train_stage2
+from textfree.training.average import WeightAverage, check_ema_decay
+from textfree.training.checkpoint import EMA_FILE, latest_checkpoint
 
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "data"
@@ -53,7 +53,9 @@ def test_state_round_trip_and_mismatches_are_refused():
     assert torch.equal(other.average["a"], torch.ones(2, 3))
     with pytest.raises(ValueError, match="ckpt: the saved weight average does not match.*extra \\['b'\\]"):
         other.load({"a": torch.ones(2, 3), "b": torch.ones(1)}, where="ckpt")
-    with pytest.raises(ValueError, match="ckpt: the saved average of 'a' has shape \\(3, 2\\), the parameter \\(2, 3\\)"):
+    with pytest.raises(
+        ValueError, match="ckpt: the saved average of 'a' has shape \\(3, 2\\), the parameter \\(2, 3\\)"
+    ):
         other.load({"a": torch.ones(3, 2)}, where="ckpt")
     with pytest.raises(ValueError, match="not the averaged ones"):
         avg.update({"b": a})
@@ -71,8 +73,20 @@ def test_decay_is_checked(bad):
 
 # ---------------------------------------------------------------------------------------------- in a stage-2 run
 def _cfg(out, init, **kw):
-    base = dict(out=str(out), init=str(init), dataset="ddx", epsilon=28.0, epochs=3, batch_size=2, lr=1e-2, tasks=["mcqa"],
-                warmup_steps=1, save_every=2, log_every=1, progress=False)
+    base = dict(
+        out=str(out),
+        init=str(init),
+        dataset="ddx",
+        epsilon=28.0,
+        epochs=3,
+        batch_size=2,
+        lr=1e-2,
+        tasks=["mcqa"],
+        warmup_steps=1,
+        save_every=2,
+        log_every=1,
+        progress=False,
+    )
     return Stage2Config(**(base | kw))
 
 
@@ -85,8 +99,20 @@ def stage1_run(tmp_path_factory, tiny_encoder_dir):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TEXTFREE_DATA", str(FIXTURES))
         out = tmp_path_factory.mktemp("runs") / "stage1"
-        train_stage1(Stage1Config(out=str(out), decoder=str(decoder), encoder=str(tiny_encoder_dir), k=2, max_steps=2, batch_size=2,
-                                  lr=1e-2, warmup_steps=1, progress=False, max_target_tokens=16))
+        train_stage1(
+            Stage1Config(
+                out=str(out),
+                decoder=str(decoder),
+                encoder=str(tiny_encoder_dir),
+                k=2,
+                max_steps=2,
+                batch_size=2,
+                lr=1e-2,
+                warmup_steps=1,
+                progress=False,
+                max_target_tokens=16,
+            )
+        )
     return out
 
 

@@ -26,8 +26,7 @@ def make_accelerator(*, cpu: bool = False, mixed_precision: str | None = None):
     if AcceleratorState._shared_state and PartialState().num_processes == 1:  # set up by an earlier Accelerator
         state = AcceleratorState()
         on_cpu = state.device.type == "cpu"
-        if (cpu and not on_cpu) or (not cpu and on_cpu and _has_accelerator()) \
-                or wanted != state.mixed_precision:
+        if (cpu and not on_cpu) or (not cpu and on_cpu and _has_accelerator()) or wanted != state.mixed_precision:
             AcceleratorState._reset_state(reset_partial_state=True)
     return Accelerator(cpu=cpu, mixed_precision=mixed_precision)
 

@@ -60,7 +60,9 @@ def private_texts(records: list[Any]) -> list[str]:
     return out
 
 
-def dataset_alignment(dataset: str, budget: float, *, split: str | None = None, encoder: str = "default", limit: int | None = None) -> dict[str, Any]:
+def dataset_alignment(
+    dataset: str, budget: float, *, split: str | None = None, encoder: str = "default", limit: int | None = None
+) -> dict[str, Any]:
     from .data import load_dataset
     from .encoders import EmbeddingTableEncoder
 

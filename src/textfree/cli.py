@@ -39,11 +39,23 @@ def _build_noise(mechanism: str, epsilon: Optional[float], sigma: Optional[float
 @app.command()
 def privatize(
     text: list[str] = typer.Argument(None, help="Prompt text(s) to privatize. Use --file for one prompt per line."),
-    epsilon: Optional[float] = typer.Option(None, "--epsilon", "-e", help="Noise parameter (L2-Laplace eps per unit distance; Gaussian eps at --delta)."),
+    epsilon: Optional[float] = typer.Option(
+        None, "--epsilon", "-e", help="Noise parameter (L2-Laplace eps per unit distance; Gaussian eps at --delta)."
+    ),
     k: int = typer.Option(4, "--k", help="Pool blocks of k tokens into one slot."),
-    pad_to: Optional[int] = typer.Option(None, "--pad-to", help="Hide the prompt's length: release exactly this many slots per prompt (public filler slots after its own, noised like them); a longer prompt is an error. Default: ceil(tokens / k) slots, which tells the server the length."),
-    mechanism: str = typer.Option("l2_laplace", help="l2_laplace, gaussian or none (none = no privacy; experiments only)."),
-    sigma: Optional[float] = typer.Option(None, help="Gaussian: the standard deviation directly (overrides --epsilon)."),
+    pad_to: Optional[int] = typer.Option(
+        None,
+        "--pad-to",
+        help="Hide the prompt's length: release exactly this many slots per prompt (public filler slots after its own, "
+        "noised like them); a longer prompt is an error. Default: ceil(tokens / k) slots, which tells the "
+        "server the length.",
+    ),
+    mechanism: str = typer.Option(
+        "l2_laplace", help="l2_laplace, gaussian or none (none = no privacy; experiments only)."
+    ),
+    sigma: Optional[float] = typer.Option(
+        None, help="Gaussian: the standard deviation directly (overrides --epsilon)."
+    ),
     delta: float = typer.Option(1e-5, help="Gaussian: delta for calibration and accounting."),
     encoder: str = typer.Option("default", help="Encoder: 'default' (all-MiniLM-L6-v2, offline) or any HF name/path."),
     file: Optional[Path] = typer.Option(None, help="Read prompts from this UTF-8 file, one per line."),
@@ -52,7 +64,9 @@ def privatize(
     ledger: Optional[Path] = typer.Option(None, help="Charge this release to a privacy ledger file."),
     ledger_key: str = typer.Option("default", help="Ledger key (user) the release is charged to."),
     budget: Optional[float] = typer.Option(None, help="Ledger budget (total epsilon per key)."),
-    delta_budget: Optional[float] = typer.Option(None, help="Ledger budget of delta (total delta per key; Gaussian releases add theirs)."),
+    delta_budget: Optional[float] = typer.Option(
+        None, help="Ledger budget of delta (total delta per key; Gaussian releases add theirs)."
+    ),
     on_exceed: str = typer.Option("refuse", help="Past the budget: refuse (nothing is written) or warn."),
 ) -> None:
     """Encode text locally, pool and noise it, and write a payload file (no text inside)."""
@@ -69,7 +83,11 @@ def privatize(
     if pad_to is not None and pad_to < 1:
         _fail(f"--pad-to must be >= 1, got {pad_to}")
     if out.is_dir() or not out.parent.is_dir():  # checked before anything is charged to a ledger
-        _fail(f"--out {str(out)!r} is a directory" if out.is_dir() else f"--out {str(out)!r}: no such directory {str(out.parent)!r}")
+        _fail(
+            f"--out {str(out)!r} is a directory"
+            if out.is_dir()
+            else f"--out {str(out)!r}: no such directory {str(out.parent)!r}"
+        )
     _quiet_transformers()
     from textfree.encoders import ContextualEncoder, EncoderLoadError
     from textfree.ledger import BudgetExceeded, PrivacyLedger
@@ -134,19 +152,31 @@ def inspect(
     t.add_row("mechanism", noise)
     t.add_row("pipeline", f"k={pr.k}, normalize={pr.normalize}, renormalize={pr.renormalize}")
     if pr.center_sha256:
-        t.add_row("slot centre", f"every unit slot centred on the public vector {pr.center_sha256[:12]}... before the noise")
+        t.add_row(
+            "slot centre", f"every unit slot centred on the public vector {pr.center_sha256[:12]}... before the noise"
+        )
     if pr.noise is not None and hasattr(pr.noise, "expected_noise_norm"):
-        t.add_row("expected noise norm", f"{pr.noise.expected_noise_norm(p.encoder.dim):.4g} (slots before noise have norm 1)")
+        t.add_row(
+            "expected noise norm", f"{pr.noise.expected_noise_norm(p.encoder.dim):.4g} (slots before noise have norm 1)"
+        )
     slot = pr.slot_loss()
-    t.add_row("privacy loss per slot", f"eps = {_fmt_eps(slot.epsilon)} ({slot.notion}" + (f", delta={slot.delta:g})" if slot.delta else ")"))
+    t.add_row(
+        "privacy loss per slot",
+        f"eps = {_fmt_eps(slot.epsilon)} ({slot.notion}" + (f", delta={slot.delta:g})" if slot.delta else ")"),
+    )
     worst = p.worst_case_loss()
     t.add_row("worst-case loss per prompt", f"eps = {_fmt_eps(worst.epsilon)} (all slots of the longest prompt differ)")
     if pr.count_hidden:
-        t.add_row("slot count", f"hidden: every prompt padded to {pr.pad_to} slots; any two prompts: "
-                                f"eps = {_fmt_eps(pr.pair_loss().epsilon)}")
+        t.add_row(
+            "slot count",
+            f"hidden: every prompt padded to {pr.pad_to} slots; any two prompts: "
+            f"eps = {_fmt_eps(pr.pair_loss().epsilon)}",
+        )
     else:
         t.add_row("slot count", "released: ceil(tokens / k) tells the length (--pad-to hides it)")
-    t.add_row("public parts", "none" if p.public is None else f"{len(p.public)} string(s) sent in clear by design (not shown)")
+    t.add_row(
+        "public parts", "none" if p.public is None else f"{len(p.public)} string(s) sent in clear by design (not shown)"
+    )
     console.print(t)
 
 
@@ -165,7 +195,9 @@ def _is_dataset_file(dataset: str) -> bool:
 def account(
     dataset: str = typer.Option(..., help="Dataset name (e.g. pri-ddx) or path to its file."),
     budget: float = typer.Option(150.0, help="Total privacy budget B."),
-    split: Optional[str] = typer.Option(None, help="Split (e.g. test) when --dataset is a name or directory (a file is its own split)."),
+    split: Optional[str] = typer.Option(
+        None, help="Split (e.g. test) when --dataset is a name or directory (a file is its own split)."
+    ),
     encoder: str = typer.Option("default", help="Encoder whose tokenizer counts n and whose table gives D_max."),
     limit: Optional[int] = typer.Option(None, help="Use only the first N records."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -179,8 +211,10 @@ def account(
     from textfree.encoders import EncoderLoadError
 
     if split is not None and _is_dataset_file(dataset):  # the report would claim a split the file does not hold
-        _fail(f"--split {split!r} applies to a dataset name or directory, not to the file {dataset!r} "
-              "(the file is the split: leave --split out)")
+        _fail(
+            f"--split {split!r} applies to a dataset name or directory, not to the file {dataset!r} "
+            "(the file is the split: leave --split out)"
+        )
     try:
         result = dataset_alignment(dataset, budget, split=split, encoder=encoder, limit=limit)
     except (DataError, FileNotFoundError, ValueError, EncoderLoadError) as exc:
@@ -193,7 +227,9 @@ def account(
         t.add_column(col, justify="right")
     for label, key in (("max", "at_n_max"), ("mean", "at_n_mean")):
         r = result[key]
-        t.add_row(label, f"{r['n']:.1f}", f"{r['d_max']:.4f}", f"{r['eps_dchi']:.4g}", f"{r['tau']:.4g}", f"{r['eps_ppft']:g}")
+        t.add_row(
+            label, f"{r['n']:.1f}", f"{r['d_max']:.4f}", f"{r['eps_dchi']:.4g}", f"{r['tau']:.4g}", f"{r['eps_ppft']:g}"
+        )
     console.print(t)
     console.print(
         f"n = tokens of the private part under {result['encoder']}'s tokenizer (no special tokens); "
@@ -209,13 +245,28 @@ def account(
 def substitute(
     text: Optional[str] = typer.Argument(None, help="Text to privatize by word substitution."),
     eta: float = typer.Option(100.0, help="Metric-DP parameter per unit of embedding distance."),
-    pos: Optional[str] = typer.Option(None, help="PCT2T: comma-separated POS categories kept (e.g. noun,verb,pron,adp)."),
+    pos: Optional[str] = typer.Option(
+        None, help="PCT2T: comma-separated POS categories kept (e.g. noun,verb,pron,adp)."
+    ),
     tagger: str = typer.Option("textblob", help="POS tagger: textblob (bundled) or nltk (needs --nltk-data)."),
-    nltk_data: Optional[Path] = typer.Option(None, help="Directory holding NLTK's tagger (e.g. ../shared/data/nltk_data)."),
+    nltk_data: Optional[Path] = typer.Option(
+        None, help="Directory holding NLTK's tagger (e.g. ../shared/data/nltk_data)."
+    ),
     table: str = typer.Option("default", help="Embedding table: 'default' (MiniLM), an HF name/path, or glove:PATH."),
-    search: str = typer.Option("exact", help="Nearest-word search: exact (default) or approximate (int8 pass + float64 re-rank of a short list: faster on CPUs without AMX-BF16, where exact search has no bfloat16 pass; same privacy guarantee; may release another word when the exact one misses the list; see docs/substitution.md)."),
-    shortlist: int = typer.Option(7, help="--search approximate: words kept per input word beyond the best one for the float64 re-rank (>= 0; larger agrees more often with exact search, costs a little more)."),
-    replacement_table: bool = typer.Option(False, "--replacement-table", help="Print the empirical word-replacement probability per eta."),
+    search: str = typer.Option(
+        "exact",
+        help="Nearest-word search: exact (default) or approximate (int8 pass + float64 re-rank of a short list: faster "
+        "on CPUs without AMX-BF16, where exact search has no bfloat16 pass; same privacy guarantee; may release "
+        "another word when the exact one misses the list; see docs/substitution.md).",
+    ),
+    shortlist: int = typer.Option(
+        7,
+        help="--search approximate: words kept per input word beyond the best one for the float64 re-rank (>= 0; "
+        "larger agrees more often with exact search, costs a little more).",
+    ),
+    replacement_table: bool = typer.Option(
+        False, "--replacement-table", help="Print the empirical word-replacement probability per eta."
+    ),
     etas: str = typer.Option("25,50,75,100,150,200,300", help="Etas for --replacement-table."),
     corpus: Optional[Path] = typer.Option(None, help="Text file (one sentence per line) for --replacement-table."),
     seed: Optional[int] = typer.Option(None, help="Experiments only: reproducible noise (NOT private)."),
@@ -261,7 +312,11 @@ def substitute(
         if bad:
             _fail(f"--etas must be finite numbers > 0, got {bad[0]:g}")
         try:
-            sentences = default_corpus() if corpus is None else [l.strip() for l in corpus.read_text(encoding="utf-8").splitlines() if l.strip()]
+            sentences = (
+                default_corpus()
+                if corpus is None
+                else [l.strip() for l in corpus.read_text(encoding="utf-8").splitlines() if l.strip()]
+            )
         except (OSError, UnicodeDecodeError) as exc:
             _fail(f"cannot read --corpus {str(corpus)!r}: {exc}")
         if not sentences:
@@ -269,19 +324,24 @@ def substitute(
     elif not text or not text.strip():
         _fail("give a text to substitute, or --replacement-table")
     try:
-        mech = build_t2t(table=table, eta=eta, pos=pos, tagger=tagger, nltk_data=nltk_data, search=search,
-                         shortlist=shortlist)
+        mech = build_t2t(
+            table=table, eta=eta, pos=pos, tagger=tagger, nltk_data=nltk_data, search=search, shortlist=shortlist
+        )
     except (ValueError, FileNotFoundError, OSError, EncoderLoadError) as exc:
         _fail(str(exc))
     if not math.isfinite(mech.privacy_loss_per_word().epsilon):  # eta * D_max overflows: nothing is promised
-        _fail(f"--eta {eta:g} times D_max {mech.input_diameter():g} is not a finite privacy loss: this eta promises no privacy")
+        _fail(
+            f"--eta {eta:g} times D_max {mech.input_diameter():g} is not a finite privacy loss: this eta promises no privacy"
+        )
     gen = resolve_generator(None, seed)
     if replacement_table:
         try:
             rows = replacement_rows(mech, sentences, eta_list, generator=gen)
         except ValueError as exc:  # e.g. no word of --corpus is in the table
             _fail(f"--corpus: {exc}" if corpus is not None else str(exc))
-        t = Table(title=f"empirical word-replacement probability ({'PCT2T ' + pos if pos else 'T2T'}, {len(sentences)} sentences)")
+        t = Table(
+            title=f"empirical word-replacement probability ({'PCT2T ' + pos if pos else 'T2T'}, {len(sentences)} sentences)"
+        )
         t.add_column("eta", justify="right")
         t.add_column("P(word replaced)", justify="right")
         for e, rate in rows:
@@ -290,8 +350,12 @@ def substitute(
         return
     out = mech.privatize([text], generator=gen)[0]
     console.print(out, markup=False, highlight=False)
-    caveat = ("; PCT2T: between words of the same part-of-speech category only (the category itself is revealed: words "
-              "of two categories are told apart for certain)" if mech.pos_categories else "")
+    caveat = (
+        "; PCT2T: between words of the same part-of-speech category only (the category itself is revealed: words "
+        "of two categories are told apart for certain)"
+        if mech.pos_categories
+        else ""
+    )
     err.print(f"privacy: {mech.privacy_loss_per_word().epsilon:g} per word (eta * D_max), metric DP{caveat}")
 
 
@@ -330,11 +394,12 @@ def plot(
 
 # serve, ask, finetune: imported after plot so that they register (and list in --help) after this module's commands
 from textfree.cli_service import ask, finetune, serve  # noqa: E402,F401
-
 from textfree.ppft.cli import app as _ppft_app  # noqa: E402
 
 app.add_typer(_ppft_app, name="ppft")
-from textfree.attacks.cli import app as _attacks_app; app.add_typer(_attacks_app, name="attacks")  # noqa: E402,E702
+from textfree.attacks.cli import app as _attacks_app
+
+app.add_typer(_attacks_app, name="attacks")  # noqa: E402,E702
 
 
 def main() -> None:  # pragma: no cover

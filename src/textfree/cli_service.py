@@ -16,9 +16,10 @@ import typer
 
 from textfree.cli_common import _fail, _fmt_eps, _quiet_transformers, app, err
 
-
-MAX_EPSILON_HELP = ("Refuse to release at an epsilon above this (and refuse clean payloads): without --epsilon the server's "
-                    "model card picks it. Default: $TEXTFREE_MAX_EPSILON, else no cap.")
+MAX_EPSILON_HELP = (
+    "Refuse to release at an epsilon above this (and refuse clean payloads): without --epsilon the server's "
+    "model card picks it. Default: $TEXTFREE_MAX_EPSILON, else no cap."
+)
 
 
 def _id_dirs(values: Optional[list[str]], flag: str) -> dict[str, str]:
@@ -43,14 +44,32 @@ def _server_help(name: str) -> str:
 
 @app.command()
 def serve(
-    model: Optional[list[str]] = typer.Option(None, "--model", help="ID=RUN_DIR: a PPFT run served at /v1/generate (repeatable). Only its server part is loaded."),
-    embed_model: Optional[list[str]] = typer.Option(None, "--embed-model", help="ID=ENCODER_DIR: an encoder served at /v1/embed (repeatable)."),
+    model: Optional[list[str]] = typer.Option(
+        None,
+        "--model",
+        help="ID=RUN_DIR: a PPFT run served at /v1/generate (repeatable). Only its server part is loaded.",
+    ),
+    embed_model: Optional[list[str]] = typer.Option(
+        None, "--embed-model", help="ID=ENCODER_DIR: an encoder served at /v1/embed (repeatable)."
+    ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
     port: int = typer.Option(8000, "--port", help="Port to bind."),
     keys: Path = typer.Option(Path("keys.json"), "--keys", help="The API-key store (hashed keys, JSON)."),
-    add_key: Optional[str] = typer.Option(None, "--add-key", metavar="TENANT", help="Create a key for TENANT in --keys, print it (the only time it is shown) and exit."),
-    revoke_key: Optional[str] = typer.Option(None, "--revoke-key", metavar="KEY_ID", help="Remove the key KEY_ID (the 12 hex digits after 'tf_') from --keys and exit."),
-    no_auth: bool = typer.Option(False, "--no-auth", help="Serve without API keys (loopback hosts only: local experiments)."),
+    add_key: Optional[str] = typer.Option(
+        None,
+        "--add-key",
+        metavar="TENANT",
+        help="Create a key for TENANT in --keys, print it (the only time it is shown) and exit.",
+    ),
+    revoke_key: Optional[str] = typer.Option(
+        None,
+        "--revoke-key",
+        metavar="KEY_ID",
+        help="Remove the key KEY_ID (the 12 hex digits after 'tf_') from --keys and exit.",
+    ),
+    no_auth: bool = typer.Option(
+        False, "--no-auth", help="Serve without API keys (loopback hosts only: local experiments)."
+    ),
     max_body_bytes: Optional[int] = typer.Option(None, help=_server_help("max_body_bytes")),
     max_batch_rows: Optional[int] = typer.Option(None, help=_server_help("max_batch_rows")),
     max_new_tokens: Optional[int] = typer.Option(None, help=_server_help("max_new_tokens")),
@@ -66,7 +85,9 @@ def serve(
     backend: str = typer.Option("hf", "--backend", help=_server_help("backend")),
     vllm_url: Optional[str] = typer.Option(None, "--vllm-url", help=_server_help("vllm_url")),
     vllm_timeout_s: Optional[float] = typer.Option(None, "--vllm-timeout", help=_server_help("vllm_timeout_s")),
-    vllm_max_concurrent_calls: Optional[int] = typer.Option(None, "--vllm-concurrency", help=_server_help("vllm_max_concurrent_calls")),
+    vllm_max_concurrent_calls: Optional[int] = typer.Option(
+        None, "--vllm-concurrency", help=_server_help("vllm_max_concurrent_calls")
+    ),
     vllm_dtype: Optional[str] = typer.Option(None, "--vllm-dtype", help=_server_help("vllm_dtype")),
 ) -> None:
     """Serve text-free inference over HTTP (docs/server.md); or manage API keys with --add-key / --revoke-key."""
@@ -78,7 +99,9 @@ def serve(
             if add_key is not None:
                 key = store.add_key(add_key)
                 typer.echo(key)
-                err.print(f"added a key for tenant {add_key!r} to {keys}; it is shown only this once (the store keeps a salted hash)")
+                err.print(
+                    f"added a key for tenant {add_key!r} to {keys}; it is shown only this once (the store keeps a salted hash)"
+                )
             if revoke_key is not None:
                 if not store.revoke(revoke_key):
                     _fail(f"no key {revoke_key!r} in {keys}")
@@ -95,27 +118,46 @@ def serve(
     except ImportError as exc:
         _fail(f'textfree serve needs the server extra (pip install "textfree[server]"): {exc}')
     overrides = {
-        "max_body_bytes": max_body_bytes, "max_batch_rows": max_batch_rows, "max_new_tokens": max_new_tokens,
-        "rate_limit_per_minute": rate_limit, "batch_wait_ms": batch_wait_ms, "batch_max_rows": batch_max_rows,
-        "vllm_url": vllm_url, "vllm_timeout_s": vllm_timeout_s, "vllm_max_concurrent_calls": vllm_max_concurrent_calls, "vllm_dtype": vllm_dtype,
+        "max_body_bytes": max_body_bytes,
+        "max_batch_rows": max_batch_rows,
+        "max_new_tokens": max_new_tokens,
+        "rate_limit_per_minute": rate_limit,
+        "batch_wait_ms": batch_wait_ms,
+        "batch_max_rows": batch_max_rows,
+        "vllm_url": vllm_url,
+        "vllm_timeout_s": vllm_timeout_s,
+        "vllm_max_concurrent_calls": vllm_max_concurrent_calls,
+        "vllm_dtype": vllm_dtype,
     }
     overrides |= {
-        "sqlite_path": None if db is None else str(db), "data_dir": None if data_dir is None else str(data_dir),
-        "max_concurrent_jobs": max_concurrent_jobs, "max_jobs_per_tenant": max_jobs_per_tenant, "max_dataset_rows": max_dataset_rows,
+        "sqlite_path": None if db is None else str(db),
+        "data_dir": None if data_dir is None else str(data_dir),
+        "max_concurrent_jobs": max_concurrent_jobs,
+        "max_jobs_per_tenant": max_jobs_per_tenant,
+        "max_dataset_rows": max_dataset_rows,
     }
     if not no_auth and not keys.is_file():
-        _fail(f"no key store at {keys}: create a key first (textfree serve --add-key TENANT --keys {keys}), or --no-auth on loopback")
+        _fail(
+            f"no key store at {keys}: create a key first (textfree serve --add-key TENANT --keys {keys}), or --no-auth on loopback"
+        )
     try:
         config = ServerConfig(
-            models=_id_dirs(model, "--model"), embed_models=_id_dirs(embed_model, "--embed-model"),
-            keys_path=None if no_auth else str(keys), auth=not no_auth, host=host, device=device, backend=backend,
+            models=_id_dirs(model, "--model"),
+            embed_models=_id_dirs(embed_model, "--embed-model"),
+            keys_path=None if no_auth else str(keys),
+            auth=not no_auth,
+            host=host,
+            device=device,
+            backend=backend,
             **{k: v for k, v in overrides.items() if v is not None},
         )
         application = create_app(config)
     except (ValueError, StoreError) as exc:
         _fail(str(exc))
-    err.print(f"serving {len(config.models) + len(config.embed_models)} model(s) on http://{host}:{port} "
-              f"(auth {'on' if config.auth else 'OFF'}); GET /v1/models lists their cards")
+    err.print(
+        f"serving {len(config.models) + len(config.embed_models)} model(s) on http://{host}:{port} "
+        f"(auth {'on' if config.auth else 'OFF'}); GET /v1/models lists their cards"
+    )
     uvicorn.run(application, host=host, port=port, log_level="info")
 
 
@@ -124,21 +166,42 @@ def ask(
     prompt: str = typer.Argument(..., help="The PRIVATE prompt: privatized on this machine; only the payload is sent."),
     url: str = typer.Option("http://127.0.0.1:8000", "--url", envvar="TEXTFREE_URL", help="The server's base URL."),
     model: str = typer.Option(..., "--model", help="The model id (GET /v1/models)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="TEXTFREE_API_KEY", help="API key (prefer the TEXTFREE_API_KEY variable: arguments show in ps)."),
+    api_key: Optional[str] = typer.Option(
+        None,
+        "--api-key",
+        envvar="TEXTFREE_API_KEY",
+        help="API key (prefer the TEXTFREE_API_KEY variable: arguments show in ps).",
+    ),
     public: Optional[str] = typer.Option(None, "--public", help="Public text sent in clear (e.g. the options block)."),
-    epsilon: Optional[float] = typer.Option(None, "--epsilon", "-e", help="Noise epsilon (default: the model card's training epsilon)."),
+    epsilon: Optional[float] = typer.Option(
+        None, "--epsilon", "-e", help="Noise epsilon (default: the model card's training epsilon)."
+    ),
     no_noise: bool = typer.Option(False, "--no-noise", help="Clean payload (NOT private)."),
     k: Optional[int] = typer.Option(None, "--k", help="Pooling k; must equal the model card's (default: the card's)."),
-    encoder: Optional[Path] = typer.Option(None, "--encoder", help="The local encoder directory (default: all-MiniLM-L6-v2); its sha256 must match the card."),
+    encoder: Optional[Path] = typer.Option(
+        None,
+        "--encoder",
+        help="The local encoder directory (default: all-MiniLM-L6-v2); its sha256 must match the card.",
+    ),
     seed: Optional[int] = typer.Option(None, help="Experiments only: reproducible noise (NOT private)."),
     max_new_tokens: Optional[int] = typer.Option(None, help="Generation length (default: the server's)."),
-    adapter: Optional[str] = typer.Option(None, "--adapter", help="One of your fine-tuned adapters of --model (textfree finetune prints its id)."),
-    temperature: Optional[float] = typer.Option(None, min=0.0, max=10.0, help="Sample the answer at this temperature (default 0: greedy)."),
-    top_p: Optional[float] = typer.Option(None, "--top-p", min=0.0, max=1.0, help="Nucleus sampling mass in (0, 1] (with --temperature)."),
-    sampling_seed: Optional[int] = typer.Option(None, "--sampling-seed", min=0, help="Reproducible sampling (not the privacy noise)."),
+    adapter: Optional[str] = typer.Option(
+        None, "--adapter", help="One of your fine-tuned adapters of --model (textfree finetune prints its id)."
+    ),
+    temperature: Optional[float] = typer.Option(
+        None, min=0.0, max=10.0, help="Sample the answer at this temperature (default 0: greedy)."
+    ),
+    top_p: Optional[float] = typer.Option(
+        None, "--top-p", min=0.0, max=1.0, help="Nucleus sampling mass in (0, 1] (with --temperature)."
+    ),
+    sampling_seed: Optional[int] = typer.Option(
+        None, "--sampling-seed", min=0, help="Reproducible sampling (not the privacy noise)."
+    ),
     timeout: float = typer.Option(60.0, help="Seconds per HTTP attempt."),
     retries: int = typer.Option(3, help="Retries on connection errors, 5xx and 429."),
-    max_epsilon: Optional[float] = typer.Option(None, "--max-epsilon", envvar="TEXTFREE_MAX_EPSILON", help=MAX_EPSILON_HELP),
+    max_epsilon: Optional[float] = typer.Option(
+        None, "--max-epsilon", envvar="TEXTFREE_MAX_EPSILON", help=MAX_EPSILON_HELP
+    ),
 ) -> None:
     """Privatize PROMPT locally and ask a textfree server; prints the answer (privacy loss on stderr)."""
     _quiet_transformers()
@@ -151,21 +214,38 @@ def ask(
     except ImportError as exc:
         _fail(f'textfree ask needs the server extra (pip install "textfree[server]"): {exc}')
     try:
-        with Client(url, api_key=api_key, timeout=timeout, retries=retries, encoder=encoder, max_epsilon=max_epsilon) as client:
-            result = client.generate(prompt, public=public, model=model, epsilon=epsilon, k=k, seed=seed,
-                                     no_noise=no_noise, max_new_tokens=max_new_tokens, adapter=adapter,
-                                     temperature=temperature, top_p=top_p, sampling_seed=sampling_seed)
+        with Client(
+            url, api_key=api_key, timeout=timeout, retries=retries, encoder=encoder, max_epsilon=max_epsilon
+        ) as client:
+            result = client.generate(
+                prompt,
+                public=public,
+                model=model,
+                epsilon=epsilon,
+                k=k,
+                seed=seed,
+                no_noise=no_noise,
+                max_new_tokens=max_new_tokens,
+                adapter=adapter,
+                temperature=temperature,
+                top_p=top_p,
+                sampling_seed=sampling_seed,
+            )
     except EncoderLoadError as exc:
         _fail(f"--encoder: {exc}")
     except (ClientError, ModelMismatchError, ValueError) as exc:
         _fail(str(exc), code=1)
     typer.echo(result.answers[0])
-    err.print(f"privacy: worst-case loss {_fmt_eps(result.privacy.epsilon)} ({result.privacy.notion}) for this prompt; "
-              f"{result.payload_bytes} payload bytes sent", highlight=False)
+    err.print(
+        f"privacy: worst-case loss {_fmt_eps(result.privacy.epsilon)} ({result.privacy.notion}) for this prompt; "
+        f"{result.payload_bytes} payload bytes sent",
+        highlight=False,
+    )
 
 
-def _check_client_flags(epsilon: Optional[float], timeout: float, retries: int, k: Optional[int] = None,
-                        max_epsilon: Optional[float] = None) -> None:
+def _check_client_flags(
+    epsilon: Optional[float], timeout: float, retries: int, k: Optional[int] = None, max_epsilon: Optional[float] = None
+) -> None:
     """The flags a client call would refuse with a traceback, refused first with one error line."""
     for flag, value in (("--epsilon", epsilon), ("--max-epsilon", max_epsilon)):
         if value is not None and not (math.isfinite(value) and value > 0):
@@ -216,8 +296,11 @@ def _dataset_ids(client, data: list[str], *, model: str, name: Optional[str], up
             texts, targets, public = _read_rows(path)
             ds = client.upload_dataset(texts, targets, public, model=model, name=name or path.stem, **upload)
             eps = ds["privacy"]["worst_case_row"]["epsilon"]
-            err.print(f"uploaded {path} as dataset {ds['id']}: {ds['rows']} rows, {ds['bytes']} payload bytes; worst-case privacy "
-                      f"loss per row {_fmt_eps(math.inf if eps is None else eps)}", highlight=False)
+            err.print(
+                f"uploaded {path} as dataset {ds['id']}: {ds['rows']} rows, {ds['bytes']} payload bytes; worst-case privacy "
+                f"loss per row {_fmt_eps(math.inf if eps is None else eps)}",
+                highlight=False,
+            )
             ids.append(ds["id"])
             continue
         if path.suffix == ".jsonl" or os.sep in item:
@@ -234,35 +317,67 @@ def _dataset_ids(client, data: list[str], *, model: str, name: Optional[str], up
 
 @app.command()
 def finetune(
-    data: list[str] = typer.Option(..., "--data", help="A JSONL file, one {\"private\": ..., \"target\": ..., \"public\": ...} per line (privatized HERE, then uploaded), or the id or name of a dataset you uploaded before. Repeatable."),
+    data: list[str] = typer.Option(
+        ...,
+        "--data",
+        help='A JSONL file, one {"private": ..., "target": ..., "public": ...} per line (privatized HERE, then '
+        "uploaded), or the id or name of a dataset you uploaded before. Repeatable.",
+    ),
     url: str = typer.Option("http://127.0.0.1:8000", "--url", envvar="TEXTFREE_URL", help="The server's base URL."),
     model: str = typer.Option(..., "--model", help="The model to adapt (GET /v1/models)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="TEXTFREE_API_KEY", help="API key (prefer the TEXTFREE_API_KEY variable: arguments show in ps)."),
-    name: Optional[str] = typer.Option(None, "--name", help="Label of the uploaded dataset(s) (default: the file's name)."),
+    api_key: Optional[str] = typer.Option(
+        None,
+        "--api-key",
+        envvar="TEXTFREE_API_KEY",
+        help="API key (prefer the TEXTFREE_API_KEY variable: arguments show in ps).",
+    ),
+    name: Optional[str] = typer.Option(
+        None, "--name", help="Label of the uploaded dataset(s) (default: the file's name)."
+    ),
     epochs: int = typer.Option(3, "--epochs", help="Passes over the uploaded rows."),
     lr: float = typer.Option(1e-3, "--lr", help="Peak learning rate of the projection and LoRA."),
     batch_size: int = typer.Option(8, "--batch-size", help="Rows per optimizer step."),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Stop after this many steps."),
-    train_seed: int = typer.Option(0, "--train-seed", help="Seed of the server's training (initialisation, dropout, data order)."),
-    save_every: Optional[int] = typer.Option(None, "--save-every", help="Checkpoint every this many steps (the server's default: 50)."),
-    epsilon: Optional[float] = typer.Option(None, "--epsilon", "-e", help="Noise epsilon (default: the model card's training epsilon)."),
+    train_seed: int = typer.Option(
+        0, "--train-seed", help="Seed of the server's training (initialisation, dropout, data order)."
+    ),
+    save_every: Optional[int] = typer.Option(
+        None, "--save-every", help="Checkpoint every this many steps (the server's default: 50)."
+    ),
+    epsilon: Optional[float] = typer.Option(
+        None, "--epsilon", "-e", help="Noise epsilon (default: the model card's training epsilon)."
+    ),
     no_noise: bool = typer.Option(False, "--no-noise", help="Clean payloads (NOT private)."),
-    encoder: Optional[Path] = typer.Option(None, "--encoder", help="The local encoder directory (default: all-MiniLM-L6-v2); its sha256 must match the card."),
+    encoder: Optional[Path] = typer.Option(
+        None,
+        "--encoder",
+        help="The local encoder directory (default: all-MiniLM-L6-v2); its sha256 must match the card.",
+    ),
     seed: Optional[int] = typer.Option(None, help="Experiments only: reproducible noise (NOT private)."),
-    wait: bool = typer.Option(True, "--wait/--no-wait", help="Follow the job's progress until it ends (else print the job id and exit)."),
+    wait: bool = typer.Option(
+        True, "--wait/--no-wait", help="Follow the job's progress until it ends (else print the job id and exit)."
+    ),
     poll: float = typer.Option(1.0, "--poll", help="Seconds between progress polls."),
     timeout: float = typer.Option(60.0, help="Seconds per HTTP attempt."),
     retries: int = typer.Option(3, help="Retries on connection errors, 5xx and 429."),
-    max_epsilon: Optional[float] = typer.Option(None, "--max-epsilon", envvar="TEXTFREE_MAX_EPSILON", help=MAX_EPSILON_HELP),
+    max_epsilon: Optional[float] = typer.Option(
+        None, "--max-epsilon", envvar="TEXTFREE_MAX_EPSILON", help=MAX_EPSILON_HELP
+    ),
 ) -> None:
     """Fine-tune a served model on your private data: privatize it HERE, upload payloads + targets, run a job.
 
     Prints the adapter id (use it as textfree ask --adapter ID); progress goes to stderr."""
     _quiet_transformers()
-    checks = [(epochs >= 1, f"--epochs must be >= 1, got {epochs}"), (math.isfinite(lr) and lr > 0, f"--lr must be a number > 0, got {lr}"),
-              (batch_size >= 1, f"--batch-size must be >= 1, got {batch_size}"), (max_steps is None or max_steps >= 1, f"--max-steps must be >= 1, got {max_steps}"),
-              (save_every is None or save_every >= 1, f"--save-every must be >= 1, got {save_every}"), (poll > 0, f"--poll must be > 0, got {poll}"),
-              (train_seed >= 0, f"--train-seed must be >= 0, got {train_seed}"), (not (no_noise and epsilon is not None), "give --epsilon or --no-noise, not both")]
+    checks = [
+        (epochs >= 1, f"--epochs must be >= 1, got {epochs}"),
+        (math.isfinite(lr) and lr > 0, f"--lr must be a number > 0, got {lr}"),
+        (batch_size >= 1, f"--batch-size must be >= 1, got {batch_size}"),
+        (max_steps is None or max_steps >= 1, f"--max-steps must be >= 1, got {max_steps}"),
+        (save_every is None or save_every >= 1, f"--save-every must be >= 1, got {save_every}"),
+        (poll > 0, f"--poll must be > 0, got {poll}"),
+        (train_seed >= 0, f"--train-seed must be >= 0, got {train_seed}"),
+        (not (no_noise and epsilon is not None), "give --epsilon or --no-noise, not both"),
+    ]
     for ok, message in checks:
         if not ok:
             _fail(message)
@@ -275,14 +390,22 @@ def finetune(
     hp = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "seed": train_seed}
     hp |= {k: v for k, v in (("max_steps", max_steps), ("save_every", save_every)) if v is not None}
     try:
-        with Client(url, api_key=api_key, timeout=timeout, retries=retries, encoder=encoder, max_epsilon=max_epsilon) as client:
-            ids = _dataset_ids(client, data, model=model, name=name, upload={"epsilon": epsilon, "seed": seed, "no_noise": no_noise})
+        with Client(
+            url, api_key=api_key, timeout=timeout, retries=retries, encoder=encoder, max_epsilon=max_epsilon
+        ) as client:
+            ids = _dataset_ids(
+                client, data, model=model, name=name, upload={"epsilon": epsilon, "seed": seed, "no_noise": no_noise}
+            )
             job = client.create_fine_tuning_job(model=model, datasets=ids, **hp)
             err.print(f"job {job['id']}: {job['status']}, {job['progress']['total_steps']} steps", highlight=False)
             if not wait:
                 typer.echo(job["id"])
                 return
-            job = client.wait_job(job["id"], poll=poll, on_event=lambda e: err.print(f"  {e['type']}: {e['message']}", highlight=False, markup=False))
+            job = client.wait_job(
+                job["id"],
+                poll=poll,
+                on_event=lambda e: err.print(f"  {e['type']}: {e['message']}", highlight=False, markup=False),
+            )
     except EncoderLoadError as exc:
         _fail(f"--encoder: {exc}")
     except (ClientError, ModelMismatchError, ValueError) as exc:

@@ -106,8 +106,12 @@ class Client:
             try:
                 max_epsilon = float(os.environ["TEXTFREE_MAX_EPSILON"])
             except ValueError:
-                raise ValueError(f"TEXTFREE_MAX_EPSILON must be a number, got {os.environ['TEXTFREE_MAX_EPSILON']!r}") from None
-        if max_epsilon is not None and not (isinstance(max_epsilon, (int, float)) and math.isfinite(max_epsilon) and max_epsilon > 0):
+                raise ValueError(
+                    f"TEXTFREE_MAX_EPSILON must be a number, got {os.environ['TEXTFREE_MAX_EPSILON']!r}"
+                ) from None
+        if max_epsilon is not None and not (
+            isinstance(max_epsilon, (int, float)) and math.isfinite(max_epsilon) and max_epsilon > 0
+        ):
             raise ValueError(f"max_epsilon must be a number > 0, got {max_epsilon!r}")
         self.max_epsilon = max_epsilon
         self.url = url.rstrip("/")
@@ -208,11 +212,19 @@ class Client:
                 "no_noise=True for a clean payload (NOT private)"
             )
         if self.max_epsilon is not None and (eps is None or eps > self.max_epsilon):
-            chosen = "a clean payload (no noise)" if eps is None else f"epsilon {eps:g}" + ("" if epsilon is not None else " (the model card's)")
-            raise ClientError(f"refused: {chosen} is above this client's max_epsilon {self.max_epsilon:g}; nothing was sent")
+            chosen = (
+                "a clean payload (no noise)"
+                if eps is None
+                else f"epsilon {eps:g}" + ("" if epsilon is not None else " (the model card's)")
+            )
+            raise ClientError(
+                f"refused: {chosen} is above this client's max_epsilon {self.max_epsilon:g}; nothing was sent"
+            )
         enc = self._encoder(card["encoder_kind"], int(card.get("max_private_tokens") or card["max_slots"]))
         if enc.dim != card["encoder_dim"]:
-            raise ModelMismatchError(f"the local encoder has width {enc.dim}; model {model!r} takes {card['encoder_dim']}")
+            raise ModelMismatchError(
+                f"the local encoder has width {enc.dim}; model {model!r} takes {card['encoder_dim']}"
+            )
         if card.get("encoder_sha256") and enc.sha256 != card["encoder_sha256"]:
             raise ModelMismatchError(
                 f"the local encoder ({enc.sha256 and enc.sha256[:12]}...) is not the one model {model!r} was trained with "
@@ -222,15 +234,23 @@ class Client:
             from .mechanisms import Clipped, L2Laplace
 
             if card["mechanism"] != "l2_laplace":
-                raise ModelMismatchError(f"this client makes l2_laplace token payloads; model {model!r} asks for {card['mechanism']!r}")
+                raise ModelMismatchError(
+                    f"this client makes l2_laplace token payloads; model {model!r} asks for {card['mechanism']!r}"
+                )
             noise = None if eps is None else Clipped(L2Laplace(eps), max_norm=float(card["clip_norm"]))
             privatizer = Privatizer(enc, noise, k=1, normalize=False, renormalize=False)
         else:
             from .ppft.model import make_noise
 
             noise = make_noise(card["mechanism"], eps, dim=enc.dim, match=card.get("noise_match", "budget"))
-            privatizer = Privatizer(enc, noise, k=card["k"], pad_to=card["max_slots"] if card.get("fixed_slots") else None,
-                                    center=_card_center(card, model, enc.dim), repeat_mean=bool(card.get("repeat_mean")))
+            privatizer = Privatizer(
+                enc,
+                noise,
+                k=card["k"],
+                pad_to=card["max_slots"] if card.get("fixed_slots") else None,
+                center=_card_center(card, model, enc.dim),
+                repeat_mean=bool(card.get("repeat_mean")),
+            )
         # the payload names the encoder by the card's id, not by a local path (which could name the user)
         enc.name = card.get("encoder_id") or enc.name
         return privatizer
@@ -259,7 +279,9 @@ class Client:
         to sample the answer (the sampling seed has nothing to do with the privacy noise)."""
         texts = [private_text] if isinstance(private_text, str) else list(private_text)
         pub = None if public is None else ([public] if isinstance(public, str) else list(public))
-        payload = self.privatizer(model, epsilon=epsilon, k=k, no_noise=no_noise).privatize(texts, seed=seed, public=pub)
+        payload = self.privatizer(model, epsilon=epsilon, k=k, no_noise=no_noise).privatize(
+            texts, seed=seed, public=pub
+        )
         del texts, private_text  # from here on only the payload exists
         body = payload.to_bytes()
         params = {"model": model}
@@ -270,22 +292,35 @@ class Client:
         for name, value in (("temperature", temperature), ("top_p", top_p), ("seed", sampling_seed)):
             if value is not None:
                 params[name] = value
-        reply = self._request("POST", "/v1/generate", content=body, params=params,
-                              headers={"Content-Type": "application/octet-stream"})
+        reply = self._request(
+            "POST", "/v1/generate", content=body, params=params, headers={"Content-Type": "application/octet-stream"}
+        )
         answers = _reply_rows(reply, "answers", payload.batch_size, "/v1/generate", str)
         return GenerateResult(reply["model"], answers, reply.get("usage", {}), payload.worst_case_loss(), len(body))
 
-    def embed(self, private_text: str | Sequence[str], *, model: str, epsilon: float | None = None, seed: int | None = None, no_noise: bool = False) -> EmbedResult:
+    def embed(
+        self,
+        private_text: str | Sequence[str],
+        *,
+        model: str,
+        epsilon: float | None = None,
+        seed: int | None = None,
+        no_noise: bool = False,
+    ) -> EmbedResult:
         """Noisy, clipped token embeddings (made locally) -> the server's sentence embeddings (SnD-style)."""
         texts = [private_text] if isinstance(private_text, str) else list(private_text)
         payload = self.privatizer(model, epsilon=epsilon, no_noise=no_noise).privatize(texts, seed=seed)
         del texts, private_text
         body = payload.to_bytes()
-        reply = self._request("POST", "/v1/embed", content=body, params={"model": model},
-                              headers={"Content-Type": "application/octet-stream"})
+        reply = self._request(
+            "POST",
+            "/v1/embed",
+            content=body,
+            params={"model": model},
+            headers={"Content-Type": "application/octet-stream"},
+        )
         embeddings = _reply_rows(reply, "embeddings", payload.batch_size, "/v1/embed", list)
         return EmbedResult(reply["model"], embeddings, reply.get("usage", {}), payload.worst_case_loss(), len(body))
-
 
     # ------------------------------------------------------------------ datasets and fine-tuning jobs
     def upload_dataset(
@@ -312,7 +347,9 @@ class Client:
         pub = None if public is None else list(public)
         if pub is not None and len(pub) != len(texts):
             raise ValueError(f"give one public text per text (or none): {len(texts)} texts, {len(pub)} public")
-        payload = self.privatizer(model, epsilon=epsilon, k=k, no_noise=no_noise).privatize(texts, seed=seed, public=pub)
+        payload = self.privatizer(model, epsilon=epsilon, k=k, no_noise=no_noise).privatize(
+            texts, seed=seed, public=pub
+        )
         del texts  # from here on only the payload exists
         body = {"model": model, "name": name, "payload_b64": payload.to_base64(), "targets": targets}
         return self._request("POST", "/v1/datasets", json=body, headers={"Idempotency-Key": uuid.uuid4().hex})
@@ -340,7 +377,9 @@ class Client:
         return self._request("POST", f"/v1/fine_tuning/jobs/{quote(job_id, safe='')}/cancel")
 
     def job_events(self, job_id: str, *, after: int = 0, limit: int = 100) -> dict:
-        return self._request("GET", f"/v1/fine_tuning/jobs/{quote(job_id, safe='')}/events", params={"after": after, "limit": limit})
+        return self._request(
+            "GET", f"/v1/fine_tuning/jobs/{quote(job_id, safe='')}/events", params={"after": after, "limit": limit}
+        )
 
     def iter_job_events(self, job_id: str, *, poll: float = 1.0, timeout: float | None = None) -> Iterator[dict]:
         """Every event of the job, in order, as it happens, until the job ends (polled; each poll is retried)."""
@@ -359,7 +398,14 @@ class Client:
                 raise ClientError(f"job {job_id} did not finish within {timeout} s (it goes on on the server)")
             time.sleep(poll)
 
-    def wait_job(self, job_id: str, *, poll: float = 1.0, timeout: float | None = None, on_event: Callable[[dict], None] | None = None) -> dict:
+    def wait_job(
+        self,
+        job_id: str,
+        *,
+        poll: float = 1.0,
+        timeout: float | None = None,
+        on_event: Callable[[dict], None] | None = None,
+    ) -> dict:
         """Wait until the job ends (``on_event`` sees each progress event); returns the final job object."""
         for event in self.iter_job_events(job_id, poll=poll, timeout=timeout):
             if on_event is not None:
@@ -380,18 +426,29 @@ def _card_center(card: dict, model: str, dim: int):
     try:
         center = check_center(torch.tensor(card.get("center"), dtype=torch.float32), dim)
     except (TypeError, ValueError, RuntimeError) as exc:
-        raise ModelMismatchError(f"model {model!r}'s card names a slot centre but carries no usable one: {exc}") from None
+        raise ModelMismatchError(
+            f"model {model!r}'s card names a slot centre but carries no usable one: {exc}"
+        ) from None
     if center_sha256(center) != sha:
-        raise ModelMismatchError(f"model {model!r}'s card: the slot centre's values do not hash to its center_sha256 {sha[:12]}...")
+        raise ModelMismatchError(
+            f"model {model!r}'s card: the slot centre's values do not hash to its center_sha256 {sha[:12]}..."
+        )
     return center
 
 
 # the card fields a client privatizes from: (type(s), required); the task's own ones are added below
 _CARD_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
-    "encoder_kind": ((str,), True), "encoder_dim": ((int,), True), "k": ((int,), True), "mechanism": ((str,), True),
-    "encoder_id": ((str, type(None)), False), "encoder_sha256": ((str, type(None)), False),
-    "epsilon": ((int, float, type(None)), False), "max_private_tokens": ((int, type(None)), False),
-    "noise_match": ((str,), False), "fixed_slots": ((bool, type(None)), False), "repeat_mean": ((bool, type(None)), False),
+    "encoder_kind": ((str,), True),
+    "encoder_dim": ((int,), True),
+    "k": ((int,), True),
+    "mechanism": ((str,), True),
+    "encoder_id": ((str, type(None)), False),
+    "encoder_sha256": ((str, type(None)), False),
+    "epsilon": ((int, float, type(None)), False),
+    "max_private_tokens": ((int, type(None)), False),
+    "noise_match": ((str,), False),
+    "fixed_slots": ((bool, type(None)), False),
+    "repeat_mean": ((bool, type(None)), False),
 }
 _TASK_FIELDS = {"generate": {"max_slots": ((int,), True)}, "embed": {"clip_norm": ((int, float), True)}}
 
@@ -406,7 +463,9 @@ def _check_card(card: dict, model: str) -> None:
             continue
         value = card[name]
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            raise ClientError(f"model {model!r}'s card: {name!r} is {value!r}, not a {' or '.join(t.__name__ for t in types)}")
+            raise ClientError(
+                f"model {model!r}'s card: {name!r} is {value!r}, not a {' or '.join(t.__name__ for t in types)}"
+            )
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not (math.isfinite(value) and value > 0):
             raise ClientError(f"model {model!r}'s card: {name!r} must be a finite number > 0, got {value!r}")
 
@@ -414,10 +473,16 @@ def _check_card(card: dict, model: str) -> None:
 def _reply_rows(reply: dict, field: str, rows: int, route: str, kind: type) -> list:
     """``reply[field]``: one ``kind`` per payload row, or a :class:`ClientError` saying what the server sent."""
     values = reply.get(field)
-    if not isinstance(reply.get("model"), str) or not isinstance(values, list) or len(values) != rows \
-            or not all(isinstance(v, kind) for v in values):
-        raise ClientError(f"POST {route}: the server's reply has no model id and list of {rows} {kind.__name__} {field!r} "
-                          "(one per row sent)")
+    if (
+        not isinstance(reply.get("model"), str)
+        or not isinstance(values, list)
+        or len(values) != rows
+        or not all(isinstance(v, kind) for v in values)
+    ):
+        raise ClientError(
+            f"POST {route}: the server's reply has no model id and list of {rows} {kind.__name__} {field!r} "
+            "(one per row sent)"
+        )
     return list(values)
 
 

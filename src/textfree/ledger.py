@@ -60,7 +60,9 @@ class PrivacyLedger:
         if self.budget is not None and not (_is_number(self.budget) and self.budget > 0):
             raise ValueError(f"PrivacyLedger: budget must be a number > 0 or None, got {self.budget!r}")
         if self.delta_budget is not None and not (_is_number(self.delta_budget) and 0 < self.delta_budget < 1):
-            raise ValueError(f"PrivacyLedger: delta_budget must be a number in (0, 1) or None, got {self.delta_budget!r}")
+            raise ValueError(
+                f"PrivacyLedger: delta_budget must be a number in (0, 1) or None, got {self.delta_budget!r}"
+            )
         if self.on_exceed not in ("refuse", "warn"):
             raise ValueError(f"PrivacyLedger: on_exceed must be 'refuse' or 'warn', got {self.on_exceed!r}")
 
@@ -127,7 +129,11 @@ class PrivacyLedger:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise LedgerError(f"cannot read privacy ledger {str(self.path)!r}: {exc}") from None
-        if not isinstance(data, dict) or data.get("format") != LEDGER_FORMAT or not isinstance(data.get("entries"), list):
+        if (
+            not isinstance(data, dict)
+            or data.get("format") != LEDGER_FORMAT
+            or not isinstance(data.get("entries"), list)
+        ):
             raise LedgerError(f"{str(self.path)!r} is not a textfree privacy ledger")
         for i, e in enumerate(data["entries"]):
             if not isinstance(e, dict) or not {"key", "epsilon", "delta", "notion"} <= set(e):

@@ -65,7 +65,9 @@ class EncoderInfo:
         if not isinstance(self.id, str) or not self.id or len(self.id) > 512:
             raise PayloadError(f"encoder.id must be a non-empty string of at most 512 characters, got {self.id!r}")
         if self.sha256 is not None and (
-            not isinstance(self.sha256, str) or len(self.sha256) != 64 or any(c not in "0123456789abcdef" for c in self.sha256)
+            not isinstance(self.sha256, str)
+            or len(self.sha256) != 64
+            or any(c not in "0123456789abcdef" for c in self.sha256)
         ):
             raise PayloadError(f"encoder.sha256 must be 64 lowercase hex digits or null, got {self.sha256!r}")
         if not isinstance(self.dim, int) or isinstance(self.dim, bool) or not 1 <= self.dim <= MAX_DIM:
@@ -125,23 +127,33 @@ class Payload:
             raise PayloadError(f"vectors must have shape [B, S, d], got {tuple(v.shape)}")
         b, s, d = v.shape
         if not 1 <= b <= MAX_ROWS or s > MAX_SLOTS:
-            raise PayloadError(f"vectors shape {tuple(v.shape)} outside limits (rows 1..{MAX_ROWS}, slots <= {MAX_SLOTS})")
+            raise PayloadError(
+                f"vectors shape {tuple(v.shape)} outside limits (rows 1..{MAX_ROWS}, slots <= {MAX_SLOTS})"
+            )
         if d != self.encoder.dim:
             raise PayloadError(f"vectors have width {d} but the header's encoder.dim is {self.encoder.dim}")
         if not isinstance(m, torch.Tensor) or m.dtype != torch.bool or tuple(m.shape) != (b, s):
-            raise PayloadError(f"mask must be a bool tensor of shape {(b, s)}, got {getattr(m, 'dtype', type(m))} {tuple(getattr(m, 'shape', ()))}")
+            raise PayloadError(
+                f"mask must be a bool tensor of shape {(b, s)}, got {getattr(m, 'dtype', type(m))} {tuple(getattr(m, 'shape', ()))}"
+            )
         lengths = m.sum(dim=1)
         prefix = torch.arange(s, device=m.device).unsqueeze(0) < lengths.unsqueeze(1)
         if not torch.equal(prefix, m):
             raise PayloadError("mask rows must be prefixes (real slots first, then padding)")
         pad_to = self.privatization.pad_to
         if pad_to is not None and (s != pad_to or not bool(m.all())):
-            raise PayloadError(f"the header says every row is padded to {pad_to} slots, but the rows have {sorted(set(self.lengths))} "
-                               f"of {s}")
+            raise PayloadError(
+                f"the header says every row is padded to {pad_to} slots, but the rows have {sorted(set(self.lengths))} "
+                f"of {s}"
+            )
         if self.kind not in KINDS:
             raise PayloadError(f"kind must be one of {KINDS}, got {self.kind!r}")
         if self.public is not None:
-            if not isinstance(self.public, list) or len(self.public) != b or not all(isinstance(p, str) for p in self.public):
+            if (
+                not isinstance(self.public, list)
+                or len(self.public) != b
+                or not all(isinstance(p, str) for p in self.public)
+            ):
                 raise PayloadError(f"public must be null or a list of {b} strings (one per row)")
         vf = v.float()
         if not torch.isfinite(vf).all():
@@ -150,8 +162,10 @@ class Payload:
             raise PayloadError("padded slots must be all zero")
         norms = vf[m].norm(dim=-1)
         if norms.numel():
-            if self.privatization.renormalize and self.privatization.noise is not None or (
-                self.privatization.normalize and self.privatization.noise is None
+            if (
+                self.privatization.renormalize
+                and self.privatization.noise is not None
+                or (self.privatization.normalize and self.privatization.noise is None)
             ):
                 tol = NORM_TOLERANCE if v.dtype == torch.float32 else 1e-2
                 worst = (norms - 1.0).abs().max().item()
@@ -160,7 +174,9 @@ class Payload:
             else:
                 bound = self._norm_bound()
                 if norms.max().item() > bound * (1 + NORM_TOLERANCE):
-                    raise PayloadError(f"a vector has norm {norms.max().item():.4g}, above the bound {bound:.4g} its mechanism allows")
+                    raise PayloadError(
+                        f"a vector has norm {norms.max().item():.4g}, above the bound {bound:.4g} its mechanism allows"
+                    )
 
     def _norm_bound(self) -> float:
         noise = self.privatization.noise
@@ -188,7 +204,9 @@ class Payload:
     # ------------------------------------------------------------------ serialisation
     def to_bytes(self) -> bytes:
         header = json.dumps(self.header(), sort_keys=True, allow_nan=True)
-        return st_save({"vectors": self.vectors.contiguous(), "mask": self.mask.contiguous()}, metadata={"textfree": header})
+        return st_save(
+            {"vectors": self.vectors.contiguous(), "mask": self.mask.contiguous()}, metadata={"textfree": header}
+        )
 
     def sha256(self) -> str:
         return hashlib.sha256(self.to_bytes()).hexdigest()
@@ -274,19 +292,25 @@ def _parse_container(data: bytes, max_bytes: int) -> tuple[dict[str, Any], dict[
         if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= set(entry):
             raise PayloadError(f"tensor entry {name!r} is malformed")
         shape, offsets = entry["shape"], entry["data_offsets"]
-        if not (isinstance(shape, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape)):
+        if not (
+            isinstance(shape, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape)
+        ):
             raise PayloadError(f"tensor {name!r} has a malformed shape {shape!r}")
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(x, int) for x in offsets)):
             raise PayloadError(f"tensor {name!r} has malformed data_offsets {offsets!r}")
         if not 0 <= offsets[0] <= offsets[1] <= body:
-            raise PayloadError(f"payload is truncated or inconsistent: tensor {name!r} spans {offsets} of {body} data bytes")
+            raise PayloadError(
+                f"payload is truncated or inconsistent: tensor {name!r} spans {offsets} of {body} data bytes"
+            )
         spans.append(tuple(offsets))
     if meta["vectors"]["dtype"] not in ALLOWED_VECTOR_DTYPES:
         raise PayloadError(f"vectors must be F32, F16 or BF16, got dtype {meta['vectors']['dtype']!r}")
     if meta["mask"]["dtype"] != "BOOL":
         raise PayloadError(f"mask must be BOOL, got dtype {meta['mask']['dtype']!r}")
     if len(meta["vectors"]["shape"]) != 3 or len(meta["mask"]["shape"]) != 2:
-        raise PayloadError(f"vectors must be [B, S, d] and mask [B, S]; got {meta['vectors']['shape']} and {meta['mask']['shape']}")
+        raise PayloadError(
+            f"vectors must be [B, S, d] and mask [B, S]; got {meta['vectors']['shape']} and {meta['mask']['shape']}"
+        )
     spans.sort()
     if spans[0][0] != 0 or spans[-1][1] != body or spans[0][1] != spans[1][0]:
         raise PayloadError("payload data section has gaps, overlaps or trailing bytes")
@@ -303,14 +327,30 @@ def _payload_from_parts(meta: dict[str, Any], header: dict[str, Any], tensors: d
     if header.get("format") != FORMAT:
         raise PayloadError(f"header.format must be {FORMAT!r}, got {header.get('format')!r}")
     if header.get("format_version") != FORMAT_VERSION:
-        raise PayloadError(f"unsupported payload format_version {header.get('format_version')!r}; this reader knows {FORMAT_VERSION}")
-    known = {"format", "format_version", "kind", "encoder", "privatization", "dtype", "shape", "lengths", "privacy", "public", "extra"}
+        raise PayloadError(
+            f"unsupported payload format_version {header.get('format_version')!r}; this reader knows {FORMAT_VERSION}"
+        )
+    known = {
+        "format",
+        "format_version",
+        "kind",
+        "encoder",
+        "privatization",
+        "dtype",
+        "shape",
+        "lengths",
+        "privacy",
+        "public",
+        "extra",
+    }
     unknown = set(header) - known
     if unknown:
         raise PayloadError(f"unknown header field(s) {sorted(unknown)}")
     vectors, mask = tensors["vectors"], tensors["mask"]
     if header.get("shape") != list(vectors.shape):
-        raise PayloadError(f"header.shape {header.get('shape')!r} does not match the vectors' shape {list(vectors.shape)}")
+        raise PayloadError(
+            f"header.shape {header.get('shape')!r} does not match the vectors' shape {list(vectors.shape)}"
+        )
     if header.get("dtype") != DTYPE_NAMES.get(vectors.dtype):
         raise PayloadError(f"header.dtype {header.get('dtype')!r} does not match the vectors' dtype {vectors.dtype}")
     lengths = header.get("lengths")
@@ -335,7 +375,9 @@ def _payload_from_parts(meta: dict[str, Any], header: dict[str, Any], tensors: d
     stated = header.get("privacy")
     computed = payload.header()["privacy"]
     if not isinstance(stated, dict) or not _same_losses(stated, computed):
-        raise PayloadError(f"header.privacy {stated!r} is inconsistent with its mechanism and lengths ({computed})"[:400])
+        raise PayloadError(
+            f"header.privacy {stated!r} is inconsistent with its mechanism and lengths ({computed})"[:400]
+        )
     return payload
 
 

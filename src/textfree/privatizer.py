@@ -49,8 +49,14 @@ class Privatizer:
             raise ValueError("a ledger needs a ledger_key (the user or key releases are charged to)")
         self.encoder = encoder
         self.privatization = SlotPrivatization(
-            noise=mechanism, k=k, normalize=normalize, renormalize=renormalize, sensitivity=sensitivity, pad_to=pad_to,
-            center=center, repeat_mean=repeat_mean,
+            noise=mechanism,
+            k=k,
+            normalize=normalize,
+            renormalize=renormalize,
+            sensitivity=sensitivity,
+            pad_to=pad_to,
+            center=center,
+            repeat_mean=repeat_mean,
         )
         self.batch_size = batch_size
         self.ledger = ledger
@@ -81,8 +87,12 @@ class Privatizer:
         gen = resolve_generator(generator, seed) if self.privatization.noise is not None else None
         cut = _cut_count(self.encoder, texts)
         if cut:  # never silently: the cut tail is neither released nor answered
-            warnings.warn(f"{cut} of {len(texts)} prompt(s) are longer than the encoder's limit of {self.encoder.max_length} "
-                          "tokens and were cut to it: their tail is not released", UserWarning, stacklevel=2)
+            warnings.warn(
+                f"{cut} of {len(texts)} prompt(s) are longer than the encoder's limit of {self.encoder.max_length} "
+                "tokens and were cut to it: their tail is not released",
+                UserWarning,
+                stacklevel=2,
+            )
         chunks, masks = [], []
         for start in range(0, len(texts), self.batch_size):
             batch = self.encoder.encode(texts[start : start + self.batch_size])
@@ -91,12 +101,21 @@ class Privatizer:
             masks.append(m.cpu())
         vectors, mask = _pad_cat(chunks, masks)
         kind = "pooled" if self.encoder.kind == "contextual" else "token"
-        payload = Payload(vectors, mask, self.encoder_info, self.privatization, kind=kind, public=None if public is None else list(public))
+        payload = Payload(
+            vectors,
+            mask,
+            self.encoder_info,
+            self.privatization,
+            kind=kind,
+            public=None if public is None else list(public),
+        )
         if self.ledger is not None:
             total = PrivacyLoss(0.0, 0.0, "metric")
             for loss in payload.row_losses():
                 total = total + loss
-            self.ledger.charge(self.ledger_key, total, note=f"{payload.batch_size} prompt(s)", releases=payload.batch_size)
+            self.ledger.charge(
+                self.ledger_key, total, note=f"{payload.batch_size} prompt(s)", releases=payload.batch_size
+            )
         return payload
 
 

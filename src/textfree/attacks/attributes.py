@@ -124,7 +124,9 @@ def _rule(spec: AttributeSpec, values: list) -> Any:
     return sorted(c for c, m in counts.items() if m > len(values) / 2)
 
 
-def prior_predictions(specs: Sequence[AttributeSpec], train_targets: Sequence[Mapping[str, Any]], n: int) -> list[dict[str, Any]]:
+def prior_predictions(
+    specs: Sequence[AttributeSpec], train_targets: Sequence[Mapping[str, Any]], n: int
+) -> list[dict[str, Any]]:
     """The no-input reference: the same constant guess for each of ``n`` rows, from the training marginals."""
     guess = {s.name: _rule(s, attribute_values(train_targets, s.name, s.kind)) for s in specs}
     return [dict(guess) for _ in range(n)]
@@ -145,14 +147,19 @@ def label_predictions(
         by_label[label].append(i)
     prior = prior_predictions(specs, train_targets, 1)[0]
     guesses = {
-        label: {s.name: _rule(s, [attribute_values([train_targets[i]], s.name, s.kind)[0] for i in rows]) for s in specs}
+        label: {
+            s.name: _rule(s, [attribute_values([train_targets[i]], s.name, s.kind)[0] for i in rows]) for s in specs
+        }
         for label, rows in by_label.items()
     }
     return [dict(guesses.get(label, prior)) for label in test_labels]
 
 
 def length_predictions(
-    specs: Sequence[AttributeSpec], train_targets: Sequence[Mapping[str, Any]], train_mask: torch.Tensor, test_mask: torch.Tensor
+    specs: Sequence[AttributeSpec],
+    train_targets: Sequence[Mapping[str, Any]],
+    train_mask: torch.Tensor,
+    test_mask: torch.Tensor,
 ) -> list[dict[str, Any]]:
     """What the *number* of released units (slots, tokens: each row's count in a [N, S] mask) alone reveals: the
     constant guess within the training rows of the same count (:func:`label_predictions` with counts as labels). The
@@ -161,8 +168,9 @@ def length_predictions(
     return label_predictions(specs, train_targets, *counts)
 
 
-def score_attributes(specs: Sequence[AttributeSpec], predicted: Sequence[Mapping[str, Any]],
-                     gold: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+def score_attributes(
+    specs: Sequence[AttributeSpec], predicted: Sequence[Mapping[str, Any]], gold: Sequence[Mapping[str, Any]]
+) -> dict[str, float]:
     """``{name}_accuracy`` per categorical attribute; ``{name}_recall``, ``_precision``, ``_f1`` (micro) per multi-label
     one. Gold labels the attacker never saw in training still count (as misses)."""
     if len(predicted) != len(gold) or not gold:
@@ -182,12 +190,17 @@ def attribute_metric_names(kinds: Mapping[str, Kind]) -> tuple[str, ...]:
     """The score names :func:`score_attributes` returns for attributes of these kinds."""
     names: list[str] = []
     for name, kind in kinds.items():
-        names += [f"{name}_accuracy"] if kind == "categorical" else [f"{name}_recall", f"{name}_precision", f"{name}_f1"]
+        names += (
+            [f"{name}_accuracy"] if kind == "categorical" else [f"{name}_recall", f"{name}_precision", f"{name}_f1"]
+        )
     return tuple(names)
 
 
-@register_attack("attribute_inference", requires=RELEASE_REQUIRES["text"],
-                 description="MLP / slot-attention classifier of attributes, trained on the attacker's own releases")
+@register_attack(
+    "attribute_inference",
+    requires=RELEASE_REQUIRES["text"],
+    description="MLP / slot-attention classifier of attributes, trained on the attacker's own releases",
+)
 def attribute_inference_attack(
     train: Inputs,
     train_targets: Sequence[Mapping[str, Any]],
@@ -213,5 +226,7 @@ def attribute_inference_attack(
     if noise is not None or variants is not None:
         requires = requires.union(NOISE_AWARE_REQUIRES)
     check_grant("attribute_inference", requires, threat)
-    model = train_attribute_attacker(*train, train_targets, specs, config, noise=noise, generator=generator, variants=variants)
+    model = train_attribute_attacker(
+        *train, train_targets, specs, config, noise=noise, generator=generator, variants=variants
+    )
     return predict_attributes(model, *observed)

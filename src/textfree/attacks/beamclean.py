@@ -117,7 +117,9 @@ class BeamCleanConfig:
             value = getattr(self, name)
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
             if not ok or value < 0 or (name == "min_scale" and value == 0):
-                raise ValueError(f"BeamCleanConfig: {name} must be a finite number {'>' if name == 'min_scale' else '>='} 0, got {value!r}")
+                raise ValueError(
+                    f"BeamCleanConfig: {name} must be a finite number {'>' if name == 'min_scale' else '>='} 0, got {value!r}"
+                )
         object.__setattr__(self, "excluded_ids", tuple(int(i) for i in self.excluded_ids))
 
     def to_dict(self) -> dict[str, Any]:
@@ -180,7 +182,9 @@ def beamclean_decode(
     if family not in FAMILIES:
         raise ValueError(f"beamclean_decode: family must be one of {FAMILIES}, got {family!r}")
     if noisy.dim() != 2 or table.dim() != 2 or noisy.shape[1] != table.shape[1]:
-        raise ValueError(f"beamclean_decode: need noisy [T, d] and table [V, d], got {tuple(noisy.shape)} and {tuple(table.shape)}")
+        raise ValueError(
+            f"beamclean_decode: need noisy [T, d] and table [V, d], got {tuple(noisy.shape)} and {tuple(table.shape)}"
+        )
     if prior.vocab_size != table.shape[0]:
         raise ValueError(f"beamclean_decode: the prior has {prior.vocab_size} tokens, the table {table.shape[0]}")
     for given in (fixed_noise, init):
@@ -199,11 +203,15 @@ def beamclean_decode(
     table32 = table64.to(torch.float32)
     sqnorm = table32.square().sum(dim=1)
     if t_len == 0:
-        return DecodedSequence(torch.empty(0, dtype=torch.int64), 0.0, fixed_noise or init or SurrogateNoise(family, 1.0))
+        return DecodedSequence(
+            torch.empty(0, dtype=torch.int64), 0.0, fixed_noise or init or SurrogateNoise(family, 1.0)
+        )
 
     def pool(rows: torch.Tensor, mean: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         q = rows if mean is None else rows - mean
-        return candidate_pool(q, table32, family, m, chunk_size=config.chunk_size, excluded=excluded, table_sqnorm=sqnorm)
+        return candidate_pool(
+            q, table32, family, m, chunk_size=config.chunk_size, excluded=excluded, table_sqnorm=sqnorm
+        )
 
     estimating = fixed_noise is None
     if fixed_noise is not None:
@@ -229,7 +237,9 @@ def beamclean_decode(
         else:
             cand, stats = all_ids[t], all_stats[t]
         noise_ll = noise.log_prob_from_statistic(stats, d)  # [M]
-        prior_lp = prior.log_probs(paths.tolist())[:, cand] if lam else torch.zeros(len(paths), len(cand), dtype=torch.float64)
+        prior_lp = (
+            prior.log_probs(paths.tolist())[:, cand] if lam else torch.zeros(len(paths), len(cand), dtype=torch.float64)
+        )
         scores = (prior_total + noise_total)[:, None] + noise_ll[None, :] + lam * prior_lp
         top = scores.flatten().topk(min(config.beam_width, scores.numel()))
         b_idx, c_idx = top.indices // len(cand), top.indices % len(cand)
@@ -242,7 +252,12 @@ def beamclean_decode(
                 path_ll = noise.log_prob(residuals).sum(dim=1)
                 weights = torch.softmax(prior_total + path_ll, dim=0)
                 noise = SurrogateNoise.fit(
-                    family, residuals, weights, estimate_mean=config.estimate_mean, mean=noise.mean, min_scale=config.min_scale
+                    family,
+                    residuals,
+                    weights,
+                    estimate_mean=config.estimate_mean,
+                    mean=noise.mean,
+                    min_scale=config.min_scale,
                 )
             noise_total = noise.log_prob(residuals).sum(dim=1)
         else:
@@ -313,7 +328,11 @@ def _as_sequences(noisy: torch.Tensor | Sequence[torch.Tensor], mask: torch.Tens
     return list(noisy)
 
 
-@register_attack("beamclean", requires=BEAMCLEAN_REQUIRES, description="beam search with re-estimated surrogate noise and an LM prior")
+@register_attack(
+    "beamclean",
+    requires=BEAMCLEAN_REQUIRES,
+    description="beam search with re-estimated surrogate noise and an LM prior",
+)
 def beamclean_attack(
     noisy: torch.Tensor | Sequence[torch.Tensor],
     table: torch.Tensor,
@@ -350,7 +369,9 @@ def beamclean_attack(
     decoded = [beamclean_decode(seq, table, prior, fam, config, fixed_noise=fixed, init=init) for seq in sequences]
     recovery = None
     if true_ids is not None:
-        gold = _as_sequences(true_ids[..., None] if isinstance(true_ids, torch.Tensor) else [g[:, None] for g in true_ids], mask)
+        gold = _as_sequences(
+            true_ids[..., None] if isinstance(true_ids, torch.Tensor) else [g[:, None] for g in true_ids], mask
+        )
         if [len(g) for g in gold] != [len(s) for s in sequences]:
             raise ValueError("true_ids must have one id per observed vector")
         pred = torch.cat([s.ids for s in decoded]) if decoded else torch.empty(0, dtype=torch.int64)

@@ -21,10 +21,20 @@ import torch
 
 from .threat import ThreatModel, check_grant, register_attack
 
-__all__ = ["BLACKBOX_REQUIRES", "BlackBoxConfig", "MLPTokenInverter", "Denoiser", "public_vocab", "train_blackbox",
-           "blackbox_attack", "BlackBoxResult"]
+__all__ = [
+    "BLACKBOX_REQUIRES",
+    "BlackBoxConfig",
+    "MLPTokenInverter",
+    "Denoiser",
+    "public_vocab",
+    "train_blackbox",
+    "blackbox_attack",
+    "BlackBoxResult",
+]
 
-BLACKBOX_REQUIRES = ThreatModel(encoder_queries=True, training_text="public", knows_mechanism=True, knows_parameters=True)
+BLACKBOX_REQUIRES = ThreatModel(
+    encoder_queries=True, training_text="public", knows_mechanism=True, knows_parameters=True
+)
 
 
 @dataclass(frozen=True)
@@ -43,13 +53,22 @@ class BlackBoxConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"BlackBoxConfig.{name} must be an integer >= 1, got {v!r}")
-        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not (self.lr > 0 and math.isfinite(self.lr)):
+        if (
+            isinstance(self.lr, bool)
+            or not isinstance(self.lr, (int, float))
+            or not (self.lr > 0 and math.isfinite(self.lr))
+        ):
             raise ValueError(f"BlackBoxConfig.lr must be a finite number > 0, got {self.lr!r}")
 
 
 def _mlp(d_in: int, hidden: int, d_out: int) -> torch.nn.Sequential:
-    return torch.nn.Sequential(torch.nn.Linear(d_in, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, hidden),
-                               torch.nn.GELU(), torch.nn.Linear(hidden, d_out))
+    return torch.nn.Sequential(
+        torch.nn.Linear(d_in, hidden),
+        torch.nn.GELU(),
+        torch.nn.Linear(hidden, hidden),
+        torch.nn.GELU(),
+        torch.nn.Linear(hidden, d_out),
+    )
 
 
 class MLPTokenInverter(torch.nn.Module):
@@ -82,7 +101,9 @@ class Denoiser(torch.nn.Module):
         return self.vocab[(out @ self.queried.T).argmax(-1)]
 
 
-def public_vocab(public_ids: torch.Tensor, vocab_size: int, excluded: Sequence[int] = ()) -> tuple[torch.Tensor, torch.Tensor]:
+def public_vocab(
+    public_ids: torch.Tensor, vocab_size: int, excluded: Sequence[int] = ()
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(vocab: the ``vocab_size`` most frequent public token ids, most frequent first; their frequencies)."""
     ids = public_ids.flatten().to(torch.int64)
     if ids.numel() == 0:
@@ -96,8 +117,14 @@ def public_vocab(public_ids: torch.Tensor, vocab_size: int, excluded: Sequence[i
 
 
 def train_blackbox(
-    kind: str, clean_of: Any, vocab: torch.Tensor, freq: torch.Tensor, mechanism: Any, config: BlackBoxConfig,
-    *, generator: torch.Generator,
+    kind: str,
+    clean_of: Any,
+    vocab: torch.Tensor,
+    freq: torch.Tensor,
+    mechanism: Any,
+    config: BlackBoxConfig,
+    *,
+    generator: torch.Generator,
 ) -> MLPTokenInverter | Denoiser:
     """Train ``kind`` ("mlp" or "autoencoder") on queried public tokens noised by ``mechanism``.
 
@@ -106,8 +133,11 @@ def train_blackbox(
         raise ValueError(f"kind must be 'mlp' or 'autoencoder', got {kind!r}")
     queried = clean_of(vocab).to(torch.float32)
     torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
-    model = (MLPTokenInverter(queried.shape[1], config.hidden, vocab) if kind == "mlp"
-             else Denoiser(queried.shape[1], config.hidden, vocab, queried))
+    model = (
+        MLPTokenInverter(queried.shape[1], config.hidden, vocab)
+        if kind == "mlp"
+        else Denoiser(queried.shape[1], config.hidden, vocab, queried)
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr)
     model.train()
     for _ in range(config.epochs):
@@ -133,10 +163,14 @@ class BlackBoxResult:
     noisy_mse: float | None  # the same for the raw noisy vectors
 
 
-@register_attack("blackbox", requires=BLACKBOX_REQUIRES,
-                 description="RAPT IV-A1: noise-aware MLP token classifier / denoising autoencoder from encoder queries")
-def blackbox_attack(model: MLPTokenInverter | Denoiser, noisy: torch.Tensor, *, threat: ThreatModel,
-                    clean: torch.Tensor | None = None) -> BlackBoxResult:
+@register_attack(
+    "blackbox",
+    requires=BLACKBOX_REQUIRES,
+    description="RAPT IV-A1: noise-aware MLP token classifier / denoising autoencoder from encoder queries",
+)
+def blackbox_attack(
+    model: MLPTokenInverter | Denoiser, noisy: torch.Tensor, *, threat: ThreatModel, clean: torch.Tensor | None = None
+) -> BlackBoxResult:
     """Invert ``noisy`` [n, d]; with ``clean`` (scoring only) also the MSE figures of the autoencoder."""
     check_grant("blackbox", BLACKBOX_REQUIRES, threat)
     ids = model.invert(noisy)

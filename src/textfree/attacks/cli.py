@@ -12,8 +12,14 @@ app = typer.Typer(no_args_is_help=True, help="Attacks on released vectors: repor
 
 @app.command("report")
 def report_cmd(
-    results: List[Path] = typer.Argument(..., help="Result JSON files of the attack cells (token_inversion, attribute_inference, learned_inversion, substitution_inversion), or directories holding them (e.g. results/attacks)."),
-    out: Path = typer.Option(Path("docs/results/attacks.md"), "--out", help="The Markdown report to write (the figures go to <out stem>/)."),
+    results: List[Path] = typer.Argument(
+        ...,
+        help="Result JSON files of the attack cells (token_inversion, attribute_inference, learned_inversion, "
+        "substitution_inversion), or directories holding them (e.g. results/attacks).",
+    ),
+    out: Path = typer.Option(
+        Path("docs/results/attacks.md"), "--out", help="The Markdown report to write (the figures go to <out stem>/)."
+    ),
 ) -> None:
     """Write the attack tables, figures, target verdicts and cross matrix from result files; nothing is recomputed."""
     from textfree.attacks.report import write_report

@@ -27,8 +27,15 @@ from ..metrics.privacy import attribute_recall
 from ..metrics.text import corpus_bleu, rouge_l
 from .threat import ThreatModel, check_grant, register_attack
 
-__all__ = ["LEARNED_INVERSION_REQUIRES", "RESTORATION_REQUIRES", "learned_inversion_attack", "restoration_attack",
-           "reconstruct", "score_reconstructions", "medoid_text"]
+__all__ = [
+    "LEARNED_INVERSION_REQUIRES",
+    "RESTORATION_REQUIRES",
+    "learned_inversion_attack",
+    "restoration_attack",
+    "reconstruct",
+    "score_reconstructions",
+    "medoid_text",
+]
 
 #: The least a learned inverter needs; the cell kind adds in-domain text or mechanism knowledge when it uses them.
 LEARNED_INVERSION_REQUIRES = ThreatModel(encoder_queries=True, training_text="public")
@@ -45,15 +52,21 @@ def reconstruct(model: Any, payload: Any, *, max_new_tokens: int = 160, batch_si
     return model.answer(payload, max_new_tokens=max_new_tokens, batch_size=batch_size)
 
 
-@register_attack("learned_inversion", requires=LEARNED_INVERSION_REQUIRES,
-                 description="a projection + decoder the attacker trained to regenerate prompts from payloads")
+@register_attack(
+    "learned_inversion",
+    requires=LEARNED_INVERSION_REQUIRES,
+    description="a projection + decoder the attacker trained to regenerate prompts from payloads",
+)
 def learned_inversion_attack(model: Any, payload: Any, *, threat: ThreatModel, **kwargs: Any) -> list[str]:
     check_grant("learned_inversion", LEARNED_INVERSION_REQUIRES, threat)
     return reconstruct(model, payload, **kwargs)
 
 
-@register_attack("restoration", requires=RESTORATION_REQUIRES,
-                 description="the served PPFT model asked to restore the prompt (no training)")
+@register_attack(
+    "restoration",
+    requires=RESTORATION_REQUIRES,
+    description="the served PPFT model asked to restore the prompt (no training)",
+)
 def restoration_attack(model: Any, payload: Any, *, threat: ThreatModel, **kwargs: Any) -> list[str]:
     check_grant("restoration", RESTORATION_REQUIRES, threat)
     return reconstruct(model, payload, **kwargs)
@@ -78,7 +91,9 @@ def score_reconstructions(
         if len(gold) != len(references):
             raise ValueError(f"attribute {name!r}: {len(gold)} gold rows for {len(references)} references")
         rows = [(g, t) for g, t in zip(gold, reconstructions) if g]
-        out[f"{name}_recall_text"] = attribute_recall([g for g, _ in rows], [t for _, t in rows])["micro"] if rows else math.nan
+        out[f"{name}_recall_text"] = (
+            attribute_recall([g for g, _ in rows], [t for _, t in rows])["micro"] if rows else math.nan
+        )
     return out
 
 

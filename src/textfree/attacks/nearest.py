@@ -45,7 +45,9 @@ def excluded_mask(excluded_ids: Sequence[int] | torch.Tensor | None, vocab_size:
     """A bool [V] mask, True at the excluded ids (None when nothing is excluded); every id must lie in [0, V)."""
     if excluded_ids is None:
         return None
-    ids = torch.as_tensor(list(excluded_ids) if not isinstance(excluded_ids, torch.Tensor) else excluded_ids, dtype=torch.int64)
+    ids = torch.as_tensor(
+        list(excluded_ids) if not isinstance(excluded_ids, torch.Tensor) else excluded_ids, dtype=torch.int64
+    )
     if ids.numel() == 0:
         return None
     if ids.min() < 0 or ids.max() >= vocab_size:
@@ -118,7 +120,9 @@ class NearestNeighbourInverter:
         chunk_size: int = 8192,
     ):
         if not isinstance(table, torch.Tensor) or table.dim() != 2 or table.shape[0] < 1:
-            raise ValueError(f"NearestNeighbourInverter: table must be a non-empty [V, d] tensor, got {getattr(table, 'shape', table)!r}")
+            raise ValueError(
+                f"NearestNeighbourInverter: table must be a non-empty [V, d] tensor, got {getattr(table, 'shape', table)!r}"
+            )
         self.table = table.detach().to(torch.float32).cpu()
         self.excluded = excluded_mask(excluded_ids, self.table.shape[0])
         self.chunk_size = chunk_size
@@ -141,8 +145,12 @@ class NearestNeighbourInverter:
             ids = self._l2.search(q, k=1, candidate_mask=mask)[:, 0]
         else:
             _, ids = vocab_topk(
-                _unit_rows(q.to(torch.float32)), self._unit, 1, lambda a, b, rows: a @ b.T,
-                chunk_size=self.chunk_size, excluded=self.excluded,
+                _unit_rows(q.to(torch.float32)),
+                self._unit,
+                1,
+                lambda a, b, rows: a @ b.T,
+                chunk_size=self.chunk_size,
+                excluded=self.excluded,
             )
             ids = ids[:, 0]
         return ids.reshape(noisy.shape[:-1])
@@ -192,7 +200,9 @@ class NearestNeighbourResult:
         }
 
 
-@register_attack("nearest_neighbour", requires=NEAREST_REQUIRES, description="nearest vocabulary row by L2 and by cosine")
+@register_attack(
+    "nearest_neighbour", requires=NEAREST_REQUIRES, description="nearest vocabulary row by L2 and by cosine"
+)
 def nearest_neighbour_attack(
     noisy: torch.Tensor,
     table: torch.Tensor | NearestNeighbourInverter,

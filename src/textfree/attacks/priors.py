@@ -95,10 +95,15 @@ class BigramPrior(TokenPrior):
         if not (isinstance(k, (int, float)) and not isinstance(k, bool) and k > 0 and math.isfinite(k)):
             raise ValueError(f"BigramPrior: k must be a finite number > 0, got {k!r}")
         _check_training_text("BigramPrior", training_text)
-        rows, cols = torch.as_tensor(rows, dtype=torch.int64).flatten(), torch.as_tensor(cols, dtype=torch.int64).flatten()
+        rows, cols = (
+            torch.as_tensor(rows, dtype=torch.int64).flatten(),
+            torch.as_tensor(cols, dtype=torch.int64).flatten(),
+        )
         counts = torch.as_tensor(counts, dtype=torch.float64).flatten()
         if not (len(rows) == len(cols) == len(counts)):
-            raise ValueError(f"BigramPrior: rows, cols and counts differ in length: {len(rows)}, {len(cols)}, {len(counts)}")
+            raise ValueError(
+                f"BigramPrior: rows, cols and counts differ in length: {len(rows)}, {len(cols)}, {len(counts)}"
+            )
         if len(rows) and (rows.min() < 0 or rows.max() > v or cols.min() < 0 or cols.max() >= v):
             raise ValueError(f"BigramPrior: rows must lie in [0, {v}] and cols in [0, {v})")
         if (counts < 0).any() or not torch.isfinite(counts).all():
@@ -115,7 +120,12 @@ class BigramPrior(TokenPrior):
 
     @classmethod
     def from_sequences(
-        cls, sequences: Iterable[Sequence[int]], vocab_size: int, *, k: float = 0.1, training_text: str | None = "public"
+        cls,
+        sequences: Iterable[Sequence[int]],
+        vocab_size: int,
+        *,
+        k: float = 0.1,
+        training_text: str | None = "public",
     ) -> "BigramPrior":
         """Count bigrams (and starts) in token-id sequences."""
         v = _check_vocab_size("BigramPrior", vocab_size)
@@ -198,7 +208,11 @@ def surface_strings(tokenizer) -> list[str]:
 def _first_subtokens(strings: list[str], lm_tokenizer) -> torch.Tensor:
     """The LM id of each string's first sub-token, skipping bare space markers ("\u2581" alone); -1 for none."""
     encoded = lm_tokenizer(strings, add_special_tokens=False)["input_ids"] if strings else []
-    bare = {i for i, t in enumerate(lm_tokenizer.convert_ids_to_tokens(list(range(len(lm_tokenizer))))) if (t or "").strip("".join(_SPACE_MARKERS) + " ") == ""}
+    bare = {
+        i
+        for i, t in enumerate(lm_tokenizer.convert_ids_to_tokens(list(range(len(lm_tokenizer)))))
+        if (t or "").strip("".join(_SPACE_MARKERS) + " ") == ""
+    }
     first = []
     for s, ids in zip(strings, encoded):
         ids = [i for i in ids if i not in bare] if s else []
@@ -260,7 +274,9 @@ class CausalLMPrior(TokenPrior):
                 raise ValueError(f"CausalLMPrior: vocab_size {self.vocab_size} exceeds the LM's {lm_vocab} outputs")
             self._first_sub = None
         else:
-            self.vocab_size = _check_vocab_size("CausalLMPrior", len(target_tokenizer) if vocab_size is None else vocab_size)
+            self.vocab_size = _check_vocab_size(
+                "CausalLMPrior", len(target_tokenizer) if vocab_size is None else vocab_size
+            )
             strings = surface_strings(target_tokenizer)[: self.vocab_size]
             strings += [""] * (self.vocab_size - len(strings))
             first = _first_subtokens(strings, lm_tokenizer)
@@ -280,7 +296,9 @@ class CausalLMPrior(TokenPrior):
     def _lm_inputs(self, prefixes: list[list[int]]) -> list[list[int]]:
         if self.target_tokenizer is None:
             return [self.start_ids + [int(t) for t in p] for p in prefixes]
-        texts = [self.target_tokenizer.decode([int(t) for t in p], skip_special_tokens=True) if p else "" for p in prefixes]
+        texts = [
+            self.target_tokenizer.decode([int(t) for t in p], skip_special_tokens=True) if p else "" for p in prefixes
+        ]
         ids = self.lm_tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
         return [self.start_ids + list(x) for x in ids]
 

@@ -66,7 +66,12 @@ _NN = "recovery_nn_best"
 _BC = "recovery_beamclean_estimated"
 _BC_ORACLE = "recovery_beamclean_oracle"
 _MECH_TITLES = {"l2_laplace": "L2-Laplace", "gaussian": "Gaussian"}
-_SURROGATE_NAMES = {"vmf": "von Mises-Fisher (direction-only)", "l2_laplace": "L2-Laplace", "l1_laplace": "L1-Laplace", "gaussian": "Gaussian"}
+_SURROGATE_NAMES = {
+    "vmf": "von Mises-Fisher (direction-only)",
+    "l2_laplace": "L2-Laplace",
+    "l1_laplace": "L1-Laplace",
+    "gaussian": "Gaussian",
+}
 
 
 @dataclass
@@ -162,11 +167,24 @@ def collect(paths: Iterable[str | Path]) -> list[Curve]:
         cell = data["cell"]
         axes = list(data.get("grid_axes") or cell.get("grid") or [])
         axis = axes[0] if axes else None
-        points = [Point(r["point"].get(axis) if axis else None, {n: _values(m) for n, m in r["metrics"].items()})
-                  for r in data["results"]]
-        curve = Curve(cell["name"], dict(cell.get("mechanism") or {}), axis, points, f.name, data["date"],
-                      (data.get("git") or {}).get("commit"), list(data["seeds"]), dict(cell.get("attack") or {}),
-                      cell.get("dataset"), dict(cell.get("params") or {}), dict(data.get("host") or {}))
+        points = [
+            Point(r["point"].get(axis) if axis else None, {n: _values(m) for n, m in r["metrics"].items()})
+            for r in data["results"]
+        ]
+        curve = Curve(
+            cell["name"],
+            dict(cell.get("mechanism") or {}),
+            axis,
+            points,
+            f.name,
+            data["date"],
+            (data.get("git") or {}).get("commit"),
+            list(data["seeds"]),
+            dict(cell.get("attack") or {}),
+            cell.get("dataset"),
+            dict(cell.get("params") or {}),
+            dict(data.get("host") or {}),
+        )
         old = curves.get(curve.name)
         if old is None or curve.date >= old.date:
             curves[curve.name] = curve
@@ -217,15 +235,19 @@ class Verdict:
         met = [r for r in self.rows if r.met]
         pick = max(met, key=lambda r: r.nn) if met else self.best
         unit = "" if self.axis == "epsilon" else f" (eps per unit distance {pick.epsilon_unit:.3g})"
-        where = (f"at {self.axis} {pick.x:g}{unit} NN recovers {100 * pick.nn:.1f}% and BeamClean "
-                 f"(estimated noise) {100 * pick.beamclean:.1f}%: {pick.ratio:.2f}x")
+        where = (
+            f"at {self.axis} {pick.x:g}{unit} NN recovers {100 * pick.nn:.1f}% and BeamClean "
+            f"(estimated noise) {100 * pick.beamclean:.1f}%: {pick.ratio:.2f}x"
+        )
         seeds = ", ".join(f"{r:.2f}" for r in pick.seed_ratios)
         if met:
             others = [f"{self.axis} {r.x:g} ({r.ratio:.2f}x)" for r in met if r is not pick]
             tail = f"; also met at {', '.join(others)}" if others else ""
             every = "in every seed" if pick.met_every_seed else "not in every seed"
             return f"**met**: {where} ({every}: per-seed ratios {seeds}){tail}"
-        return f"**not met**: the best qualifying point is {where} (per-seed ratios {seeds}); {TARGET_RATIO:g}x is needed"
+        return (
+            f"**not met**: the best qualifying point is {where} (per-seed ratios {seeds}); {TARGET_RATIO:g}x is needed"
+        )
 
 
 def target_verdict(curve: Curve) -> Verdict:
@@ -242,8 +264,12 @@ def target_verdict(curve: Curve) -> Verdict:
         seed_ratios = [b / n for n, b in zip(p.values[_NN], p.values[_BC]) if n > 0 and not math.isnan(b)]
         rows.append(TargetRow(p.x, p.mean("epsilon_unit"), nn, bc, bc / nn, seed_ratios))
     if not rows:
-        return Verdict(curve.name, [], f"no grid point where nearest neighbour recovers more than 0% and at most {100 * TARGET_NN_MAX:g}%",
-                       curve.axis_label)
+        return Verdict(
+            curve.name,
+            [],
+            f"no grid point where nearest neighbour recovers more than 0% and at most {100 * TARGET_NN_MAX:g}%",
+            curve.axis_label,
+        )
     return Verdict(curve.name, rows, axis=curve.axis_label)
 
 
@@ -278,19 +304,30 @@ def _token_eps(point: Point) -> str:
 def _table(curve: Curve) -> list[str]:
     cols = [c for c in RECOVERY_COLUMNS if any(c[0] in p.values for p in curve.points)]
     head = [curve.axis_label, "eps / unit distance", "token eps (diameter)", "noise norm"] + [c[1] for c in cols]
-    ratio_cols = [(m, t) for m, t in ((_BC, "BeamClean est. / NN best"), (_BC_ORACLE, "BeamClean oracle / NN best"))
-                  if any(m in p.values for p in curve.points) and any(_NN in p.values for p in curve.points)]
+    ratio_cols = [
+        (m, t)
+        for m, t in ((_BC, "BeamClean est. / NN best"), (_BC_ORACLE, "BeamClean oracle / NN best"))
+        if any(m in p.values for p in curve.points) and any(_NN in p.values for p in curve.points)
+    ]
     head += [t for _, t in ratio_cols]
-    extra = [("scale_rel_error_estimated", "scale error (est.)", "+.1%"),
-             ("autoencoder_mse", "autoencoder MSE", ".4f"), ("noisy_mse", "noisy MSE", ".4f"),
-             ("n_pii_units", "PII units released", ".0f"),
-             ("seconds_per_sequence_beamclean_estimated", "s / seq (est.)", ".2f"),
-             ("seconds_per_sequence_beamclean_oracle", "s / seq (oracle)", ".2f")]
+    extra = [
+        ("scale_rel_error_estimated", "scale error (est.)", "+.1%"),
+        ("autoencoder_mse", "autoencoder MSE", ".4f"),
+        ("noisy_mse", "noisy MSE", ".4f"),
+        ("n_pii_units", "PII units released", ".0f"),
+        ("seconds_per_sequence_beamclean_estimated", "s / seq (est.)", ".2f"),
+        ("seconds_per_sequence_beamclean_oracle", "s / seq (oracle)", ".2f"),
+    ]
     extra = [e for e in extra if any(e[0] in p.values for p in curve.points)]
     head += [e[1] for e in extra]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in curve.points:
-        row = [f"{p.x:g}" if isinstance(p.x, (int, float)) else str(p.x), _num(p, "epsilon_unit"), _token_eps(p), _num(p, "noise_norm", ".2f")]
+        row = [
+            f"{p.x:g}" if isinstance(p.x, (int, float)) else str(p.x),
+            _num(p, "epsilon_unit"),
+            _token_eps(p),
+            _num(p, "noise_norm", ".2f"),
+        ]
         row += [_pct(p, m) for m, _, _ in cols]
         row += [_ratio(p, m) for m, _ in ratio_cols]
         row += [_num(p, m, f) for m, _, f in extra]
@@ -302,9 +339,14 @@ def _describe(curve: Curve) -> list[str]:
     a = curve.attack
     bc = a.get("beamclean") or {}
     prior = a.get("prior") or {}
-    sources = ", ".join(s.get("dataset", "?") + (f":{s['split']}" if s.get("split") else "") for s in prior.get("sources") or [])
-    prior_txt = {"bigram": f"bigram (add-{prior.get('k', 0.1):g}) on {sources or 'inline texts'} ({prior.get('training_text', 'public')} text)",
-                 "causal_lm": f"causal LM `{prior.get('path')}` (cross-tokenizer)", "uniform": "uniform"}.get(prior.get("kind", "bigram"), "?")
+    sources = ", ".join(
+        s.get("dataset", "?") + (f":{s['split']}" if s.get("split") else "") for s in prior.get("sources") or []
+    )
+    prior_txt = {
+        "bigram": f"bigram (add-{prior.get('k', 0.1):g}) on {sources or 'inline texts'} ({prior.get('training_text', 'public')} text)",
+        "causal_lm": f"causal LM `{prior.get('path')}` (cross-tokenizer)",
+        "uniform": "uniform",
+    }.get(prior.get("kind", "bigram"), "?")
     threat = ", ".join(k for k, v in (a.get("threat") or {}).items() if v is True and k != "payload_vectors")
     tt = (a.get("threat") or {}).get("training_text")
     n = curve.points[0].mean("n_sequences") if curve.points else math.nan
@@ -312,11 +354,19 @@ def _describe(curve: Curve) -> list[str]:
     return [
         f"Cell `{curve.name}` ({curve.dataset or 'inline texts'}, {n:.0f} texts, {toks:.0f} scored tokens; seeds "
         f"{', '.join(map(str, curve.seeds))}; file `{curve.source}`). Grant: payload, {threat}"
-        + (f", training text: {tt}" if tt else "") + ". "
-        + (f"BeamClean: beam {bc.get('beam_width', 10)}, {bc.get('candidates', 64)} candidates, family {bc.get('family', 'auto')}, "
-           f"prior {prior_txt}. " if "beamclean" in a.get("attacks", ["beamclean"]) else "")
-        + (f"Black box: the {(a.get('blackbox') or {}).get('vocab_size', 4096)} most frequent public tokens queried. "
-           if {"mlp", "autoencoder"} & set(a.get("attacks", [])) else "")
+        + (f", training text: {tt}" if tt else "")
+        + ". "
+        + (
+            f"BeamClean: beam {bc.get('beam_width', 10)}, {bc.get('candidates', 64)} candidates, family {bc.get('family', 'auto')}, "
+            f"prior {prior_txt}. "
+            if "beamclean" in a.get("attacks", ["beamclean"])
+            else ""
+        )
+        + (
+            f"Black box: the {(a.get('blackbox') or {}).get('vocab_size', 4096)} most frequent public tokens queried. "
+            if {"mlp", "autoencoder"} & set(a.get("attacks", []))
+            else ""
+        )
         + f"Timing: {curve.params.get('threads') or curve.host.get('torch_threads', '?')} torch thread(s), "
         f"{curve.host.get('cpu_count', '?')} CPU cores.",
     ]
@@ -333,7 +383,10 @@ def _payload_sections(paths: list, matrix_figure: str | None = None) -> str:
     from .report_matrix import collect_matrix, matrix_section
     from .report_payloads import attribute_section, collect_kind, files_section, inversion_section, substitution_section
 
-    cells = {kind: collect_kind(paths, kind) for kind in ("attribute_inference", "learned_inversion", "substitution_inversion")}
+    cells = {
+        kind: collect_kind(paths, kind)
+        for kind in ("attribute_inference", "learned_inversion", "substitution_inversion")
+    }
     lines = attribute_section(cells["attribute_inference"])
     lines += inversion_section(cells["learned_inversion"])
     lines += substitution_section(cells["substitution_inversion"])
@@ -368,7 +421,8 @@ def _markdown(curves: Sequence[Curve], figures: Sequence[str]) -> str:
         "one token: the loss at the table's exact diameter (the largest distance between two tokens).",
         "*MLP / autoencoder (black box)* (RAPT IV-A1) have no table: they query the clean vectors of the most frequent",
         "public tokens, noise them with the known mechanism and train a token classifier / a denoiser (its output",
-        "mapped to the nearest queried vector); *MSE* is per coordinate against the clean vectors. *PII found* (PUPA units, Presidio spans):",
+        "mapped to the nearest queried vector); *MSE* is per coordinate against the clean vectors. *PII found* (PUPA "
+        "units, Presidio spans):",
         "the share of the released PII units (those inside the first `max_tokens` tokens) whose normalised words appear",
         "in the decoded guess.",
     ]
@@ -376,16 +430,30 @@ def _markdown(curves: Sequence[Curve], figures: Sequence[str]) -> str:
         lines += ["", "No token_inversion result files were given."]
     verdicts = [target_verdict(c) for c in curves]
     if curves:
-        lines += ["", f"**Target** (issue 4): at an eps where nearest neighbour (the stronger of L2 and cosine) recovers at most "
-                  f"{100 * TARGET_NN_MAX:g}% of tokens, BeamClean with estimated noise recovers at least {TARGET_RATIO:g}x as many. "
-                  "Judged from the means over seeds, at grid points where NN recovers more than 0%:", ""]
+        lines += [
+            "",
+            f"**Target** (issue 4): at an eps where nearest neighbour (the stronger of L2 and cosine) recovers at most "
+            f"{100 * TARGET_NN_MAX:g}% of tokens, BeamClean with estimated noise recovers at least {TARGET_RATIO:g}x as many. "
+            "Judged from the means over seeds, at grid points where NN recovers more than 0%:",
+            "",
+        ]
         lines += [f"* {c.title} (`{c.name}`): {v.sentence()}" for c, v in zip(curves, verdicts)]
         # the issue's target names Pri-DDX prompts under L2-Laplace and Gaussian token noise; the other cells
         # (clipping, PUPA) are reported with the same rule but do not decide it
         judged = [v for c, v in zip(curves, verdicts) if not v.reason and _in_target(c)]
-        overall = ("cannot be judged" if not judged else "met" if all(v.met for v in judged)
-                   else "met for some mechanisms only" if any(v.met for v in judged) else "not met")
-        lines += ["", f"Overall, for the target's cells (Pri-DDX, unclipped L2-Laplace and Gaussian noise, BeamClean run): **{overall}**."]
+        overall = (
+            "cannot be judged"
+            if not judged
+            else "met"
+            if all(v.met for v in judged)
+            else "met for some mechanisms only"
+            if any(v.met for v in judged)
+            else "not met"
+        )
+        lines += [
+            "",
+            f"Overall, for the target's cells (Pri-DDX, unclipped L2-Laplace and Gaussian noise, BeamClean run): **{overall}**.",
+        ]
     for c in curves:
         lines += ["", f"### {c.title} (`{c.name}`)", ""] + _describe(c) + [""] + _table(c)
     if figures:
@@ -410,15 +478,27 @@ def _figure(curves: Sequence[Curve], path: Path) -> bool:
             drawn = [(p.mean("epsilon_unit"), p.spread(metric)) for p in c.points if p.spread(metric) is not None]
             drawn = sorted(((x, s) for x, s in drawn if not math.isnan(x)), key=lambda xs: xs[0])
             if drawn:
-                ax.errorbar([x for x, _ in drawn], [100 * s["mean"] for _, s in drawn], capsize=3, markersize=4, fmt=style,
-                            yerr=[0.0 if math.isnan(s["std"]) else 100 * s["std"] for _, s in drawn], label=label)
+                ax.errorbar(
+                    [x for x, _ in drawn],
+                    [100 * s["mean"] for _, s in drawn],
+                    capsize=3,
+                    markersize=4,
+                    fmt=style,
+                    yerr=[0.0 if math.isnan(s["std"]) else 100 * s["std"] for _, s in drawn],
+                    label=label,
+                )
         ticks = sorted({x for x in (p.mean("epsilon_unit") for p in c.points) if not math.isnan(x)})
         ax.set_xscale("log")
         ax.set_xticks(ticks, [f"{x:.3g}" for x in ticks])
         ax.minorticks_off()
         ax.axhline(100 * TARGET_NN_MAX, color="grey", linewidth=0.7, linestyle=":")
-        ax.set(ylim=(-2, 102), title=f"{c.title}\n({c.name})", ylabel="tokens recovered (%)",
-               xlabel="eps per unit L2 distance" + (f" (delta {c.points[0].mean('token_delta'):g})" if c.family.endswith("gaussian") else ""))
+        ax.set(
+            ylim=(-2, 102),
+            title=f"{c.title}\n({c.name})",
+            ylabel="tokens recovered (%)",
+            xlabel="eps per unit L2 distance"
+            + (f" (delta {c.points[0].mean('token_delta'):g})" if c.family.endswith("gaussian") else ""),
+        )
         ax.legend(fontsize=7)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -435,8 +515,10 @@ def write_report(paths: Iterable[str | Path], out: str | Path, *, figures_dir: s
 
     paths = list(paths)
     if not attack_result_files(paths):
-        raise ResultsError(f"no attack result files in {', '.join(map(str, paths))} (kinds {', '.join(ATTACK_KINDS)}; a "
-                           "directory is searched for *.json directly inside it): nothing written")
+        raise ResultsError(
+            f"no attack result files in {', '.join(map(str, paths))} (kinds {', '.join(ATTACK_KINDS)}; a "
+            "directory is searched for *.json directly inside it): nothing written"
+        )
     curves = collect(paths)
     out = Path(out)
     figure = (Path(figures_dir) if figures_dir else out.parent / out.stem) / "token_inversion.png"

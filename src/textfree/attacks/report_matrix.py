@@ -31,27 +31,50 @@ __all__ = ["MatrixRow", "collect_matrix", "matrix_section", "matrix_figure", "CO
 
 #: (column label, unit) in display order.
 COLUMNS = (
-    ("NN (L2)", "%"), ("NN (cosine)", "%"), ("BeamClean (estimated noise)", "%"), ("MLP, black box", "%"),
-    ("autoencoder + NN, black box", "%"), ("read the text", "%"),
-    ("channel inverter", "%"), ("learned inverter, unaware", "ROUGE-L"), ("learned inverter, aware", "ROUGE-L"),
-    ("learned inverter, stage-1-aligned", "ROUGE-L"), ("slot-token classifier", "ROUGE-L"), ("restoration instruction", "ROUGE-L"),
+    ("NN (L2)", "%"),
+    ("NN (cosine)", "%"),
+    ("BeamClean (estimated noise)", "%"),
+    ("MLP, black box", "%"),
+    ("autoencoder + NN, black box", "%"),
+    ("read the text", "%"),
+    ("channel inverter", "%"),
+    ("learned inverter, unaware", "ROUGE-L"),
+    ("learned inverter, aware", "ROUGE-L"),
+    ("learned inverter, stage-1-aligned", "ROUGE-L"),
+    ("slot-token classifier", "ROUGE-L"),
+    ("restoration instruction", "ROUGE-L"),
     ("attributes: sex (best)", "%"),
 )
 _NA = {
-    "token": {"read the text": "no text is released", "channel inverter": "no text is released",
-              "learned inverter, unaware": "not run on token noise", "learned inverter, aware": "not run on token noise",
-              "learned inverter, stage-1-aligned": "not run on token noise", "restoration instruction": "no PPFT model",
-              "slot-token classifier": "no slots: per-token rows (see MLP, black box)"},
-    "pooled": {"NN (L2)": "slots are pooled, not token rows", "NN (cosine)": "slots are pooled, not token rows",
-               "MLP, black box": "slots are pooled, not token rows", "autoencoder + NN, black box": "slots are pooled, not token rows",
-               "BeamClean (estimated noise)": "slots are pooled, not token rows", "read the text": "no text is released",
-               "channel inverter": "no text is released"},
-    "text": {"NN (L2)": "the attacker sees words, not vectors", "NN (cosine)": "the attacker sees words, not vectors",
-             "MLP, black box": "the attacker sees words, not vectors", "autoencoder + NN, black box": "the attacker sees words, not vectors",
-             "BeamClean (estimated noise)": "the attacker sees words, not vectors",
-             "learned inverter, unaware": "trained on clean text it learns the identity: read the text",
-             "learned inverter, stage-1-aligned": "no PPFT model reads text", "restoration instruction": "no PPFT model",
-             "slot-token classifier": "no slots: words are released"},
+    "token": {
+        "read the text": "no text is released",
+        "channel inverter": "no text is released",
+        "learned inverter, unaware": "not run on token noise",
+        "learned inverter, aware": "not run on token noise",
+        "learned inverter, stage-1-aligned": "not run on token noise",
+        "restoration instruction": "no PPFT model",
+        "slot-token classifier": "no slots: per-token rows (see MLP, black box)",
+    },
+    "pooled": {
+        "NN (L2)": "slots are pooled, not token rows",
+        "NN (cosine)": "slots are pooled, not token rows",
+        "MLP, black box": "slots are pooled, not token rows",
+        "autoencoder + NN, black box": "slots are pooled, not token rows",
+        "BeamClean (estimated noise)": "slots are pooled, not token rows",
+        "read the text": "no text is released",
+        "channel inverter": "no text is released",
+    },
+    "text": {
+        "NN (L2)": "the attacker sees words, not vectors",
+        "NN (cosine)": "the attacker sees words, not vectors",
+        "MLP, black box": "the attacker sees words, not vectors",
+        "autoencoder + NN, black box": "the attacker sees words, not vectors",
+        "BeamClean (estimated noise)": "the attacker sees words, not vectors",
+        "learned inverter, unaware": "trained on clean text it learns the identity: read the text",
+        "learned inverter, stage-1-aligned": "no PPFT model reads text",
+        "restoration instruction": "no PPFT model",
+        "slot-token classifier": "no slots: words are released",
+    },
 }
 
 
@@ -104,7 +127,9 @@ def _token_rows(cells: list[PayloadCell], attributes: list[PayloadCell]) -> list
     return list(rows.values())
 
 
-def _pooled_row(inversion: list[PayloadCell], attributes: list[PayloadCell], *, padded: bool = False) -> MatrixRow | None:
+def _pooled_row(
+    inversion: list[PayloadCell], attributes: list[PayloadCell], *, padded: bool = False
+) -> MatrixRow | None:
     """PPFT's pooled slots (the count released), or with ``padded`` slots from a client that pads every payload to a
     fixed count (attribute cells with ``pad_to``; inversion results with ``padded_slots``): another mechanism."""
     row = MatrixRow("pooled slots padded to a fixed count (k = 4)" if padded else "pooled PPFT slots (k = 4)", "pooled")
@@ -113,10 +138,15 @@ def _pooled_row(inversion: list[PayloadCell], attributes: list[PayloadCell], *, 
         if params.get("k", 4) != 4 or not _pri_ddx(c):
             continue  # the matrix compares mechanisms on Pri-DDX prompts
         variant = params.get("variant")
-        column = ("restoration instruction" if variant == "restoration"
-                  else "slot-token classifier" if params.get("inverter") == "slot_tokens"
-                  else "learned inverter, stage-1-aligned" if isinstance(params.get("init"), str)
-                  else f"learned inverter, {variant}")
+        column = (
+            "restoration instruction"
+            if variant == "restoration"
+            else "slot-token classifier"
+            if params.get("inverter") == "slot_tokens"
+            else "learned inverter, stage-1-aligned"
+            if isinstance(params.get("init"), str)
+            else f"learned inverter, {variant}"
+        )
         for point, p in c.points:
             eps = point.get("params.epsilon", params.get("epsilon"))
             if eps is None or _padded(p) != padded or centred(p):
@@ -139,7 +169,9 @@ def _add_slot_attributes(row: MatrixRow, attributes: list[PayloadCell], *, padde
         for point, p in c.points:
             k = point.get("params.k", params.get("k", 4))
             repeated = point.get("params.repeat_mean", params.get("repeat_mean"))
-            if k == 4 and not point.get("params.center", params.get("center")) and not repeated:  # a centring or repeating client is not PPFT's
+            if (
+                k == 4 and not point.get("params.center", params.get("center")) and not repeated
+            ):  # a centring or repeating client is not PPFT's
                 row.add("attributes: sex (best)", p.mean("slot_epsilon"), 100 * p.mean("sex_accuracy_best"), c.name)
 
 
@@ -162,7 +194,11 @@ def _text_rows(cells: list[PayloadCell], attributes: list[PayloadCell]) -> list[
 
 def collect_matrix(paths: Iterable[str | Path]) -> list[MatrixRow]:
     paths = list(paths)
-    attributes = [c for c in collect_kind(paths, "attribute_inference") if (c.cell.get("params") or {}).get("target", "attributes") != "answer"]
+    attributes = [
+        c
+        for c in collect_kind(paths, "attribute_inference")
+        if (c.cell.get("params") or {}).get("target", "attributes") != "answer"
+    ]
     rows = _token_rows(collect_kind(paths, "token_inversion"), attributes)
     inversion = collect_kind(paths, "learned_inversion")
     rows += [r for r in (_pooled_row(inversion, attributes), _pooled_row(inversion, attributes, padded=True)) if r]
@@ -183,13 +219,18 @@ def _cell_text(row: MatrixRow, column: str, unit: str) -> str:
 
 
 def matrix_section(rows: list[MatrixRow], figure: str | None = None) -> list[str]:
-    lines = ["", "## Cross matrix: every applicable attack against every mechanism", "",
-             "Each cell: the range of the attack's result over the mechanism's grid (tokens/words recovered at their",
-             "position in %, ROUGE-L of generated reconstructions, sex accuracy of the best attribute attacker), with",
-             "the range of the formal worst-case loss of one released unit (*unit eps*: one token at the table's",
-             "diameter, one unit slot, one word at the table's diameter); a prompt composes this over its units.",
-             "Where several cells measure an attack at the same point, the strongest result is kept.",
-             "Per-point figures are in the sections above; the plot puts every attack on the unit-eps axis.", ""]
+    lines = [
+        "",
+        "## Cross matrix: every applicable attack against every mechanism",
+        "",
+        "Each cell: the range of the attack's result over the mechanism's grid (tokens/words recovered at their",
+        "position in %, ROUGE-L of generated reconstructions, sex accuracy of the best attribute attacker), with",
+        "the range of the formal worst-case loss of one released unit (*unit eps*: one token at the table's",
+        "diameter, one unit slot, one word at the table's diameter); a prompt composes this over its units.",
+        "Where several cells measure an attack at the same point, the strongest result is kept.",
+        "Per-point figures are in the sections above; the plot puts every attack on the unit-eps axis.",
+        "",
+    ]
     if not rows:
         return lines + ["No result files for the cross matrix were given."]
     lines += ["| attack \\ mechanism | " + " | ".join(r.mechanism for r in rows) + " |", "|---|" + "---|" * len(rows)]
@@ -216,14 +257,24 @@ def matrix_figure(rows: list[MatrixRow], path: Path) -> bool:
             if not pts:
                 continue
             label = f"{row.mechanism}: {column}" + (" (ROUGE-L x100)" if unit == "ROUGE-L" else "")
-            ax.plot([x for x, _ in pts], [v for _, v in pts], marker=markers[i % len(markers)], markersize=4,
-                    linestyle="-" if row.family == "token" else "--" if row.family == "pooled" else ":", label=label)
+            ax.plot(
+                [x for x, _ in pts],
+                [v for _, v in pts],
+                marker=markers[i % len(markers)],
+                markersize=4,
+                linestyle="-" if row.family == "token" else "--" if row.family == "pooled" else ":",
+                label=label,
+            )
             i += 1
     ax.set_xscale("log")
     from matplotlib.ticker import NullFormatter
 
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set(xlabel="formal worst-case loss of one released unit (eps)", ylabel="recovered (%) / ROUGE-L x100", ylim=(-2, 102))
+    ax.set(
+        xlabel="formal worst-case loss of one released unit (eps)",
+        ylabel="recovered (%) / ROUGE-L x100",
+        ylim=(-2, 102),
+    )
     ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -17,8 +17,19 @@ from typing import Any, Callable, Iterable
 
 from .report import Point, result_files
 
-__all__ = ["PayloadCell", "collect_kind", "files_section", "attribute_section", "attribute_release", "token_noise_label", "inversion_section", "substitution_section",
-           "PAPER_ATTRIBUTE_RECALL", "PAPER_AWARE_ROUGE_L", "TARGET_UNAWARE_ROUGE_L"]
+__all__ = [
+    "PayloadCell",
+    "collect_kind",
+    "files_section",
+    "attribute_section",
+    "attribute_release",
+    "token_noise_label",
+    "inversion_section",
+    "substitution_section",
+    "PAPER_ATTRIBUTE_RECALL",
+    "PAPER_AWARE_ROUGE_L",
+    "TARGET_UNAWARE_ROUGE_L",
+]
 
 #: PPFT Table 3 (attribute recall of its attacker at eps 75, k 4): sex, symptoms, antecedents.
 PAPER_ATTRIBUTE_RECALL = {"sex": 0.59, "symptoms": 0.10, "antecedents": 0.012}
@@ -48,11 +59,32 @@ def collect_kind(paths: Iterable[str | Path], kind: str) -> list[PayloadCell]:
         data = load_results(f)
         if data.get("kind") != kind:
             continue
-        points = [(r["point"], Point(None, {n: [math.nan if v is None else float(v) for v in m.get("values", [])]
-                                            for n, m in r["metrics"].items()})) for r in data["results"]]
+        points = [
+            (
+                r["point"],
+                Point(
+                    None,
+                    {
+                        n: [math.nan if v is None else float(v) for v in m.get("values", [])]
+                        for n, m in r["metrics"].items()
+                    },
+                ),
+            )
+            for r in data["results"]
+        ]
         recorded = [r.get("provenance", {}).get("stage1_build") or "" for r in data["results"]]
-        builds = tuple(sorted({b for value in recorded for b in value.split(", ") if b}))  # a point may read runs of several
-        c = PayloadCell(data["cell"]["name"], data["cell"], points, f.name, data["date"], (data.get("git") or {}).get("commit"), builds)
+        builds = tuple(
+            sorted({b for value in recorded for b in value.split(", ") if b})
+        )  # a point may read runs of several
+        c = PayloadCell(
+            data["cell"]["name"],
+            data["cell"],
+            points,
+            f.name,
+            data["date"],
+            (data.get("git") or {}).get("commit"),
+            builds,
+        )
         if c.name not in cells or c.date >= cells[c.name].date:
             cells[c.name] = c
     return [cells[k] for k in sorted(cells)]
@@ -86,18 +118,34 @@ def _eps(cell: PayloadCell, point: dict) -> Any:
 
 
 # ------------------------------------------------------------------------------------------ attribute inference
-_ATTR_ROWS = (("sex_accuracy", "sex (accuracy)"), ("age_accuracy", "age bucket (accuracy)"),
-              ("symptoms_recall", "symptoms recall"), ("symptoms_f1", "symptoms F1"),
-              ("antecedents_recall", "antecedents recall"), ("antecedents_f1", "antecedents F1"),
-              ("gender_accuracy", "gender (accuracy)"), ("age_cat_accuracy", "age category (accuracy)"),
-              ("answer_accuracy", "the task's answer (accuracy)"))
-_VARIANTS = (("mean_unaware", "MLP, unaware"), ("mean_aware", "MLP, aware"), ("slots_unaware", "slots, unaware"),
-             ("slots_aware", "slots, aware"), ("mean_count_unaware", "MLP + count, unaware"),
-             ("mean_count_aware", "MLP + count, aware"), ("slots_count_unaware", "slots + count, unaware"),
-             ("slots_count_aware", "slots + count, aware"))
+_ATTR_ROWS = (
+    ("sex_accuracy", "sex (accuracy)"),
+    ("age_accuracy", "age bucket (accuracy)"),
+    ("symptoms_recall", "symptoms recall"),
+    ("symptoms_f1", "symptoms F1"),
+    ("antecedents_recall", "antecedents recall"),
+    ("antecedents_f1", "antecedents F1"),
+    ("gender_accuracy", "gender (accuracy)"),
+    ("age_cat_accuracy", "age category (accuracy)"),
+    ("answer_accuracy", "the task's answer (accuracy)"),
+)
+_VARIANTS = (
+    ("mean_unaware", "MLP, unaware"),
+    ("mean_aware", "MLP, aware"),
+    ("slots_unaware", "slots, unaware"),
+    ("slots_aware", "slots, aware"),
+    ("mean_count_unaware", "MLP + count, unaware"),
+    ("mean_count_aware", "MLP + count, aware"),
+    ("slots_count_unaware", "slots + count, unaware"),
+    ("slots_count_aware", "slots + count, aware"),
+)
 #: The guarantee of one released unit, per release: (column title, metric).
-_UNIT_EPS = {"slots": ("slot eps", "slot_epsilon"), "tokens": ("token eps", "token_epsilon"),
-             "t2t": ("word eps", "word_epsilon"), "pct2t": ("word eps", "word_epsilon")}
+_UNIT_EPS = {
+    "slots": ("slot eps", "slot_epsilon"),
+    "tokens": ("token eps", "token_epsilon"),
+    "t2t": ("word eps", "word_epsilon"),
+    "pct2t": ("word eps", "word_epsilon"),
+}
 
 
 def attribute_release(c: PayloadCell) -> str:
@@ -110,7 +158,8 @@ def token_noise_label(mech: dict) -> str:
     """The cross matrix's name of a token-noise mechanism, e.g. ``token noise, L2-Laplace``."""
     name = mech.get("name")
     return {"l2_laplace": "token noise, L2-Laplace", "gaussian": "token noise, Gaussian"}.get(
-        name, f"clipped token noise ({(mech.get('inner') or {}).get('name')}, C = {mech.get('max_norm')})")
+        name, f"clipped token noise ({(mech.get('inner') or {}).get('name')}, C = {mech.get('max_norm')})"
+    )
 
 
 def _release_title(c: PayloadCell) -> str:
@@ -120,11 +169,18 @@ def _release_title(c: PayloadCell) -> str:
     if release == "slots":
         params = c.cell.get("params") or {}
         pad_to, center = params.get("pad_to"), params.get("center")
-        return ("release: PPFT slots" + (f", padded to {pad_to} slots (count hidden)" if pad_to else "")
-                + (f", centred on the slot centre of `{center}`" if center else "")
-                + (", each prompt's mean slot repeated" if params.get("repeat_mean") is True else ""))
+        return (
+            "release: PPFT slots"
+            + (f", padded to {pad_to} slots (count hidden)" if pad_to else "")
+            + (f", centred on the slot centre of `{center}`" if center else "")
+            + (", each prompt's mean slot repeated" if params.get("repeat_mean") is True else "")
+        )
     pos = (c.cell.get("params") or {}).get("pos", "default")
-    return "release: T2T text" if release == "t2t" else f"release: PCT2T text ({pos if isinstance(pos, str) else ', '.join(pos)})"
+    return (
+        "release: T2T text"
+        if release == "t2t"
+        else f"release: PCT2T text ({pos if isinstance(pos, str) else ', '.join(pos)})"
+    )
 
 
 def _lead(c: PayloadCell, point: dict, p: Point | None = None) -> tuple[list[str], list[str]]:
@@ -136,12 +192,20 @@ def _lead(c: PayloadCell, point: dict, p: Point | None = None) -> tuple[list[str
             return ["eps", "k", "training rows"], [str(eps), str(k), str(point["params.train_limit"])]
         if "params.center" in point:  # the client with and without a slot centre, side by side
             rank = 0 if p is None or math.isnan(p.mean("subspace_rank")) else int(p.mean("subspace_rank"))
-            client = ("PPFT (as encoded)" if not point["params.center"] else
-                      f"slots centred, class subspace (m {rank})" if rank else "slots centred")
+            client = (
+                "PPFT (as encoded)"
+                if not point["params.center"]
+                else f"slots centred, class subspace (m {rank})"
+                if rank
+                else "slots centred"
+            )
             return ["eps", "k", "client"], [str(eps), str(k), client]
         if "params.repeat_mean" in point:  # the client with and without each prompt's mean slot repeated, side by side
-            return ["eps", "k", "client"], [str(eps), str(k), "each prompt's mean slot repeated" if point["params.repeat_mean"]
-                                            else "its own slots (as PPFT)"]
+            return ["eps", "k", "client"], [
+                str(eps),
+                str(k),
+                "each prompt's mean slot repeated" if point["params.repeat_mean"] else "its own slots (as PPFT)",
+            ]
         return ["eps", "k"], [str(eps), str(k)]
     if release in ("t2t", "pct2t"):
         return ["eta"], [str(point.get("params.eta", (c.cell.get("params") or {}).get("eta")))]
@@ -153,27 +217,33 @@ def _lead(c: PayloadCell, point: dict, p: Point | None = None) -> tuple[list[str
 
 
 def attribute_section(cells: list[PayloadCell]) -> list[str]:
-    lines = ["", "## Attribute inference (PPFT Table 3 shape)", "",
-             "The attacker trains on releases it makes itself from in-domain text (the Pri-DDX PPFT train part) and predicts",
-             "each held-out prompt's attributes from its release: PPFT payloads (*slots*; it queries the encoder), noisy",
-             "token embeddings (*token noise*; it holds the table) or T2T / PCT2T text (*text*; it encodes the text with",
-             "an encoder of its own, k-pooled unit slots). The attackers: a 2-layer MLP on the mean vector or attention",
-             "over the vectors (*+ count*: also reading the number of vectors), trained on clean inputs (*unaware*) or on",
-             "the same mechanism's releases (*aware*: fresh noise every epoch; for text, a few T2T runs over its training",
-             "text, cycled); a cell shows the ones it ran. **best** is the strongest of",
-             "them; *prior* is the best guess without any input (training marginals); *label* is what the task's correct",
-             "answer (the diagnosis) alone reveals; *length* is what the number of released units (slots, tokens) alone",
-             "reveals, by the same rule within training rows of that count (the mechanism hides each unit's content, not",
-             "their number; cells run before it existed show –); **excess** = best minus the larger of prior and label: the",
-             "leak the mechanism is responsible for. Percentages of held-out prompts (accuracy) or of gold attributes (recall; F1 guards",
-             "against predicting every label). The unit eps column is one released unit's worst case (a slot, a token at",
-             "the table's diameter, a word at the table's diameter); prompt eps composes it over the prompt's units.",
-             "Cells with `target: answer` predict the task's correct answer itself (the diagnosis, the charge) from the",
-             "release: a leak of the most sensitive attribute, and what a PPFT server reading the same payloads could at best",
-             "recover with a classifier of this size (there is no label reference then: the label is the target).",
-             "PPFT Table 3 reports recall",
-             f"{PAPER_ATTRIBUTE_RECALL['sex']} / {PAPER_ATTRIBUTE_RECALL['symptoms']} / {PAPER_ATTRIBUTE_RECALL['antecedents']}"
-             " (sex / symptoms / antecedents) at eps 75, k 4 with a weaker attacker."]
+    lines = [
+        "",
+        "## Attribute inference (PPFT Table 3 shape)",
+        "",
+        "The attacker trains on releases it makes itself from in-domain text (the Pri-DDX PPFT train part) and predicts",
+        "each held-out prompt's attributes from its release: PPFT payloads (*slots*; it queries the encoder), noisy",
+        "token embeddings (*token noise*; it holds the table) or T2T / PCT2T text (*text*; it encodes the text with",
+        "an encoder of its own, k-pooled unit slots). The attackers: a 2-layer MLP on the mean vector or attention",
+        "over the vectors (*+ count*: also reading the number of vectors), trained on clean inputs (*unaware*) or on",
+        "the same mechanism's releases (*aware*: fresh noise every epoch; for text, a few T2T runs over its training",
+        "text, cycled); a cell shows the ones it ran. **best** is the strongest of",
+        "them; *prior* is the best guess without any input (training marginals); *label* is what the task's correct",
+        "answer (the diagnosis) alone reveals; *length* is what the number of released units (slots, tokens) alone",
+        "reveals, by the same rule within training rows of that count (the mechanism hides each unit's content, not",
+        "their number; cells run before it existed show –); **excess** = best minus the larger of prior and label: the",
+        "leak the mechanism is responsible for. Percentages of held-out prompts (accuracy) or of gold attributes "
+        "(recall; F1 guards",
+        "against predicting every label). The unit eps column is one released unit's worst case (a slot, a token at",
+        "the table's diameter, a word at the table's diameter); prompt eps composes it over the prompt's units.",
+        "Cells with `target: answer` predict the task's correct answer itself (the diagnosis, the charge) from the",
+        "release: a leak of the most sensitive attribute, and what a PPFT server reading the same payloads could at "
+        "best",
+        "recover with a classifier of this size (there is no label reference then: the label is the target).",
+        "PPFT Table 3 reports recall",
+        f"{PAPER_ATTRIBUTE_RECALL['sex']} / {PAPER_ATTRIBUTE_RECALL['symptoms']} / {PAPER_ATTRIBUTE_RECALL['antecedents']}"
+        " (sex / symptoms / antecedents) at eps 75, k 4 with a weaker attacker.",
+    ]
     if not cells:
         return lines + ["", "No attribute_inference result files were given."]
     for c in cells:
@@ -184,16 +254,26 @@ def attribute_section(cells: list[PayloadCell]) -> list[str]:
         scaled += "; linear attackers (no hidden layer)" if params.get("hidden") == 0 else ""
         lines += ["", f"### `{c.name}` ({c.cell.get('dataset')}, encoder `{encoder}`; {_release_title(c)}{scaled})", ""]
         present = [(m, label) for m, label in _ATTR_ROWS if any(p.spread(f"{m}_best") for _, p in c.points)]
-        variants = [(v, label) for v, label in _VARIANTS if any(p.spread(f"{m}_{v}") for m, _ in present for _, p in c.points)]
+        variants = [
+            (v, label) for v, label in _VARIANTS if any(p.spread(f"{m}_{v}") for m, _ in present for _, p in c.points)
+        ]
         titles = _lead(c, c.points[0][0])[0] if c.points else []
-        lines += ["| " + " | ".join(titles) + f" | {unit_title} | prompt eps (mean) | attribute | prior | label | length | " +
-                  " | ".join(v for _, v in variants) + " | **best** | **excess** |",
-                  "|" + "---|" * (len(titles) + 6) + "---|" * len(variants) + "---|---|"]
+        lines += [
+            "| "
+            + " | ".join(titles)
+            + f" | {unit_title} | prompt eps (mean) | attribute | prior | label | length | "
+            + " | ".join(v for _, v in variants)
+            + " | **best** | **excess** |",
+            "|" + "---|" * (len(titles) + 6) + "---|" * len(variants) + "---|---|",
+        ]
         for point, p in c.points:
             values = _lead(c, point, p)[1]
             for i, (m, label) in enumerate(present):
-                head = ("| " + " | ".join(values) + f" | {_num(p, unit_metric)} | {_num(p, 'prompt_epsilon')} " if i == 0
-                        else "| " * (len(values) + 2))
+                head = (
+                    "| " + " | ".join(values) + f" | {_num(p, unit_metric)} | {_num(p, 'prompt_epsilon')} "
+                    if i == 0
+                    else "| " * (len(values) + 2)
+                )
                 cols = [_fmt(p, f"{m}_prior", True), _fmt(p, f"{m}_label", True), _fmt(p, f"{m}_length", True)]
                 cols += [_fmt(p, f"{m}_{v}", True) for v, _ in variants]
                 cols += [f"**{_fmt(p, f'{m}_best', True)}**", f"**{_fmt(p, f'{m}_excess', True)}**"]
@@ -223,8 +303,11 @@ def _attack_label(c: PayloadCell, p: Point) -> str:
     """The variant, and the fixed slot count when the payloads were padded (the count hidden: another mechanism), and
     whether the client centred its slots (another client)."""
     n = p.mean("padded_slots")  # NaN: unpadded, or a result from before padded_slots existed
-    return (_variant(c, p) + ("" if math.isnan(n) else f", payloads padded to {n:g} slots")
-            + (", slots centred by the client" if centred(p) else ""))
+    return (
+        _variant(c, p)
+        + ("" if math.isnan(n) else f", payloads padded to {n:g} slots")
+        + (", slots centred by the client" if centred(p) else "")
+    )
 
 
 def centred(p: Point) -> bool:
@@ -250,18 +333,37 @@ def _is_free_text(c: PayloadCell) -> bool:
 _Column = tuple[str, Callable[[PayloadCell, Any, Any, Point], str]]
 _LEAD: list[_Column] = [("cell", lambda c, e, k, p: f"`{c.name}`"), ("attack", lambda c, e, k, p: _attack_label(c, p))]
 _GUARANTEE: list[_Column] = [
-    ("eps (eval)", lambda c, e, k, p: "clean" if e is None else str(e)), ("k", lambda c, e, k, p: str(k)),
-    ("slot eps", lambda c, e, k, p: _num(p, "slot_epsilon")), ("prompt eps (mean)", lambda c, e, k, p: _num(p, "prompt_epsilon")),
-    ("ROUGE-L", lambda c, e, k, p: _fmt(p, "rouge_l")), ("no-input ROUGE-L", lambda c, e, k, p: _fmt(p, "rouge_l_prior")),
-    ("ROUGE-L gain over no input", lambda c, e, k, p: _gain(p)), ("BLEU", lambda c, e, k, p: _fmt(p, "bleu"))]
-_TEMPLATED_COLUMNS: list[_Column] = _LEAD + _GUARANTEE + [
-    ("symptoms recall", lambda c, e, k, p: _fmt(p, "symptoms_recall_text", True)),
-    ("no-input symptoms recall", lambda c, e, k, p: _fmt(p, "symptoms_recall_text_prior", True)),
-    ("antecedents recall", lambda c, e, k, p: _fmt(p, "antecedents_recall_text", True)), ("n", lambda c, e, k, p: _num(p, "n_eval"))]
-_FREE_TEXT_COLUMNS: list[_Column] = _LEAD + [("attacker's text", lambda c, e, k, p: _attacker_text(c))] + _GUARANTEE + [
-    ("PII exact", lambda c, e, k, p: _fmt(p, "pii_exact", True)), ("PII fuzzy", lambda c, e, k, p: _fmt(p, "pii_fuzzy", True)),
-    ("no-input PII exact", lambda c, e, k, p: _fmt(p, "pii_exact_prior", True)),
-    ("PII units", lambda c, e, k, p: _num(p, "n_pii_units")), ("n", lambda c, e, k, p: _num(p, "n_eval"))]
+    ("eps (eval)", lambda c, e, k, p: "clean" if e is None else str(e)),
+    ("k", lambda c, e, k, p: str(k)),
+    ("slot eps", lambda c, e, k, p: _num(p, "slot_epsilon")),
+    ("prompt eps (mean)", lambda c, e, k, p: _num(p, "prompt_epsilon")),
+    ("ROUGE-L", lambda c, e, k, p: _fmt(p, "rouge_l")),
+    ("no-input ROUGE-L", lambda c, e, k, p: _fmt(p, "rouge_l_prior")),
+    ("ROUGE-L gain over no input", lambda c, e, k, p: _gain(p)),
+    ("BLEU", lambda c, e, k, p: _fmt(p, "bleu")),
+]
+_TEMPLATED_COLUMNS: list[_Column] = (
+    _LEAD
+    + _GUARANTEE
+    + [
+        ("symptoms recall", lambda c, e, k, p: _fmt(p, "symptoms_recall_text", True)),
+        ("no-input symptoms recall", lambda c, e, k, p: _fmt(p, "symptoms_recall_text_prior", True)),
+        ("antecedents recall", lambda c, e, k, p: _fmt(p, "antecedents_recall_text", True)),
+        ("n", lambda c, e, k, p: _num(p, "n_eval")),
+    ]
+)
+_FREE_TEXT_COLUMNS: list[_Column] = (
+    _LEAD
+    + [("attacker's text", lambda c, e, k, p: _attacker_text(c))]
+    + _GUARANTEE
+    + [
+        ("PII exact", lambda c, e, k, p: _fmt(p, "pii_exact", True)),
+        ("PII fuzzy", lambda c, e, k, p: _fmt(p, "pii_fuzzy", True)),
+        ("no-input PII exact", lambda c, e, k, p: _fmt(p, "pii_exact_prior", True)),
+        ("PII units", lambda c, e, k, p: _num(p, "n_pii_units")),
+        ("n", lambda c, e, k, p: _num(p, "n_eval")),
+    ]
+)
 
 
 def _gain(p: Point) -> str:
@@ -287,32 +389,47 @@ def _inversion_table(cells: list[PayloadCell], columns: list[_Column]) -> tuple[
 
 
 def inversion_section(cells: list[PayloadCell]) -> list[str]:
-    lines = ["", "## Learned inversion and restoration of PPFT payloads (PPFT Fig. 3 / Tables 8, 11 shape)", "",
-             "An inverter (the client's encoder + pooling, a learnable projection, a LoRA decoder) is trained on payloads of",
-             "the attacker's own text to regenerate the prompt, then inverts held-out payloads (greedy decoding).",
-             "*noise-unaware*: trained on clean payloads; *noise-aware*: on payloads of the evaluated mechanism;",
-             "*stage-1-aligned*: starts from the PPFT stage-1 model; *init from the served stage-2 model*: starts from the",
-             "server's own trained stage-2 model (the server attacks with the model it serves); *restoration*: the served",
-             "PPFT model is asked to restore the prompt, no training. ROUGE-L is the mean per-prompt F1; attribute recall is read off the text.",
-             "*ROUGE-L gain over no input* = (ROUGE-L - no-input ROUGE-L) / (1 - no-input ROUGE-L): the share of the room",
-             "above one constant guess that the payload gave the attacker (0: no better than the guess; negative: worse).",
-             "Only texts the client sends whole (at most the model's private-token limit) are evaluated."]
+    lines = [
+        "",
+        "## Learned inversion and restoration of PPFT payloads (PPFT Fig. 3 / Tables 8, 11 shape)",
+        "",
+        "An inverter (the client's encoder + pooling, a learnable projection, a LoRA decoder) is trained on payloads of",
+        "the attacker's own text to regenerate the prompt, then inverts held-out payloads (greedy decoding).",
+        "*noise-unaware*: trained on clean payloads; *noise-aware*: on payloads of the evaluated mechanism;",
+        "*stage-1-aligned*: starts from the PPFT stage-1 model; *init from the served stage-2 model*: starts from the",
+        "server's own trained stage-2 model (the server attacks with the model it serves); *restoration*: the served",
+        "PPFT model is asked to restore the prompt, no training. ROUGE-L is the mean per-prompt F1; attribute recall "
+        "is read off the text.",
+        "*ROUGE-L gain over no input* = (ROUGE-L - no-input ROUGE-L) / (1 - no-input ROUGE-L): the share of the room",
+        "above one constant guess that the payload gave the attacker (0: no better than the guess; negative: worse).",
+        "Only texts the client sends whole (at most the model's private-token limit) are evaluated.",
+    ]
     if not cells:
         return lines + ["", "No learned_inversion result files were given."]
     templated, free = [c for c in cells if not _is_free_text(c)], [c for c in cells if _is_free_text(c)]
     verdict = []
     if templated:
         rows, seen = _inversion_table(templated, _TEMPLATED_COLUMNS)
-        lines += ["", "*no-input reference*: one constant guess, the medoid of the attacker's own training prompts (Pri-* prompts",
-                  "share a template, so ROUGE-L is far from 0 without any payload); read ROUGE-L against it.", ""] + rows
+        lines += [
+            "",
+            "*no-input reference*: one constant guess, the medoid of the attacker's own training prompts (Pri-* prompts",
+            "share a template, so ROUGE-L is far from 0 without any payload); read ROUGE-L against it.",
+            "",
+        ] + rows
         verdict += seen
     if free:
         rows, seen = _inversion_table(free, _FREE_TEXT_COLUMNS)
-        lines += ["", "### Free text with PII units (PUPA user queries)", "",
-                  "No template here: the no-input reference (the medoid of the attacker's training texts) scores little, so",
-                  "ROUGE-L measures what the payload gives away. PII columns: the share of the evaluated texts' PII units",
-                  "(PUPA `pii_units`) found in the reconstructions, verbatim (*exact*, normalised tokens) or at similarity >= 0.8",
-                  "(*fuzzy*); *no-input* = found in the constant guess.", ""] + rows
+        lines += [
+            "",
+            "### Free text with PII units (PUPA user queries)",
+            "",
+            "No template here: the no-input reference (the medoid of the attacker's training texts) scores little, so",
+            "ROUGE-L measures what the payload gives away. PII columns: the share of the evaluated texts' PII units",
+            "(PUPA `pii_units`) found in the reconstructions, verbatim (*exact*, normalised tokens) or at similarity "
+            ">= 0.8",
+            "(*fuzzy*); *no-input* = found in the constant guess.",
+            "",
+        ] + rows
         verdict += seen
     lines += [""]
     for c, eps, k, p in verdict:
@@ -329,9 +446,13 @@ def inversion_section(cells: list[PayloadCell]) -> list[str]:
             gain = _gain(p)
             if gain != "–":
                 ref += f" (gain over the no-input reference {gain})"
-            lines.append(f"* Target (issue 4): {_variant(c, p)} ROUGE-L < {TARGET_UNAWARE_ROUGE_L} at eps 75, k 4, {where}: {value:.3f}{ref}, **{ok}**.")
+            lines.append(
+                f"* Target (issue 4): {_variant(c, p)} ROUGE-L < {TARGET_UNAWARE_ROUGE_L} at eps 75, k 4, {where}: {value:.3f}{ref}, **{ok}**."
+            )
         else:
-            lines.append(f"* {_attack_label(c, p)} at eps 75, k 4, {where}: ROUGE-L {value:.3f}{ref} (PPFT reports {PAPER_AWARE_ROUGE_L} for its noise-aware attacker).")
+            lines.append(
+                f"* {_attack_label(c, p)} at eps 75, k 4, {where}: ROUGE-L {value:.3f}{ref} (PPFT reports {PAPER_AWARE_ROUGE_L} for its noise-aware attacker)."
+            )
     return lines
 
 
@@ -340,29 +461,45 @@ _READERS = (("identity", "identity"), ("channel", "channel"), ("learned", "learn
 
 
 def substitution_section(cells: list[PayloadCell]) -> list[str]:
-    lines = ["", "## Readers of T2T / PCT2T text", "",
-             "The released text is read as it is (*identity*), mapped word by word to the input word that most often",
-             "produced each output word in the attacker's own runs of the mechanism on in-domain text (*channel*), or",
-             "rewritten by a decoder fine-tuned on the attacker's own runs of the mechanism (*learned*, noise-aware,",
-             "greedy decoding). *no input*: one constant guess, the medoid of the attacker's training texts (Pri-* prompts",
-             "share a template: read the others against it). Word recovery: original words recovered at their position",
-             "(%; a learned guess may have another word count, so its positions come from a minimum-edit alignment);",
-             "*kept*: words outside the table, released verbatim and not covered by the guarantee; *word eps*: one",
-             "word's worst case (eta x table diameter)."]
+    lines = [
+        "",
+        "## Readers of T2T / PCT2T text",
+        "",
+        "The released text is read as it is (*identity*), mapped word by word to the input word that most often",
+        "produced each output word in the attacker's own runs of the mechanism on in-domain text (*channel*), or",
+        "rewritten by a decoder fine-tuned on the attacker's own runs of the mechanism (*learned*, noise-aware,",
+        "greedy decoding). *no input*: one constant guess, the medoid of the attacker's training texts (Pri-* prompts",
+        "share a template: read the others against it). Word recovery: original words recovered at their position",
+        "(%; a learned guess may have another word count, so its positions come from a minimum-edit alignment);",
+        "*kept*: words outside the table, released verbatim and not covered by the guarantee; *word eps*: one",
+        "word's worst case (eta x table diameter).",
+    ]
     if not cells:
         return lines + ["", "No substitution_inversion result files were given."]
     for c in cells:
         pos = (c.cell.get("params") or {}).get("pos")
         readers = [(a, label) for a, label in _READERS if any(p.spread(f"word_recovery_{a}") for _, p in c.points)]
-        lines += ["", f"### `{c.name}` ({'PCT2T, ' + (pos if isinstance(pos, str) else ', '.join(pos)) if pos else 'T2T'})", "",
-                  "| eta | word eps | prompt eps (mean) | replaced | kept | " + " | ".join(f"recovery, {label}" for _, label in readers)
-                  + " | " + " | ".join(f"ROUGE-L, {label}" for _, label in readers) + " |",
-                  "|---|---|---|---|---|" + "---|" * (2 * len(readers))]
+        lines += [
+            "",
+            f"### `{c.name}` ({'PCT2T, ' + (pos if isinstance(pos, str) else ', '.join(pos)) if pos else 'T2T'})",
+            "",
+            "| eta | word eps | prompt eps (mean) | replaced | kept | "
+            + " | ".join(f"recovery, {label}" for _, label in readers)
+            + " | "
+            + " | ".join(f"ROUGE-L, {label}" for _, label in readers)
+            + " |",
+            "|---|---|---|---|---|" + "---|" * (2 * len(readers)),
+        ]
         for point, p in c.points:
             eta = point.get("params.eta", (c.cell.get("params") or {}).get("eta"))
-            lines.append(f"| {eta} | {_num(p, 'word_epsilon')} | {_num(p, 'prompt_epsilon')} | {_fmt(p, 'replacement_rate', True)} | "
-                         f"{_fmt(p, 'kept_rate', True)} | " + " | ".join(_fmt(p, f"word_recovery_{a}", True) for a, _ in readers)
-                         + " | " + " | ".join(_fmt(p, f"rouge_l_{a}") for a, _ in readers) + " |")
+            lines.append(
+                f"| {eta} | {_num(p, 'word_epsilon')} | {_num(p, 'prompt_epsilon')} | {_fmt(p, 'replacement_rate', True)} | "
+                f"{_fmt(p, 'kept_rate', True)} | "
+                + " | ".join(_fmt(p, f"word_recovery_{a}", True) for a, _ in readers)
+                + " | "
+                + " | ".join(_fmt(p, f"rouge_l_{a}") for a, _ in readers)
+                + " |"
+            )
     return lines
 
 
@@ -372,13 +509,20 @@ def files_section(cells: list[PayloadCell]) -> list[str]:
     cells that read no PPFT run)."""
     if not cells:
         return []
-    lines = ["", "## Result files of the payload attacks", "",
-             "\"Stage-1 build\": the fingerprint of the stage-1 run the PPFT runs a cell read descend from (its encoder,",
-             "the served model or the inverter's init; `runs/stage1` rebuilt is another build at the same path), recorded",
-             "since 2026-11-25. Compare rows of one build with docs/results/ppft.md's rows of the same build.", "",
-             "| cell | kind | file | date | git commit | stage-1 build |", "|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        "## Result files of the payload attacks",
+        "",
+        '"Stage-1 build": the fingerprint of the stage-1 run the PPFT runs a cell read descend from (its encoder,',
+        "the served model or the inverter's init; `runs/stage1` rebuilt is another build at the same path), recorded",
+        "since 2026-11-25. Compare rows of one build with docs/results/ppft.md's rows of the same build.",
+        "",
+        "| cell | kind | file | date | git commit | stage-1 build |",
+        "|---|---|---|---|---|---|",
+    ]
     for c in sorted(cells, key=lambda c: (c.cell.get("kind", ""), c.name)):
         build = ", ".join(b[:12] for b in c.builds) or "not recorded"
-        lines.append(f"| `{c.name}` | {c.cell.get('kind', '')} | `{c.source}` | {c.date} | {(c.git or 'unknown')[:10]} | {build} |")
+        lines.append(
+            f"| `{c.name}` | {c.cell.get('kind', '')} | `{c.source}` | {c.date} | {(c.git or 'unknown')[:10]} | {build} |"
+        )
     return lines
-

@@ -27,8 +27,14 @@ import torch
 
 from .threat import ThreatModel, check_grant, register_attack
 
-__all__ = ["SLOT_TOKENS_REQUIRES", "SlotTokenConfig", "SlotTokenInverter", "slot_targets", "train_slot_inverter",
-           "slot_tokens_attack"]
+__all__ = [
+    "SLOT_TOKENS_REQUIRES",
+    "SlotTokenConfig",
+    "SlotTokenInverter",
+    "slot_targets",
+    "train_slot_inverter",
+    "slot_tokens_attack",
+]
 
 SLOT_TOKENS_REQUIRES = ThreatModel(encoder_queries=True, training_text="public")
 
@@ -38,7 +44,9 @@ class SlotTokenConfig:
     """Training of the slot-token classifier."""
 
     hidden: int = field(default=768, metadata={"help": "Width of the 2-layer MLP."})
-    epochs: int = field(default=12, metadata={"help": "Passes over the training slots (noise-aware: fresh noise each)."})
+    epochs: int = field(
+        default=12, metadata={"help": "Passes over the training slots (noise-aware: fresh noise each)."}
+    )
     batch_size: int = field(default=256, metadata={"help": "Slots per optimizer step."})
     lr: float = field(default=2e-3, metadata={"help": "Peak AdamW learning rate (cosine decay to a tenth)."})
     scale: float = field(default=20.0, metadata={"help": "Initial logit scale of the cosine scores (learned)."})
@@ -61,8 +69,13 @@ class SlotTokenInverter(torch.nn.Module):
         super().__init__()
         self.k = k
         self.register_buffer("table", torch.nn.functional.normalize(table.detach().to(torch.float32), dim=-1))
-        self.net = torch.nn.Sequential(torch.nn.Linear(dim, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, hidden),
-                                       torch.nn.GELU(), torch.nn.Linear(hidden, k * self.table.shape[1]))
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(dim, hidden),
+            torch.nn.GELU(),
+            torch.nn.Linear(hidden, hidden),
+            torch.nn.GELU(),
+            torch.nn.Linear(hidden, k * self.table.shape[1]),
+        )
         self.log_scale = torch.nn.Parameter(torch.tensor(math.log(scale)))
         self.bias = torch.nn.Parameter(torch.zeros(self.table.shape[0]))
 
@@ -79,7 +92,10 @@ class SlotTokenInverter(torch.nn.Module):
         token most likely; taking each position's argmax would then write one token twice and drop the other.
         Instead the (position, token) pair of highest log-probability is fixed first, then the next among the free
         positions and the unused tokens, k times."""
-        out = [self._assign(self(slots[i : i + batch_size]).log_softmax(-1), pad_id) for i in range(0, len(slots), batch_size)]
+        out = [
+            self._assign(self(slots[i : i + batch_size]).log_softmax(-1), pad_id)
+            for i in range(0, len(slots), batch_size)
+        ]
         return torch.cat(out) if out else torch.zeros(0, self.k, dtype=torch.int64)
 
     def _assign(self, logp: torch.Tensor, pad_id: int | None) -> torch.Tensor:
@@ -105,7 +121,9 @@ def slot_targets(ids: Sequence[torch.Tensor], slots: Sequence[int], k: int, pad_
     for t, n in zip(ids, slots):
         t = torch.as_tensor(t, dtype=torch.int64).flatten()
         if math.ceil(len(t) / k) > n:
-            raise ValueError(f"a text of {len(t)} tokens needs {math.ceil(len(t) / k)} slots of k={k}, its payload has {n}")
+            raise ValueError(
+                f"a text of {len(t)} tokens needs {math.ceil(len(t) / k)} slots of k={k}, its payload has {n}"
+            )
         row = torch.full((n * k,), pad_id, dtype=torch.int64)
         row[: len(t)] = t
         rows.append(row.view(n, k))
@@ -113,8 +131,14 @@ def slot_targets(ids: Sequence[torch.Tensor], slots: Sequence[int], k: int, pad_
 
 
 def train_slot_inverter(
-    releases: Callable[[int], torch.Tensor], targets: torch.Tensor, table: torch.Tensor, k: int, config: SlotTokenConfig,
-    *, generator: torch.Generator, progress: bool = False,
+    releases: Callable[[int], torch.Tensor],
+    targets: torch.Tensor,
+    table: torch.Tensor,
+    k: int,
+    config: SlotTokenConfig,
+    *,
+    generator: torch.Generator,
+    progress: bool = False,
 ) -> tuple[SlotTokenInverter, dict[str, float]]:
     """Train on ``releases(epoch) -> [n, d]`` (the attacker's own payload slots of epoch ``epoch``: clean for the
     noise-unaware variant, freshly noised for the noise-aware one) against ``targets`` [n, k] (:func:`slot_targets`).
@@ -124,7 +148,9 @@ def train_slot_inverter(
 
     first = releases(0)
     if first.ndim != 2 or len(first) != len(targets) or targets.shape[1:] != (k,):
-        raise ValueError(f"releases give {tuple(first.shape)} for targets {tuple(targets.shape)} (need [n, d] and [n, {k}])")
+        raise ValueError(
+            f"releases give {tuple(first.shape)} for targets {tuple(targets.shape)} (need [n, d] and [n, {k}])"
+        )
     torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
     model = SlotTokenInverter(first.shape[1], k, config.hidden, table, config.scale)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.lr)
@@ -150,7 +176,7 @@ def train_slot_inverter(
             bar.set_postfix(loss=f"{losses[-1]:.3f}", epoch=epoch)
     bar.close()
     model.eval()
-    last = losses[-math.ceil(len(targets) / config.batch_size):]
+    last = losses[-math.ceil(len(targets) / config.batch_size) :]
     return model, {"first_loss": losses[0], "final_loss": sum(last) / len(last), "steps": float(step)}
 
 
@@ -165,8 +191,11 @@ def _texts(ids: torch.Tensor, lengths: Sequence[int], tokenizer: Any) -> list[st
     return out
 
 
-@register_attack("slot_tokens", requires=SLOT_TOKENS_REQUIRES,
-                 description="a classifier of the tokens pooled into each PPFT slot (no decoder), trained from encoder queries")
+@register_attack(
+    "slot_tokens",
+    requires=SLOT_TOKENS_REQUIRES,
+    description="a classifier of the tokens pooled into each PPFT slot (no decoder), trained from encoder queries",
+)
 def slot_tokens_attack(model: SlotTokenInverter, payload: Any, tokenizer: Any, *, threat: ThreatModel) -> list[str]:
     """One reconstruction per payload row: each slot's token guesses in order, special tokens dropped."""
     check_grant("slot_tokens", SLOT_TOKENS_REQUIRES, threat)

@@ -24,8 +24,14 @@ import torch
 
 from .threat import ThreatModel, check_grant, register_attack
 
-__all__ = ["SUBSTITUTION_CHANNEL_REQUIRES", "ChannelInverter", "word_recovery", "aligned_word_recovery",
-           "substitution_identity_attack", "substitution_channel_attack"]
+__all__ = [
+    "SUBSTITUTION_CHANNEL_REQUIRES",
+    "ChannelInverter",
+    "word_recovery",
+    "aligned_word_recovery",
+    "substitution_identity_attack",
+    "substitution_channel_attack",
+]
 
 SUBSTITUTION_CHANNEL_REQUIRES = ThreatModel(training_text="in_domain", knows_mechanism=True, knows_parameters=True)
 
@@ -124,9 +130,13 @@ def substitution_identity_attack(output_words: Sequence[Sequence[str]], *, threa
     return [list(w) for w in output_words]
 
 
-@register_attack("substitution_channel", requires=SUBSTITUTION_CHANNEL_REQUIRES,
-                 description="most likely input word per output word, from simulations on in-domain text")
-def substitution_channel_attack(output_words: Sequence[Sequence[str]], inverter: ChannelInverter, *,
-                                threat: ThreatModel) -> list[list[str]]:
+@register_attack(
+    "substitution_channel",
+    requires=SUBSTITUTION_CHANNEL_REQUIRES,
+    description="most likely input word per output word, from simulations on in-domain text",
+)
+def substitution_channel_attack(
+    output_words: Sequence[Sequence[str]], inverter: ChannelInverter, *, threat: ThreatModel
+) -> list[list[str]]:
     check_grant("substitution_channel", SUBSTITUTION_CHANNEL_REQUIRES, threat)
     return [inverter.invert(w) for w in output_words]

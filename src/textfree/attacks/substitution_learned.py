@@ -42,7 +42,9 @@ INVERTER_JSON = "inverter.json"
 class SubstitutionInverter:
     """A causal LM with its tokenizer that rewrites released text into the original text."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, max_source_tokens: int = 120, max_target_tokens: int = 128) -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any, *, max_source_tokens: int = 120, max_target_tokens: int = 128
+    ) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.max_source_tokens, self.max_target_tokens = max_source_tokens, max_target_tokens
         self._bos = [] if tokenizer.bos_token_id is None else [tokenizer.bos_token_id]
@@ -50,8 +52,10 @@ class SubstitutionInverter:
         longest = len(self._bos) + max_source_tokens + len(self._sep) + max_target_tokens + 1
         limit = getattr(model.config, "max_position_embeddings", None)
         if limit is not None and longest > limit:
-            raise ValueError(f"a prompt + target of up to {longest} tokens exceeds the decoder's {limit} positions; "
-                             "lower max_source_tokens / max_target_tokens")
+            raise ValueError(
+                f"a prompt + target of up to {longest} tokens exceeds the decoder's {limit} positions; "
+                "lower max_source_tokens / max_target_tokens"
+            )
 
     @classmethod
     def from_decoder(cls, decoder: str, **kwargs: Any) -> "SubstitutionInverter":
@@ -73,8 +77,10 @@ class SubstitutionInverter:
 
         self.model.save_pretrained(Path(run) / DECODER_DIR)
         self.tokenizer.save_pretrained(Path(run) / DECODER_DIR)
-        write_json(Path(run) / INVERTER_JSON, {"max_source_tokens": self.max_source_tokens,
-                                               "max_target_tokens": self.max_target_tokens})
+        write_json(
+            Path(run) / INVERTER_JSON,
+            {"max_source_tokens": self.max_source_tokens, "max_target_tokens": self.max_target_tokens},
+        )
 
     # -- formatting
     def _ids(self, text: str) -> list[int]:
@@ -120,15 +126,25 @@ class SubstitutionInverter:
             ids = torch.tensor([[self.tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts], device=device)
             mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
             with torch.no_grad():
-                new = greedy_generate(self.model, embed(ids), mask, max_new_tokens=max_new_tokens,
-                                      eos_token_id=self.tokenizer.eos_token_id, pad_token_id=self.tokenizer.pad_token_id)
+                new = greedy_generate(
+                    self.model,
+                    embed(ids),
+                    mask,
+                    max_new_tokens=max_new_tokens,
+                    eos_token_id=self.tokenizer.eos_token_id,
+                    pad_token_id=self.tokenizer.pad_token_id,
+                )
             out += [self.tokenizer.decode(n, skip_special_tokens=True).strip() for n in new]
         return out
 
 
-@register_attack("substitution_learned", requires=SUBSTITUTION_LEARNED_REQUIRES,
-                 description="a decoder trained on the attacker's own runs of the mechanism rewrites the released text")
-def substitution_learned_attack(released: Sequence[str], inverter: SubstitutionInverter, *, threat: ThreatModel,
-                                **kwargs: Any) -> list[str]:
+@register_attack(
+    "substitution_learned",
+    requires=SUBSTITUTION_LEARNED_REQUIRES,
+    description="a decoder trained on the attacker's own runs of the mechanism rewrites the released text",
+)
+def substitution_learned_attack(
+    released: Sequence[str], inverter: SubstitutionInverter, *, threat: ThreatModel, **kwargs: Any
+) -> list[str]:
     check_grant("substitution_learned", SUBSTITUTION_LEARNED_REQUIRES, threat)
     return inverter.invert(released, **kwargs)

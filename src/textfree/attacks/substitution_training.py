@@ -17,9 +17,9 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..training.checkpoint import CHECKPOINTS_DIR
+from ..training.config import LoopConfig
 from ..training.loop import fit
 from ..training.runs import prepare_run_dir, total_wall_s, write_summary
-from ..training.config import LoopConfig
 from .substitution_learned import SubstitutionInverter
 
 __all__ = ["InverterConfig", "release", "train_substitution_inverter"]
@@ -31,17 +31,37 @@ log = logging.getLogger("textfree.attacks")
 class InverterConfig(LoopConfig):
     """Fine-tune ``decoder`` to map the mechanism's outputs on the attacker's texts back to those texts."""
 
-    decoder: str = field(metadata={"help": "The causal LM to fine-tune (a local directory or Hugging Face name), e.g. runs/decoder-small."})
-    mechanism: dict = field(default_factory=dict, metadata={"help": "The mechanism as data (e.g. {name: t2t, eta: 75}); recorded so a reused run is checked to match."})
-    data: list[str] = field(default_factory=list, metadata={"help": "Names of the training texts' source; recorded like `mechanism`."})
+    decoder: str = field(
+        metadata={
+            "help": "The causal LM to fine-tune (a local directory or Hugging Face name), e.g. runs/decoder-small."
+        }
+    )
+    mechanism: dict = field(
+        default_factory=dict,
+        metadata={
+            "help": "The mechanism as data (e.g. {name: t2t, eta: 75}); recorded so a reused run is checked to match."
+        },
+    )
+    data: list[str] = field(
+        default_factory=list, metadata={"help": "Names of the training texts' source; recorded like `mechanism`."}
+    )
     max_source_tokens: int = field(default=120, metadata={"help": "Released text is cut to this many decoder tokens."})
-    max_target_tokens: int = field(default=128, metadata={"help": "Original text is cut to this many decoder tokens (+ EOS)."})
-    noise_seed: int | None = field(default=None, metadata={"help": "Seed of the mechanism's per-epoch generators (default: seed)."})
-    epochs: int = field(default=3, metadata={"help": "Passes over the training texts (a fresh run of the mechanism each)."})
+    max_target_tokens: int = field(
+        default=128, metadata={"help": "Original text is cut to this many decoder tokens (+ EOS)."}
+    )
+    noise_seed: int | None = field(
+        default=None, metadata={"help": "Seed of the mechanism's per-epoch generators (default: seed)."}
+    )
+    epochs: int = field(
+        default=3, metadata={"help": "Passes over the training texts (a fresh run of the mechanism each)."}
+    )
     batch_size: int = field(default=16, metadata={"help": "Texts per optimizer step."})
     lr: float = field(default=1e-3, metadata={"help": "Peak learning rate (all decoder weights)."})
     warmup_steps: int = field(default=10, metadata={"help": "Linear warm-up steps."})
-    keep_final_checkpoint: bool = field(default=False, metadata={"help": "Keep checkpoints/ after the run finished (default: removed, the decoder is saved)."})
+    keep_final_checkpoint: bool = field(
+        default=False,
+        metadata={"help": "Keep checkpoints/ after the run finished (default: removed, the decoder is saved)."},
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -65,7 +85,10 @@ def release(mechanisms: Sequence[Any], texts: Sequence[str], *, generator: torch
 
 
 def train_substitution_inverter(
-    cfg: InverterConfig, mechanisms: Sequence[Any], texts: Sequence[str], *,
+    cfg: InverterConfig,
+    mechanisms: Sequence[Any],
+    texts: Sequence[str],
+    *,
     on_step: Callable[[int, float], None] | None = None,
 ) -> dict[str, Any]:
     """Fine-tune ``cfg.decoder`` on (released, original) pairs of ``texts``, save it into ``cfg.out`` and return the
@@ -85,8 +108,9 @@ def train_substitution_inverter(
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     t0 = time.time()
-    inverter = SubstitutionInverter.from_decoder(cfg.decoder, max_source_tokens=cfg.max_source_tokens,
-                                                 max_target_tokens=cfg.max_target_tokens)
+    inverter = SubstitutionInverter.from_decoder(
+        cfg.decoder, max_source_tokens=cfg.max_source_tokens, max_target_tokens=cfg.max_target_tokens
+    )
     inverter.model.requires_grad_(True)
     noise_seed = cfg.seed if cfg.noise_seed is None else cfg.noise_seed
 
@@ -95,14 +119,28 @@ def train_substitution_inverter(
         return [inverter.example(r, o) for r, o in zip(released, texts)]
 
     params = [p for p in inverter.model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW([{"params": params, "lr": cfg.lr, "base_lr": cfg.lr, "weight_decay": cfg.weight_decay}])
+    optimizer = torch.optim.AdamW(
+        [{"params": params, "lr": cfg.lr, "base_lr": cfg.lr, "weight_decay": cfg.weight_decay}]
+    )
     log.info("substitution inverter: fine-tuning %s on %d texts, %s", cfg.decoder, len(texts), cfg.mechanism)
-    summary = fit(cfg=cfg, model=inverter.model, optimizer=optimizer, n_examples=len(texts), epoch_examples=epoch_examples,
-                  collate=inverter.collate, loss_fn=SubstitutionInverter.loss, on_step=on_step)
+    summary = fit(
+        cfg=cfg,
+        model=inverter.model,
+        optimizer=optimizer,
+        n_examples=len(texts),
+        epoch_examples=epoch_examples,
+        collate=inverter.collate,
+        loss_fn=SubstitutionInverter.loss,
+        on_step=on_step,
+    )
     inverter.model = summary["model"]
     inverter.save(run)
     if not cfg.keep_final_checkpoint:
         shutil.rmtree(run / CHECKPOINTS_DIR, ignore_errors=True)
-    extra = {"stage": "substitution_inverter", "texts": len(texts), "mechanism": dict(cfg.mechanism),
-             "total_wall_s": total_wall_s(summary, t0)}
+    extra = {
+        "stage": "substitution_inverter",
+        "texts": len(texts),
+        "mechanism": dict(cfg.mechanism),
+        "total_wall_s": total_wall_s(summary, t0),
+    }
     return write_summary(run, summary, extra) | {"model": inverter}

@@ -13,7 +13,15 @@ import torch
 
 from ..mechanisms import Clipped, Gaussian, L2Laplace
 
-__all__ = ["FAMILIES", "SurrogateNoise", "family_of", "oracle_noise", "log_bessel_iv", "vmf_kappa", "vmf_log_normalizer"]
+__all__ = [
+    "FAMILIES",
+    "SurrogateNoise",
+    "family_of",
+    "oracle_noise",
+    "log_bessel_iv",
+    "vmf_kappa",
+    "vmf_log_normalizer",
+]
 
 FAMILIES = ("gaussian", "l1_laplace", "l2_laplace", "vmf")
 
@@ -186,4 +194,8 @@ def oracle_noise(mechanism: Any, family: str | None = None) -> SurrogateNoise:
     if family is not None and family != own:
         raise ValueError(f"oracle noise for family {family!r} is undefined: the mechanism's noise is {own!r}")
     inner = mechanism.inner if isinstance(mechanism, Clipped) else mechanism
-    return SurrogateNoise("gaussian", float(inner.sigma)) if own == "gaussian" else SurrogateNoise("l2_laplace", 1.0 / float(inner.epsilon))
+    return (
+        SurrogateNoise("gaussian", float(inner.sigma))
+        if own == "gaussian"
+        else SurrogateNoise("l2_laplace", 1.0 / float(inner.epsilon))
+    )

@@ -44,7 +44,14 @@ __all__ = [
 TRAINING_TEXT_LEVELS: tuple[str | None, ...] = (None, "public", "in_domain")
 
 #: The capabilities a grant can lack, in the order error messages list them.
-CAPABILITIES = ("payload_vectors", "embedding_table", "encoder_queries", "training_text", "knows_mechanism", "knows_parameters")
+CAPABILITIES = (
+    "payload_vectors",
+    "embedding_table",
+    "encoder_queries",
+    "training_text",
+    "knows_mechanism",
+    "knows_parameters",
+)
 
 #: The labels results carry for how the attack knew the noise: it used none, estimated it, or was given it.
 NOISE_KNOWLEDGE = ("none", "estimated", "oracle")
@@ -81,13 +88,17 @@ class ThreatModel:
             if not isinstance(value, bool):
                 raise ThreatModelError(f"ThreatModel: {name} must be true or false, got {value!r}")
         if not self.payload_vectors:
-            raise ThreatModelError("ThreatModel: payload_vectors must be true (every attacker observes the payload), got False")
+            raise ThreatModelError(
+                "ThreatModel: payload_vectors must be true (every attacker observes the payload), got False"
+            )
         if self.training_text not in TRAINING_TEXT_LEVELS:
             raise ThreatModelError(
                 f"ThreatModel: training_text must be one of {list(TRAINING_TEXT_LEVELS)}, got {self.training_text!r}"
             )
         if self.knows_parameters and not self.knows_mechanism:
-            raise ThreatModelError("ThreatModel: knows_parameters=True needs knows_mechanism=True (parameters of what?)")
+            raise ThreatModelError(
+                "ThreatModel: knows_parameters=True needs knows_mechanism=True (parameters of what?)"
+            )
 
     def union(self, other: "ThreatModel") -> "ThreatModel":
         """The capability-wise maximum: what an attacker needs to run two things, or the larger of two grants."""

@@ -40,8 +40,9 @@ def _utf8(path: Path):
         try:
             data.decode("utf-8")
         except UnicodeDecodeError as first:
-            raise DataError(f"not valid UTF-8 text (byte {data[first.start]:#04x})", path,
-                            data.count(b"\n", 0, first.start) + 1) from None
+            raise DataError(
+                f"not valid UTF-8 text (byte {data[first.start]:#04x})", path, data.count(b"\n", 0, first.start) + 1
+            ) from None
         raise DataError(f"not valid UTF-8 text ({exc.reason})", path) from None
 
 
@@ -102,8 +103,9 @@ def iter_json_array(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             if skip_ws(i + 1) != n:
                 raise DataError("unexpected data after the JSON array", path, line_of(skip_ws(i + 1)))
             return
-        raise DataError("invalid JSON (expected ',' or ']' after an array element; file truncated?)", path,
-                        line_of(min(i, n)))
+        raise DataError(
+            "invalid JSON (expected ',' or ']' after an array element; file truncated?)", path, line_of(min(i, n))
+        )
 
 
 def iter_delimited(

@@ -101,8 +101,9 @@ def _read_qqp(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         if len(row) == 5 and (match := _QQP_TAIL.match(row[4])):
             row = row[:4] + [match.group(1), match.group(2)]
         if len(row) != 6:
-            raise DataError(f"expected 6 fields (id, qid1, qid2, question1, question2, is_duplicate), got {len(row)}",
-                            path, line)
+            raise DataError(
+                f"expected 6 fields (id, qid1, qid2, question1, question2, is_duplicate), got {len(row)}", path, line
+            )
         yield line, dict(zip(("id", "qid1", "qid2", "question1", "question2", "is_duplicate"), row))
 
 
@@ -112,8 +113,9 @@ def _text(row: dict[str, Any], key: str, where: str, line: int) -> str:
     return str(row[key]).strip()
 
 
-def load_sst2(path_or_name: PathOrName = None, split: str = "train", limit: int | None = None,
-              *, hub_config: str | None = None) -> list[TextRecord]:
+def load_sst2(
+    path_or_name: PathOrName = None, split: str = "train", limit: int | None = None, *, hub_config: str | None = None
+) -> list[TextRecord]:
     """SST-2 sentences with sentiment labels (1 = positive) as :class:`TextRecord` (ids ``sst2-<split>-<n>``)."""
     files = {"train": "train_full.tsv", "dev": "dev.tsv", "test": "test-labeled.tsv"}
     split = infer_split(path_or_name, split, files)
@@ -121,16 +123,30 @@ def load_sst2(path_or_name: PathOrName = None, split: str = "train", limit: int 
     counter = iter(range(10**9))
 
     def convert(where: str, line: int, row: dict[str, Any]) -> TextRecord:
-        return build(TextRecord, where, line, f"sst2-{split}-{next(counter)}", _text(row, "sentence", where, line),
-                     _int_label(row.get("label"), where, line))
+        return build(
+            TextRecord,
+            where,
+            line,
+            f"sst2-{split}-{next(counter)}",
+            _text(row, "sentence", where, line),
+            _int_label(row.get("label"), where, line),
+        )
 
-    rows = iter_rows(path_or_name, split=split, what="SST-2", default_rel=GLUE_DIRS["sst2"],
-                     files=files, read=read, hub_config=_hub_config(path_or_name, "sst2", hub_config))
+    rows = iter_rows(
+        path_or_name,
+        split=split,
+        what="SST-2",
+        default_rel=GLUE_DIRS["sst2"],
+        files=files,
+        read=read,
+        hub_config=_hub_config(path_or_name, "sst2", hub_config),
+    )
     return load_rows(rows, convert, limit)
 
 
-def load_cola(path_or_name: PathOrName = None, split: str = "train", limit: int | None = None,
-              *, hub_config: str | None = None) -> list[TextRecord]:
+def load_cola(
+    path_or_name: PathOrName = None, split: str = "train", limit: int | None = None, *, hub_config: str | None = None
+) -> list[TextRecord]:
     """CoLA sentences with acceptability labels (1 = acceptable); ``attributes``: ``source``, ``mark``."""
     files = {"train": ("train.tsv", "val.tsv"), "dev": "dev.tsv"}
     split = infer_split(path_or_name, split, files)
@@ -138,16 +154,31 @@ def load_cola(path_or_name: PathOrName = None, split: str = "train", limit: int 
 
     def convert(where: str, line: int, row: dict[str, Any]) -> TextRecord:
         attributes = {k: row[k] for k in ("source", "mark") if k in row}
-        return build(TextRecord, where, line, f"cola-{split}-{next(counter)}", _text(row, "sentence", where, line),
-                     _int_label(row.get("label"), where, line), attributes)
+        return build(
+            TextRecord,
+            where,
+            line,
+            f"cola-{split}-{next(counter)}",
+            _text(row, "sentence", where, line),
+            _int_label(row.get("label"), where, line),
+            attributes,
+        )
 
-    rows = iter_rows(path_or_name, split=split, what="CoLA", default_rel=GLUE_DIRS["cola"],
-                     files=files, read=_read_cola, hub_config=_hub_config(path_or_name, "cola", hub_config))
+    rows = iter_rows(
+        path_or_name,
+        split=split,
+        what="CoLA",
+        default_rel=GLUE_DIRS["cola"],
+        files=files,
+        read=_read_cola,
+        hub_config=_hub_config(path_or_name, "cola", hub_config),
+    )
     return load_rows(rows, convert, limit)
 
 
-def load_rte(path_or_name: PathOrName = None, split: str = "train", limit: int | None = None,
-             *, hub_config: str | None = None) -> list[PairRecord]:
+def load_rte(
+    path_or_name: PathOrName = None, split: str = "train", limit: int | None = None, *, hub_config: str | None = None
+) -> list[PairRecord]:
     """RTE premise/hypothesis pairs (0 = entailment, 1 = not_entailment) as :class:`PairRecord`."""
     files = {"train": "train.tsv", "dev": "dev.tsv"}
     split = infer_split(path_or_name, split, files)
@@ -156,16 +187,31 @@ def load_rte(path_or_name: PathOrName = None, split: str = "train", limit: int |
 
     def convert(where: str, line: int, row: dict[str, Any]) -> PairRecord:
         idx = row.get("idx", next(counter))
-        return build(PairRecord, where, line, f"rte-{split}-{str(idx).strip()}", _text(row, "sentence1", where, line),
-                     _text(row, "sentence2", where, line), _int_label(row.get("label"), where, line))
+        return build(
+            PairRecord,
+            where,
+            line,
+            f"rte-{split}-{str(idx).strip()}",
+            _text(row, "sentence1", where, line),
+            _text(row, "sentence2", where, line),
+            _int_label(row.get("label"), where, line),
+        )
 
-    rows = iter_rows(path_or_name, split=split, what="RTE", default_rel=GLUE_DIRS["rte"],
-                     files=files, read=read, hub_config=_hub_config(path_or_name, "rte", hub_config))
+    rows = iter_rows(
+        path_or_name,
+        split=split,
+        what="RTE",
+        default_rel=GLUE_DIRS["rte"],
+        files=files,
+        read=read,
+        hub_config=_hub_config(path_or_name, "rte", hub_config),
+    )
     return load_rows(rows, convert, limit)
 
 
-def load_mrpc(path_or_name: PathOrName = None, split: str = "train", limit: int | None = None,
-              *, hub_config: str | None = None) -> list[PairRecord]:
+def load_mrpc(
+    path_or_name: PathOrName = None, split: str = "train", limit: int | None = None, *, hub_config: str | None = None
+) -> list[PairRecord]:
     """MRPC sentence pairs (1 = paraphrase); ``attributes``: ``id1``, ``id2`` (MSRP sentence ids)."""
     files = {"train": "msr_paraphrase_train.txt", "test": "msr_paraphrase_test.txt"}
     split = infer_split(path_or_name, split, files)
@@ -185,13 +231,21 @@ def load_mrpc(path_or_name: PathOrName = None, split: str = "train", limit: int 
             attributes = {}
         return build(PairRecord, where, line, f"mrpc-{split}-{n}", a, b, label, attributes)
 
-    rows = iter_rows(path_or_name, split=split, what="MRPC", default_rel=GLUE_DIRS["mrpc"],
-                     files=files, read=read, hub_config=_hub_config(path_or_name, "mrpc", hub_config))
+    rows = iter_rows(
+        path_or_name,
+        split=split,
+        what="MRPC",
+        default_rel=GLUE_DIRS["mrpc"],
+        files=files,
+        read=read,
+        hub_config=_hub_config(path_or_name, "mrpc", hub_config),
+    )
     return load_rows(rows, convert, limit)
 
 
-def load_qqp(path_or_name: PathOrName = None, split: str = "dev", limit: int | None = None,
-             *, hub_config: str | None = None) -> list[PairRecord]:
+def load_qqp(
+    path_or_name: PathOrName = None, split: str = "dev", limit: int | None = None, *, hub_config: str | None = None
+) -> list[PairRecord]:
     """QQP question pairs (1 = duplicate); local data is a 23,497-row subset of GLUE dev (``split="dev"``)."""
     files = {"dev": "qqp_dev_subset.tsv"}
     split = infer_split(path_or_name, split, files)
@@ -200,9 +254,24 @@ def load_qqp(path_or_name: PathOrName = None, split: str = "dev", limit: int | N
         label_key = "is_duplicate" if "is_duplicate" in row else "label"
         attributes = {k: str(row[k]).strip() for k in ("qid1", "qid2") if k in row}
         record_id = str(row.get("id", row.get("idx", line))).strip()
-        return build(PairRecord, where, line, f"qqp-{record_id}", _text(row, "question1", where, line),
-                     _text(row, "question2", where, line), _int_label(row.get(label_key), where, line), attributes)
+        return build(
+            PairRecord,
+            where,
+            line,
+            f"qqp-{record_id}",
+            _text(row, "question1", where, line),
+            _text(row, "question2", where, line),
+            _int_label(row.get(label_key), where, line),
+            attributes,
+        )
 
-    rows = iter_rows(path_or_name, split=split, what="QQP", default_rel=GLUE_DIRS["qqp"],
-                     files=files, read=_read_qqp, hub_config=_hub_config(path_or_name, "qqp", hub_config))
+    rows = iter_rows(
+        path_or_name,
+        split=split,
+        what="QQP",
+        default_rel=GLUE_DIRS["qqp"],
+        files=files,
+        read=_read_qqp,
+        hub_config=_hub_config(path_or_name, "qqp", hub_config),
+    )
     return load_rows(rows, convert, limit)

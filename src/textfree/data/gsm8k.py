@@ -58,9 +58,24 @@ def load_gsm8k(
         except ValueError as exc:
             raise DataError(str(exc), where, line) from None
         output = final if target == "final" else solution
-        return build(InstructRecord, where, line, f"gsm8k-{split}-{next(counter)}", question, "", output,
-                     {"final_answer": final, "solution": solution})
+        return build(
+            InstructRecord,
+            where,
+            line,
+            f"gsm8k-{split}-{next(counter)}",
+            question,
+            "",
+            output,
+            {"final_answer": final, "solution": solution},
+        )
 
-    rows = iter_rows(path_or_name, split=split, what="GSM8K", default_rel=GSM8K_DIR, files=files, read=iter_jsonl,
-                     hub_config=hub_config)
+    rows = iter_rows(
+        path_or_name,
+        split=split,
+        what="GSM8K",
+        default_rel=GSM8K_DIR,
+        files=files,
+        read=iter_jsonl,
+        hub_config=hub_config,
+    )
     return load_rows(rows, convert, limit)

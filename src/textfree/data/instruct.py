@@ -28,8 +28,14 @@ def _read(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     return iter_jsonl(path) if path.suffix == ".jsonl" else iter_json_array(path)
 
 
-def load_instruct(path_or_name: str | os.PathLike[str] | None, split: str = "train", limit: int | None = None,
-                  *, prefix: str = "instruct", default_rel: str | None = None) -> list[InstructRecord]:
+def load_instruct(
+    path_or_name: str | os.PathLike[str] | None,
+    split: str = "train",
+    limit: int | None = None,
+    *,
+    prefix: str = "instruct",
+    default_rel: str | None = None,
+) -> list[InstructRecord]:
     """Load any alpaca-style file (or hub dataset with those columns) as :class:`InstructRecord`.
 
     ``split`` only matters for hub names; a local path is a single file.
@@ -41,21 +47,25 @@ def load_instruct(path_or_name: str | os.PathLike[str] | None, split: str = "tra
         output = field(row, "output", where, line)
         value = row.get("input") or ""
         attributes = {k: v for k, v in row.items() if k not in ("instruction", "input", "output")}
-        return build(InstructRecord, where, line, f"{prefix}-{next(counter)}", instruction, str(value), output,
-                     attributes)
+        return build(
+            InstructRecord, where, line, f"{prefix}-{next(counter)}", instruction, str(value), output, attributes
+        )
 
-    rows = iter_rows(path_or_name, split=split, what=f"instruction data ({prefix})", default_rel=default_rel,
-                     files={}, read=_read)
+    rows = iter_rows(
+        path_or_name, split=split, what=f"instruction data ({prefix})", default_rel=default_rel, files={}, read=_read
+    )
     return load_rows(rows, convert, limit)
 
 
-def load_alpaca(path_or_name: str | os.PathLike[str] | None = None, split: str = "train",
-                limit: int | None = None) -> list[InstructRecord]:
+def load_alpaca(
+    path_or_name: str | os.PathLike[str] | None = None, split: str = "train", limit: int | None = None
+) -> list[InstructRecord]:
     """Alpaca-GPT4 demo (999 records) from ``<shared>/instruct/alpaca_en_demo.json`` by default."""
     return load_instruct(path_or_name, split, limit, prefix="alpaca", default_rel=ALPACA_PATH)
 
 
-def load_lima(path_or_name: str | os.PathLike[str] | None = None, split: str = "train",
-              limit: int | None = None) -> list[InstructRecord]:
+def load_lima(
+    path_or_name: str | os.PathLike[str] | None = None, split: str = "train", limit: int | None = None
+) -> list[InstructRecord]:
     """LIMA (1,029 records) from ``<shared>/instruct/lima.json`` by default; ``history`` in attributes."""
     return load_instruct(path_or_name, split, limit, prefix="lima", default_rel=LIMA_PATH)

@@ -26,8 +26,9 @@ __all__ = ["load_presidio", "PRESIDIO_DIR"]
 PRESIDIO_DIR = "presidio-synth"
 
 
-def load_presidio(path_or_name: str | os.PathLike[str] | None = None, split: str = "synth",
-                  limit: int | None = None) -> list[PIIRecord]:
+def load_presidio(
+    path_or_name: str | os.PathLike[str] | None = None, split: str = "synth", limit: int | None = None
+) -> list[PIIRecord]:
     """Load Presidio synthetic records with character-offset PII spans."""
     files = {"synth": "synth_dataset_v2.json", "large": "generated_large.json"}
     split = infer_split(path_or_name, split, files)
@@ -49,9 +50,23 @@ def load_presidio(path_or_name: str | os.PathLike[str] | None = None, split: str
             spans.append((start, end, label, value))
         spans.sort()
         attributes = {k: row.get(k) for k in ("masked", "template_id", "metadata")}
-        return build(PIIRecord, where, line, f"presidio-{split}-{next(counter)}", text, [s[3] for s in spans],
-                     [s[:3] for s in spans], attributes)
+        return build(
+            PIIRecord,
+            where,
+            line,
+            f"presidio-{split}-{next(counter)}",
+            text,
+            [s[3] for s in spans],
+            [s[:3] for s in spans],
+            attributes,
+        )
 
-    rows = iter_rows(path_or_name, split=split, what="Presidio synthetic PII", default_rel=PRESIDIO_DIR, files=files,
-                     read=iter_json_array)
+    rows = iter_rows(
+        path_or_name,
+        split=split,
+        what="Presidio synthetic PII",
+        default_rel=PRESIDIO_DIR,
+        files=files,
+        read=iter_json_array,
+    )
     return load_rows(rows, convert, limit)

@@ -56,8 +56,7 @@ PRIVACYRESTORE_DIRS = {
     "ddx": "privacyrestore/Pri-DDXPlus_dataset",
     "slja": "privacyrestore/Pri-SLJA_dataset",
 }
-_ALIASES = {"ddx": "ddx", "pri-ddx": "ddx", "ddxplus": "ddx", "pri-ddxplus": "ddx",
-            "slja": "slja", "pri-slja": "slja"}
+_ALIASES = {"ddx": "ddx", "pri-ddx": "ddx", "ddxplus": "ddx", "pri-ddxplus": "ddx", "slja": "slja", "pri-slja": "slja"}
 _SPLIT_FILES = {"dev": "dev.json", "test": "test.json"}
 DDX_QUESTION = "What is the likely diagnosis?"
 SLJA_QUESTION = "What crime is being committed in this case?"
@@ -85,6 +84,7 @@ def find_answer_index(options: Sequence[str], answer: str, labels: Sequence[str]
     Raises:
         ValueError: no option matches, or more than one does at the first step that matches at all.
     """
+
     def unique(hits: list[int], how: str) -> int | None:
         if len(hits) > 1:
             raise ValueError(f"answer {answer!r} matches options {hits} ({how}); ambiguous")
@@ -108,8 +108,12 @@ def _detect_kind(row: dict[str, Any], where: str, line: int) -> Literal["ddx", "
         return "ddx"
     if "minor_premise_atoms" in row or "restore_evidences" in row or "answer" in row:
         return "slja"
-    raise DataError("unrecognised Pri-* row: expected DDXPlus fields (correct_answer, symptoms, ...) "
-                    "or SLJA fields (answer, minor_premise_atoms, ...)", where, line)
+    raise DataError(
+        "unrecognised Pri-* row: expected DDXPlus fields (correct_answer, symptoms, ...) "
+        "or SLJA fields (answer, minor_premise_atoms, ...)",
+        where,
+        line,
+    )
 
 
 def _str_list(row: dict[str, Any], key: str, where: str, line: int) -> list[str]:
@@ -164,16 +168,28 @@ def _convert_ddx(where: str, line: int, row: dict[str, Any]) -> MCQARecord:
         "sex": field(row, "sex", where, line),
         "symptoms": symptoms,
         "antecedents": antecedents,
-        "private_atoms": _str_list(row, "restore_symptoms", where, line) if "restore_symptoms" in row else symptoms + antecedents,
+        "private_atoms": _str_list(row, "restore_symptoms", where, line)
+        if "restore_symptoms" in row
+        else symptoms + antecedents,
         "question_mask": row.get("question_mask"),
     }
-    for key in ("symptoms_mask", "symptoms_remain", "antecedents_mask", "antecedents_remain",
-                "restore_symptoms", "map2raw_index", "recall_value"):
+    for key in (
+        "symptoms_mask",
+        "symptoms_remain",
+        "antecedents_mask",
+        "antecedents_remain",
+        "restore_symptoms",
+        "map2raw_index",
+        "recall_value",
+    ):
         if key in row:
             attributes[key] = row[key]
     raw_index = row.get("map2raw_index")
-    record_id = (f"pri-ddx-{raw_index}" if isinstance(raw_index, int) and not isinstance(raw_index, bool)
-                 else _content_id("pri-ddx", row))
+    record_id = (
+        f"pri-ddx-{raw_index}"
+        if isinstance(raw_index, int) and not isinstance(raw_index, bool)
+        else _content_id("pri-ddx", row)
+    )
     return build(MCQARecord, where, line, record_id, context, question, options, answer_index, attributes)
 
 
@@ -198,7 +214,9 @@ def _convert_slja(where: str, line: int, row: dict[str, Any]) -> MCQARecord:
     attributes: dict[str, Any] = {
         "dataset": "pri-slja",
         "option_labels": labels,
-        "private_atoms": _str_list(row, "restore_evidences", where, line) if "restore_evidences" in row else flat_private,
+        "private_atoms": _str_list(row, "restore_evidences", where, line)
+        if "restore_evidences" in row
+        else flat_private,
         "non_private_atoms": _str_list(row, "keep_evidences", where, line) if "keep_evidences" in row else flat_public,
         "atoms": atoms,
         "question_mask": row.get("question_mask"),
@@ -206,8 +224,9 @@ def _convert_slja(where: str, line: int, row: dict[str, Any]) -> MCQARecord:
     for key in ("restore_evidences", "keep_evidences"):
         if key in row:
             attributes[key] = row[key]
-    return build(MCQARecord, where, line, _content_id("pri-slja", row), context, question, options, answer_index,
-                 attributes)
+    return build(
+        MCQARecord, where, line, _content_id("pri-slja", row), context, question, options, answer_index, attributes
+    )
 
 
 def _convert(where: str, line: int, row: dict[str, Any]) -> MCQARecord:
@@ -232,6 +251,12 @@ def load_privacyrestore(
     """
     default_rel = privacyrestore_dir(dataset) if isinstance(dataset, str) else None
     path_or_name = None if default_rel is not None else dataset
-    rows = iter_rows(path_or_name, split=split, what="Pri-* (PrivacyRestore)", default_rel=default_rel,
-                     files=_SPLIT_FILES, read=iter_jsonl)
+    rows = iter_rows(
+        path_or_name,
+        split=split,
+        what="Pri-* (PrivacyRestore)",
+        default_rel=default_rel,
+        files=_SPLIT_FILES,
+        read=iter_jsonl,
+    )
     return load_rows(rows, _convert, limit)

@@ -52,8 +52,9 @@ def find_spans(text: str, units: list[str], label: str = "PII") -> list[tuple[in
     return sorted(spans)
 
 
-def load_pupa(path_or_name: str | os.PathLike[str] | None = None, split: str = "new",
-              limit: int | None = None) -> list[PIIRecord]:
+def load_pupa(
+    path_or_name: str | os.PathLike[str] | None = None, split: str = "new", limit: int | None = None
+) -> list[PIIRecord]:
     """Load PUPA queries as :class:`PIIRecord` (see the module docstring for fields and derived spans)."""
     files = {"new": "PUPA_New.csv", "tnb": "PUPA_TNB.csv"}
     split = infer_split(path_or_name, split, files)

@@ -52,24 +52,47 @@ def _convert(prefix: str, where: str, line: int, row: dict[str, Any]) -> MCQARec
     if "question_concept" in row:
         attributes["question_concept"] = row["question_concept"]
     record_id = str(field(row, "id", where, line, (str, int)))
-    return build(MCQARecord, where, line, f"{prefix}-{record_id}", "", field(row, "question", where, line), texts,
-                 labels.index(key), attributes)
+    return build(
+        MCQARecord,
+        where,
+        line,
+        f"{prefix}-{record_id}",
+        "",
+        field(row, "question", where, line),
+        texts,
+        labels.index(key),
+        attributes,
+    )
 
 
-def load_csqa(path_or_name: str | os.PathLike[str] | None = None, split: str = "dev",
-              limit: int | None = None) -> list[MCQARecord]:
+def load_csqa(
+    path_or_name: str | os.PathLike[str] | None = None, split: str = "dev", limit: int | None = None
+) -> list[MCQARecord]:
     """CommonsenseQA (local: dev only) as :class:`MCQARecord` with ids ``csqa-<id>``."""
     files = {"dev": "dev_rand_split.jsonl"}
     split = normalize_split(split, files)
-    rows = iter_rows(path_or_name, split=split, what="CommonsenseQA", default_rel=CSQA_DIR, files=files,
-                     read=iter_jsonl)
+    rows = iter_rows(
+        path_or_name, split=split, what="CommonsenseQA", default_rel=CSQA_DIR, files=files, read=iter_jsonl
+    )
     return load_rows(rows, lambda w, n, r: _convert("csqa", w, n, r), limit)
 
 
-def load_arc(path_or_name: str | os.PathLike[str] | None = None, split: str = "test", limit: int | None = None,
-             *, hub_config: str | None = "ARC-Challenge") -> list[MCQARecord]:
+def load_arc(
+    path_or_name: str | os.PathLike[str] | None = None,
+    split: str = "test",
+    limit: int | None = None,
+    *,
+    hub_config: str | None = "ARC-Challenge",
+) -> list[MCQARecord]:
     """ARC-Challenge (local: test only) as :class:`MCQARecord` with ids ``arc-<id>``."""
     files = {"test": "arc_challenge_test.jsonl"}
-    rows = iter_rows(path_or_name, split=split, what="ARC-Challenge", default_rel=ARC_DIR, files=files,
-                     read=iter_jsonl, hub_config=hub_config)
+    rows = iter_rows(
+        path_or_name,
+        split=split,
+        what="ARC-Challenge",
+        default_rel=ARC_DIR,
+        files=files,
+        read=iter_jsonl,
+        hub_config=hub_config,
+    )
     return load_rows(rows, lambda w, n, r: _convert("arc", w, n, r), limit)

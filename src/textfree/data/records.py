@@ -74,7 +74,8 @@ class MCQARecord:
             raise ValueError("MCQARecord.answer_index must be an int")
         if not 0 <= self.answer_index < len(self.options):
             raise ValueError(
-                f"MCQARecord.answer_index {self.answer_index} out of range for {len(self.options)} options")
+                f"MCQARecord.answer_index {self.answer_index} out of range for {len(self.options)} options"
+            )
         _require_dict("MCQARecord", self.attributes)
 
     @property

@@ -57,8 +57,16 @@ _REGISTRY: dict[str, DatasetSpec] = {}
 _ALIASES: dict[str, str] = {}
 
 
-def register_dataset(name: str, loader: Loader, default_path: str, *, default_split: str = "train",
-                     description: str = "", aliases: tuple[str, ...] = (), overwrite: bool = False) -> DatasetSpec:
+def register_dataset(
+    name: str,
+    loader: Loader,
+    default_path: str,
+    *,
+    default_split: str = "train",
+    description: str = "",
+    aliases: tuple[str, ...] = (),
+    overwrite: bool = False,
+) -> DatasetSpec:
     """Register ``name`` -> ``loader`` with a default path under the shared data directory.
 
     Raises:
@@ -95,15 +103,16 @@ def _spec_for_path(path: Path) -> DatasetSpec | None:
     for spec in _REGISTRY.values():
         rel = PurePosixPath(spec.default_path).parts
         for candidate in (parts, parts[:-1]):
-            if len(candidate) >= len(rel) and tuple(candidate[-len(rel):]) == rel:
+            if len(candidate) >= len(rel) and tuple(candidate[-len(rel) :]) == rel:
                 score = len(rel) * 2 + (candidate is parts)
                 if best is None or score > best[0]:
                     best = (score, spec)
     return None if best is None else best[1]
 
 
-def load_dataset(name_or_path: str | os.PathLike[str], split: str | None = None, limit: int | None = None,
-                 **kwargs: Any) -> list[Any]:
+def load_dataset(
+    name_or_path: str | os.PathLike[str], split: str | None = None, limit: int | None = None, **kwargs: Any
+) -> list[Any]:
     """Load a registered dataset by name (from the shared data directory) or a recognisable local path.
 
     Args:
@@ -123,37 +132,66 @@ def load_dataset(name_or_path: str | os.PathLike[str], split: str | None = None,
         if root is None:
             raise DataNotFoundError(
                 f"dataset {spec.name!r} is read from the shared data directory, which was not found; set {ENV_VAR} "
-                "(e.g. ../shared/data) or pass a path to the dataset's loader")
+                "(e.g. ../shared/data) or pass a path to the dataset's loader"
+            )
         return spec.loader(root / spec.default_path, split=split or spec.default_split, limit=limit, **kwargs)
     path = Path(name_or_path).expanduser()
     if not path.exists():
         if isinstance(name_or_path, str) and os.sep not in name_or_path and "." not in name_or_path:
-            raise UnknownDatasetError(f"unknown dataset {name_or_path!r}; registered: {', '.join(available_datasets())}")
+            raise UnknownDatasetError(
+                f"unknown dataset {name_or_path!r}; registered: {', '.join(available_datasets())}"
+            )
         raise DataNotFoundError("no such file or directory", path)
     spec = _spec_for_path(path)
     if spec is None:
-        raise DataError(f"cannot tell which dataset this path holds; registered: {', '.join(available_datasets())}. "
-                        "Call the dataset's loader directly.", path)
+        raise DataError(
+            f"cannot tell which dataset this path holds; registered: {', '.join(available_datasets())}. "
+            "Call the dataset's loader directly.",
+            path,
+        )
     return spec.loader(path, split=split or spec.default_split, limit=limit, **kwargs)
 
 
 def _register_builtins() -> None:
     builtins: list[tuple[str, Loader, str, str, str, tuple[str, ...]]] = [
-        ("pri-ddx", load_privacyrestore, PRIVACYRESTORE_DIRS["ddx"], "test",
-         "Pri-DDXPlus medical diagnosis MCQA (dev 309 / test 1549)", ("ddx", "pri-ddxplus")),
-        ("pri-slja", load_privacyrestore, PRIVACYRESTORE_DIRS["slja"], "test",
-         "Pri-SLJA criminal-charge MCQA (dev 130 / test 654)", ("slja",)),
-        ("sst2", load_sst2, GLUE_DIRS["sst2"], "train", "SST-2 sentiment (train 67,349 / dev 872 / test 1,821)",
-         ("sst-2",)),
+        (
+            "pri-ddx",
+            load_privacyrestore,
+            PRIVACYRESTORE_DIRS["ddx"],
+            "test",
+            "Pri-DDXPlus medical diagnosis MCQA (dev 309 / test 1549)",
+            ("ddx", "pri-ddxplus"),
+        ),
+        (
+            "pri-slja",
+            load_privacyrestore,
+            PRIVACYRESTORE_DIRS["slja"],
+            "test",
+            "Pri-SLJA criminal-charge MCQA (dev 130 / test 654)",
+            ("slja",),
+        ),
+        (
+            "sst2",
+            load_sst2,
+            GLUE_DIRS["sst2"],
+            "train",
+            "SST-2 sentiment (train 67,349 / dev 872 / test 1,821)",
+            ("sst-2",),
+        ),
         ("cola", load_cola, GLUE_DIRS["cola"], "train", "CoLA acceptability (train 8,551 / dev 1,043)", ()),
         ("rte", load_rte, GLUE_DIRS["rte"], "train", "RTE entailment (train 2,490 / dev 277)", ()),
         ("mrpc", load_mrpc, GLUE_DIRS["mrpc"], "train", "MRPC paraphrase (train 4,076 / test 1,725)", ()),
         ("qqp", load_qqp, GLUE_DIRS["qqp"], "dev", "QQP duplicate questions (dev subset 23,497)", ()),
-        ("trustpilot", load_trustpilot, TRUSTPILOT_DIR, "train", "Trustpilot reviews + age/gender (5,004 / 403)",
-         ()),
+        ("trustpilot", load_trustpilot, TRUSTPILOT_DIR, "train", "Trustpilot reviews + age/gender (5,004 / 403)", ()),
         ("pupa", load_pupa, PUPA_DIR, "new", "PUPA user queries with PII units (664)", ()),
-        ("presidio", load_presidio, PRESIDIO_DIR, "synth", "Presidio synthetic PII spans (1,500 / 2,109)",
-         ("presidio-synth",)),
+        (
+            "presidio",
+            load_presidio,
+            PRESIDIO_DIR,
+            "synth",
+            "Presidio synthetic PII spans (1,500 / 2,109)",
+            ("presidio-synth",),
+        ),
         ("alpaca", load_alpaca, ALPACA_PATH, "train", "Alpaca-GPT4 demo instructions (999)", ()),
         ("lima", load_lima, LIMA_PATH, "train", "LIMA instructions (1,029)", ()),
         ("csqa", load_csqa, CSQA_DIR, "dev", "CommonsenseQA dev (1,221)", ("commonsenseqa", "commonsense_qa")),

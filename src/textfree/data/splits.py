@@ -154,7 +154,11 @@ def ppft_split(
             + ("normalised private text (context + question)" if group_by == "context" else "record id")
             + "; groups containing a dev record -> train; other groups -> train iff "
             "int(sha256(f'{salt}:{key}')[:16], 16) / 2**64 < fraction, else heldout"
-            + ("; train groups with the same hash under f'{salt}:validation' < validation -> validation" if validation else "")
+            + (
+                "; train groups with the same hash under f'{salt}:validation' < validation -> validation"
+                if validation
+                else ""
+            )
         ),
         "group_by": group_by,
         "fraction": fraction,

@@ -63,8 +63,15 @@ def load_trustpilot(
         if age_cat not in _AGE_CATS:
             raise DataError(f"age_cat {age_cat!r} is not one of {list(_AGE_CATS)}", where, line)
         attributes = {"age": age, "age_cat": age_cat, "gender": gender}
-        return build(TextRecord, where, line, f"trustpilot-{split}-{next(counter)}", str(row["text"]),
-                     attributes[label], attributes)
+        return build(
+            TextRecord,
+            where,
+            line,
+            f"trustpilot-{split}-{next(counter)}",
+            str(row["text"]),
+            attributes[label],
+            attributes,
+        )
 
     rows = iter_rows(path_or_name, split=split, what="Trustpilot", default_rel=TRUSTPILOT_DIR, files=files, read=_read)
     return load_rows(rows, convert, limit)

@@ -28,7 +28,9 @@ class EmbeddingTableEncoder(torch.nn.Module):
         self.max_length = max_length
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str | os.PathLike | None = None, *, max_length: int = 512) -> "EmbeddingTableEncoder":
+    def from_pretrained(
+        cls, name_or_path: str | os.PathLike | None = None, *, max_length: int = 512
+    ) -> "EmbeddingTableEncoder":
         tokenizer, model, name, sha = load_hf_encoder(name_or_path)
         return cls(model.get_input_embeddings().weight, tokenizer, name=name, sha256=sha, max_length=max_length)
 
@@ -47,6 +49,8 @@ class EmbeddingTableEncoder(torch.nn.Module):
     def encode(self, texts: list[str]) -> EncodedBatch:
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
             raise TypeError("texts must be a list of strings")
-        enc = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
+        enc = self.tokenizer(
+            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        )
         ids = enc["input_ids"]
         return EncodedBatch(self.table[ids].detach(), enc["attention_mask"].bool(), ids)

@@ -13,7 +13,9 @@ from .loading import resolve_encoder_path
 __all__ = ["make_tiny_encoder_dir"]
 
 
-def make_tiny_encoder_dir(out_dir: str | os.PathLike, *, hidden: int = 32, layers: int = 2, heads: int = 2, seed: int = 0) -> Path:
+def make_tiny_encoder_dir(
+    out_dir: str | os.PathLike, *, hidden: int = 32, layers: int = 2, heads: int = 2, seed: int = 0
+) -> Path:
     """Write a randomly initialised BERT of width ``hidden`` with MiniLM's WordPiece tokenizer to ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -63,19 +63,68 @@ class Resolved:
 class Cell:
     """One experiment: a cell kind applied to a dataset (or inline texts) over a grid of settings and seeds."""
 
-    name: str = field(metadata={"help": "Identifier; names the result file <name>-<UTC time>.json and the plots. Letters, digits, '_', '.', '-'."})
-    kind: str = field(metadata={"help": "The registered cell kind that computes the metrics (see textfree.experiments.available_cell_kinds())."})
-    dataset: str | None = field(default=None, metadata={"help": "Dataset name or path for textfree.data.load_dataset; null to use `texts`."})
+    name: str = field(
+        metadata={
+            "help": "Identifier; names the result file <name>-<UTC time>.json and the plots. Letters, digits, '_', "
+            "'.', '-'."
+        }
+    )
+    kind: str = field(
+        metadata={
+            "help": "The registered cell kind that computes the metrics (see "
+            "textfree.experiments.available_cell_kinds())."
+        }
+    )
+    dataset: str | None = field(
+        default=None, metadata={"help": "Dataset name or path for textfree.data.load_dataset; null to use `texts`."}
+    )
     split: str | None = field(default=None, metadata={"help": "Dataset split (e.g. 'test'); only with `dataset`."})
-    limit: int | None = field(default=None, metadata={"help": "Use at most this many records (or texts); null for all."})
-    texts: list[str] | None = field(default=None, metadata={"help": "Inline list of texts, used instead of a dataset (tests, small demos)."})
-    encoder: str = field(default=DEFAULT_ENCODER, metadata={"help": "Client encoder: a Hugging Face name or local path, or 'default' (all-MiniLM-L6-v2, offline)."})
-    mechanism: dict | None = field(default=None, metadata={"help": "The noise mechanism as plain data: {name: l2_laplace, epsilon: 75}; grid keys 'mechanism.<param>' override its params."})
-    params: dict = field(default_factory=dict, metadata={"help": "Parameters of the cell kind, e.g. {k: 4}; grid keys 'params.<name>' override them."})
-    grid: dict = field(default_factory=dict, metadata={"help": "Grid: dotted key -> list of values, e.g. {'mechanism.epsilon': [10, 75], 'params.k': [4, 8]}; the runner runs the cartesian product."})
-    attack: dict | None = field(default=None, metadata={"help": "Attack settings for attack kinds (plain data), or null; grid keys 'attack.<name>' override them."})
-    metrics: list[str] = field(default_factory=list, metadata={"help": "Metric names to keep; empty for every metric the kind computes."})
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={"help": "Seeds; every grid point runs once per seed and each metric is aggregated over seeds (mean, stderr)."})
+    limit: int | None = field(
+        default=None, metadata={"help": "Use at most this many records (or texts); null for all."}
+    )
+    texts: list[str] | None = field(
+        default=None, metadata={"help": "Inline list of texts, used instead of a dataset (tests, small demos)."}
+    )
+    encoder: str = field(
+        default=DEFAULT_ENCODER,
+        metadata={
+            "help": "Client encoder: a Hugging Face name or local path, or 'default' (all-MiniLM-L6-v2, offline)."
+        },
+    )
+    mechanism: dict | None = field(
+        default=None,
+        metadata={
+            "help": "The noise mechanism as plain data: {name: l2_laplace, epsilon: 75}; grid keys 'mechanism.<param>' "
+            "override its params."
+        },
+    )
+    params: dict = field(
+        default_factory=dict,
+        metadata={"help": "Parameters of the cell kind, e.g. {k: 4}; grid keys 'params.<name>' override them."},
+    )
+    grid: dict = field(
+        default_factory=dict,
+        metadata={
+            "help": "Grid: dotted key -> list of values, e.g. {'mechanism.epsilon': [10, 75], 'params.k': [4, 8]}; the "
+            "runner runs the cartesian product."
+        },
+    )
+    attack: dict | None = field(
+        default=None,
+        metadata={
+            "help": "Attack settings for attack kinds (plain data), or null; grid keys 'attack.<name>' override them."
+        },
+    )
+    metrics: list[str] = field(
+        default_factory=list, metadata={"help": "Metric names to keep; empty for every metric the kind computes."}
+    )
+    seeds: list[int] = field(
+        default_factory=lambda: [0, 1, 2],
+        metadata={
+            "help": "Seeds; every grid point runs once per seed and each metric is aggregated over seeds (mean, "
+            "stderr)."
+        },
+    )
     notes: str = field(default="", metadata={"help": "Free text: what the cell is for, what to expect."})
 
     # ----------------------------------------------------------------------------------------------- helpers
@@ -103,7 +152,9 @@ class Cell:
             section, *path = key.split(".")
             target = sections.get(section)
             if section not in sections or not path:
-                raise CellError(f"grid key must look like '<{'|'.join(GRID_SECTIONS)}>.<name>', got {key!r}", field="grid")
+                raise CellError(
+                    f"grid key must look like '<{'|'.join(GRID_SECTIONS)}>.<name>', got {key!r}", field="grid"
+                )
             if target is None:
                 raise CellError(f"grid key {key!r} needs a `{section}` mapping in the cell", field="grid")
             for part in path[:-1]:
@@ -160,7 +211,9 @@ class Cell:
         for key in self.grid:
             section, *path = key.split(".")
             if section not in GRID_SECTIONS or not path or not all(path):
-                raise CellError(f"grid key must look like '<{'|'.join(GRID_SECTIONS)}>.<name>', got {key!r}", field="grid")
+                raise CellError(
+                    f"grid key must look like '<{'|'.join(GRID_SECTIONS)}>.<name>', got {key!r}", field="grid"
+                )
             if section != "params" and getattr(self, section) is None:
                 raise CellError(f"grid key {key!r} needs a `{section}` mapping in the cell", field="grid")
         n_points = math.prod(len(v) for v in self.grid.values()) if self.grid else 1
@@ -177,18 +230,24 @@ class Cell:
         except ValueError as exc:
             raise CellError(str(exc), field="kind") from None
         if self.attack is not None and not kind.takes_attack:
-            raise CellError(f"kind {self.kind!r} runs no attack, so an `attack` section would be ignored; remove it", field="attack")
+            raise CellError(
+                f"kind {self.kind!r} runs no attack, so an `attack` section would be ignored; remove it", field="attack"
+            )
         if kind.metrics is not None:
             bad = [m for m in self.metrics if m not in kind.metrics]
             if bad:
-                raise CellError(f"kind {self.kind!r} does not compute {bad}; it computes {list(kind.metrics)}", field="metrics")
+                raise CellError(
+                    f"kind {self.kind!r} does not compute {bad}; it computes {list(kind.metrics)}", field="metrics"
+                )
         points = self.points()
         if kind.params is not None:
             names = set(self.params) | {k.split(".", 1)[1].split(".")[0] for k in self.grid if k.startswith("params.")}
             bad = sorted(n for n in names if n not in kind.params)
             if bad:
                 where = "params" if any(b in self.params for b in bad) else "grid"
-                raise CellError(f"kind {self.kind!r} takes no parameter(s) {bad}; it takes {sorted(kind.params)}", field=where)
+                raise CellError(
+                    f"kind {self.kind!r} takes no parameter(s) {bad}; it takes {sorted(kind.params)}", field=where
+                )
         if self.mechanism is not None:
             from ..mechanisms import mechanism_from_dict
 
@@ -215,7 +274,9 @@ def _type_name(value: Any) -> str:
 
 def _check_name(v: Any) -> str:
     if not isinstance(v, str) or not _NAME_RE.match(v):
-        raise CellError(f"must be 1-128 letters, digits, '_', '.' or '-' (starting with a letter or digit), got {v!r}", field="name")
+        raise CellError(
+            f"must be 1-128 letters, digits, '_', '.' or '-' (starting with a letter or digit), got {v!r}", field="name"
+        )
     return v
 
 
@@ -263,14 +324,18 @@ def _check_plain(value: Any, where: str) -> None:
     elif isinstance(value, float) and not math.isfinite(value):
         raise CellError(f"numbers must be finite, got {value!r}", field=where)
     elif not isinstance(value, _SCALARS):
-        raise CellError(f"must be plain data (mapping, list, string, number, bool, null), got {_type_name(value)}", field=where)
+        raise CellError(
+            f"must be plain data (mapping, list, string, number, bool, null), got {_type_name(value)}", field=where
+        )
 
 
 def _check_mechanism(v: Any) -> dict | None:
     if v is None:
         return None
     if not isinstance(v, dict):
-        raise CellError(f"must be a mapping like {{name: l2_laplace, epsilon: 75}} or null, got {_type_name(v)}", field="mechanism")
+        raise CellError(
+            f"must be a mapping like {{name: l2_laplace, epsilon: 75}} or null, got {_type_name(v)}", field="mechanism"
+        )
     if not isinstance(v.get("name"), str) or not v["name"]:
         raise CellError("needs a 'name' (e.g. l2_laplace, gaussian)", field="mechanism.name")
     _check_plain(v, "mechanism")
@@ -304,7 +369,9 @@ def _check_grid(v: Any) -> dict:
             raise CellError(f"must be a non-empty list of values, got {_type_name(values)} {values!r}", field=where)
         for i, item in enumerate(values):
             if not isinstance(item, _SCALARS):
-                raise CellError(f"entry {i} must be a scalar (number, string, bool, null), got {_type_name(item)}", field=where)
+                raise CellError(
+                    f"entry {i} must be a scalar (number, string, bool, null), got {_type_name(item)}", field=where
+                )
             if isinstance(item, float) and not math.isfinite(item):
                 raise CellError(f"entry {i} must be finite, got {item!r}", field=where)
         seen: list[tuple[bool, Any]] = []  # compared by value (75 == 75.0), a bool never equal to an int

@@ -19,7 +19,9 @@ def load_records(cell: Any) -> list[Any]:
     try:
         from textfree.data import load_dataset
     except ImportError as exc:  # pragma: no cover - depends on the data package being present
-        raise RuntimeError(f"cell {cell.name!r} reads dataset {cell.dataset!r}, which needs textfree.data: {exc}") from exc
+        raise RuntimeError(
+            f"cell {cell.name!r} reads dataset {cell.dataset!r}, which needs textfree.data: {exc}"
+        ) from exc
     records = list(load_dataset(cell.dataset, split=cell.split, limit=cell.limit))
     if cell.limit is not None:
         records = records[: cell.limit]

@@ -95,7 +95,9 @@ def _plot_metric(data: dict, metric: str, x_axis: str | None, out: Path) -> None
         ys = [t[1] for t in pts]
         errs = [t[2] if math.isfinite(t[2]) else 0.0 for t in pts]
         label = ", ".join(f"{short[a]}={v}" for a, v in zip(others, key)) or None
-        ax.errorbar(xs, ys, yerr=errs, marker=_MARKERS[i % len(_MARKERS)], capsize=3, linewidth=1.5, markersize=5, label=label)
+        ax.errorbar(
+            xs, ys, yerr=errs, marker=_MARKERS[i % len(_MARKERS)], capsize=3, linewidth=1.5, markersize=5, label=label
+        )
 
     log_x = False
     if numeric:
@@ -113,7 +115,14 @@ def _plot_metric(data: dict, metric: str, x_axis: str | None, out: Path) -> None
     ax.set_ylabel(metric)
     mech = (cell.get("mechanism") or {}).get("name")
     subtitle = ", ".join(
-        s for s in (cell.get("kind"), mech, f"encoder {cell.get('encoder')}", f"{len(data['seeds'])} seed(s), bars = ±1 stderr") if s
+        s
+        for s in (
+            cell.get("kind"),
+            mech,
+            f"encoder {cell.get('encoder')}",
+            f"{len(data['seeds'])} seed(s), bars = ±1 stderr",
+        )
+        if s
     )
     ax.set_title(f"{cell['name']}: {metric}\n{subtitle}", fontsize=10)
     ax.grid(True, alpha=0.3)

@@ -65,7 +65,9 @@ class RunContext:
         if not isinstance(name, str) or not name or not isinstance(value, str):
             raise TypeError(f"provenance is a non-empty name and a string value, got {name!r}: {value!r}")
         if self.provenance.get(name, value) != value:
-            raise ValueError(f"provenance {name!r} differs between the seeds of one point: {self.provenance[name]!r} and {value!r}")
+            raise ValueError(
+                f"provenance {name!r} differs between the seeds of one point: {self.provenance[name]!r} and {value!r}"
+            )
         self.provenance[name] = value
 
     def cached(self, key: Any, factory: Callable[[], Any]) -> Any:
@@ -93,12 +95,13 @@ def register_cell_kind(
             raise TypeError(f"cell kind {name!r}: expected a function, got {fn!r}")
         existing = _KINDS.get(name)
         if existing is not None and existing.fn is not fn:
-            same_origin = (
-                getattr(existing.fn, "__module__", None) == getattr(fn, "__module__", None)
-                and getattr(existing.fn, "__qualname__", None) == getattr(fn, "__qualname__", None)
-            )
+            same_origin = getattr(existing.fn, "__module__", None) == getattr(fn, "__module__", None) and getattr(
+                existing.fn, "__qualname__", None
+            ) == getattr(fn, "__qualname__", None)
             if not same_origin:  # a module reloaded in a notebook re-registers itself; anything else is a clash
-                raise ValueError(f"cell kind {name!r} is already registered by {existing.fn.__module__}.{existing.fn.__qualname__}")
+                raise ValueError(
+                    f"cell kind {name!r} is already registered by {existing.fn.__module__}.{existing.fn.__qualname__}"
+                )
         doc = help if help is not None else (fn.__doc__ or "").strip().split("\n")[0]
         _KINDS[name] = CellKind(
             name=name,

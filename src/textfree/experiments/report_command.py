@@ -25,8 +25,9 @@ def check_report_out(out: Path, fail: Callable[[str], NoReturn]) -> None:
             break
 
 
-def run_report_command(results: Sequence[Path], out: Path, write_report: Callable[..., Path],
-                       fail: Callable[[str], NoReturn]) -> Path:
+def run_report_command(
+    results: Sequence[Path], out: Path, write_report: Callable[..., Path], fail: Callable[[str], NoReturn]
+) -> Path:
     """``write_report(results, out)`` after checking the paths; a :class:`ResultsError` (e.g. no result files of the
     report's kinds: nothing is written) or an ``OSError`` while writing is one error line."""
     from . import ResultsError

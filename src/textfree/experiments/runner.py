@@ -94,9 +94,7 @@ def package_versions() -> dict[str, str | None]:
 
 def _git(args: list[str], cwd: Path) -> str | None:
     try:
-        proc = subprocess.run(
-            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=False
-        )
+        proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     return proc.stdout.strip() if proc.returncode == 0 else None
@@ -356,13 +354,19 @@ def load_results(path: str | os.PathLike) -> dict[str, Any]:
     if data["format"] != RESULTS_FORMAT:
         raise _fail(p, "format", f"must be {RESULTS_FORMAT!r}, got {data['format']!r}")
     if not isinstance(data["format_version"], int) or not 1 <= data["format_version"] <= RESULTS_VERSION:
-        raise _fail(p, "format_version", f"must be an integer in [1, {RESULTS_VERSION}], got {data['format_version']!r}")
+        raise _fail(
+            p, "format_version", f"must be an integer in [1, {RESULTS_VERSION}], got {data['format_version']!r}"
+        )
     try:
         cell = Cell.from_dict(data["cell"], strict=False)
     except CellError as exc:
         raise _fail(p, f"cell.{exc.field}" if exc.field else "cell", exc.message) from None
     seeds = data["seeds"]
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+    ):
         raise _fail(p, "seeds", f"must be a non-empty list of integers, got {seeds!r}")
     for key in ("versions", "host"):
         if not isinstance(data[key], dict):
@@ -381,7 +385,11 @@ def load_results(path: str | os.PathLike) -> dict[str, Any]:
     axes = list(cell.grid)
     for i, row in enumerate(results):
         where = f"results[{i}]"
-        if not isinstance(row, dict) or not isinstance(row.get("point"), dict) or not isinstance(row.get("metrics"), dict):
+        if (
+            not isinstance(row, dict)
+            or not isinstance(row.get("point"), dict)
+            or not isinstance(row.get("metrics"), dict)
+        ):
             raise _fail(p, where, "must be an object with 'point' and 'metrics' objects")
         prov = row.get("provenance", {})
         if not isinstance(prov, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in prov.items()):

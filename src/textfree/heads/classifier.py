@@ -46,9 +46,13 @@ class AttributeSpec:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"AttributeSpec.name must be a non-empty string, got {self.name!r}")
         if self.kind not in ("categorical", "multilabel"):
-            raise ValueError(f"AttributeSpec {self.name!r}: kind must be 'categorical' or 'multilabel', got {self.kind!r}")
+            raise ValueError(
+                f"AttributeSpec {self.name!r}: kind must be 'categorical' or 'multilabel', got {self.kind!r}"
+            )
         if len(self.classes) < 1 or len(set(self.classes)) != len(self.classes):
-            raise ValueError(f"AttributeSpec {self.name!r}: classes must be non-empty and distinct, got {self.classes!r}")
+            raise ValueError(
+                f"AttributeSpec {self.name!r}: classes must be non-empty and distinct, got {self.classes!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,9 @@ class AttributeAttackConfig:
     """An attribute attacker: architecture and training."""
 
     pooling: Literal["mean", "slots"] = "mean"  # mean of the vectors (RAPT) or attention over slots
-    count: bool = False  # also read the number of real vectors (one-hot, up to the training maximum) beside the pooled one
+    count: bool = (
+        False  # also read the number of real vectors (one-hot, up to the training maximum) beside the pooled one
+    )
     # standardise the pooled vector (LayerNorm without weights) before the trunk: the mean of many noisy unit slots is
     # short (about 1/sqrt(slots)), and an MLP reading it unscaled beside a one-hot count learns the count first
     standardize: bool = False
@@ -84,7 +90,9 @@ class AttributeAttackConfig:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"AttributeAttackConfig.{name} must be a finite number >= 0, got {v!r}")
         if self.lr <= 0 or self.dropout >= 1:
-            raise ValueError(f"AttributeAttackConfig: need lr > 0 and dropout < 1, got lr={self.lr!r}, dropout={self.dropout!r}")
+            raise ValueError(
+                f"AttributeAttackConfig: need lr > 0 and dropout < 1, got lr={self.lr!r}, dropout={self.dropout!r}"
+            )
 
 
 class AttributeClassifier(torch.nn.Module):
@@ -106,8 +114,12 @@ class AttributeClassifier(torch.nn.Module):
         self.hidden = config.hidden
         if config.hidden:
             self.trunk = torch.nn.Sequential(
-                torch.nn.Linear(dim + self.max_count, config.hidden), torch.nn.GELU(), torch.nn.Dropout(config.dropout),
-                torch.nn.Linear(config.hidden, config.hidden), torch.nn.GELU(), torch.nn.Dropout(config.dropout),
+                torch.nn.Linear(dim + self.max_count, config.hidden),
+                torch.nn.GELU(),
+                torch.nn.Dropout(config.dropout),
+                torch.nn.Linear(config.hidden, config.hidden),
+                torch.nn.GELU(),
+                torch.nn.Dropout(config.dropout),
             )
         else:  # a linear reader: the heads read the features themselves
             self.trunk = torch.nn.Identity()
@@ -213,6 +225,7 @@ def train_attribute_attacker(
         raise ValueError("give noise (fresh noise every epoch) or variants (releases of the rows), not both")
     release = None
     if callable(variants):
+
         def release(epoch: int) -> Inputs:
             return _check_variants([variants(epoch)], len(targets), slots.shape[-1])[0]
     elif variants is not None:
@@ -220,6 +233,7 @@ def train_attribute_attacker(
 
         def release(epoch: int) -> Inputs:
             return cycle[epoch % len(cycle)]
+
     y = _encode(specs, targets)
     torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
     model = AttributeClassifier(slots.shape[-1], specs, config, max_count=max(1, int(mask.sum(1).max())))
@@ -253,8 +267,14 @@ def train_attribute_attacker(
 
 
 @torch.no_grad()
-def predict_attributes(model: AttributeClassifier, slots: torch.Tensor, mask: torch.Tensor, *, threshold: float = 0.5,
-                       batch_size: int = 256) -> list[dict[str, Any]]:
+def predict_attributes(
+    model: AttributeClassifier,
+    slots: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    threshold: float = 0.5,
+    batch_size: int = 256,
+) -> list[dict[str, Any]]:
     """Per row: categorical -> the argmax class; multi-label -> the classes with probability > ``threshold``."""
     _check_slots(slots, mask)
     if not 0.0 < threshold < 1.0:

@@ -16,8 +16,16 @@ from typing import Any
 
 import torch
 
-__all__ = ["ADAPTER_METHODS", "TASK_TYPES", "AdapterSettings", "peft_config", "apply_adapter",
-           "trainable_parameters", "quiet_peft", "lora_config"]
+__all__ = [
+    "ADAPTER_METHODS",
+    "TASK_TYPES",
+    "AdapterSettings",
+    "peft_config",
+    "apply_adapter",
+    "trainable_parameters",
+    "quiet_peft",
+    "lora_config",
+]
 
 #: The methods an :class:`AdapterSettings` may name (``full``: fine-tune every weight, no ``peft`` wrapper).
 ADAPTER_METHODS = ("lora", "prompt_tuning", "prefix_tuning", "ia3", "full")
@@ -33,8 +41,16 @@ class AdapterSettings:
     r: int = field(default=16, metadata={"help": "LoRA rank."})
     alpha: int = field(default=32, metadata={"help": "LoRA alpha (scaling alpha / r)."})
     dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA path."})
-    target_modules: str | list[str] = field(default="all-linear", metadata={"help": "LoRA / IA3: 'all-linear' (every linear layer but the output head) or a list of module names; IA3 takes null for peft's defaults."})
-    num_virtual_tokens: int = field(default=20, metadata={"help": "Prompt and prefix tuning: virtual tokens (RAPT: 150 prompt, 10 prefix)."})
+    target_modules: str | list[str] = field(
+        default="all-linear",
+        metadata={
+            "help": "LoRA / IA3: 'all-linear' (every linear layer but the output head) or a list of module names; IA3 "
+            "takes null for peft's defaults."
+        },
+    )
+    num_virtual_tokens: int = field(
+        default=20, metadata={"help": "Prompt and prefix tuning: virtual tokens (RAPT: 150 prompt, 10 prefix)."}
+    )
 
     def __post_init__(self) -> None:
         if self.method not in ADAPTER_METHODS:
@@ -79,8 +95,14 @@ def peft_config(settings: AdapterSettings, task_type: str = "CAUSAL_LM"):
     if settings.method == "full":
         return None
     if settings.method == "lora":
-        return peft.LoraConfig(r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
-                               target_modules=settings.target_modules, task_type=task_type, bias="none")
+        return peft.LoraConfig(
+            r=settings.r,
+            lora_alpha=settings.alpha,
+            lora_dropout=settings.dropout,
+            target_modules=settings.target_modules,
+            task_type=task_type,
+            bias="none",
+        )
     if settings.method == "ia3":
         targets = None if settings.target_modules in (None, "all-linear") else settings.target_modules
         return peft.IA3Config(target_modules=targets, feedforward_modules=[] if targets else None, task_type=task_type)

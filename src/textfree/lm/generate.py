@@ -13,8 +13,13 @@ import torch
 __all__ = ["greedy_generate", "next_tokens"]
 
 
-def next_tokens(logits: torch.Tensor, *, temperature: float = 0.0, top_p: float = 1.0,
-                generators: list[torch.Generator] | None = None) -> torch.Tensor:
+def next_tokens(
+    logits: torch.Tensor,
+    *,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    generators: list[torch.Generator] | None = None,
+) -> torch.Tensor:
     """The next id of each row: argmax at ``temperature`` 0; else a draw from softmax(logits / temperature) restricted
     to the smallest set of tokens whose probability reaches ``top_p`` (nucleus), row i drawn with ``generators[i]``."""
     if temperature == 0.0:
@@ -32,7 +37,10 @@ def next_tokens(logits: torch.Tensor, *, temperature: float = 0.0, top_p: float 
     drop[..., 0] = False  # the most likely token always stays
     sorted_p = sorted_p.masked_fill(drop, 0.0)
     # each row is drawn on its generator's device (a CPU generator for a model on a GPU)
-    picks = [order[i, torch.multinomial(sorted_p[i].to(g.device), 1, generator=g).to(order.device)] for i, g in enumerate(generators)]
+    picks = [
+        order[i, torch.multinomial(sorted_p[i].to(g.device), 1, generator=g).to(order.device)]
+        for i, g in enumerate(generators)
+    ]
     return torch.cat(picks)
 
 
@@ -66,7 +74,9 @@ def greedy_generate(
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp_min(0)
     finished = torch.zeros(b, dtype=torch.bool, device=inputs_embeds.device)
     filler = pad_token_id if pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
-    result = model(inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
+    result = model(
+        inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=position_ids, use_cache=True
+    )
     past = result.past_key_values
     for step in range(max_new_tokens):
         next_ids = next_tokens(result.logits[:, -1, :], temperature=temperature, top_p=top_p, generators=generators)

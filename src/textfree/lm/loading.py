@@ -83,7 +83,9 @@ def load_encoder(name_or_path: str | os.PathLike | None, *, head: str | None = N
     if head is not None and (isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 2):
         raise ValueError(f"num_labels must be an integer >= 2 with a {head} head, got {num_labels!r}")
     path = resolve_encoder_path(None if name_or_path == "default" else name_or_path)
-    kind = {None: AutoModel, "sequence": AutoModelForSequenceClassification, "token": AutoModelForTokenClassification}[head]
+    kind = {None: AutoModel, "sequence": AutoModelForSequenceClassification, "token": AutoModelForTokenClassification}[
+        head
+    ]
     extra = {} if head is None else {"num_labels": num_labels}
     try:
         tok = AutoTokenizer.from_pretrained(path)
@@ -108,10 +110,14 @@ def load_input_embeddings(name_or_path: str | os.PathLike) -> torch.Tensor:
     elif index.is_file():
         where = {key: path / shard for key, shard in json.loads(index.read_text()).get("weight_map", {}).items()}
     else:
-        raise DecoderLoadError(f"{str(name_or_path)!r} is not a local decoder directory with model.safetensors (or a sharded index)")
+        raise DecoderLoadError(
+            f"{str(name_or_path)!r} is not a local decoder directory with model.safetensors (or a sharded index)"
+        )
     found = sorted(k for k in where if k.endswith(EMBEDDING_KEYS))
     if len(found) != 1:
-        raise DecoderLoadError(f"expected one token-embedding table ({', '.join(EMBEDDING_KEYS)}) in {str(path)!r}, found {found or 'none'}")
+        raise DecoderLoadError(
+            f"expected one token-embedding table ({', '.join(EMBEDDING_KEYS)}) in {str(path)!r}, found {found or 'none'}"
+        )
     with safe_open(str(where[found[0]]), framework="pt") as fh:
         table = fh.get_tensor(found[0])
     if table.dim() != 2:
@@ -156,5 +162,3 @@ def make_tiny_decoder_dir(
     LlamaForCausalLM(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
-
-

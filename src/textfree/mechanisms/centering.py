@@ -34,7 +34,9 @@ _NORM_SLACK = 1e-4  # float32 rounding of unit-slot means
 def center_sha256(center: torch.Tensor) -> str:
     """sha256 of the centre as little-endian float32 bytes: how payload headers and model cards name it."""
     # a 2-D centre + subspace map hashes its rows in order (its bytes are longer than any centre of the same width)
-    return hashlib.sha256(center.detach().to("cpu", torch.float32).contiguous().numpy().astype("<f4").tobytes()).hexdigest()
+    return hashlib.sha256(
+        center.detach().to("cpu", torch.float32).contiguous().numpy().astype("<f4").tobytes()
+    ).hexdigest()
 
 
 def check_center(center: object, dim: int | None = None) -> torch.Tensor:
@@ -42,7 +44,9 @@ def check_center(center: object, dim: int | None = None) -> torch.Tensor:
     public subspace [1 + m, d] with 1 <= m < d (:mod:`textfree.mechanisms.subspace`), of width ``dim`` when given;
     returns it as CPU float32."""
     if not isinstance(center, torch.Tensor) or center.dim() not in (1, 2) or not center.is_floating_point():
-        raise ValueError(f"a slot centre must be a 1-D float tensor (or a 2-D centre + subspace map), got {center!r}"[:200])
+        raise ValueError(
+            f"a slot centre must be a 1-D float tensor (or a 2-D centre + subspace map), got {center!r}"[:200]
+        )
     width = center.shape[-1]
     if dim is not None and width != dim:
         raise ValueError(f"the slot centre has width {width}, the slots have width {dim}")
@@ -97,7 +101,9 @@ class PrivateMean:
 
     def __post_init__(self) -> None:
         check_positive("PrivateMean", "mu", self.mu)
-        check_probability("PrivateMean", "delta", self.delta)  # 0 < delta < 1: a Gaussian release has no pure-DP guarantee
+        check_probability(
+            "PrivateMean", "delta", self.delta
+        )  # 0 < delta < 1: a Gaussian release has no pure-DP guarantee
 
     def sigma(self, n: int) -> float:
         """The per-coordinate noise scale for a mean of ``n`` rows."""
@@ -112,7 +118,9 @@ class PrivateMean:
             raise ValueError(f"PrivateMean.sample takes rows [n, d] with n >= 1, got shape {tuple(rows.shape)}")
         norms = rows.to(torch.float64).norm(dim=-1)
         if not torch.isfinite(norms).all() or float(norms.max()) > 1.0 + _NORM_SLACK:
-            raise ValueError(f"PrivateMean.sample: every row must have norm <= 1 (its sensitivity assumes it), got {float(norms.max()):.6g}")
+            raise ValueError(
+                f"PrivateMean.sample: every row must have norm <= 1 (its sensitivity assumes it), got {float(norms.max()):.6g}"
+            )
         n, d = rows.shape
         noise = torch.randn(d, generator=generator, dtype=torch.float64, device=generator.device) * self.sigma(n)
         return rows.to(torch.float64).mean(dim=0) + noise.to(rows.device)

@@ -113,17 +113,23 @@ class Gaussian:
             raise ValueError(f"Gaussian: calibration must be 'classic' or 'analytic', got {self.calibration!r}")
 
     @classmethod
-    def from_epsilon_delta(cls, epsilon: float, delta: float, sensitivity: float, *, calibration: str = "analytic") -> "Gaussian":
+    def from_epsilon_delta(
+        cls, epsilon: float, delta: float, sensitivity: float, *, calibration: str = "analytic"
+    ) -> "Gaussian":
         """sigma from (epsilon, delta, Delta_2): the exact analytic one (default), or the classic formula (BeamClean
         Appendix C), which is proved only for epsilon < 1 and so refuses a larger one."""
         if calibration == "classic":
             if epsilon >= 1.0:
-                raise ValueError(f"Gaussian.from_epsilon_delta: the classic formula is proved only for epsilon < 1 "
-                                 f"(Dwork & Roth Thm. A.1), got epsilon={epsilon!r}; use calibration='analytic'")
+                raise ValueError(
+                    f"Gaussian.from_epsilon_delta: the classic formula is proved only for epsilon < 1 "
+                    f"(Dwork & Roth Thm. A.1), got epsilon={epsilon!r}; use calibration='analytic'"
+                )
             return cls(sigma=classic_sigma(epsilon, delta, sensitivity), delta=delta, calibration="classic")
         if calibration == "analytic":
             return cls(sigma=analytic_sigma(epsilon, delta, sensitivity), delta=delta, calibration="analytic")
-        raise ValueError(f"Gaussian.from_epsilon_delta: calibration must be 'classic' or 'analytic', got {calibration!r}")
+        raise ValueError(
+            f"Gaussian.from_epsilon_delta: calibration must be 'classic' or 'analytic', got {calibration!r}"
+        )
 
     def noise(self, n: int, d: int, *, generator: torch.Generator, device=None) -> torch.Tensor:
         return torch.randn(n, d, generator=generator, dtype=torch.float64, device=device) * self.sigma

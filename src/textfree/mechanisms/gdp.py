@@ -170,9 +170,18 @@ def width_match_rows(
     for name, dim, eps in settings:
         mu = l2_laplace_mu(eps, dim)
         loss = l2_laplace_loss_samples(eps, dim, samples, generator=generator)
-        rows.append({
-            "setting": name, "dim": dim, "epsilon": eps, "noise_norm": dim / eps, "pure_bound": UNIT_SLOT_DIAMETER * eps,
-            "mu": mu, "error_limit": gdp_equal_error(mu), "error_measured": (loss < 0).double().mean().item(),
-            "mean_loss_limit": mu**2 / 2, "mean_loss_measured": loss.mean().item(),
-        })
+        rows.append(
+            {
+                "setting": name,
+                "dim": dim,
+                "epsilon": eps,
+                "noise_norm": dim / eps,
+                "pure_bound": UNIT_SLOT_DIAMETER * eps,
+                "mu": mu,
+                "error_limit": gdp_equal_error(mu),
+                "error_measured": (loss < 0).double().mean().item(),
+                "mean_loss_limit": mu**2 / 2,
+                "mean_loss_measured": loss.mean().item(),
+            }
+        )
     return rows

@@ -50,8 +50,10 @@ def pad_slots(slots: torch.Tensor, mask: torch.Tensor, pad_to: int) -> tuple[tor
     lengths = mask.sum(dim=1)
     if lengths.numel() and int(lengths.max()) > pad_to:
         row = int(lengths.argmax())
-        raise ValueError(f"prompt {row} has {int(lengths[row])} slots, more than pad_to={pad_to}: raise pad_to or cut the "
-                         f"prompt to at most pad_to x k tokens")
+        raise ValueError(
+            f"prompt {row} has {int(lengths[row])} slots, more than pad_to={pad_to}: raise pad_to or cut the "
+            f"prompt to at most pad_to x k tokens"
+        )
     b, s, d = slots.shape
     out = filler_slot(d, slots.dtype).expand(b, pad_to, d).clone()
     keep = min(s, pad_to)
@@ -86,7 +88,9 @@ class SlotPrivatization:
     normalize: bool = True
     renormalize: bool = True
     sensitivity: float | None = None
-    pad_to: int | None = None  # release exactly this many slots per prompt (filler after its own); None: ceil(tokens / k)
+    pad_to: int | None = (
+        None  # release exactly this many slots per prompt (filler after its own); None: ceil(tokens / k)
+    )
     center: torch.Tensor | None = field(default=None, compare=False, repr=False)
     center_sha256: str | None = None
     repeat_mean: bool = False  # beyond the paper: release the prompt's unit mean slot once per slot (repeat_mean_slots)
@@ -95,18 +99,28 @@ class SlotPrivatization:
         if not isinstance(self.repeat_mean, bool):
             raise ValueError(f"SlotPrivatization: repeat_mean must be true or false, got {self.repeat_mean!r}")
         if self.repeat_mean and not self.normalize:
-            raise ValueError("SlotPrivatization: repeat_mean needs normalize=True (the repeated mean slot is a unit vector)")
+            raise ValueError(
+                "SlotPrivatization: repeat_mean needs normalize=True (the repeated mean slot is a unit vector)"
+            )
         if self.center is not None:
             if not self.normalize:
-                raise ValueError("SlotPrivatization: center needs normalize=True (centred slots are renormalised to unit norm)")
+                raise ValueError(
+                    "SlotPrivatization: center needs normalize=True (centred slots are renormalised to unit norm)"
+                )
             center = check_center(self.center)
             sha = center_sha256(center)
             if self.center_sha256 is not None and self.center_sha256 != sha:
-                raise ValueError(f"SlotPrivatization: center_sha256 {self.center_sha256!r} is not the given centre's ({sha})")
+                raise ValueError(
+                    f"SlotPrivatization: center_sha256 {self.center_sha256!r} is not the given centre's ({sha})"
+                )
             object.__setattr__(self, "center", center)
             object.__setattr__(self, "center_sha256", sha)
-        elif self.center_sha256 is not None and not (isinstance(self.center_sha256, str) and len(self.center_sha256) == 64):
-            raise ValueError(f"SlotPrivatization: center_sha256 must be a 64-character hex string, got {self.center_sha256!r}")
+        elif self.center_sha256 is not None and not (
+            isinstance(self.center_sha256, str) and len(self.center_sha256) == 64
+        ):
+            raise ValueError(
+                f"SlotPrivatization: center_sha256 must be a 64-character hex string, got {self.center_sha256!r}"
+            )
         if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
             raise ValueError(f"SlotPrivatization: k must be an integer >= 1, got {self.k!r}")
         if self.noise is not None and not hasattr(self.noise, "privacy_loss"):
@@ -114,13 +128,17 @@ class SlotPrivatization:
         if self.sensitivity is not None:
             check_positive("SlotPrivatization", "sensitivity", self.sensitivity)
             if self.normalize and self.sensitivity < UNIT_SLOT_DIAMETER:
-                raise ValueError(f"SlotPrivatization: unit slots lie up to {UNIT_SLOT_DIAMETER:g} apart, so a sensitivity "
-                                 f"below that would understate every loss; got sensitivity={self.sensitivity!r}")
+                raise ValueError(
+                    f"SlotPrivatization: unit slots lie up to {UNIT_SLOT_DIAMETER:g} apart, so a sensitivity "
+                    f"below that would understate every loss; got sensitivity={self.sensitivity!r}"
+                )
         if self.pad_to is not None:
             if isinstance(self.pad_to, bool) or not isinstance(self.pad_to, int) or self.pad_to < 1:
                 raise ValueError(f"SlotPrivatization: pad_to must be an integer >= 1 or None, got {self.pad_to!r}")
             if not self.normalize:
-                raise ValueError("SlotPrivatization: pad_to needs normalize=True (filler slots are unit vectors like the real ones)")
+                raise ValueError(
+                    "SlotPrivatization: pad_to needs normalize=True (filler slots are unit vectors like the real ones)"
+                )
 
     @property
     def count_hidden(self) -> bool:
@@ -146,8 +164,10 @@ class SlotPrivatization:
             x = clip_l2(x, self.sensitivity / 2.0)
         if self.center_sha256 is not None:
             if self.center is None:
-                raise ValueError("this privatization spec names its centre by sha256 only (read from a payload header): "
-                                 "privatizing needs the centre vector itself")
+                raise ValueError(
+                    "this privatization spec names its centre by sha256 only (read from a payload header): "
+                    "privatizing needs the centre vector itself"
+                )
             x = center_slots(x, self.center)
         if self.repeat_mean:
             x = repeat_mean_slots(x, slot_mask)
@@ -187,15 +207,20 @@ class SlotPrivatization:
         return self.prompt_loss(self.pad_to)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "k": self.k,
-            "normalize": self.normalize,
-            "renormalize": self.renormalize,
-            "sensitivity": self.sensitivity,
-            "noise": None if self.noise is None else mechanism_to_dict(self.noise),
-        } | ({"pad_to": self.pad_to} if self.pad_to is not None else {}) | (  # headers stay as before these options existed
-            {"center_sha256": self.center_sha256} if self.center_sha256 is not None else {}) | (
-            {"repeat_mean": True} if self.repeat_mean else {})
+        return (
+            {
+                "k": self.k,
+                "normalize": self.normalize,
+                "renormalize": self.renormalize,
+                "sensitivity": self.sensitivity,
+                "noise": None if self.noise is None else mechanism_to_dict(self.noise),
+            }
+            | ({"pad_to": self.pad_to} if self.pad_to is not None else {})
+            | (  # headers stay as before these options existed
+                {"center_sha256": self.center_sha256} if self.center_sha256 is not None else {}
+            )
+            | ({"repeat_mean": True} if self.repeat_mean else {})
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "SlotPrivatization":

@@ -40,7 +40,9 @@ def check_basis(basis: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     gram = basis.to(torch.float64) @ basis.to(torch.float64).T
     err = float((gram - torch.eye(m, dtype=torch.float64)).abs().max())
     if err > _ORTHO_TOL:
-        raise ValueError(f"the subspace basis rows are not orthonormal (largest |B B^T - I| entry {err:.3g} > {_ORTHO_TOL})")
+        raise ValueError(
+            f"the subspace basis rows are not orthonormal (largest |B B^T - I| entry {err:.3g} > {_ORTHO_TOL})"
+        )
     return basis
 
 
@@ -55,7 +57,9 @@ def project_slots(slots: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
     return l2_normalize((slots @ basis.T) @ basis)
 
 
-def class_subspace(vectors: torch.Tensor, labels: Sequence[object], *, rank: int | None = None, rtol: float = 1e-6) -> torch.Tensor:
+def class_subspace(
+    vectors: torch.Tensor, labels: Sequence[object], *, rank: int | None = None, rtol: float = 1e-6
+) -> torch.Tensor:
     """The orthonormal basis [m, d] of the span of the class means of ``vectors`` [n, d] (one label per row) after
     subtracting the average of the class means (each class counted once), strongest direction first.
 

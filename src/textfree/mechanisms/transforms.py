@@ -23,7 +23,9 @@ def k_pool(hidden: torch.Tensor, mask: torch.Tensor, k: int) -> tuple[torch.Tens
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
     if hidden.dim() != 3 or mask.shape != hidden.shape[:2]:
-        raise ValueError(f"expected hidden [B, T, d] and mask [B, T], got {tuple(hidden.shape)} and {tuple(mask.shape)}")
+        raise ValueError(
+            f"expected hidden [B, T, d] and mask [B, T], got {tuple(hidden.shape)} and {tuple(mask.shape)}"
+        )
     b, t, d = hidden.shape
     valid = mask.to(torch.bool)
     lengths = valid.sum(dim=1)  # [B]

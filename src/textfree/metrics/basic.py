@@ -105,7 +105,9 @@ def token_recovery_rate(pred_ids: Any, true_ids: Any, mask: Any = None) -> float
     """
     p, t = _as_array(pred_ids, dtype=None), _as_array(true_ids, dtype=None)
     if p.shape != t.shape:
-        raise ValueError(f"token_recovery_rate: pred_ids and true_ids must have the same shape, got {p.shape} and {t.shape}")
+        raise ValueError(
+            f"token_recovery_rate: pred_ids and true_ids must have the same shape, got {p.shape} and {t.shape}"
+        )
     hits = p == t
     if mask is not None:
         m = _as_mask(mask, p.shape, "token_recovery_rate")

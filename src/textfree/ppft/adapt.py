@@ -38,12 +38,30 @@ log = logging.getLogger("textfree.ppft")
 class AdaptConfig(LoopConfig):
     """Adapt the projection + LoRA of ``init`` to uploaded payload rows (encoder-free; the examples are given)."""
 
-    init: str = field(metadata={"help": "The run directory whose server part (projection, LoRA, base decoder reference) is adapted."})
-    data: list[str] = field(default_factory=list, metadata={"help": "Names of the example sources (dataset ids); recorded so a resumed run is checked to train on the same data."})
-    decoder: str | None = field(default=None, metadata={"help": "Where the base decoder is, if it moved since the init run (its sha256 must still match)."})
-    epochs: int = field(default=3, metadata={"help": "Passes over the uploaded payload rows (the same noisy vectors each pass)."})
-    save_every: int = field(default=50, metadata={"help": "Write a resumable checkpoint every this many steps (and at the end)."})
-    keep_final_checkpoint: bool = field(default=False, metadata={"help": "Keep checkpoints/ after the run finished (default: removed, the adapter is saved)."})
+    init: str = field(
+        metadata={"help": "The run directory whose server part (projection, LoRA, base decoder reference) is adapted."}
+    )
+    data: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Names of the example sources (dataset ids); recorded so a resumed run is checked to train on the "
+            "same data."
+        },
+    )
+    decoder: str | None = field(
+        default=None,
+        metadata={"help": "Where the base decoder is, if it moved since the init run (its sha256 must still match)."},
+    )
+    epochs: int = field(
+        default=3, metadata={"help": "Passes over the uploaded payload rows (the same noisy vectors each pass)."}
+    )
+    save_every: int = field(
+        default=50, metadata={"help": "Write a resumable checkpoint every this many steps (and at the end)."}
+    )
+    keep_final_checkpoint: bool = field(
+        default=False,
+        metadata={"help": "Keep checkpoints/ after the run finished (default: removed, the adapter is saved)."},
+    )
 
 
 def train_adapter(
@@ -64,13 +82,24 @@ def train_adapter(
     server = ServerModel.load(cfg.init, trainable=True, decoder=cfg.decoder)
     log.info("adapting %s on %d payload rows from %s", cfg.init, len(examples), cfg.data or "given examples")
     summary = fit(
-        cfg=cfg, model=server, optimizer=server_optimizer(server, cfg), n_examples=len(examples),
-        epoch_examples=lambda epoch: examples, collate=collate_payloads, loss_fn=payload_loss, on_step=on_step,
+        cfg=cfg,
+        model=server,
+        optimizer=server_optimizer(server, cfg),
+        n_examples=len(examples),
+        epoch_examples=lambda epoch: examples,
+        collate=collate_payloads,
+        loss_fn=payload_loss,
+        on_step=on_step,
     )
     server = summary["model"]
     server.config = server.config.replace(stage="stage2")
     server.save(run)
     if not cfg.keep_final_checkpoint:
         shutil.rmtree(run / CHECKPOINTS_DIR, ignore_errors=True)
-    extra = {"stage": "adapt", "examples": len(examples), "data": list(cfg.data), "total_wall_s": total_wall_s(summary, t0)}
+    extra = {
+        "stage": "adapt",
+        "examples": len(examples),
+        "data": list(cfg.data),
+        "total_wall_s": total_wall_s(summary, t0),
+    }
     return write_summary(run, summary, extra) | {"model": server}

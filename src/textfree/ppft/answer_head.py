@@ -63,7 +63,9 @@ def class_vectors(server, classes: Sequence[str]) -> torch.Tensor:
     embed = server.decoder.get_input_embeddings()
     ids = server.tokenizer(list(classes), add_special_tokens=False)["input_ids"]
     with torch.no_grad():
-        rows = [embed(torch.tensor(i or [server.tokenizer.eos_token_id], device=server.device)).float().mean(0) for i in ids]
+        rows = [
+            embed(torch.tensor(i or [server.tokenizer.eos_token_id], device=server.device)).float().mean(0) for i in ids
+        ]
     return torch.stack(rows).cpu()
 
 
@@ -102,7 +104,9 @@ def train_answer_head(
             return first
         fresh = require_payload_examples(payloads(epoch), "the answer head")
         if [row.target for row in fresh] != labels:
-            raise ValueError(f"the answer head's pass {epoch} holds other rows than pass 0: a release must keep the rows' order")
+            raise ValueError(
+                f"the answer head's pass {epoch} holds other rows than pass 0: a release must keep the rows' order"
+            )
         return _release(fresh)
 
     log.info("answer head: %d classes, %d payload rows, %d passes with fresh noise", len(classes), len(targets), epochs)
@@ -115,4 +119,6 @@ def head_accuracy(projection, payloads: Sequence[PayloadExample]) -> float:
     payloads = require_payload_examples(payloads, "head_accuracy")
     if not payloads:
         raise ValueError("head_accuracy needs at least one payload")
-    return sum(normalize_answer(projection.answer_class(ex.vectors) or "") == normalize_answer(ex.target) for ex in payloads) / len(payloads)
+    return sum(
+        normalize_answer(projection.answer_class(ex.vectors) or "") == normalize_answer(ex.target) for ex in payloads
+    ) / len(payloads)

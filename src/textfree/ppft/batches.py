@@ -53,7 +53,18 @@ RESTORE_INSTRUCTION = "Repeat the private prompt word for word."
 DEFAULT_GENERAL_SOURCES = ("alpaca", "lima", "gsm8k:train")
 #: Evaluation sets that must never reach stage 1 (general-domain MCQA benchmarks and the Pri-* domains).
 FORBIDDEN_STAGE1_SOURCES = frozenset(
-    {"csqa", "commonsenseqa", "commonsense_qa", "arc", "arc-challenge", "pri-ddx", "ddx", "pri-ddxplus", "pri-slja", "slja"}
+    {
+        "csqa",
+        "commonsenseqa",
+        "commonsense_qa",
+        "arc",
+        "arc-challenge",
+        "pri-ddx",
+        "ddx",
+        "pri-ddxplus",
+        "pri-slja",
+        "slja",
+    }
 )
 
 
@@ -99,7 +110,9 @@ def general_examples(
         records = load_dataset(name, split=split or None, limit=limit_per_source)
         bad = [r for r in records if not isinstance(r, InstructRecord)]
         if bad:
-            raise ValueError(f"stage 1 takes instruction data (instruction/input/output); {source!r} holds {type(bad[0]).__name__}")
+            raise ValueError(
+                f"stage 1 takes instruction data (instruction/input/output); {source!r} holds {type(bad[0]).__name__}"
+            )
         out += [ex for ex in map(instruct_example, records) if ex.private and ex.target]
     return out
 
@@ -205,7 +218,9 @@ class ClientCache:
             copy.private[i], copy.hidden[i] = texts[i], h
         return copy
 
-    def privatize(self, privatizer: Privatizer, *, generator: torch.Generator | None, batch_size: int = 64) -> list[PayloadExample]:
+    def privatize(
+        self, privatizer: Privatizer, *, generator: torch.Generator | None, batch_size: int = 64
+    ) -> list[PayloadExample]:
         """Fresh payloads for every cached prompt (one noise draw each from ``generator``)."""
         if privatizer.encoder is not self.encoder:
             raise ValueError("the privatizer must use the encoder the cache was built with")
@@ -219,7 +234,13 @@ class ClientCache:
                 hidden[i, : h.shape[0]] = h
                 mask[i, : h.shape[0]] = True
             vectors, slot_mask = privatizer.privatization.apply(hidden, mask, generator=generator)
-            payload = Payload(vectors, slot_mask, privatizer.encoder_info, privatizer.privatization, public=self.public[start : start + batch_size])
+            payload = Payload(
+                vectors,
+                slot_mask,
+                privatizer.encoder_info,
+                privatizer.privatization,
+                public=self.public[start : start + batch_size],
+            )
             for i, n in enumerate(payload.lengths):
                 out.append(PayloadExample(payload.vectors[i, :n].clone(), payload.public[i], self.targets[start + i]))
         return out
@@ -275,7 +296,12 @@ def collate_payloads(examples: list[PayloadExample]) -> dict:
     for i, ex in enumerate(examples):
         vectors[i, : ex.vectors.shape[0]] = ex.vectors
         mask[i, : ex.vectors.shape[0]] = True
-    return {"vectors": vectors, "mask": mask, "public": [ex.public for ex in examples], "targets": [ex.target for ex in examples]}
+    return {
+        "vectors": vectors,
+        "mask": mask,
+        "public": [ex.public for ex in examples],
+        "targets": [ex.target for ex in examples],
+    }
 
 
 def payload_loss(model: torch.nn.Module, batch: dict) -> torch.Tensor:

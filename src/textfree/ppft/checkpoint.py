@@ -34,6 +34,8 @@ from ..training.runs import TRAIN_CONFIG, _is_fingerprint_of, run_fingerprint
 __all__ = ["stage1_build", "CENTER_FILE", "save_center", "load_center", "load_center_file"]
 
 CENTER_FILE = "slot_center.safetensors"
+
+
 def stage1_build(run: str | os.PathLike) -> str | None:
     """The :func:`run_fingerprint` of the stage-1 run that ``run`` descends from: ``run`` itself for a stage-1 run;
     for a stage-2 run the build of the ``init`` it was trained from (its train_config.json), provided that ``init``
@@ -86,8 +88,12 @@ def load_center(run: str | os.PathLike, config) -> torch.Tensor | None:
         return None
     path = Path(run) / CENTER_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{str(Path(run))!r}: the config names a slot centre (sha256 {sha256[:12]}...) but {CENTER_FILE} is missing")
+        raise FileNotFoundError(
+            f"{str(Path(run))!r}: the config names a slot centre (sha256 {sha256[:12]}...) but {CENTER_FILE} is missing"
+        )
     center = load_center_file(run, dim)
     if center_sha256(center) != sha256:
-        raise ValueError(f"{path}: the centre's sha256 {center_sha256(center)[:12]}... is not the config's {sha256[:12]}...")
+        raise ValueError(
+            f"{path}: the centre's sha256 {center_sha256(center)[:12]}... is not the config's {sha256[:12]}..."
+        )
     return center

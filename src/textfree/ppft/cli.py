@@ -45,21 +45,32 @@ def _ppft_run(fn, *args, **kwargs):
 def _stage_line(summary: dict) -> str:
     """'N steps, loss a -> b, T s' of a training summary; 'unknown' for what it records as None (a run resumed from
     a checkpoint that predates the record of first loss and training time)."""
+
     def fmt(value, spec: str) -> str:
         return "unknown" if value is None else format(value, spec)
 
-    return (f"{summary['steps']} steps, loss {fmt(summary['first_loss'], '.4f')} -> {fmt(summary['final_loss'], '.4f')}, "
-            f"{fmt(summary['total_wall_s'], '.0f')} s")
+    return (
+        f"{summary['steps']} steps, loss {fmt(summary['first_loss'], '.4f')} -> {fmt(summary['final_loss'], '.4f')}, "
+        f"{fmt(summary['total_wall_s'], '.0f')} s"
+    )
 
 
 @app.command("train-stage1")
 def train_stage1_cmd(
-    decoder: str = typer.Option(..., "--decoder", help="Base decoder: a local directory (e.g. runs/decoder-small) or any HF causal LM name."),
-    out: _Path = typer.Option(_Path("runs/stage1"), "--out", help="Run directory (model, metrics.jsonl, checkpoints/)."),
+    decoder: str = typer.Option(
+        ..., "--decoder", help="Base decoder: a local directory (e.g. runs/decoder-small) or any HF causal LM name."
+    ),
+    out: _Path = typer.Option(
+        _Path("runs/stage1"), "--out", help="Run directory (model, metrics.jsonl, checkpoints/)."
+    ),
     encoder: str = typer.Option("default", help="Client encoder: 'default' (all-MiniLM-L6-v2) or an HF name/path."),
-    data: _Optional[_List[str]] = typer.Option(None, "--data", help="General-domain source, repeatable: alpaca, lima, gsm8k:train (default: all three)."),
+    data: _Optional[_List[str]] = typer.Option(
+        None, "--data", help="General-domain source, repeatable: alpaca, lima, gsm8k:train (default: all three)."
+    ),
     limit_per_source: _Optional[int] = typer.Option(None, help="At most this many records per source."),
-    restore_fraction: float = typer.Option(0.0, help="Add 'restore the prompt' copies of this fraction of examples (see docs/ppft.md)."),
+    restore_fraction: float = typer.Option(
+        0.0, help="Add 'restore the prompt' copies of this fraction of examples (see docs/ppft.md)."
+    ),
     k: int = typer.Option(4, "--k", help="Pool k encoder tokens into one slot."),
     projection: str = typer.Option("linear", help="Projection P_psi: linear or mlp."),
     epochs: int = typer.Option(1, help="Passes over the data."),
@@ -67,7 +78,12 @@ def train_stage1_cmd(
     batch_size: int = typer.Option(8, help="Examples per step."),
     lr: float = typer.Option(1e-3, help="Learning rate of projection + LoRA."),
     encoder_lr: float = typer.Option(5e-5, help="Learning rate of the encoder."),
-    ema_decay: _Optional[float] = typer.Option(None, "--ema-decay", help="Keep an exponential moving average of the trained weights (this decay per step, e.g. 0.999) and save it as the run's weights; default: the last step's weights."),
+    ema_decay: _Optional[float] = typer.Option(
+        None,
+        "--ema-decay",
+        help="Keep an exponential moving average of the trained weights (this decay per step, e.g. 0.999) and save it "
+        "as the run's weights; default: the last step's weights.",
+    ),
     max_private_tokens: int = typer.Option(256, help="The client cuts private text to this many encoder tokens."),
     max_target_tokens: int = typer.Option(64, help="Cut targets to this many decoder tokens."),
     seed: int = typer.Option(0, help="Seed (init, dropout, data order)."),
@@ -81,11 +97,27 @@ def train_stage1_cmd(
     from textfree.ppft.train import Stage1Config, train_stage1
 
     cfg = _ppft_run(
-        Stage1Config, out=str(out), decoder=decoder, encoder=encoder, data=list(data or DEFAULT_GENERAL_SOURCES),
-        limit_per_source=limit_per_source, restore_fraction=restore_fraction, k=k, projection=projection, epochs=epochs,
-        max_steps=max_steps, batch_size=batch_size, lr=lr, encoder_lr=encoder_lr, max_private_tokens=max_private_tokens,
-        max_target_tokens=max_target_tokens, ema_decay=ema_decay,
-        seed=seed, save_every=save_every, resume=resume, cpu=cpu,
+        Stage1Config,
+        out=str(out),
+        decoder=decoder,
+        encoder=encoder,
+        data=list(data or DEFAULT_GENERAL_SOURCES),
+        limit_per_source=limit_per_source,
+        restore_fraction=restore_fraction,
+        k=k,
+        projection=projection,
+        epochs=epochs,
+        max_steps=max_steps,
+        batch_size=batch_size,
+        lr=lr,
+        encoder_lr=encoder_lr,
+        max_private_tokens=max_private_tokens,
+        max_target_tokens=max_target_tokens,
+        ema_decay=ema_decay,
+        seed=seed,
+        save_every=save_every,
+        resume=resume,
+        cpu=cpu,
     )
     summary = _ppft_run(train_stage1, cfg)
     typer.echo(f"stage 1 done: {_stage_line(summary)}; model in {out}")
@@ -97,44 +129,159 @@ def train_stage2_cmd(
     dataset: str = typer.Option("pri-ddx", help="pri-ddx or pri-slja (its ppft_split train part), or a directory."),
     out: _Path = typer.Option(_Path("runs/stage2"), "--out", help="Run directory."),
     epsilon: float = typer.Option(75.0, "--epsilon", "-e", help="Client noise epsilon (L2-Laplace per unit distance)."),
-    no_noise: bool = typer.Option(False, "--no-noise", help="Train on clean payloads (epsilon=None): the upper bound, NOT private."),
+    no_noise: bool = typer.Option(
+        False, "--no-noise", help="Train on clean payloads (epsilon=None): the upper bound, NOT private."
+    ),
     k: _Optional[int] = typer.Option(None, "--k", help="Pooling k (default: the init run's)."),
-    mechanism: _Optional[str] = typer.Option(None, "--mechanism", help="Noise family: l2_laplace (default) or gaussian."),
-    noise_match: str = typer.Option("budget", "--noise-match", help="Gaussian only: budget (same per-slot guarantee as L2-Laplace at --epsilon) or norm (same expected noise norm d/eps)."),
-    task: _Optional[_List[str]] = typer.Option(None, "--task", help="Training prompt format, repeatable: mcqa, open (default: both)."),
-    blind: bool = typer.Option(False, "--blind", help="The blind control: no private prefix at all (needs --no-noise)."),
+    mechanism: _Optional[str] = typer.Option(
+        None, "--mechanism", help="Noise family: l2_laplace (default) or gaussian."
+    ),
+    noise_match: str = typer.Option(
+        "budget",
+        "--noise-match",
+        help="Gaussian only: budget (same per-slot guarantee as L2-Laplace at --epsilon) or norm (same expected noise "
+        "norm d/eps).",
+    ),
+    task: _Optional[_List[str]] = typer.Option(
+        None, "--task", help="Training prompt format, repeatable: mcqa, open (default: both)."
+    ),
+    blind: bool = typer.Option(
+        False, "--blind", help="The blind control: no private prefix at all (needs --no-noise)."
+    ),
     epochs: int = typer.Option(3, help="Passes over the training payloads (fresh noise each)."),
     max_steps: _Optional[int] = typer.Option(None, help="Stop after this many optimizer steps."),
     batch_size: int = typer.Option(8, help="Payload rows per step."),
     lr: float = typer.Option(1e-3, help="Learning rate of projection + LoRA."),
     weight_decay: float = typer.Option(0.0, "--weight-decay", help="AdamW weight decay of projection + LoRA."),
-    ema_decay: _Optional[float] = typer.Option(None, "--ema-decay", help="Keep an exponential moving average of the trained weights (this decay per step, e.g. 0.999) and save it as the run's weights; default: the last step's weights."),
+    ema_decay: _Optional[float] = typer.Option(
+        None,
+        "--ema-decay",
+        help="Keep an exponential moving average of the trained weights (this decay per step, e.g. 0.999) and save it "
+        "as the run's weights; default: the last step's weights.",
+    ),
     limit: _Optional[int] = typer.Option(None, help="Use only the first N training records."),
-    max_private_tokens: _Optional[int] = typer.Option(None, help="Client truncation of private text in encoder tokens (default: the init run's)."),
-    summary_slots: _Optional[int] = typer.Option(None, "--summary-slots", help="Server-side summary vectors before the slots: unit-normalised means of the payload's slots in N groups (default: the init run's, 0 = PPFT's layout)."),
-    summary_only: _Optional[bool] = typer.Option(None, "--summary-only/--no-summary-only", help="Server side, beyond the paper, with --summary-slots: lay out the summary vectors in place of the slots (default: the init run's; off as PPFT)."),
-    count_vectors: _Optional[int] = typer.Option(None, "--count-vectors", help="Server side, beyond the paper: a learned vector per slot count 1..N before a row's slots (default: the init run's, 0 = PPFT's layout)."),
-    count_dropout: _Optional[float] = typer.Option(None, "--count-dropout", help="With --count-vectors: the training-only probability that a row's count vector is zeroed (default: the init run's, 0)."),
-    answer_head: bool = typer.Option(False, "--answer-head", help="Server side, beyond the paper: first train an answer head on fresh payloads of the training rows (classes: the distinct training targets by normalised text) and put its answer vector before a row's slots."),
-    answer_head_epochs: int = typer.Option(100, "--answer-head-epochs", help="With --answer-head: passes over the training rows, fresh noise each."),
-    answer_head_standardize: bool = typer.Option(False, "--answer-head-standardize", help="With --answer-head: standardise the mean slot before the head's MLP (recommended at low eps; off: the head of the runs before 2026-11-25)."),
-    answer_head_hidden: int = typer.Option(256, "--answer-head-hidden", help="With --answer-head: width of the head's 2-layer MLP; 0: a linear head."),
-    answer_head_options: bool = typer.Option(False, "--answer-head-options", help="With --answer-head: on rows whose public text has an options block, weigh the class vectors over the classes it names only."),
-    fixed_slots: _Optional[bool] = typer.Option(None, "--fixed-slots/--no-fixed-slots", help="The client pads every payload to ceil(max_private_tokens / k) slots, hiding the prompt's length (default: the init run's; off as PPFT)."),
-    center_mu: _Optional[float] = typer.Option(None, "--center-mu", help="Client side, beyond the paper: centre every unit slot on the training prompts' mean slot, estimated once with mu-GDP Gaussian noise at this mu, before the noise (default: the init run's centre, none as PPFT)."),
-    subspace_epochs: _Optional[int] = typer.Option(None, "--subspace-epochs", help="Client side, beyond the paper, with --center-mu: also project every centred slot onto the span of the training targets' mean payload slots, fitted by the server from this many passes of fresh payloads, and renormalise it before the noise (default: none)."),
-    repeat_mean: _Optional[bool] = typer.Option(None, "--repeat-mean/--no-repeat-mean", help="Client side, beyond the paper: send each prompt's unit mean slot (after centring / the subspace) in place of every one of its slots, before the noise (default: the init run's; off as PPFT)."),
-    slot_insert: _Optional[float] = typer.Option(None, "--slot-insert", help="Server side, training only, beyond the paper: add 0..ceil(f n) random unit slots at random positions to each training row of n slots (blurs the slot count; answers are never augmented)."),
-    slot_drop: _Optional[float] = typer.Option(None, "--slot-drop", help="Server side, training only, beyond the paper: drop each slot of a training row with this probability (at least one kept), before --slot-insert."),
-    slot_augment_epochs: _Optional[int] = typer.Option(None, "--slot-augment-epochs", help="With --slot-insert / --slot-drop: augment only the first N epochs."),
-    prompt_variants: _Optional[float] = typer.Option(None, "--prompt-variants", help="Client side, training only, beyond the paper: per example and epoch, send a fresh rewrite of the training prompt with this probability (list items reordered and/or left out; Pri-DDX)."),
-    prompt_variant_drop: float = typer.Option(0.0, "--prompt-variant-drop", help="With --prompt-variants: leave out each list item of a rewrite with this probability (one per list kept)."),
-    prompt_variant_shuffle: bool = typer.Option(True, "--prompt-variant-shuffle/--no-prompt-variant-shuffle", help="With --prompt-variants: reorder the items of each list."),
-    validation: _Optional[float] = typer.Option(None, "--validation", help="Model selection: hold back this share of the training rows' private-text groups and train on the rest; with --eval, score that validation part instead of the held-out one."),
+    max_private_tokens: _Optional[int] = typer.Option(
+        None, help="Client truncation of private text in encoder tokens (default: the init run's)."
+    ),
+    summary_slots: _Optional[int] = typer.Option(
+        None,
+        "--summary-slots",
+        help="Server-side summary vectors before the slots: unit-normalised means of the payload's slots in N groups "
+        "(default: the init run's, 0 = PPFT's layout).",
+    ),
+    summary_only: _Optional[bool] = typer.Option(
+        None,
+        "--summary-only/--no-summary-only",
+        help="Server side, beyond the paper, with --summary-slots: lay out the summary vectors in place of the slots "
+        "(default: the init run's; off as PPFT).",
+    ),
+    count_vectors: _Optional[int] = typer.Option(
+        None,
+        "--count-vectors",
+        help="Server side, beyond the paper: a learned vector per slot count 1..N before a row's slots (default: the "
+        "init run's, 0 = PPFT's layout).",
+    ),
+    count_dropout: _Optional[float] = typer.Option(
+        None,
+        "--count-dropout",
+        help="With --count-vectors: the training-only probability that a row's count vector is zeroed (default: the "
+        "init run's, 0).",
+    ),
+    answer_head: bool = typer.Option(
+        False,
+        "--answer-head",
+        help="Server side, beyond the paper: first train an answer head on fresh payloads of the training rows "
+        "(classes: the distinct training targets by normalised text) and put its answer vector before a row's "
+        "slots.",
+    ),
+    answer_head_epochs: int = typer.Option(
+        100, "--answer-head-epochs", help="With --answer-head: passes over the training rows, fresh noise each."
+    ),
+    answer_head_standardize: bool = typer.Option(
+        False,
+        "--answer-head-standardize",
+        help="With --answer-head: standardise the mean slot before the head's MLP (recommended at low eps; off: the "
+        "head of the runs before 2026-11-25).",
+    ),
+    answer_head_hidden: int = typer.Option(
+        256, "--answer-head-hidden", help="With --answer-head: width of the head's 2-layer MLP; 0: a linear head."
+    ),
+    answer_head_options: bool = typer.Option(
+        False,
+        "--answer-head-options",
+        help="With --answer-head: on rows whose public text has an options block, weigh the class vectors over the "
+        "classes it names only.",
+    ),
+    fixed_slots: _Optional[bool] = typer.Option(
+        None,
+        "--fixed-slots/--no-fixed-slots",
+        help="The client pads every payload to ceil(max_private_tokens / k) slots, hiding the prompt's length "
+        "(default: the init run's; off as PPFT).",
+    ),
+    center_mu: _Optional[float] = typer.Option(
+        None,
+        "--center-mu",
+        help="Client side, beyond the paper: centre every unit slot on the training prompts' mean slot, estimated once "
+        "with mu-GDP Gaussian noise at this mu, before the noise (default: the init run's centre, none as PPFT).",
+    ),
+    subspace_epochs: _Optional[int] = typer.Option(
+        None,
+        "--subspace-epochs",
+        help="Client side, beyond the paper, with --center-mu: also project every centred slot onto the span of the "
+        "training targets' mean payload slots, fitted by the server from this many passes of fresh payloads, "
+        "and renormalise it before the noise (default: none).",
+    ),
+    repeat_mean: _Optional[bool] = typer.Option(
+        None,
+        "--repeat-mean/--no-repeat-mean",
+        help="Client side, beyond the paper: send each prompt's unit mean slot (after centring / the subspace) in "
+        "place of every one of its slots, before the noise (default: the init run's; off as PPFT).",
+    ),
+    slot_insert: _Optional[float] = typer.Option(
+        None,
+        "--slot-insert",
+        help="Server side, training only, beyond the paper: add 0..ceil(f n) random unit slots at random positions to "
+        "each training row of n slots (blurs the slot count; answers are never augmented).",
+    ),
+    slot_drop: _Optional[float] = typer.Option(
+        None,
+        "--slot-drop",
+        help="Server side, training only, beyond the paper: drop each slot of a training row with this probability (at "
+        "least one kept), before --slot-insert.",
+    ),
+    slot_augment_epochs: _Optional[int] = typer.Option(
+        None, "--slot-augment-epochs", help="With --slot-insert / --slot-drop: augment only the first N epochs."
+    ),
+    prompt_variants: _Optional[float] = typer.Option(
+        None,
+        "--prompt-variants",
+        help="Client side, training only, beyond the paper: per example and epoch, send a fresh rewrite of the "
+        "training prompt with this probability (list items reordered and/or left out; Pri-DDX).",
+    ),
+    prompt_variant_drop: float = typer.Option(
+        0.0,
+        "--prompt-variant-drop",
+        help="With --prompt-variants: leave out each list item of a rewrite with this probability (one per list kept).",
+    ),
+    prompt_variant_shuffle: bool = typer.Option(
+        True,
+        "--prompt-variant-shuffle/--no-prompt-variant-shuffle",
+        help="With --prompt-variants: reorder the items of each list.",
+    ),
+    validation: _Optional[float] = typer.Option(
+        None,
+        "--validation",
+        help="Model selection: hold back this share of the training rows' private-text groups and train on the rest; "
+        "with --eval, score that validation part instead of the held-out one.",
+    ),
     seed: int = typer.Option(0, help="Seed (dropout, data order, noise: experiments only)."),
     save_every: int = typer.Option(200, help="Checkpoint every N steps."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from the newest checkpoint in --out."),
-    evaluate: bool = typer.Option(False, "--eval/--no-eval", help="Afterwards, measure held-out accuracy at the training epsilon (writes eval.json)."),
+    evaluate: bool = typer.Option(
+        False,
+        "--eval/--no-eval",
+        help="Afterwards, measure held-out accuracy at the training epsilon (writes eval.json).",
+    ),
     cpu: bool = typer.Option(False, "--cpu", help="Force the CPU."),
 ) -> None:
     """Stage 2: text-free domain adaptation; the server part trains on privatized payloads only."""
@@ -143,24 +290,62 @@ def train_stage2_cmd(
 
     eps = None if no_noise else epsilon
     cfg = _ppft_run(
-        Stage2Config, out=str(out), init=str(init), dataset=dataset, epsilon=eps, k=k, mechanism=mechanism,
-        noise_match=noise_match, tasks=list(task or ("mcqa", "open")), blind=blind, epochs=epochs, max_steps=max_steps,
-        batch_size=batch_size, lr=lr, weight_decay=weight_decay, ema_decay=ema_decay, limit=limit, max_private_tokens=max_private_tokens, summary_slots=summary_slots,
-        summary_only=summary_only, count_vectors=count_vectors, count_dropout=count_dropout, answer_head=answer_head, answer_head_epochs=answer_head_epochs,
-        answer_head_standardize=answer_head_standardize, answer_head_hidden=answer_head_hidden, answer_head_options=answer_head_options,
-        fixed_slots=fixed_slots, center_mu=center_mu, subspace_epochs=subspace_epochs, repeat_mean=repeat_mean, slot_insert=slot_insert, slot_drop=slot_drop,
-        slot_augment_epochs=slot_augment_epochs, prompt_variants=prompt_variants, prompt_variant_drop=prompt_variant_drop,
-        prompt_variant_shuffle=prompt_variant_shuffle, validation=validation, seed=seed, save_every=save_every, resume=resume, cpu=cpu,
+        Stage2Config,
+        out=str(out),
+        init=str(init),
+        dataset=dataset,
+        epsilon=eps,
+        k=k,
+        mechanism=mechanism,
+        noise_match=noise_match,
+        tasks=list(task or ("mcqa", "open")),
+        blind=blind,
+        epochs=epochs,
+        max_steps=max_steps,
+        batch_size=batch_size,
+        lr=lr,
+        weight_decay=weight_decay,
+        ema_decay=ema_decay,
+        limit=limit,
+        max_private_tokens=max_private_tokens,
+        summary_slots=summary_slots,
+        summary_only=summary_only,
+        count_vectors=count_vectors,
+        count_dropout=count_dropout,
+        answer_head=answer_head,
+        answer_head_epochs=answer_head_epochs,
+        answer_head_standardize=answer_head_standardize,
+        answer_head_hidden=answer_head_hidden,
+        answer_head_options=answer_head_options,
+        fixed_slots=fixed_slots,
+        center_mu=center_mu,
+        subspace_epochs=subspace_epochs,
+        repeat_mean=repeat_mean,
+        slot_insert=slot_insert,
+        slot_drop=slot_drop,
+        slot_augment_epochs=slot_augment_epochs,
+        prompt_variants=prompt_variants,
+        prompt_variant_drop=prompt_variant_drop,
+        prompt_variant_shuffle=prompt_variant_shuffle,
+        validation=validation,
+        seed=seed,
+        save_every=save_every,
+        resume=resume,
+        cpu=cpu,
     )
     summary = _ppft_run(train_stage2, cfg)
     typer.echo(f"stage 2 done: {_stage_line(summary)}; model in {out}")
     if evaluate:
         t = "blind_mcqa" if blind else "mcqa"
-        result = _ppft_evaluate(out, dataset, eps, None, None, seed, 32, out / "eval.json", task=t, validation=validation)
+        result = _ppft_evaluate(
+            out, dataset, eps, None, None, seed, 32, out / "eval.json", task=t, validation=validation
+        )
         typer.echo(f"{result['part']} {t} accuracy {result['accuracy']:.4f} (n={result['n']}, epsilon={eps})")
 
 
-def _ppft_evaluate(model: _Path, dataset: str, epsilon, k, limit, seed, max_new_tokens, out_file, *, task="mcqa", validation=None):
+def _ppft_evaluate(
+    model: _Path, dataset: str, epsilon, k, limit, seed, max_new_tokens, out_file, *, task="mcqa", validation=None
+):
     """Score ``model`` on the held-out part, or with ``validation`` > 0 on the validation part carved at that share."""
     from textfree.atomic import write_json
     from textfree.data import ppft_split
@@ -174,8 +359,18 @@ def _ppft_evaluate(model: _Path, dataset: str, epsilon, k, limit, seed, max_new_
     part = "validation" if validation else "heldout"
     records = split[part][:limit] if limit else split[part]
     labels = task_labels(split["train"], split["validation"], split["heldout"])
-    result = _ppft_run(evaluate_qa, lm, records, task=task, epsilon=epsilon, k=k, labels=labels, seed=seed,
-                       max_new_tokens=max_new_tokens, progress=True)
+    result = _ppft_run(
+        evaluate_qa,
+        lm,
+        records,
+        task=task,
+        epsilon=epsilon,
+        k=k,
+        labels=labels,
+        seed=seed,
+        max_new_tokens=max_new_tokens,
+        progress=True,
+    )
     result["majority_baseline"] = majority_baseline(split["train"], records)
     result["dataset"], result["model"], result["part"] = dataset, str(model), "held-out" if part == "heldout" else part
     if out_file is not None:
@@ -193,8 +388,18 @@ def evaluate_cmd(
     limit: _Optional[int] = typer.Option(None, help="Only the first N held-out records."),
     seed: int = typer.Option(0, help="Noise seed (experiments only)."),
     max_new_tokens: int = typer.Option(32, help="Generation length."),
-    task: str = typer.Option("mcqa", "--task", help="mcqa (4 options), open (no options), blind_mcqa or blind_open (no private prefix); mcqa_rank / blind_mcqa_rank: the 4-option prompts answered by ranking the options by likelihood; open_rank / blind_open_rank: the open prompts answered by ranking every label of the task; length_mcqa / length_open: random slots at the payload's count; open_head / mcqa_head: the open / 4-option payloads answered by the model's answer head alone (mcqa_head: the option it ranks highest)."),
-    out: _Optional[_Path] = typer.Option(None, "--out", help="Write the result (with every prediction) to this JSON file."),
+    task: str = typer.Option(
+        "mcqa",
+        "--task",
+        help="mcqa (4 options), open (no options), blind_mcqa or blind_open (no private prefix); mcqa_rank / "
+        "blind_mcqa_rank: the 4-option prompts answered by ranking the options by likelihood; open_rank / "
+        "blind_open_rank: the open prompts answered by ranking every label of the task; length_mcqa / "
+        "length_open: random slots at the payload's count; open_head / mcqa_head: the open / 4-option payloads "
+        "answered by the model's answer head alone (mcqa_head: the option it ranks highest).",
+    ),
+    out: _Optional[_Path] = typer.Option(
+        None, "--out", help="Write the result (with every prediction) to this JSON file."
+    ),
 ) -> None:
     """Held-out accuracy: the client privatizes each prompt, the server answers from the payload."""
     _ppft_setup(verbose=False)
@@ -211,7 +416,9 @@ def ask_cmd(
     prompt: str = typer.Argument(..., help="The PRIVATE prompt text: privatized locally, never sent."),
     model: _Path = typer.Option(..., "--model", help="A PPFT run directory (its encoder/ is the client)."),
     public: _Optional[str] = typer.Option(None, "--public", help="Public text sent in clear (e.g. the options block)."),
-    epsilon: _Optional[float] = typer.Option(None, "--epsilon", "-e", help="Noise epsilon (default: the model's training epsilon)."),
+    epsilon: _Optional[float] = typer.Option(
+        None, "--epsilon", "-e", help="Noise epsilon (default: the model's training epsilon)."
+    ),
     no_noise: bool = typer.Option(False, "--no-noise", help="Clean payload (NOT private)."),
     k: _Optional[int] = typer.Option(None, "--k", help="Pooling k (default: the model's)."),
     seed: _Optional[int] = typer.Option(None, help="Experiments only: reproducible noise (NOT private)."),
@@ -224,7 +431,9 @@ def ask_cmd(
     lm = _ppft_run(TextFreeLM.load, model)
     eps = None if no_noise else (epsilon if epsilon is not None else lm.config.epsilon)
     if eps is None and not no_noise:
-        _ppft_fail("this model was trained without noise: give --epsilon, or --no-noise for a clean (non-private) payload")
+        _ppft_fail(
+            "this model was trained without noise: give --epsilon, or --no-noise for a clean (non-private) payload"
+        )
     if not prompt.strip():
         _ppft_fail("the prompt is empty")
     privatizer = _ppft_run(lm.privatizer, eps, k=k)  # a bad --epsilon or --k: one error line
@@ -233,26 +442,45 @@ def ask_cmd(
     answer = _ppft_run(lm.server.answer, payload, max_new_tokens=max_new_tokens)[0]
     worst = payload.worst_case_loss()
     typer.echo(answer)
-    typer.echo(f"privacy: {payload.lengths[0]} slot(s), epsilon {eps} per unit distance; worst-case loss for this prompt "
-               f"{worst.epsilon:g} (metric)", err=True)
+    typer.echo(
+        f"privacy: {payload.lengths[0]} slot(s), epsilon {eps} per unit distance; worst-case loss for this prompt "
+        f"{worst.epsilon:g} (metric)",
+        err=True,
+    )
 
 
 @app.command("pipeline")
 def pipeline_cmd(
-    out: _Path = typer.Option(_Path("runs/pipeline"), "--out", help="Root directory: decoder/, stage1/, stage2/, eval.json, pipeline.json (rerunning resumes and reuses finished steps)."),
-    dataset: str = typer.Option("pri-ddx", help="Pri-* dataset of stage 2 and the evaluation (pri-ddx, pri-slja or a directory)."),
-    epsilon: float = typer.Option(28.0, "--epsilon", "-e", help="Client noise epsilon of stage 2 and the evaluation (28: width-matched to the paper's 75)."),
+    out: _Path = typer.Option(
+        _Path("runs/pipeline"),
+        "--out",
+        help="Root directory: decoder/, stage1/, stage2/, eval.json, pipeline.json (rerunning resumes and reuses "
+        "finished steps).",
+    ),
+    dataset: str = typer.Option(
+        "pri-ddx", help="Pri-* dataset of stage 2 and the evaluation (pri-ddx, pri-slja or a directory)."
+    ),
+    epsilon: float = typer.Option(
+        28.0,
+        "--epsilon",
+        "-e",
+        help="Client noise epsilon of stage 2 and the evaluation (28: width-matched to the paper's 75).",
+    ),
     k: int = typer.Option(4, "--k", help="Pooling k."),
     encoder: str = typer.Option("default", help="Client encoder: 'default' (all-MiniLM-L6-v2) or an HF name/path."),
     preset: str = typer.Option("small", help="Decoder pretraining preset: tiny (smoke test), small, gpu."),
     pretrain_steps: _Optional[int] = typer.Option(None, help="Override the preset's pretraining steps."),
-    pretrain_texts: _Optional[_Path] = typer.Option(None, help="Pretrain the decoder on this .txt/.jsonl/.json file instead of the shared-data corpus."),
+    pretrain_texts: _Optional[_Path] = typer.Option(
+        None, help="Pretrain the decoder on this .txt/.jsonl/.json file instead of the shared-data corpus."
+    ),
     stage1_max_steps: _Optional[int] = typer.Option(250, help="Stage-1 optimizer steps."),
     stage1_limit_per_source: _Optional[int] = typer.Option(1000, help="Stage 1: records per general source."),
     stage2_epochs: int = typer.Option(12, help="Stage-2 epochs (fresh noise each)."),
     stage2_max_steps: _Optional[int] = typer.Option(None, help="Stop stage 2 after this many steps."),
     stage2_limit: _Optional[int] = typer.Option(None, help="Stage 2 on the first N training records only."),
-    task: _Optional[_List[str]] = typer.Option(None, "--task", help="Evaluation task, repeatable (default: mcqa and open)."),
+    task: _Optional[_List[str]] = typer.Option(
+        None, "--task", help="Evaluation task, repeatable (default: mcqa and open)."
+    ),
     eval_limit: _Optional[int] = typer.Option(None, help="Evaluate on the first N held-out records."),
     seed: int = typer.Option(0, help="Training seed; the evaluation noise seed is 0 (experiments only)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
@@ -262,25 +490,46 @@ def pipeline_cmd(
     from textfree.ppft.pipeline import PipelineConfig, run_pipeline
 
     cfg = _ppft_run(
-        PipelineConfig, out=str(out), dataset=dataset, epsilon=epsilon, k=k, encoder=encoder, preset=preset,
-        pretrain_steps=pretrain_steps, pretrain_texts=str(pretrain_texts) if pretrain_texts else None,
-        stage1_max_steps=stage1_max_steps, stage1_limit_per_source=stage1_limit_per_source,
-        stage2_epochs=stage2_epochs, stage2_max_steps=stage2_max_steps, stage2_limit=stage2_limit,
-        eval_tasks=list(task or ("mcqa", "open")), eval_limit=eval_limit, seed=seed, progress=progress,
+        PipelineConfig,
+        out=str(out),
+        dataset=dataset,
+        epsilon=epsilon,
+        k=k,
+        encoder=encoder,
+        preset=preset,
+        pretrain_steps=pretrain_steps,
+        pretrain_texts=str(pretrain_texts) if pretrain_texts else None,
+        stage1_max_steps=stage1_max_steps,
+        stage1_limit_per_source=stage1_limit_per_source,
+        stage2_epochs=stage2_epochs,
+        stage2_max_steps=stage2_max_steps,
+        stage2_limit=stage2_limit,
+        eval_tasks=list(task or ("mcqa", "open")),
+        eval_limit=eval_limit,
+        seed=seed,
+        progress=progress,
     )
     result = _ppft_run(run_pipeline, cfg)
     for name, step in result["steps"].items():
-        typer.echo(f"{name:9s} {step['wall_s']:8.1f} s{'  (reused: time recorded when it ran)' if step['reused'] else ''}  {step['dir']}")
+        typer.echo(
+            f"{name:9s} {step['wall_s']:8.1f} s{'  (reused: time recorded when it ran)' if step['reused'] else ''}  {step['dir']}"
+        )
     total = result["total_wall_s"]
-    typer.echo(f"total     {total:8.1f} s ({total / 60:.1f} min{'' if result['measured_in_one_go'] else '; steps reused'})")
+    typer.echo(
+        f"total     {total:8.1f} s ({total / 60:.1f} min{'' if result['measured_in_one_go'] else '; steps reused'})"
+    )
     accuracy = ", ".join(f"{t} {a:.4f}" for t, a in result["accuracy"].items())
     typer.echo(f"held-out {dataset} (n={result['n_heldout']}, epsilon {epsilon:g}, k {k}): {accuracy}")
 
 
 @app.command("report")
 def report_cmd(
-    results: _List[_Path] = typer.Argument(..., help="Result JSON files of the ppft_* cells, or directories holding them (e.g. results/ppft)."),
-    out: _Path = typer.Option(_Path("docs/results/ppft.md"), "--out", help="The Markdown report to write (figures go to <out stem>/)."),
+    results: _List[_Path] = typer.Argument(
+        ..., help="Result JSON files of the ppft_* cells, or directories holding them (e.g. results/ppft)."
+    ),
+    out: _Path = typer.Option(
+        _Path("docs/results/ppft.md"), "--out", help="The Markdown report to write (figures go to <out stem>/)."
+    ),
 ) -> None:
     """Write PPFT's result tables (docs/results/ppft.md) and figures from result files; nothing is recomputed."""
     from textfree.experiments.report_command import run_report_command
@@ -303,14 +552,23 @@ def width_match_cmd(
 
     if samples < 1 or seed < 0:
         _ppft_fail(f"--samples must be >= 1 and --seed >= 0, got {samples} and {seed}")
-    rows = _ppft_run(width_match_rows, epsilon, from_dim, to_dim, samples=samples, generator=seeded_generator(seed, warn=False))
-    typer.echo("L2-Laplace on unit slots; loss between two antipodal slots (distance 2), "
-               f"{samples} exact draws per row, seed {seed}.")
-    typer.echo("| setting | d | eps | noise norm d/eps | pure bound 2 eps | mu = 2 eps / sqrt(d) | best-test error Phi(-mu/2) | measured | mean loss mu^2/2 | measured |")
+    rows = _ppft_run(
+        width_match_rows, epsilon, from_dim, to_dim, samples=samples, generator=seeded_generator(seed, warn=False)
+    )
+    typer.echo(
+        "L2-Laplace on unit slots; loss between two antipodal slots (distance 2), "
+        f"{samples} exact draws per row, seed {seed}."
+    )
+    typer.echo(
+        "| setting | d | eps | noise norm d/eps | pure bound 2 eps | mu = 2 eps / sqrt(d) | best-test error Phi(-mu/2) "
+        "| measured | mean loss mu^2/2 | measured |"
+    )
     typer.echo("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        typer.echo(f"| {r['setting']} | {r['dim']} | {r['epsilon']:.2f} | {r['noise_norm']:.2f} | {r['pure_bound']:.1f} | {r['mu']:.3f} | "
-                   f"{r['error_limit']:.4f} | {r['error_measured']:.4f} | {r['mean_loss_limit']:.2f} | {r['mean_loss_measured']:.2f} |")
+        typer.echo(
+            f"| {r['setting']} | {r['dim']} | {r['epsilon']:.2f} | {r['noise_norm']:.2f} | {r['pure_bound']:.1f} | {r['mu']:.3f} | "
+            f"{r['error_limit']:.4f} | {r['error_measured']:.4f} | {r['mean_loss_limit']:.2f} | {r['mean_loss_measured']:.2f} |"
+        )
 
 
 # =====================================================================================================================
@@ -338,17 +596,44 @@ def _read_texts(path: _Path) -> _List[str]:
 
 @app.command("pretrain-decoder")
 def pretrain_decoder_cmd(
-    preset: _Optional[str] = typer.Option(None, "--preset", help="tiny (tests, seconds), small (default; ~12 min on 2 CPU cores) or gpu."),
-    out: _Optional[_Path] = typer.Option(None, "--out", help="Output directory (default runs/decoder); rerunning with the same one resumes."),
-    config: _Optional[_Path] = typer.Option(None, "--config", help="YAML/JSON file of DecoderPretrainConfig fields (e.g. examples/cells/ppft_pretrain_small.yaml); flags override it."),
-    minutes: _Optional[float] = typer.Option(None, "--minutes", help="Wall-clock budget; without --max-steps the step count is set from the measured speed."),
-    max_steps: _Optional[int] = typer.Option(None, "--max-steps", help="Optimizer steps (the cosine schedule spans them)."),
+    preset: _Optional[str] = typer.Option(
+        None, "--preset", help="tiny (tests, seconds), small (default; ~12 min on 2 CPU cores) or gpu."
+    ),
+    out: _Optional[_Path] = typer.Option(
+        None, "--out", help="Output directory (default runs/decoder); rerunning with the same one resumes."
+    ),
+    config: _Optional[_Path] = typer.Option(
+        None,
+        "--config",
+        help="YAML/JSON file of DecoderPretrainConfig fields (e.g. examples/cells/ppft_pretrain_small.yaml); flags "
+        "override it.",
+    ),
+    minutes: _Optional[float] = typer.Option(
+        None, "--minutes", help="Wall-clock budget; without --max-steps the step count is set from the measured speed."
+    ),
+    max_steps: _Optional[int] = typer.Option(
+        None, "--max-steps", help="Optimizer steps (the cosine schedule spans them)."
+    ),
     seed: _Optional[int] = typer.Option(None, "--seed", help="Seed of every random choice (default 0)."),
-    threads: _Optional[int] = typer.Option(None, "--threads", help="torch CPU threads; use 1 when other jobs share a 2-core machine."),
-    data_dir: _Optional[_Path] = typer.Option(None, "--data-dir", help="Shared data directory (default: $TEXTFREE_DATA or ../shared/data)."),
-    extra_text: _Optional[_List[_Path]] = typer.Option(None, "--extra-text", help="Add in-domain PUBLIC text (.txt/.jsonl/.json), repeatable; evaluation data is refused."),
-    texts: _Optional[_Path] = typer.Option(None, "--texts", help="Train on this file's documents only (.txt: one per line; .jsonl/.json: 'text'), not the shared corpus."),
-    samples: bool = typer.Option(True, "--samples/--no-samples", help="Print greedy continuations of a few prompts at the end."),
+    threads: _Optional[int] = typer.Option(
+        None, "--threads", help="torch CPU threads; use 1 when other jobs share a 2-core machine."
+    ),
+    data_dir: _Optional[_Path] = typer.Option(
+        None, "--data-dir", help="Shared data directory (default: $TEXTFREE_DATA or ../shared/data)."
+    ),
+    extra_text: _Optional[_List[_Path]] = typer.Option(
+        None,
+        "--extra-text",
+        help="Add in-domain PUBLIC text (.txt/.jsonl/.json), repeatable; evaluation data is refused.",
+    ),
+    texts: _Optional[_Path] = typer.Option(
+        None,
+        "--texts",
+        help="Train on this file's documents only (.txt: one per line; .jsonl/.json: 'text'), not the shared corpus.",
+    ),
+    samples: bool = typer.Option(
+        True, "--samples/--no-samples", help="Print greedy continuations of a few prompts at the end."
+    ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:
     """Pretrain the small local Llama decoder (byte-level BPE + LlamaForCausalLM) on the general-domain corpus."""

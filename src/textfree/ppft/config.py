@@ -39,11 +39,24 @@ class PromptTemplate:
     same way in training and in generation.
     """
 
-    add_bos: bool = field(default=True, metadata={"help": "Start every sequence with the decoder's BOS token (when it has one)."})
-    public_suffix: str = field(default="\nAnswer:", metadata={"help": "Appended after the public text (also when there is none): the cue to answer."})
-    target_prefix: str = field(default=" ", metadata={"help": "Prepended to each target before tokenising (a leading space suits BPE tokenizers)."})
-    max_public_tokens: int = field(default=256, metadata={"help": "Public text is cut to this many tokens (the suffix is kept)."})
-    max_target_tokens: int = field(default=64, metadata={"help": "Targets are cut to this many tokens; a cut target gets no EOS (its answer did not end)."})
+    add_bos: bool = field(
+        default=True, metadata={"help": "Start every sequence with the decoder's BOS token (when it has one)."}
+    )
+    public_suffix: str = field(
+        default="\nAnswer:",
+        metadata={"help": "Appended after the public text (also when there is none): the cue to answer."},
+    )
+    target_prefix: str = field(
+        default=" ",
+        metadata={"help": "Prepended to each target before tokenising (a leading space suits BPE tokenizers)."},
+    )
+    max_public_tokens: int = field(
+        default=256, metadata={"help": "Public text is cut to this many tokens (the suffix is kept)."}
+    )
+    max_target_tokens: int = field(
+        default=64,
+        metadata={"help": "Targets are cut to this many tokens; a cut target gets no EOS (its answer did not end)."},
+    )
 
     def __post_init__(self) -> None:
         for name in ("max_public_tokens", "max_target_tokens"):
@@ -60,25 +73,93 @@ class PromptTemplate:
 class TextFreeConfig:
     """Everything about a PPFT model that is not a weight (saved as ``textfree_config.json``)."""
 
-    encoder_id: str = field(metadata={"help": "Id of the client encoder (the base model's hub id or path); weights are in encoder/."})
-    encoder_sha256: str | None = field(metadata={"help": "sha256 of encoder/model.safetensors; the server rejects payloads made by another encoder."})
+    encoder_id: str = field(
+        metadata={"help": "Id of the client encoder (the base model's hub id or path); weights are in encoder/."}
+    )
+    encoder_sha256: str | None = field(
+        metadata={"help": "sha256 of encoder/model.safetensors; the server rejects payloads made by another encoder."}
+    )
     encoder_dim: int = field(metadata={"help": "d_e: width of the client's slots."})
     decoder_dim: int = field(metadata={"help": "d_d: width of the decoder's input embeddings."})
     k: int = field(default=4, metadata={"help": "Pool blocks of k encoder tokens into one slot."})
-    mechanism: str = field(default="l2_laplace", metadata={"help": "Noise family the server part is adapted to (registered mechanism name)."})
-    epsilon: float | None = field(default=None, metadata={"help": "The mechanism's epsilon in the last noisy training stage; null = trained without noise."})
-    noise_match: str = field(default="budget", metadata={"help": "For mechanism 'gaussian': how epsilon maps to sigma, 'budget' (same per-slot guarantee as L2-Laplace) or 'norm' (same expected noise norm d/epsilon)."})
-    max_private_tokens: int = field(default=256, metadata={"help": "The client cuts private text to this many encoder tokens (k-pooled into at most ceil(n/k) slots)."})
-    template: PromptTemplate = field(default_factory=PromptTemplate, metadata={"help": "Sequence layout (see PromptTemplate)."})
+    mechanism: str = field(
+        default="l2_laplace",
+        metadata={"help": "Noise family the server part is adapted to (registered mechanism name)."},
+    )
+    epsilon: float | None = field(
+        default=None,
+        metadata={"help": "The mechanism's epsilon in the last noisy training stage; null = trained without noise."},
+    )
+    noise_match: str = field(
+        default="budget",
+        metadata={
+            "help": "For mechanism 'gaussian': how epsilon maps to sigma, 'budget' (same per-slot guarantee as "
+            "L2-Laplace) or 'norm' (same expected noise norm d/epsilon)."
+        },
+    )
+    max_private_tokens: int = field(
+        default=256,
+        metadata={
+            "help": "The client cuts private text to this many encoder tokens (k-pooled into at most ceil(n/k) slots)."
+        },
+    )
+    template: PromptTemplate = field(
+        default_factory=PromptTemplate, metadata={"help": "Sequence layout (see PromptTemplate)."}
+    )
     lora: AdapterSettings = field(default_factory=AdapterSettings, metadata={"help": "LoRA settings of the adapter."})
-    stage: str = field(default="init", metadata={"help": "'init' (untrained), 'stage1' (aligned) or 'stage2' (domain-adapted)."})
-    summary_slots: int = field(default=0, metadata={"help": "The server puts this many summary vectors before a payload's slots: the unit-normalised means of the row's slots cut into this many contiguous groups, through the same P_psi (0: none, as PPFT). Post-processing of the payload on the server: the client and its guarantee are unchanged."})
-    summary_only: bool = field(default=False, metadata={"help": "Beyond the paper, with summary_slots >= 1: the server hands the decoder the summary vectors in place of the payload's slots (the slots themselves are not laid out). For a repeat_mean client, whose slots are noisy copies of one vector, their mean carries what they carry. Post-processing on the server: the client and its guarantee are unchanged. false: the slots follow the summary vectors."})
-    fixed_slots: bool = field(default=False, metadata={"help": "The client pads every payload to ceil(max_private_tokens / k) slots (public filler slots after the prompt's own, noised like them), so the server does not learn the prompt's length; false: ceil(tokens / k) slots, as PPFT."})
+    stage: str = field(
+        default="init", metadata={"help": "'init' (untrained), 'stage1' (aligned) or 'stage2' (domain-adapted)."}
+    )
+    summary_slots: int = field(
+        default=0,
+        metadata={
+            "help": "The server puts this many summary vectors before a payload's slots: the unit-normalised means of "
+            "the row's slots cut into this many contiguous groups, through the same P_psi (0: none, as "
+            "PPFT). Post-processing of the payload on the server: the client and its guarantee are unchanged."
+        },
+    )
+    summary_only: bool = field(
+        default=False,
+        metadata={
+            "help": "Beyond the paper, with summary_slots >= 1: the server hands the decoder the summary vectors in "
+            "place of the payload's slots (the slots themselves are not laid out). For a repeat_mean client, "
+            "whose slots are noisy copies of one vector, their mean carries what they carry. Post-processing "
+            "on the server: the client and its guarantee are unchanged. false: the slots follow the summary "
+            "vectors."
+        },
+    )
+    fixed_slots: bool = field(
+        default=False,
+        metadata={
+            "help": "The client pads every payload to ceil(max_private_tokens / k) slots (public filler slots after "
+            "the prompt's own, noised like them), so the server does not learn the prompt's length; false: "
+            "ceil(tokens / k) slots, as PPFT."
+        },
+    )
 
-    center_mu: float | None = field(default=None, metadata={"help": "Beyond the paper: the client centres every unit slot on a public centre (the domain's mean slot, estimated from the stage-2 training prompts with mu-GDP Gaussian noise at this mu) and renormalises it before the noise (textfree.mechanisms.centering); null: no centring, as PPFT. The per-slot guarantee is unchanged."})
-    center_sha256: str | None = field(default=None, metadata={"help": "sha256 of the centre in slot_center.safetensors (set by training; null: no centring)."})
-    repeat_mean: bool = field(default=False, metadata={"help": "Beyond the paper: the client replaces every slot of a prompt by the prompt's unit mean slot (after centring and the subspace, before the noise), so the payload is s noisy copies of one unit vector (textfree.mechanisms.slots.repeat_mean_slots). Every slot stays a unit vector: the per-slot and per-prompt guarantees are PPFT's. The slots' order and wording are lost: for answers from a closed set. false: as PPFT."})
+    center_mu: float | None = field(
+        default=None,
+        metadata={
+            "help": "Beyond the paper: the client centres every unit slot on a public centre (the domain's mean slot, "
+            "estimated from the stage-2 training prompts with mu-GDP Gaussian noise at this mu) and "
+            "renormalises it before the noise (textfree.mechanisms.centering); null: no centring, as PPFT. "
+            "The per-slot guarantee is unchanged."
+        },
+    )
+    center_sha256: str | None = field(
+        default=None,
+        metadata={"help": "sha256 of the centre in slot_center.safetensors (set by training; null: no centring)."},
+    )
+    repeat_mean: bool = field(
+        default=False,
+        metadata={
+            "help": "Beyond the paper: the client replaces every slot of a prompt by the prompt's unit mean slot "
+            "(after centring and the subspace, before the noise), so the payload is s noisy copies of one "
+            "unit vector (textfree.mechanisms.slots.repeat_mean_slots). Every slot stays a unit vector: the "
+            "per-slot and per-prompt guarantees are PPFT's. The slots' order and wording are lost: for "
+            "answers from a closed set. false: as PPFT."
+        },
+    )
 
     @property
     def pad_to(self) -> int | None:
@@ -96,7 +177,10 @@ class TextFreeConfig:
         if not isinstance(self.summary_slots, int) or isinstance(self.summary_slots, bool) or self.summary_slots < 0:
             raise ValueError(f"TextFreeConfig.summary_slots must be an integer >= 0, got {self.summary_slots!r}")
         if self.summary_only and not self.summary_slots:
-            raise ValueError("TextFreeConfig.summary_only needs summary_slots >= 1 (it lays out the summary vectors in place of the slots), got summary_slots 0")
+            raise ValueError(
+                "TextFreeConfig.summary_only needs summary_slots >= 1 (it lays out the summary vectors in place of the "
+                "slots), got summary_slots 0"
+            )
         check_center_mu("TextFreeConfig.center_mu", self.center_mu)
         if self.stage not in ("init", "stage1", "stage2"):
             raise ValueError(f"TextFreeConfig.stage must be init, stage1 or stage2, got {self.stage!r}")

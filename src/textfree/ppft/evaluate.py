@@ -57,10 +57,30 @@ from ..data.prompts import OPEN_INSTRUCTION
 from ..metrics import open_answer_correct
 from ..rng import resolve_generator
 
-__all__ = ["TASKS", "evaluate_qa", "evaluate_mcqa", "head_answers", "majority_baseline", "random_unit_slots", "task_labels"]
+__all__ = [
+    "TASKS",
+    "evaluate_qa",
+    "evaluate_mcqa",
+    "head_answers",
+    "majority_baseline",
+    "random_unit_slots",
+    "task_labels",
+]
 
-TASKS = ("mcqa", "open", "blind_mcqa", "blind_open", "mcqa_rank", "blind_mcqa_rank", "open_rank", "blind_open_rank",
-         "length_mcqa", "length_open", "open_head", "mcqa_head")
+TASKS = (
+    "mcqa",
+    "open",
+    "blind_mcqa",
+    "blind_open",
+    "mcqa_rank",
+    "blind_mcqa_rank",
+    "open_rank",
+    "blind_open_rank",
+    "length_mcqa",
+    "length_open",
+    "open_head",
+    "mcqa_head",
+)
 
 
 def task_labels(*record_lists: Sequence[MCQARecord]) -> list[str]:
@@ -135,8 +155,12 @@ def evaluate_qa(
         else:
             payload = privatizer.privatize([p.private for p in parts], generator=gen, public=public)
             if length_only:  # keep the slot count, drop the content
-                answers = lm.server.generate(random_unit_slots(payload.mask, lm.config.encoder_dim, gen), payload.mask,
-                                             public=public, max_new_tokens=max_new_tokens)
+                answers = lm.server.generate(
+                    random_unit_slots(payload.mask, lm.config.encoder_dim, gen),
+                    payload.mask,
+                    public=public,
+                    max_new_tokens=max_new_tokens,
+                )
             elif head:
                 answers = head_answers(lm.server.projection, payload, None if open_task else options)
             elif rank:
@@ -148,8 +172,16 @@ def evaluate_qa(
                 correct = exclusive = open_answer_correct(answer, record.answer, labels)
             else:
                 correct, exclusive = is_correct(answer, record), is_correct(answer, record, exclusive=True)
-            predictions.append({"id": record.id, "answer": answer, "gold": record.answer, "correct": correct,
-                                "correct_exclusive": exclusive, "leaks": contains_answer(record)})
+            predictions.append(
+                {
+                    "id": record.id,
+                    "answer": answer,
+                    "gold": record.answer,
+                    "correct": correct,
+                    "correct_exclusive": exclusive,
+                    "leaks": contains_answer(record),
+                }
+            )
     n = len(predictions)
     no_leak = [p for p in predictions if not p["leaks"]]
     return {
@@ -180,7 +212,9 @@ def head_answers(projection, payload, options: Sequence[Sequence[str]] | None = 
     with torch.no_grad():
         for i, n in enumerate(payload.lengths):
             p = projection.answer_probabilities(payload.vectors[i, :n].float().to(projection.answer_embed.device))
-            scores = [0.0 if p is None else float(sum(p[j] for j in index.get(normalize_answer(o), []))) for o in options[i]]
+            scores = [
+                0.0 if p is None else float(sum(p[j] for j in index.get(normalize_answer(o), []))) for o in options[i]
+            ]
             out.append(options[i][max(range(len(scores)), key=lambda j: (scores[j], -j))])
     return out
 

@@ -12,7 +12,9 @@ from .projection import Projection
 __all__ = ["public_rows", "slot_prefix", "summary_vectors"]
 
 
-def public_rows(tokenizer, template: PromptTemplate, public: list[str] | None, b: int) -> tuple[list[list[int]], list[str | None]]:
+def public_rows(
+    tokenizer, template: PromptTemplate, public: list[str] | None, b: int
+) -> tuple[list[list[int]], list[str | None]]:
     """Per row, the token ids after the slots (the public text cut to ``max_public_tokens``, then the public suffix),
     and the public text the answer head may read options from: the row's whole text, or None where the cut dropped
     part of it (the head then weighs over no options block the decoder may not see in full)."""
@@ -39,8 +41,14 @@ def summary_vectors(slots: torch.Tensor, groups: int) -> torch.Tensor:
     return means / means.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
-def slot_prefix(projection: Projection, slots: torch.Tensor, summary_slots: int, public: str | None = None, *,
-                summary_only: bool = False) -> torch.Tensor:
+def slot_prefix(
+    projection: Projection,
+    slots: torch.Tensor,
+    summary_slots: int,
+    public: str | None = None,
+    *,
+    summary_only: bool = False,
+) -> torch.Tensor:
     """One row's private prefix: the projection's count vector of n (with ``count_vectors``), its answer vector (with
     an answer head; both none for a row without slots), then P_psi of its ``summary_slots`` summary vectors and of
     its real slots [n, d_e], in that order: [c + a + min(summary_slots, n) + n, d_d], c = 1 with a count vector,

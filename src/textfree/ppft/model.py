@@ -105,9 +105,13 @@ class TextFreeLM(torch.nn.Module):
         if not (run / CONFIG_NAME).is_file():
             raise FileNotFoundError(f"{str(run)!r} is not a PPFT run directory (no {CONFIG_NAME})")
         config = TextFreeConfig.from_dict(read_json(run / CONFIG_NAME))
-        enc = ContextualEncoder.from_pretrained(run / ENCODER_DIR, max_length=config.max_private_tokens, device=str(device))
+        enc = ContextualEncoder.from_pretrained(
+            run / ENCODER_DIR, max_length=config.max_private_tokens, device=str(device)
+        )
         enc.name = config.encoder_id
-        server = ServerModel.load(run, trainable=trainable, device=device, decoder=decoder, check_decoder_sha=check_decoder_sha)
+        server = ServerModel.load(
+            run, trainable=trainable, device=device, decoder=decoder, check_decoder_sha=check_decoder_sha
+        )
         lm = cls(enc, server, load_center(run, config))
         lm.encoder.requires_grad_(False)
         return lm
@@ -143,16 +147,35 @@ class TextFreeLM(torch.nn.Module):
         pooled, slot_mask = k_pool(hidden.float(), attention_mask, self.config.k)
         return l2_normalize(pooled) * slot_mask.unsqueeze(-1), slot_mask
 
-    def privatizer(self, epsilon: float | None, *, k: int | None = None, mechanism: str | None = None, match: str | None = None,
-                   fixed_slots: bool | None = None, **params) -> Privatizer:
+    def privatizer(
+        self,
+        epsilon: float | None,
+        *,
+        k: int | None = None,
+        mechanism: str | None = None,
+        match: str | None = None,
+        fixed_slots: bool | None = None,
+        **params,
+    ) -> Privatizer:
         """The client as users run it: ``epsilon=None`` gives clean (non-private) payloads; with ``fixed_slots``
         (default: the model's) every payload has ``ceil(max_private_tokens / k)`` slots; a model with a slot centre
         centres every slot on it; a ``repeat_mean`` model's client repeats each prompt's unit mean slot.
 
         ``mechanism`` / ``match`` default to the model's (see :func:`make_noise`)."""
-        noise = make_noise(mechanism or self.config.mechanism, epsilon, dim=self.encoder.dim, match=match or self.config.noise_match, **params)
-        config = self.config.replace(k=self.config.k if k is None else k, fixed_slots=self.config.fixed_slots if fixed_slots is None else fixed_slots)
-        return Privatizer(self.encoder, noise, config.k, pad_to=config.pad_to, center=self.center, repeat_mean=config.repeat_mean)
+        noise = make_noise(
+            mechanism or self.config.mechanism,
+            epsilon,
+            dim=self.encoder.dim,
+            match=match or self.config.noise_match,
+            **params,
+        )
+        config = self.config.replace(
+            k=self.config.k if k is None else k,
+            fixed_slots=self.config.fixed_slots if fixed_slots is None else fixed_slots,
+        )
+        return Privatizer(
+            self.encoder, noise, config.k, pad_to=config.pad_to, center=self.center, repeat_mean=config.repeat_mean
+        )
 
     # ------------------------------------------------------------------ whole pipeline
     def forward(
@@ -188,7 +211,9 @@ class TextFreeLM(torch.nn.Module):
 GAUSSIAN_MATCHES = ("budget", "norm")
 
 
-def make_noise(family: str, epsilon: float | None, *, dim: int | None = None, match: str = "budget", delta: float = 1e-5, **params):
+def make_noise(
+    family: str, epsilon: float | None, *, dim: int | None = None, match: str = "budget", delta: float = 1e-5, **params
+):
     """The client's mechanism of ``family`` for an L2-Laplace-equivalent ``epsilon`` (None: no noise).
 
     ``family="gaussian"`` is matched to L2-Laplace at ``epsilon`` on unit slots (diameter 2) in one of two ways:

@@ -42,21 +42,52 @@ _VOLATILE = {"progress", "resume", "cpu", "log_every"}
 class PipelineConfig:
     """The default PPFT pipeline; every field defaults to the setting of the cells that make the report's tables."""
 
-    out: str = field(default="runs/pipeline", metadata={"help": "Root directory: decoder/, stage1/, stage2/, eval.json, pipeline.json."})
-    dataset: str = field(default="pri-ddx", metadata={"help": "Pri-* dataset of stage 2 and the evaluation (pri-ddx, pri-slja or a directory)."})
-    encoder: str = field(default="default", metadata={"help": "Client encoder: 'default' (all-MiniLM-L6-v2) or an HF name/path."})
+    out: str = field(
+        default="runs/pipeline",
+        metadata={"help": "Root directory: decoder/, stage1/, stage2/, eval.json, pipeline.json."},
+    )
+    dataset: str = field(
+        default="pri-ddx",
+        metadata={"help": "Pri-* dataset of stage 2 and the evaluation (pri-ddx, pri-slja or a directory)."},
+    )
+    encoder: str = field(
+        default="default", metadata={"help": "Client encoder: 'default' (all-MiniLM-L6-v2) or an HF name/path."}
+    )
     preset: str = field(default="small", metadata={"help": "Decoder pretraining preset: tiny (tests), small, gpu."})
-    pretrain_steps: int | None = field(default=None, metadata={"help": "Override the preset's pretraining steps (tests)."})
-    pretrain_texts: str | None = field(default=None, metadata={"help": "Pretrain the decoder on this .txt/.jsonl/.json file instead of the shared-data corpus."})
-    stage1_limit_per_source: int | None = field(default=1000, metadata={"help": "Stage 1: at most this many records of each general source."})
+    pretrain_steps: int | None = field(
+        default=None, metadata={"help": "Override the preset's pretraining steps (tests)."}
+    )
+    pretrain_texts: str | None = field(
+        default=None,
+        metadata={"help": "Pretrain the decoder on this .txt/.jsonl/.json file instead of the shared-data corpus."},
+    )
+    stage1_limit_per_source: int | None = field(
+        default=1000, metadata={"help": "Stage 1: at most this many records of each general source."}
+    )
     stage1_max_steps: int | None = field(default=250, metadata={"help": "Stage 1: optimizer steps (batch 8)."})
-    max_private_tokens: int = field(default=128, metadata={"help": "Client truncation of the private text in encoder tokens."})
-    epsilon: float = field(default=28.0, metadata={"help": "Client noise epsilon of stage 2 and the evaluation (28: the width-matched value of the paper's 75)."})
+    max_private_tokens: int = field(
+        default=128, metadata={"help": "Client truncation of the private text in encoder tokens."}
+    )
+    epsilon: float = field(
+        default=28.0,
+        metadata={
+            "help": "Client noise epsilon of stage 2 and the evaluation (28: the width-matched value of the paper's "
+            "75)."
+        },
+    )
     k: int = field(default=4, metadata={"help": "Pooling k."})
-    stage2_epochs: int = field(default=12, metadata={"help": "Stage 2: passes over the training payloads, fresh noise each."})
-    stage2_max_steps: int | None = field(default=None, metadata={"help": "Stage 2: stop after this many steps (tests)."})
-    stage2_limit: int | None = field(default=None, metadata={"help": "Stage 2: use only the first N training records (tests)."})
-    eval_tasks: list[str] = field(default_factory=lambda: ["mcqa", "open"], metadata={"help": "Evaluation tasks (textfree.ppft.evaluate.TASKS)."})
+    stage2_epochs: int = field(
+        default=12, metadata={"help": "Stage 2: passes over the training payloads, fresh noise each."}
+    )
+    stage2_max_steps: int | None = field(
+        default=None, metadata={"help": "Stage 2: stop after this many steps (tests)."}
+    )
+    stage2_limit: int | None = field(
+        default=None, metadata={"help": "Stage 2: use only the first N training records (tests)."}
+    )
+    eval_tasks: list[str] = field(
+        default_factory=lambda: ["mcqa", "open"], metadata={"help": "Evaluation tasks (textfree.ppft.evaluate.TASKS)."}
+    )
     eval_limit: int | None = field(default=None, metadata={"help": "Evaluate on the first N held-out records only."})
     eval_seed: int = field(default=0, metadata={"help": "Evaluation noise seed (experiments: reproducible noise)."})
     seed: int = field(default=0, metadata={"help": "Training seed of every step."})
@@ -70,11 +101,20 @@ class PipelineConfig:
         if not self.out:
             raise ValueError("out (the pipeline's root directory) is required")
         if not (isinstance(self.epsilon, (int, float)) and self.epsilon > 0):
-            raise ValueError(f"epsilon must be a positive number, got {self.epsilon!r} (the pipeline trains on noisy payloads)")
+            raise ValueError(
+                f"epsilon must be a positive number, got {self.epsilon!r} (the pipeline trains on noisy payloads)"
+            )
         for name in ("k", "stage2_epochs", "max_private_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("pretrain_steps", "stage1_limit_per_source", "stage1_max_steps", "stage2_max_steps", "stage2_limit", "eval_limit"):
+        for name in (
+            "pretrain_steps",
+            "stage1_limit_per_source",
+            "stage1_max_steps",
+            "stage2_max_steps",
+            "stage2_limit",
+            "eval_limit",
+        ):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1 or null, got {value}")
@@ -83,7 +123,9 @@ class PipelineConfig:
         if self.preset not in PRESETS:
             raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
         if self.pretrain_texts is not None and not Path(self.pretrain_texts).is_file():
-            raise ValueError(f"pretrain_texts {self.pretrain_texts!r} is not a file (a .txt, .jsonl or .json of documents)")
+            raise ValueError(
+                f"pretrain_texts {self.pretrain_texts!r} is not a file (a .txt, .jsonl or .json of documents)"
+            )
         if not self.eval_tasks or any(t not in TASKS for t in self.eval_tasks):
             raise ValueError(f"eval_tasks must be a non-empty list from {TASKS}, got {self.eval_tasks!r}")
 
@@ -103,17 +145,35 @@ def _pretrain_config(cfg: PipelineConfig):
 def _stage1_config(cfg: PipelineConfig, decoder: str):
     from .train import Stage1Config
 
-    return Stage1Config(decoder=decoder, out=str(Path(cfg.out) / "stage1"), encoder=cfg.encoder, k=cfg.k,
-                        limit_per_source=cfg.stage1_limit_per_source, max_steps=cfg.stage1_max_steps,
-                        max_private_tokens=cfg.max_private_tokens, save_every=100, seed=cfg.seed, progress=cfg.progress)
+    return Stage1Config(
+        decoder=decoder,
+        out=str(Path(cfg.out) / "stage1"),
+        encoder=cfg.encoder,
+        k=cfg.k,
+        limit_per_source=cfg.stage1_limit_per_source,
+        max_steps=cfg.stage1_max_steps,
+        max_private_tokens=cfg.max_private_tokens,
+        save_every=100,
+        seed=cfg.seed,
+        progress=cfg.progress,
+    )
 
 
 def _stage2_config(cfg: PipelineConfig, init: str):
     from .train import Stage2Config
 
-    return Stage2Config(init=init, out=str(Path(cfg.out) / "stage2"), dataset=cfg.dataset, epsilon=cfg.epsilon, k=cfg.k,
-                        epochs=cfg.stage2_epochs, max_steps=cfg.stage2_max_steps, limit=cfg.stage2_limit,
-                        seed=cfg.seed, progress=cfg.progress)
+    return Stage2Config(
+        init=init,
+        out=str(Path(cfg.out) / "stage2"),
+        dataset=cfg.dataset,
+        epsilon=cfg.epsilon,
+        k=cfg.k,
+        epochs=cfg.stage2_epochs,
+        max_steps=cfg.stage2_max_steps,
+        limit=cfg.stage2_limit,
+        seed=cfg.seed,
+        progress=cfg.progress,
+    )
 
 
 def _or_nan(value: float | None) -> float:
@@ -134,17 +194,28 @@ def _check_steps_below(stage_cfgs: dict[str, Any], decoder_done: bool, decoder: 
     s1, s2 = stage_cfgs["stage1"], stage_cfgs["stage2"]
     s1_done = finished_run(s1.out, s1.to_dict(), _VOLATILE)
     s2_done = finished_run(s2.out, s2.to_dict(), _VOLATILE)
-    for done, above, lower, lower_done in ((s1_done, s1.out, decoder, decoder_done), (s2_done, s2.out, s1.out, s1_done)):
+    for done, above, lower, lower_done in (
+        (s1_done, s1.out, decoder, decoder_done),
+        (s2_done, s2.out, s1.out, s1_done),
+    ):
         if done and not lower_done:
-            raise ValueError(f"{above!r} holds a finished run, but {lower!r} below it is missing or unfinished and would "
-                             f"be trained anew under it; remove {above!r} (and the steps above it) or use another out")
+            raise ValueError(
+                f"{above!r} holds a finished run, but {lower!r} below it is missing or unfinished and would "
+                f"be trained anew under it; remove {above!r} (and the steps above it) or use another out"
+            )
     if s2_done:
         try:
             checked = same_init(s2.out, read_json(Path(s2.out) / "summary.json").get("init_fingerprint"), s1.out)
         except InitChanged as exc:
-            raise InitChanged(f"{exc}: remove {s2.out!r} or use another out (finished steps are never overwritten)") from None
+            raise InitChanged(
+                f"{exc}: remove {s2.out!r} or use another out (finished steps are never overwritten)"
+            ) from None
         if not checked:
-            log.warning("%s records no fingerprint of its init run %s; reusing it without checking that it is unchanged", s2.out, s1.out)
+            log.warning(
+                "%s records no fingerprint of its init run %s; reusing it without checking that it is unchanged",
+                s2.out,
+                s1.out,
+            )
 
 
 def run_pipeline(cfg: PipelineConfig) -> dict[str, Any]:
@@ -168,8 +239,10 @@ def run_pipeline(cfg: PipelineConfig) -> dict[str, Any]:
     for name, step_cfg in stage_cfgs.items():
         differ = differing_settings(step_cfg.out, step_cfg.to_dict(), _VOLATILE)
         if differ:
-            raise ValueError(f"{step_cfg.out!r} holds a {name} run with other settings ({', '.join(differ)}); "
-                             "use another out (finished steps are never overwritten)")
+            raise ValueError(
+                f"{step_cfg.out!r} holds a {name} run with other settings ({', '.join(differ)}); "
+                "use another out (finished steps are never overwritten)"
+            )
 
     _check_steps_below(stage_cfgs, decoder_done, pre.output_dir)
     root.mkdir(parents=True, exist_ok=True)  # only once every setting has passed: a refused call leaves no directory
@@ -190,14 +263,23 @@ def run_pipeline(cfg: PipelineConfig) -> dict[str, Any]:
         step_cfg = stage_cfgs[name]
         if finished_run(step_cfg.out, step_cfg.to_dict(), _VOLATILE):
             summary = read_json(Path(step_cfg.out) / "summary.json")
-            steps[name] = {"dir": step_cfg.out, "reused": True, "wall_s": _or_nan(summary.get("total_wall_s")),
-                           "final_loss": summary.get("final_loss")}
+            steps[name] = {
+                "dir": step_cfg.out,
+                "reused": True,
+                "wall_s": _or_nan(summary.get("total_wall_s")),
+                "final_loss": summary.get("final_loss"),
+            }
             lm = None
         else:
             log.info("pipeline %d/4: %s in %s", 2 if name == "stage1" else 3, name, step_cfg.out)
             summary, wall = _timed(lambda: train(step_cfg))
             lm = summary.pop("model")
-            steps[name] = {"dir": step_cfg.out, "reused": False, "wall_s": wall, "final_loss": summary.get("final_loss")}
+            steps[name] = {
+                "dir": step_cfg.out,
+                "reused": False,
+                "wall_s": wall,
+                "final_loss": summary.get("final_loss"),
+            }
 
     # 4. evaluation on the held-out split, at the same noise, one noise seed
     def evaluate() -> dict[str, Any]:
@@ -207,10 +289,24 @@ def run_pipeline(cfg: PipelineConfig) -> dict[str, Any]:
         labels = task_labels(split["train"], split["heldout"])
         out = {"n": len(records), "epsilon": cfg.epsilon, "k": cfg.k, "seed": cfg.eval_seed, "accuracy": {}}
         for task in cfg.eval_tasks:
-            r = evaluate_qa(model, records, task=task, epsilon=cfg.epsilon, k=cfg.k, labels=labels, seed=cfg.eval_seed,
-                            progress=cfg.progress)
+            r = evaluate_qa(
+                model,
+                records,
+                task=task,
+                epsilon=cfg.epsilon,
+                k=cfg.k,
+                labels=labels,
+                seed=cfg.eval_seed,
+                progress=cfg.progress,
+            )
             out["accuracy"][task] = r["accuracy"]
-            log.info("pipeline 4/4: held-out %s accuracy %.4f (n=%d, epsilon %g)", task, r["accuracy"], len(records), cfg.epsilon)
+            log.info(
+                "pipeline 4/4: held-out %s accuracy %.4f (n=%d, epsilon %g)",
+                task,
+                r["accuracy"],
+                len(records),
+                cfg.epsilon,
+            )
         return out
 
     log.info("pipeline 4/4: evaluating %s on the held-out split of %s", steps["stage2"]["dir"], cfg.dataset)

@@ -48,17 +48,61 @@ def check_dropout(name: str, value: Any) -> None:
 class ProjectionConfig:
     """Shape of P_psi."""
 
-    in_dim: int = field(metadata={"help": "Width d_e of the client's slots (the encoder's hidden size; 384 for MiniLM)."})
+    in_dim: int = field(
+        metadata={"help": "Width d_e of the client's slots (the encoder's hidden size; 384 for MiniLM)."}
+    )
     out_dim: int = field(metadata={"help": "Width d_d of the decoder's input embeddings."})
-    kind: str = field(default="linear", metadata={"help": "'linear' (one Linear layer, PPFT) or 'mlp' (Linear -> GELU -> Linear)."})
-    hidden_dim: int | None = field(default=None, metadata={"help": "MLP only: the hidden width (default: max(in_dim, out_dim))."})
-    count_vectors: int = field(default=0, metadata={"help": "Beyond the paper: a learned vector per slot count 1..N (larger counts share the N-th) put before a row's slots; 0: none (PPFT)."})
-    count_dropout: float = field(default=0.0, metadata={"help": "Training only: the probability that a row's count vector is replaced by zeros, so the decoder must also read the slots (never at inference)."})
-    answer_classes: tuple[str, ...] = field(default=(), metadata={"help": "Beyond the paper: the answer head's classes (the distinct stage-2 training targets); its class-weighted answer vector goes before a row's slots. Empty: no head (PPFT)."})
-    answer_hidden: int = field(default=256, metadata={"help": "Answer head: width of its 2-layer MLP; 0: a linear reader of the mean slot and the count."})
-    answer_max_count: int = field(default=1, metadata={"help": "Answer head: slot counts 1..N are one-hot (larger counts share the N-th); set from its training payloads."})
-    answer_standardize: bool = field(default=False, metadata={"help": "Answer head: standardise the mean slot before its MLP (AttributeAttackConfig.standardize)."})
-    answer_options: bool = field(default=False, metadata={"help": "Answer head: where a row's public text has an options block, weigh the class vectors by the head's probabilities renormalised over the classes it names (public text; the decoder still writes the answer; a public text cut at max_public_tokens is weighed over all classes). False: over all classes."})
+    kind: str = field(
+        default="linear", metadata={"help": "'linear' (one Linear layer, PPFT) or 'mlp' (Linear -> GELU -> Linear)."}
+    )
+    hidden_dim: int | None = field(
+        default=None, metadata={"help": "MLP only: the hidden width (default: max(in_dim, out_dim))."}
+    )
+    count_vectors: int = field(
+        default=0,
+        metadata={
+            "help": "Beyond the paper: a learned vector per slot count 1..N (larger counts share the N-th) put before "
+            "a row's slots; 0: none (PPFT)."
+        },
+    )
+    count_dropout: float = field(
+        default=0.0,
+        metadata={
+            "help": "Training only: the probability that a row's count vector is replaced by zeros, so the decoder "
+            "must also read the slots (never at inference)."
+        },
+    )
+    answer_classes: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "Beyond the paper: the answer head's classes (the distinct stage-2 training targets); its "
+            "class-weighted answer vector goes before a row's slots. Empty: no head (PPFT)."
+        },
+    )
+    answer_hidden: int = field(
+        default=256,
+        metadata={"help": "Answer head: width of its 2-layer MLP; 0: a linear reader of the mean slot and the count."},
+    )
+    answer_max_count: int = field(
+        default=1,
+        metadata={
+            "help": "Answer head: slot counts 1..N are one-hot (larger counts share the N-th); set from its training "
+            "payloads."
+        },
+    )
+    answer_standardize: bool = field(
+        default=False,
+        metadata={"help": "Answer head: standardise the mean slot before its MLP (AttributeAttackConfig.standardize)."},
+    )
+    answer_options: bool = field(
+        default=False,
+        metadata={
+            "help": "Answer head: where a row's public text has an options block, weigh the class vectors by the "
+            "head's probabilities renormalised over the classes it names (public text; the decoder still "
+            "writes the answer; a public text cut at max_public_tokens is weighed over all classes). False: "
+            "over all classes."
+        },
+    )
 
     def __post_init__(self) -> None:
         for name in ("in_dim", "out_dim"):
@@ -75,8 +119,14 @@ class ProjectionConfig:
         classes = self.answer_classes
         if isinstance(classes, list):
             object.__setattr__(self, "answer_classes", classes := tuple(classes))  # read back from JSON
-        if not isinstance(classes, tuple) or not all(isinstance(c, str) and c for c in classes) or len(set(classes)) != len(classes):
-            raise ValueError(f"ProjectionConfig.answer_classes must be distinct non-empty strings, got {classes!r}"[:300])
+        if (
+            not isinstance(classes, tuple)
+            or not all(isinstance(c, str) and c for c in classes)
+            or len(set(classes)) != len(classes)
+        ):
+            raise ValueError(
+                f"ProjectionConfig.answer_classes must be distinct non-empty strings, got {classes!r}"[:300]
+            )
         if len(classes) == 1:
             raise ValueError("ProjectionConfig.answer_classes: an answer head needs at least 2 classes, got 1")
         for name, least in (("answer_hidden", 0), ("answer_max_count", 1)):
@@ -91,7 +141,9 @@ class ProjectionConfig:
 
     def answer_head_config(self) -> AttributeAttackConfig:
         """The answer head's architecture as an attacker config (mean pooling, count one-hot)."""
-        return AttributeAttackConfig(pooling="mean", count=True, hidden=self.answer_hidden, standardize=self.answer_standardize)
+        return AttributeAttackConfig(
+            pooling="mean", count=True, hidden=self.answer_hidden, standardize=self.answer_standardize
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"answer_classes": list(self.answer_classes)}
@@ -122,7 +174,9 @@ class Projection(torch.nn.Module):
             self.count = torch.nn.Parameter(torch.zeros(config.count_vectors, config.out_dim))
         if config.answer_classes:
             spec = AttributeSpec("answer", "categorical", config.answer_classes)
-            self.answer = AttributeClassifier(config.in_dim, [spec], config.answer_head_config(), max_count=config.answer_max_count)
+            self.answer = AttributeClassifier(
+                config.in_dim, [spec], config.answer_head_config(), max_count=config.answer_max_count
+            )
             self.answer.requires_grad_(False)
             self.answer.eval()
             self.answer_embed = torch.nn.Parameter(torch.zeros(len(config.answer_classes), config.out_dim))
@@ -143,7 +197,9 @@ class Projection(torch.nn.Module):
             return None
         vector = self.count[min(n, self.config.count_vectors) - 1].unsqueeze(0)
         if self.training and self.config.count_dropout and float(torch.rand(())) < self.config.count_dropout:
-            return torch.zeros_like(vector)  # dropped (torch's seeded RNG, like nn.Dropout): the slots must carry the answer
+            return torch.zeros_like(
+                vector
+            )  # dropped (torch's seeded RNG, like nn.Dropout): the slots must carry the answer
         return vector
 
     def answer_probabilities(self, slots: torch.Tensor) -> torch.Tensor | None:
@@ -186,17 +242,30 @@ class Projection(torch.nn.Module):
             p = p * keep / (p * keep).sum().clamp_min(1e-30)
         return (p @ self.answer_embed).unsqueeze(0)
 
-    def with_answer_head(self, head: AttributeClassifier, class_vectors: torch.Tensor, *, options: bool = False) -> "Projection":
+    def with_answer_head(
+        self, head: AttributeClassifier, class_vectors: torch.Tensor, *, options: bool = False
+    ) -> "Projection":
         """A copy of this projection with a trained answer ``head`` (one categorical attribute; its classes become
         ``answer_classes``) and initial class vectors [C, d_d]; the other weights kept. ``options``: the
         copy's ``answer_options``."""
         if len(head.specs) != 1 or head.specs[0].kind != "categorical" or not head.max_count or head.pooling != "mean":
-            raise ValueError("an answer head is a classifier of one categorical attribute that reads the mean slot and the slot count")
+            raise ValueError(
+                "an answer head is a classifier of one categorical attribute that reads the mean slot and the slot "
+                "count"
+            )
         classes = head.specs[0].classes
         if tuple(class_vectors.shape) != (len(classes), self.config.out_dim):
-            raise ValueError(f"class_vectors must be [{len(classes)}, {self.config.out_dim}], got {tuple(class_vectors.shape)}")
-        config = replace(self.config, answer_classes=tuple(classes), answer_hidden=head.hidden, answer_max_count=head.max_count,
-                         answer_standardize=head.standardize, answer_options=options)
+            raise ValueError(
+                f"class_vectors must be [{len(classes)}, {self.config.out_dim}], got {tuple(class_vectors.shape)}"
+            )
+        config = replace(
+            self.config,
+            answer_classes=tuple(classes),
+            answer_hidden=head.hidden,
+            answer_max_count=head.max_count,
+            answer_standardize=head.standardize,
+            answer_options=options,
+        )
         out = Projection(config).to(next(self.parameters()).device)
         state = {k: v for k, v in self.state_dict().items() if not k.startswith("answer")}
         out.load_state_dict(state, strict=False)
@@ -208,7 +277,9 @@ class Projection(torch.nn.Module):
     def with_count_vectors(self, n: int, dropout: float | None = None) -> "Projection":
         """A copy of this projection with ``n`` count vectors (the existing weights kept; new count vectors zero) and
         ``dropout`` (default: unchanged)."""
-        config = replace(self.config, count_vectors=n, count_dropout=self.config.count_dropout if dropout is None else dropout)
+        config = replace(
+            self.config, count_vectors=n, count_dropout=self.config.count_dropout if dropout is None else dropout
+        )
         out = Projection(config).to(next(self.parameters()).device)
         state = {k: v for k, v in self.state_dict().items() if k != "count"}
         out.load_state_dict(state, strict=False)

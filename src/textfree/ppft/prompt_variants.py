@@ -34,7 +34,9 @@ _DDX_HISTORY = re.compile(
     re.DOTALL,
 )
 # "A 14-year-old woman presents the symptoms of c, d. <question>"
-_DDX_SYMPTOMS = re.compile(r"(?P<mid>A \d+-year-old \w+ presents the symptoms of) (?P<symptoms>[^.]+)\.(?P<tail>.*)", re.DOTALL)
+_DDX_SYMPTOMS = re.compile(
+    r"(?P<mid>A \d+-year-old \w+ presents the symptoms of) (?P<symptoms>[^.]+)\.(?P<tail>.*)", re.DOTALL
+)
 
 
 def _rewrite_items(items: str, rng: random.Random, *, shuffle: bool, drop: float) -> str:
@@ -66,12 +68,19 @@ Rewriter = Callable[..., "str | None"]
 
 #: Dataset name (as :func:`textfree.data.ppft_split` takes it, lower case; a data directory is looked up by its
 #: base name without ``_dataset``) -> rewriter of its private prompts.
-REWRITERS: dict[str, Rewriter] = {"pri-ddx": rewrite_ddx, "ddx": rewrite_ddx, "pri-ddxplus": rewrite_ddx, "ddxplus": rewrite_ddx}
+REWRITERS: dict[str, Rewriter] = {
+    "pri-ddx": rewrite_ddx,
+    "ddx": rewrite_ddx,
+    "pri-ddxplus": rewrite_ddx,
+    "ddxplus": rewrite_ddx,
+}
 
 
 def rewriter_for(dataset: str) -> Rewriter:
     """The registered rewriter of ``dataset``; a clear error naming the ones there are."""
-    key = os.path.basename(os.path.normpath(str(dataset))).lower().removesuffix("_dataset")  # a name or the data directory
+    key = (
+        os.path.basename(os.path.normpath(str(dataset))).lower().removesuffix("_dataset")
+    )  # a name or the data directory
     if key not in REWRITERS:
         raise ValueError(f"no prompt rewriter for dataset {dataset!r}; prompt variants exist for {sorted(REWRITERS)}")
     return REWRITERS[key]
@@ -96,7 +105,9 @@ class PromptVariants:
         if not isinstance(self.shuffle, bool):
             raise ValueError(f"prompt_variant_shuffle must be true or false, got {self.shuffle!r}")
         if self.prob > 0 and not self.shuffle and self.drop == 0:
-            raise ValueError("prompt_variants > 0 with neither shuffling nor prompt_variant_drop would send the prompts unchanged")
+            raise ValueError(
+                "prompt_variants > 0 with neither shuffling nor prompt_variant_drop would send the prompts unchanged"
+            )
 
     @property
     def active(self) -> bool:

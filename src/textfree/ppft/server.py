@@ -249,14 +249,21 @@ class ServerModel(torch.nn.Module):
             token_ids = torch.tensor(head + pub[i] + tgt[i], dtype=torch.long, device=dev)
             tok_emb = embed(token_ids)
             n_head = len(head)
-            slots = slot_prefix(self.projection, vectors[i, : int(lengths[i])].to(dev), self.config.summary_slots, seen[i],
-                                summary_only=self.config.summary_only).to(dtype)
+            slots = slot_prefix(
+                self.projection,
+                vectors[i, : int(lengths[i])].to(dev),
+                self.config.summary_slots,
+                seen[i],
+                summary_only=self.config.summary_only,
+            ).to(dtype)
             parts = [tok_emb[:n_head], slots, tok_emb[n_head:]]
             rows.append(torch.cat(parts, dim=0))
             labels.append([IGNORE_INDEX] * (n_head + slots.shape[0] + len(pub[i])) + tgt[i])
         return rows, labels
 
-    def _check_inputs(self, vectors, mask, public, targets) -> tuple[torch.Tensor, torch.Tensor, list[str] | None, list[str] | None]:
+    def _check_inputs(
+        self, vectors, mask, public, targets
+    ) -> tuple[torch.Tensor, torch.Tensor, list[str] | None, list[str] | None]:
         vectors = _require_tensor("vectors", vectors)
         mask = _require_tensor("mask", mask)
         if vectors.dim() != 3 or vectors.shape[-1] != self.config.encoder_dim:
@@ -337,7 +344,9 @@ class ServerModel(torch.nn.Module):
         gold = out.labels[:, 1:][predicts[:, :-1]]
         token_logp = torch.log_softmax(logits.double(), dim=-1).gather(-1, gold.unsqueeze(-1)).squeeze(-1)
         rows = predicts.nonzero()[:, 0]
-        return torch.zeros(out.labels.shape[0], dtype=torch.float64, device=token_logp.device).index_add_(0, rows, token_logp)
+        return torch.zeros(out.labels.shape[0], dtype=torch.float64, device=token_logp.device).index_add_(
+            0, rows, token_logp
+        )
 
     @torch.no_grad()
     def rank_options(
@@ -356,7 +365,11 @@ class ServerModel(torch.nn.Module):
         if not isinstance(options, (list, tuple)) or len(options) != vectors.shape[0]:
             raise ValueError(f"options must be a list with one entry per payload row ({vectors.shape[0]})")
         for i, opts in enumerate(options):
-            if not isinstance(opts, (list, tuple)) or not opts or not all(isinstance(o, str) and o.strip() for o in opts):
+            if (
+                not isinstance(opts, (list, tuple))
+                or not opts
+                or not all(isinstance(o, str) and o.strip() for o in opts)
+            ):
                 raise ValueError(f"options[{i}] must be a non-empty list of non-empty strings, got {opts!r}")
         rows = [i for i, opts in enumerate(options) for _ in opts]
         flat = [o for opts in options for o in opts]
@@ -364,10 +377,14 @@ class ServerModel(torch.nn.Module):
         for start in range(0, len(rows), batch_size):
             index = torch.tensor(rows[start : start + batch_size])
             n = int(mask[index].sum(dim=1).max()) if mask.shape[1] else 0
-            scores.append(self.score_targets(
-                vectors[index, :n], mask[index, :n], targets=flat[start : start + batch_size],
-                public=None if public is None else [public[i] for i in index.tolist()],
-            ))
+            scores.append(
+                self.score_targets(
+                    vectors[index, :n],
+                    mask[index, :n],
+                    targets=flat[start : start + batch_size],
+                    public=None if public is None else [public[i] for i in index.tolist()],
+                )
+            )
         scores_t = torch.cat(scores)
         best, start = [], 0
         for opts in options:
@@ -381,7 +398,8 @@ class ServerModel(torch.nn.Module):
             self._warned_length = True
             warnings.warn(
                 f"sequences of {length} positions exceed the decoder's max_position_embeddings ({limit}); lower "
-                "max_private_tokens / max_public_tokens / max_target_tokens (or max_new_tokens)", stacklevel=3
+                "max_private_tokens / max_public_tokens / max_target_tokens (or max_new_tokens)",
+                stacklevel=3,
             )
 
     @property
@@ -419,9 +437,15 @@ class ServerModel(torch.nn.Module):
                 embeds[i, length - row.shape[0] :] = row
                 attention[i, length - row.shape[0] :] = 1
             ids = greedy_generate(
-                self.decoder, embeds, attention, max_new_tokens=max_new_tokens,
-                eos_token_id=self.tokenizer.eos_token_id, pad_token_id=self.tokenizer.pad_token_id,
-                temperature=temperature, top_p=top_p, generators=generators,
+                self.decoder,
+                embeds,
+                attention,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=self.tokenizer.eos_token_id,
+                pad_token_id=self.tokenizer.pad_token_id,
+                temperature=temperature,
+                top_p=top_p,
+                generators=generators,
             )
         finally:
             self.train(was_training)
@@ -432,7 +456,9 @@ class ServerModel(torch.nn.Module):
         if payload.kind != "pooled":
             raise PayloadMismatchError(f"PPFT takes pooled payloads, got kind {payload.kind!r}")
         if payload.encoder.dim != self.config.encoder_dim:
-            raise PayloadMismatchError(f"payload width {payload.encoder.dim} != this model's encoder width {self.config.encoder_dim}")
+            raise PayloadMismatchError(
+                f"payload width {payload.encoder.dim} != this model's encoder width {self.config.encoder_dim}"
+            )
         want, got = self.config.encoder_sha256, payload.encoder.sha256
         if want and got and want != got:
             raise PayloadMismatchError(
@@ -440,7 +466,9 @@ class ServerModel(torch.nn.Module):
                 f"with encoder sha256 {want[:12]}...: use the encoder/ of this run on the client"
             )
         if payload.privatization.k != self.config.k:
-            warnings.warn(f"payload pooled with k={payload.privatization.k}, model trained with k={self.config.k}", stacklevel=3)
+            warnings.warn(
+                f"payload pooled with k={payload.privatization.k}, model trained with k={self.config.k}", stacklevel=3
+            )
 
     def _accept(self, payload: Payload, public: Sequence[str] | None, entry: str) -> list[str] | None:
         """The payload entry points' checks: a validated :class:`Payload` this model can read; returns the public
@@ -456,8 +484,11 @@ class ServerModel(torch.nn.Module):
             limit = self.config.template.max_public_tokens
             cut = sum(len(ids) > limit for ids in self.tokenizer(list(public), add_special_tokens=False)["input_ids"])
             if cut:
-                warnings.warn(f"{cut} public text(s) longer than max_public_tokens ({limit}) were cut: the model does not "
-                              "see their end", stacklevel=3)
+                warnings.warn(
+                    f"{cut} public text(s) longer than max_public_tokens ({limit}) were cut: the model does not "
+                    "see their end",
+                    stacklevel=3,
+                )
         return public
 
     def answer(
@@ -478,12 +509,21 @@ class ServerModel(torch.nn.Module):
             sl = slice(start, start + batch_size)
             n = int(payload.mask[sl].sum(dim=1).max())
             answers += self.generate(
-                payload.vectors[sl, :n], payload.mask[sl, :n],
-                public=None if public is None else public[sl], max_new_tokens=max_new_tokens,
+                payload.vectors[sl, :n],
+                payload.mask[sl, :n],
+                public=None if public is None else public[sl],
+                max_new_tokens=max_new_tokens,
             )
         return answers
 
-    def choose(self, payload: Payload, options: Sequence[Sequence[str]], *, public: Sequence[str] | None = None, batch_size: int = 64) -> list[str]:
+    def choose(
+        self,
+        payload: Payload,
+        options: Sequence[Sequence[str]],
+        *,
+        public: Sequence[str] | None = None,
+        batch_size: int = 64,
+    ) -> list[str]:
         """:meth:`answer` for multiple choice: per payload row, the option (of ``options[i]``) the model is most
         likely to answer (:meth:`rank_options`). The options are public text the client sent (its options block)."""
         public = self._accept(payload, public, "choose")

@@ -23,7 +23,12 @@ __all__ = ["SlotCountAugment"]
 
 
 def _check_fraction(name: str, value: float, high: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 <= value <= high:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not 0 <= value <= high
+    ):
         raise ValueError(f"{name} must be a number in [0, {high}], got {value!r}")
 
 
@@ -79,4 +84,6 @@ class SlotCountAugment:
 
     def apply(self, examples: Sequence[PayloadExample], *, generator: torch.Generator) -> list[PayloadExample]:
         """Every row augmented independently; public text and targets unchanged."""
-        return [PayloadExample(self.apply_row(ex.vectors, generator=generator), ex.public, ex.target) for ex in examples]
+        return [
+            PayloadExample(self.apply_row(ex.vectors, generator=generator), ex.public, ex.target) for ex in examples
+        ]

@@ -32,8 +32,9 @@ log = logging.getLogger("textfree.ppft")
 ANSWER_HEAD = "answer_head"  # the projection with its trained answer head, before the stage-2 loop
 
 
-def fit_center(cfg: Stage2Config, run: Path, lm: TextFreeLM, cache: ClientCache, examples, k: int, noise_seed: int,
-               family: str) -> dict[str, Any]:
+def fit_center(
+    cfg: Stage2Config, run: Path, lm: TextFreeLM, cache: ClientCache, examples, k: int, noise_seed: int, family: str
+) -> dict[str, Any]:
     """The client's slot centre: the mu-GDP mean of the training prompts' mean unit slots (each distinct private text
     once), followed with ``subspace_epochs`` by the class subspace's rows, which :func:`fit_class_subspace` fits from
     the payloads of :func:`_subspace_payloads` (the client's release); set on ``lm`` and in
@@ -45,7 +46,9 @@ def fit_center(cfg: Stage2Config, run: Path, lm: TextFreeLM, cache: ClientCache,
     first = _first_of_each_prompt(examples)
     slots = []
     for i in first:
-        pooled, _ = k_pool(cache.hidden[i].unsqueeze(0).float(), torch.ones(1, cache.hidden[i].shape[0], dtype=torch.bool), k)
+        pooled, _ = k_pool(
+            cache.hidden[i].unsqueeze(0).float(), torch.ones(1, cache.hidden[i].shape[0], dtype=torch.bool), k
+        )
         slots.append(l2_normalize(pooled[0]))
     mech = PrivateMean(float(cfg.center_mu))
     if cfg.resume and (run / CENTER_FILE).is_file():
@@ -63,13 +66,31 @@ def fit_center(cfg: Stage2Config, run: Path, lm: TextFreeLM, cache: ClientCache,
     lm.server.config = lm.config.replace(center_mu=float(cfg.center_mu), center_sha256=center_sha256(center))
     loss = mech.privacy_loss(1)
     norm = float(center.reshape(-1, center.shape[-1])[0].norm())  # the centre: the map's first row
-    log.info("slot centre from %d training prompts: norm %.3f, sigma %.4g, %s-GDP (eps %.3g at delta %g per prompt)",
-             len(slots), norm, mech.sigma(len(slots)), cfg.center_mu, loss.epsilon, loss.delta)
-    info = {"mu": float(cfg.center_mu), "prompts": len(slots), "sigma": mech.sigma(len(slots)), "norm": norm,
-            "epsilon": loss.epsilon, "delta": loss.delta, "sha256": lm.config.center_sha256}
+    log.info(
+        "slot centre from %d training prompts: norm %.3f, sigma %.4g, %s-GDP (eps %.3g at delta %g per prompt)",
+        len(slots),
+        norm,
+        mech.sigma(len(slots)),
+        cfg.center_mu,
+        loss.epsilon,
+        loss.delta,
+    )
+    info = {
+        "mu": float(cfg.center_mu),
+        "prompts": len(slots),
+        "sigma": mech.sigma(len(slots)),
+        "norm": norm,
+        "epsilon": loss.epsilon,
+        "delta": loss.delta,
+        "sha256": lm.config.center_sha256,
+    }
     if center.dim() == 2:
-        info["subspace"] = {"rank": center.shape[0] - 1, "epochs": cfg.subspace_epochs, "prompts": len(slots),
-                            "releases_per_prompt": cfg.subspace_epochs if cfg.epsilon is not None else 0}
+        info["subspace"] = {
+            "rank": center.shape[0] - 1,
+            "epochs": cfg.subspace_epochs,
+            "prompts": len(slots),
+            "releases_per_prompt": cfg.subspace_epochs if cfg.epsilon is not None else 0,
+        }
     return info
 
 
@@ -81,8 +102,9 @@ def _first_of_each_prompt(examples) -> list[int]:
     return list(first.values())
 
 
-def _subspace_payloads(cfg: Stage2Config, lm: TextFreeLM, cache: ClientCache, examples, k: int, noise_seed: int,
-                       family: str) -> list[PayloadExample]:
+def _subspace_payloads(
+    cfg: Stage2Config, lm: TextFreeLM, cache: ClientCache, examples, k: int, noise_seed: int, family: str
+) -> list[PayloadExample]:
     """The client's release for the class subspace: ``subspace_epochs`` passes over each distinct training prompt,
     centred on ``lm.center`` and noised as this run's client noises (clean for an upper-bound run), one payload row
     per prompt and pass, with its public text and target."""
@@ -92,7 +114,11 @@ def _subspace_payloads(cfg: Stage2Config, lm: TextFreeLM, cache: ClientCache, ex
     for epoch in range(cfg.subspace_epochs):
         gen = None
         if cfg.epsilon is not None:
-            gen = secure_generator() if cfg.secure_noise else seeded_generator(noise_seed * 100_003 + 70_000 + epoch, warn=False)
+            gen = (
+                secure_generator()
+                if cfg.secure_noise
+                else seeded_generator(noise_seed * 100_003 + 70_000 + epoch, warn=False)
+            )
         for i in first:
             hidden = cache.hidden[i].unsqueeze(0).float()
             x, m = privatizer.privatization.apply(hidden, torch.ones(hidden.shape[:2], dtype=torch.bool), generator=gen)
@@ -111,24 +137,34 @@ def fit_class_subspace(payloads: list[PayloadExample]) -> torch.Tensor:
     payloads = require_payload_examples(payloads, "fit_class_subspace")
     labels = [normalize_answer(row.target) for row in payloads]
     basis = class_subspace(torch.stack([row.vectors.mean(dim=0) for row in payloads]), labels)
-    log.info("class subspace: rank %d from %d payload rows (%d targets)", basis.shape[0], len(payloads), len(set(labels)))
+    log.info(
+        "class subspace: rank %d from %d payload rows (%d targets)", basis.shape[0], len(payloads), len(set(labels))
+    )
     return basis
 
 
-def answer_head_payloads(cfg: Stage2Config, cache: ClientCache, privatizer, noise_seed: int) -> Callable[[int], list[PayloadExample]]:
+def answer_head_payloads(
+    cfg: Stage2Config, cache: ClientCache, privatizer, noise_seed: int
+) -> Callable[[int], list[PayloadExample]]:
     """Client side: the release the answer head trains on, one fresh draw of every training prompt per pass
     (passes 0.. train the head, -1 checks it), seeded as the run's noise is (OS entropy with ``secure_noise``)."""
 
     def release(epoch: int) -> list[PayloadExample]:
         gen = None
         if cfg.epsilon is not None:
-            gen = secure_generator() if cfg.secure_noise else seeded_generator(noise_seed * 100_003 + 50_000 + epoch, warn=False)
+            gen = (
+                secure_generator()
+                if cfg.secure_noise
+                else seeded_generator(noise_seed * 100_003 + 50_000 + epoch, warn=False)
+            )
         return cache.privatize(privatizer, generator=gen)
 
     return release
 
 
-def fit_answer_head(cfg: Stage2Config, run: Path, server, payloads: Callable[[int], list[PayloadExample]]) -> dict[str, Any]:
+def fit_answer_head(
+    cfg: Stage2Config, run: Path, server, payloads: Callable[[int], list[PayloadExample]]
+) -> dict[str, Any]:
     """Server side: train the answer head on the client's fresh payloads (``payloads(epoch)``, from
     :func:`answer_head_payloads`) and give ``server`` a projection with it (kept in ``run``/answer_head, so a resumed
     run reuses the same head); its classes and its accuracy on one more fresh draw (``payloads(-1)``) for the summary."""
@@ -141,14 +177,25 @@ def fit_answer_head(cfg: Stage2Config, run: Path, server, payloads: Callable[[in
         log.info("answer head: reused %s", saved)
     else:
         t0 = time.time()
-        head = train_answer_head(payloads, epochs=cfg.answer_head_epochs, generator=seeded_generator(cfg.seed + 7919, warn=False),
-                                 standardize=cfg.answer_head_standardize, hidden=cfg.answer_head_hidden)
-        server.projection = server.projection.with_answer_head(head, class_vectors(server, head.specs[0].classes), options=cfg.answer_head_options)
+        head = train_answer_head(
+            payloads,
+            epochs=cfg.answer_head_epochs,
+            generator=seeded_generator(cfg.seed + 7919, warn=False),
+            standardize=cfg.answer_head_standardize,
+            hidden=cfg.answer_head_hidden,
+        )
+        server.projection = server.projection.with_answer_head(
+            head, class_vectors(server, head.specs[0].classes), options=cfg.answer_head_options
+        )
         server.projection.save(saved)
         log.info("answer head trained in %.1f s", time.time() - t0)
     accuracy = head_accuracy(server.projection, payloads(-1))
     log.info("answer head: %.3f of the training rows on a fresh draw", accuracy)
-    return {"classes": len(server.projection.config.answer_classes), "epochs": cfg.answer_head_epochs,
-            "standardize": server.projection.config.answer_standardize, "hidden": server.projection.config.answer_hidden,
-            "options": server.projection.config.answer_options,
-            "train_accuracy_fresh_draw": accuracy}
+    return {
+        "classes": len(server.projection.config.answer_classes),
+        "epochs": cfg.answer_head_epochs,
+        "standardize": server.projection.config.answer_standardize,
+        "hidden": server.projection.config.answer_hidden,
+        "options": server.projection.config.answer_options,
+        "train_accuracy_fresh_draw": accuracy,
+    }

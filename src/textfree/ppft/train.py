@@ -119,8 +119,14 @@ def train_stage1(cfg: Stage1Config, *, on_step: Callable[[int, float], None] | N
         return model(batch["input_ids"], batch["attention_mask"], public=batch["public"], targets=batch["targets"]).loss
 
     summary = fit(
-        cfg=cfg, model=lm, optimizer=optimizer, n_examples=len(examples), epoch_examples=lambda epoch: examples,
-        collate=collate_text(lm.tokenize_private), loss_fn=loss_fn, on_step=on_step,
+        cfg=cfg,
+        model=lm,
+        optimizer=optimizer,
+        n_examples=len(examples),
+        epoch_examples=lambda epoch: examples,
+        collate=collate_text(lm.tokenize_private),
+        loss_fn=loss_fn,
+        on_step=on_step,
     )
     lm = summary["model"]
     lm.server.config = lm.config.replace(stage="stage1", epsilon=None)
@@ -156,12 +162,19 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
     template = lm.config.template
     if cfg.max_target_tokens is not None:
         template = dataclasses.replace(template, max_target_tokens=cfg.max_target_tokens)
-    lm.server.config = lm.config.replace(k=k, mechanism=family, epsilon=cfg.epsilon, noise_match=cfg.noise_match,
-                                         stage="stage2", max_private_tokens=max_private, template=template,
-                                         summary_slots=lm.config.summary_slots if cfg.summary_slots is None else cfg.summary_slots,
-                                         fixed_slots=lm.config.fixed_slots if cfg.fixed_slots is None else cfg.fixed_slots,
-                                         repeat_mean=lm.config.repeat_mean if cfg.repeat_mean is None else cfg.repeat_mean,
-                                         summary_only=lm.config.summary_only if cfg.summary_only is None else cfg.summary_only)
+    lm.server.config = lm.config.replace(
+        k=k,
+        mechanism=family,
+        epsilon=cfg.epsilon,
+        noise_match=cfg.noise_match,
+        stage="stage2",
+        max_private_tokens=max_private,
+        template=template,
+        summary_slots=lm.config.summary_slots if cfg.summary_slots is None else cfg.summary_slots,
+        fixed_slots=lm.config.fixed_slots if cfg.fixed_slots is None else cfg.fixed_slots,
+        repeat_mean=lm.config.repeat_mean if cfg.repeat_mean is None else cfg.repeat_mean,
+        summary_only=lm.config.summary_only if cfg.summary_only is None else cfg.summary_only,
+    )
     lm.encoder.max_length = max_private
     proj = lm.server.projection.config
     n = proj.count_vectors if cfg.count_vectors is None else cfg.count_vectors
@@ -173,9 +186,16 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
 
     # -- client side: encode the training prompts once; privatize afresh every epoch
     if cfg.restore_text:
-        examples = public_restore_examples(cfg.restore_text, limit_per_source=cfg.restore_text_limit, fits=lm.sends_whole)
+        examples = public_restore_examples(
+            cfg.restore_text, limit_per_source=cfg.restore_text_limit, fits=lm.sends_whole
+        )
         examples = examples[: cfg.limit] if cfg.limit is not None else examples
-        log.info("stage 2 restore task on public text: %d texts of %s within %d encoder tokens", len(examples), cfg.restore_text, max_private)
+        log.info(
+            "stage 2 restore task on public text: %d texts of %s within %d encoder tokens",
+            len(examples),
+            cfg.restore_text,
+            max_private,
+        )
     else:
         records = ppft_split(cfg.dataset, cfg.split_fraction, validation=cfg.validation or 0.0)["train"]
         if cfg.limit is not None:
@@ -183,7 +203,11 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
         examples = domain_examples(records, cfg.tasks)
     run = prepare_run_dir(cfg, init=cfg.init, fingerprint=init_fingerprint)
     noise_seed = cfg.seed if cfg.noise_seed is None else cfg.noise_seed
-    center_info = None if lm.center is None else {"inherited_from": str(cfg.init), "sha256": lm.config.center_sha256, "mu": lm.config.center_mu}
+    center_info = (
+        None
+        if lm.center is None
+        else {"inherited_from": str(cfg.init), "sha256": lm.config.center_sha256, "mu": lm.config.center_mu}
+    )
     if cfg.blind:
         blind = blind_payload_examples(examples, lm.config.encoder_dim)
         log.info("stage 2 blind control: %d examples with no private prefix", len(blind))
@@ -196,7 +220,9 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
             center_info = fit_center(cfg, run, lm, cache, examples, k, noise_seed, family)
         privatizer = lm.privatizer(cfg.epsilon, k=k, mechanism=family, match=cfg.noise_match)
         if cfg.epsilon is None:
-            log.warning("stage 2 without noise (epsilon=None): the server sees clean embeddings; an upper bound, not private")
+            log.warning(
+                "stage 2 without noise (epsilon=None): the server sees clean embeddings; an upper bound, not private"
+            )
 
         augment = cfg.slot_augment()
         variants = cfg.variants()
@@ -210,10 +236,16 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
             if variants.active:  # client side, before encoding: this epoch's rewrites of the training prompts
                 rewrites = variants.epoch_rewrites(cache.private, rewriter, seed=cfg.seed * 100_003 + epoch + 15_013)
                 sent = cache.replaced(rewrites)
-                log.info("epoch %d: the client sends %d of %d training prompts rewritten", epoch, len(rewrites), len(cache))
+                log.info(
+                    "epoch %d: the client sends %d of %d training prompts rewritten", epoch, len(rewrites), len(cache)
+                )
             payloads = sent.privatize(privatizer, generator=gen)
-            if augment.active and (cfg.slot_augment_epochs is None or epoch < cfg.slot_augment_epochs):  # server side, on payloads already privatized; its randomness is not the noise's
-                payloads = augment.apply(payloads, generator=seeded_generator(cfg.seed * 100_003 + epoch + 7_919, warn=False))
+            if augment.active and (
+                cfg.slot_augment_epochs is None or epoch < cfg.slot_augment_epochs
+            ):  # server side, on payloads already privatized; its randomness is not the noise's
+                payloads = augment.apply(
+                    payloads, generator=seeded_generator(cfg.seed * 100_003 + epoch + 7_919, warn=False)
+                )
             return payloads
 
     # -- server side: only projection + LoRA train; it sees payload rows, public text and targets
@@ -222,15 +254,41 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
     if cfg.answer_head:
         head_info = fit_answer_head(cfg, run, server, answer_head_payloads(cfg, cache, privatizer, noise_seed))
     summary = fit(
-        cfg=cfg, model=server, optimizer=server_optimizer(server, cfg), n_examples=len(examples), epoch_examples=epoch_payloads,
-        collate=collate_payloads, loss_fn=payload_loss, on_step=on_step,
+        cfg=cfg,
+        model=server,
+        optimizer=server_optimizer(server, cfg),
+        n_examples=len(examples),
+        epoch_examples=epoch_payloads,
+        collate=collate_payloads,
+        loss_fn=payload_loss,
+        on_step=on_step,
     )
     lm.server = summary["model"]
     lm.save(run)
-    extra = {"stage": "stage2", "dataset": None if cfg.restore_text else cfg.dataset, "restore_text": cfg.restore_text, "examples": len(examples), "epsilon": cfg.epsilon, "k": k,
-             "mechanism": family, "noise_match": cfg.noise_match, "tasks": list(cfg.tasks), "blind": cfg.blind,
-             "summary_slots": lm.config.summary_slots, "summary_only": lm.config.summary_only, "fixed_slots": lm.config.fixed_slots, "repeat_mean": lm.config.repeat_mean,
-             "count_vectors": lm.server.projection.config.count_vectors, "count_dropout": lm.server.projection.config.count_dropout,
-             "answer_head": head_info, "center": center_info, "slot_augment": cfg.slot_augment().to_dict(), "slot_augment_epochs": cfg.slot_augment_epochs,
-             "prompt_variants": cfg.variants().to_dict(), "validation": cfg.validation, "init_fingerprint": init_fingerprint, "total_wall_s": total_wall_s(summary, t0)}
+    extra = {
+        "stage": "stage2",
+        "dataset": None if cfg.restore_text else cfg.dataset,
+        "restore_text": cfg.restore_text,
+        "examples": len(examples),
+        "epsilon": cfg.epsilon,
+        "k": k,
+        "mechanism": family,
+        "noise_match": cfg.noise_match,
+        "tasks": list(cfg.tasks),
+        "blind": cfg.blind,
+        "summary_slots": lm.config.summary_slots,
+        "summary_only": lm.config.summary_only,
+        "fixed_slots": lm.config.fixed_slots,
+        "repeat_mean": lm.config.repeat_mean,
+        "count_vectors": lm.server.projection.config.count_vectors,
+        "count_dropout": lm.server.projection.config.count_dropout,
+        "answer_head": head_info,
+        "center": center_info,
+        "slot_augment": cfg.slot_augment().to_dict(),
+        "slot_augment_epochs": cfg.slot_augment_epochs,
+        "prompt_variants": cfg.variants().to_dict(),
+        "validation": cfg.validation,
+        "init_fingerprint": init_fingerprint,
+        "total_wall_s": total_wall_s(summary, t0),
+    }
     return write_summary(run, summary, extra) | {"model": lm}

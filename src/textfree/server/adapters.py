@@ -49,13 +49,23 @@ class AdapterModels:
         """The tenant's adapter row, or 404 (the same answer for a missing id and for another tenant's)."""
         row = self.store.get_adapter(tenant, adapter_id)
         if row is None:
-            raise ApiError(404, "adapter_not_found", f"no adapter {adapter_id!r} for this API key (GET /v1/models lists yours per model)")
+            raise ApiError(
+                404,
+                "adapter_not_found",
+                f"no adapter {adapter_id!r} for this API key (GET /v1/models lists yours per model)",
+            )
         if row["model"] != model_id:
-            raise ApiError(404, "adapter_not_found", f"adapter {adapter_id!r} was trained for model {row['model']!r}, not {model_id!r}")
+            raise ApiError(
+                404,
+                "adapter_not_found",
+                f"adapter {adapter_id!r} was trained for model {row['model']!r}, not {model_id!r}",
+            )
         return row
 
     @contextlib.asynccontextmanager
-    async def use(self, tenant: str, model_id: str, adapter_id: str) -> AsyncIterator[tuple[GenerateModel, MicroBatcher]]:
+    async def use(
+        self, tenant: str, model_id: str, adapter_id: str
+    ) -> AsyncIterator[tuple[GenerateModel, MicroBatcher]]:
         """(model, batcher) of the tenant's adapter, loaded if needed, not unloaded while the block runs."""
         row = self.lookup(tenant, model_id, adapter_id)
         entry = self._loaded.get(adapter_id)
@@ -66,8 +76,12 @@ class AdapterModels:
                 if entry is None:
                     run = self.store.job_dir(row["job"])
                     model = await run_in_threadpool(GenerateModel.load, model_id, str(run), device=self.config.device)
-                    batcher = MicroBatcher(model.run, max_rows=self.config.batch_max_rows,
-                                           max_wait_s=self.config.batch_wait_ms / 1000.0, on_batch=self.on_batch)
+                    batcher = MicroBatcher(
+                        model.run,
+                        max_rows=self.config.batch_max_rows,
+                        max_wait_s=self.config.batch_wait_ms / 1000.0,
+                        on_batch=self.on_batch,
+                    )
                     entry = self._loaded[adapter_id] = _Loaded(model, batcher)
             self._loading.pop(adapter_id, None)
         self._loaded.move_to_end(adapter_id)

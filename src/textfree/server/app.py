@@ -47,12 +47,24 @@ class GenerateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str = Field(max_length=64, description="Model id (GET /v1/models).")
     payload_b64: str = Field(description="The payload (safetensors bytes, docs/payload.md), standard base64.")
-    public: list[str] | None = Field(None, description="Public text per payload row (overrides the payload's own 'public').")
+    public: list[str] | None = Field(
+        None, description="Public text per payload row (overrides the payload's own 'public')."
+    )
     max_new_tokens: int | None = Field(None, description="Generation length (default min(32, server limit)).")
-    adapter: str | None = Field(None, max_length=64, description="Id of one of your fine-tuned adapters of this model (a succeeded job's 'adapter').")
-    temperature: float | None = Field(None, description="0 (default): greedy; > 0 (at most 10): sample from softmax(logits / temperature).")
-    top_p: float | None = Field(None, description="Nucleus sampling mass in (0, 1] (default 1: off); used when temperature > 0.")
-    seed: int | None = Field(None, description="Sampling seed of this request (>= 0): the same request and seed give the same answers.")
+    adapter: str | None = Field(
+        None,
+        max_length=64,
+        description="Id of one of your fine-tuned adapters of this model (a succeeded job's 'adapter').",
+    )
+    temperature: float | None = Field(
+        None, description="0 (default): greedy; > 0 (at most 10): sample from softmax(logits / temperature)."
+    )
+    top_p: float | None = Field(
+        None, description="Nucleus sampling mass in (0, 1] (default 1: off); used when temperature > 0."
+    )
+    seed: int | None = Field(
+        None, description="Sampling seed of this request (>= 0): the same request and seed give the same answers."
+    )
 
 
 class EmbedRequest(BaseModel):
@@ -126,7 +138,11 @@ def _b64(text: str, limit: int) -> bytes:
 def _content_type(request: Request) -> str:
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype not in (OCTET, JSON):
-        raise ApiError(415, "unsupported_media_type", f"send {OCTET} (the payload bytes) or {JSON}; got {ctype or 'no Content-Type'!r}")
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            f"send {OCTET} (the payload bytes) or {JSON}; got {ctype or 'no Content-Type'!r}",
+        )
     return ctype
 
 
@@ -150,10 +166,17 @@ def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -
     keys = KeyStore(config.keys_file) if config.auth else None
     limiter = RateLimiter(config.rate_limit_per_minute)
     batchers: dict[str, MicroBatcher] = {}
-    metrics = Metrics(queue_depth=lambda: sum(b.queue_depth for b in batchers.values()) + (adapters.queue_depth if adapters else 0))
+    metrics = Metrics(
+        queue_depth=lambda: sum(b.queue_depth for b in batchers.values()) + (adapters.queue_depth if adapters else 0)
+    )
     for model_id, model in registry.models.items():
-        batchers[model_id] = MicroBatcher(model.run, max_rows=config.batch_max_rows, max_wait_s=config.batch_wait_ms / 1000.0, on_batch=metrics.batch,
-                                          max_concurrent=getattr(model, "max_concurrent_calls", 1))
+        batchers[model_id] = MicroBatcher(
+            model.run,
+            max_rows=config.batch_max_rows,
+            max_wait_s=config.batch_wait_ms / 1000.0,
+            on_batch=metrics.batch,
+            max_concurrent=getattr(model, "max_concurrent_calls", 1),
+        )
 
     # datasets, fine-tuning jobs and adapters: only with a database (docs/server.md, "Fine-tuning")
     store = jobs = adapters = None
@@ -186,7 +209,9 @@ def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -
     )
     app.state.config, app.state.registry, app.state.metrics, app.state.batchers = config, registry, metrics, batchers
     app.state.store, app.state.jobs, app.state.adapters = store, jobs, adapters
-    app.add_middleware(ASGIMetrics, metrics=metrics, on_error=lambda exc: log.error("unhandled error: %r", exc, exc_info=exc))
+    app.add_middleware(
+        ASGIMetrics, metrics=metrics, on_error=lambda exc: log.error("unhandled error: %r", exc, exc_info=exc)
+    )
 
     # ------------------------------------------------------------------ errors
     @app.exception_handler(ApiError)
@@ -196,7 +221,9 @@ def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
         kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return JSONResponse(error_body(kind, str(exc.detail)), status_code=exc.status_code, headers=getattr(exc, "headers", None))
+        return JSONResponse(
+            error_body(kind, str(exc.detail)), status_code=exc.status_code, headers=getattr(exc, "headers", None)
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):
@@ -210,18 +237,29 @@ def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -
             auth = request.headers.get("authorization", "")
             key = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("x-api-key")
             if not key:
-                raise ApiError(401, "missing_api_key", "send an API key: 'Authorization: Bearer <key>'", headers={"WWW-Authenticate": "Bearer"})
+                raise ApiError(
+                    401,
+                    "missing_api_key",
+                    "send an API key: 'Authorization: Bearer <key>'",
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
             try:
                 name = keys.verify(key)
             except KeyStoreError as exc:
                 log.error("key store: %s", exc)
                 raise ApiError(503, "key_store_unavailable", "the server cannot read its key store") from None
             if name is None:
-                raise ApiError(401, "invalid_api_key", "the API key is not valid", headers={"WWW-Authenticate": "Bearer"})
+                raise ApiError(
+                    401, "invalid_api_key", "the API key is not valid", headers={"WWW-Authenticate": "Bearer"}
+                )
         wait = limiter.acquire(name)
         if wait > 0:
-            raise ApiError(429, "rate_limited", f"over {config.rate_limit_per_minute} requests per minute; retry in {wait:.1f} s",
-                           headers={"Retry-After": str(max(1, math.ceil(wait)))})
+            raise ApiError(
+                429,
+                "rate_limited",
+                f"over {config.rate_limit_per_minute} requests per minute; retry in {wait:.1f} s",
+                headers={"Retry-After": str(max(1, math.ceil(wait)))},
+            )
         request.state.tenant = name
         return name
 
@@ -230,7 +268,10 @@ def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -
     async def health() -> dict:
         return {"status": "ok", "version": __version__, "models": len(registry.models)}
 
-    @app.get("/metrics", summary="Request counts, latency p50/p99, in-flight, queue depth (Prometheus text; ?format=json for JSON).")
+    @app.get(
+        "/metrics",
+        summary="Request counts, latency p50/p99, in-flight, queue depth (Prometheus text; ?format=json for JSON).",
+    )
     async def metrics_route(format: str = Query("prometheus", pattern="^(prometheus|json)$")):
         if format == "json":
             return metrics.snapshot()
@@ -243,9 +284,18 @@ def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -
             "max_new_tokens": config.max_new_tokens,
             "max_public_chars": config.max_public_chars,
             "rate_limit_per_minute": config.rate_limit_per_minute,
-            **({"max_dataset_rows": config.max_dataset_rows, "max_dataset_bytes": config.max_dataset_bytes,
-                "max_target_chars": config.max_target_chars, "max_concurrent_jobs": config.max_concurrent_jobs,
-                "max_jobs_per_tenant": config.max_jobs_per_tenant, "max_job_steps": config.max_job_steps} if store else {}),
+            **(
+                {
+                    "max_dataset_rows": config.max_dataset_rows,
+                    "max_dataset_bytes": config.max_dataset_bytes,
+                    "max_target_chars": config.max_target_chars,
+                    "max_concurrent_jobs": config.max_concurrent_jobs,
+                    "max_jobs_per_tenant": config.max_jobs_per_tenant,
+                    "max_job_steps": config.max_job_steps,
+                }
+                if store
+                else {}
+            ),
         }
 
     @app.get("/v1/models", summary="The model card of every served model.")
@@ -277,7 +327,11 @@ def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -
         prepared = model.prepare(payload, options.get("public"), config)
         return model, payload, prepared, options, len(raw)
 
-    @app.post("/v1/generate", summary="Answers from a payload (+ public text).", openapi_extra=_body_doc(GenerateRequest, "GenerateRequest"))
+    @app.post(
+        "/v1/generate",
+        summary="Answers from a payload (+ public text).",
+        openapi_extra=_body_doc(GenerateRequest, "GenerateRequest"),
+    )
     async def generate(
         request: Request,
         who: str = Depends(tenant),
@@ -288,16 +342,28 @@ def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -
         top_p: float | None = Query(None, description="Nucleus mass (octet-stream bodies)."),
         seed: int | None = Query(None, description="Sampling seed (octet-stream bodies)."),
     ) -> dict:
-        query = {"model": model, "max_new_tokens": max_new_tokens, "adapter": adapter, "temperature": temperature,
-                 "top_p": top_p, "seed": seed}
+        query = {
+            "model": model,
+            "max_new_tokens": max_new_tokens,
+            "adapter": adapter,
+            "temperature": temperature,
+            "top_p": top_p,
+            "seed": seed,
+        }
         served, payload, prepared, options, n_bytes = await _payload(request, "generate", GenerateRequest, query)
         adapter_id = options.get("adapter") or None
         if adapter_id is not None and adapters is None:
-            raise ApiError(404, "adapter_not_found", f"no adapter {adapter_id!r}: this server runs without a database, so it has no fine-tuned adapters")
+            raise ApiError(
+                404,
+                "adapter_not_found",
+                f"no adapter {adapter_id!r}: this server runs without a database, so it has no fine-tuned adapters",
+            )
         n_new = options.get("max_new_tokens")
         n_new = config.default_new_tokens if n_new is None else n_new
         if not 1 <= n_new <= config.max_new_tokens:
-            raise ApiError(422, "invalid_request", f"max_new_tokens must lie in [1, {config.max_new_tokens}], got {n_new}")
+            raise ApiError(
+                422, "invalid_request", f"max_new_tokens must lie in [1, {config.max_new_tokens}], got {n_new}"
+            )
         decoding = _decoding(n_new, options)
         prepared.seed = options.get("seed")
         if adapter_id is None:
@@ -321,7 +387,11 @@ def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -
             },
         }
 
-    @app.post("/v1/embed", summary="Sentence embeddings from noisy token embeddings (SnD-style).", openapi_extra=_body_doc(EmbedRequest, "EmbedRequest"))
+    @app.post(
+        "/v1/embed",
+        summary="Sentence embeddings from noisy token embeddings (SnD-style).",
+        openapi_extra=_body_doc(EmbedRequest, "EmbedRequest"),
+    )
     async def embed(
         request: Request,
         _: str = Depends(tenant),
@@ -333,8 +403,13 @@ def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -
             "model": served.id,
             "embeddings": embeddings,
             "dim": served.card["output_dim"],
-            "usage": {"rows": payload.batch_size, "tokens": sum(payload.lengths), "payload_bytes": n_bytes,
-                      "batch_rows": info.rows, "batch_requests": info.requests},
+            "usage": {
+                "rows": payload.batch_size,
+                "tokens": sum(payload.lengths),
+                "payload_bytes": n_bytes,
+                "batch_rows": info.rows,
+                "batch_requests": info.requests,
+            },
         }
 
     add_fine_tuning_routes(app, config=config, registry=registry, tenant=tenant, store=store, jobs=jobs)

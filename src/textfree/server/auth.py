@@ -65,7 +65,11 @@ class KeyStore:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise KeyStoreError(f"cannot read the keys file {str(self.path)!r}: {exc}") from None
-        if not isinstance(data, dict) or data.get("format") != KEYS_FORMAT or data.get("format_version") != KEYS_VERSION:
+        if (
+            not isinstance(data, dict)
+            or data.get("format") != KEYS_FORMAT
+            or data.get("format_version") != KEYS_VERSION
+        ):
             raise KeyStoreError(f"{str(self.path)!r} is not a {KEYS_FORMAT} v{KEYS_VERSION} file")
         if not isinstance(data.get("keys"), dict):
             raise KeyStoreError(f"{str(self.path)!r}: 'keys' must be a mapping")

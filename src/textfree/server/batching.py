@@ -39,8 +39,15 @@ class _Job:
 
 
 class MicroBatcher:
-    def __init__(self, fn: Callable[[Hashable, list[Any]], Sequence[Any]], *, max_rows: int = 16, max_wait_s: float = 0.005,
-                 on_batch: Callable[[int, int], None] | None = None, max_concurrent: int = 1):
+    def __init__(
+        self,
+        fn: Callable[[Hashable, list[Any]], Sequence[Any]],
+        *,
+        max_rows: int = 16,
+        max_wait_s: float = 0.005,
+        on_batch: Callable[[int, int], None] | None = None,
+        max_concurrent: int = 1,
+    ):
         if max_rows < 1 or max_wait_s < 0 or max_concurrent < 1:
             raise ValueError("MicroBatcher needs max_rows >= 1, max_wait_s >= 0 and max_concurrent >= 1")
         self.fn = fn

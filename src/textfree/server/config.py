@@ -11,8 +11,15 @@ from typing import Any
 __all__ = ["ServerConfig", "LOOPBACK_HOSTS", "config_help", "is_loopback"]
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
-FINE_TUNING_LIMITS = ("max_dataset_rows", "max_dataset_bytes", "max_target_chars", "max_concurrent_jobs", "max_jobs_per_tenant",
-                      "max_job_steps", "max_loaded_adapters")
+FINE_TUNING_LIMITS = (
+    "max_dataset_rows",
+    "max_dataset_bytes",
+    "max_target_chars",
+    "max_concurrent_jobs",
+    "max_jobs_per_tenant",
+    "max_job_steps",
+    "max_loaded_adapters",
+)
 BACKENDS = ("hf", "vllm")
 VLLM_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -21,45 +28,188 @@ VLLM_DTYPES = ("float32", "bfloat16", "float16")
 class ServerConfig:
     """Models by id, the API-key store and the limits of one server process."""
 
-    models: dict[str, str] = field(default_factory=dict, metadata={"help": "PPFT models for /v1/generate: model id -> run directory (what TextFreeLM.save writes; only its server part is loaded, never encoder/)."})
-    embed_models: dict[str, str] = field(default_factory=dict, metadata={"help": "Models for /v1/embed: model id -> Hugging Face encoder directory (its transformer runs on the client's noisy token embeddings)."})
-    keys_path: str | None = field(default=None, metadata={"help": "JSON file of hashed API keys (textfree serve --add-key TENANT writes it). Required unless auth is off."})
-    auth: bool = field(default=True, metadata={"help": "Require an API key on every /v1 route. Off only for local experiments on a loopback host."})
-    host: str = field(default="127.0.0.1", metadata={"help": "Address uvicorn binds (textfree serve); auth can be off only on a loopback address."})
-    max_body_bytes: int = field(default=8 * 1024 * 1024, metadata={"help": "Largest HTTP request body (bytes); larger bodies get 413 before they are read in full."})
-    max_batch_rows: int = field(default=32, metadata={"help": "Most prompts (payload rows) in one request; more get 413."})
-    max_new_tokens: int = field(default=64, metadata={"help": "Largest max_new_tokens a request may ask for (422 above it); requests that give none get min(32, this)."})
-    max_public_chars: int = field(default=16384, metadata={"help": "Longest public text per row, in characters (422 above it)."})
-    rate_limit_per_minute: int = field(default=600, metadata={"help": "Requests per minute per tenant (token bucket, burst = this many); 0 = unlimited. Over it: 429 with Retry-After."})
-    batch_wait_ms: float = field(default=5.0, metadata={"help": "Micro-batching: how long the first queued request waits for others to share its model call."})
-    batch_max_rows: int = field(default=16, metadata={"help": "Micro-batching: the most rows one model call takes (a larger single request still runs alone)."})
-    sqlite_path: str | None = field(default=None, metadata={"help": "SQLite database of datasets, fine-tuning jobs and adapters (metadata; files go under data_dir). None: no fine-tuning routes (501)."})
-    data_dir: str | None = field(default=None, metadata={"help": "Directory of uploaded datasets, job runs (checkpoints) and adapters. Default: 'textfree-data' beside sqlite_path."})
-    max_dataset_rows: int = field(default=10_000, metadata={"help": "Most payload rows (training examples) in one uploaded dataset (413 above it)."})
-    max_dataset_bytes: int = field(default=64 * 1024 * 1024, metadata={"help": "Largest POST /v1/datasets body in bytes (JSON with base64: its payload is at most ~3/4 of this); 413 above it."})
-    max_target_chars: int = field(default=4096, metadata={"help": "Longest training target per row, in characters (422 above it)."})
-    max_concurrent_jobs: int = field(default=1, metadata={"help": "Fine-tuning jobs training at once (server-wide worker threads); more jobs wait, queued, first come first served."})
-    max_jobs_per_tenant: int = field(default=4, metadata={"help": "Queued + running jobs one tenant may have; another POST /v1/fine_tuning/jobs gets 429 too_many_jobs."})
-    max_job_steps: int = field(default=100_000, metadata={"help": "Most optimizer steps one job may ask for (epochs x ceil(rows / batch_size), or max_steps); 422 above it."})
-    max_loaded_adapters: int = field(default=4, metadata={"help": "Fine-tuned adapters kept loaded for /v1/generate (least recently used are unloaded; each holds its own copy of the base decoder)."})
+    models: dict[str, str] = field(
+        default_factory=dict,
+        metadata={
+            "help": "PPFT models for /v1/generate: model id -> run directory (what TextFreeLM.save writes; only its "
+            "server part is loaded, never encoder/)."
+        },
+    )
+    embed_models: dict[str, str] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Models for /v1/embed: model id -> Hugging Face encoder directory (its transformer runs on the "
+            "client's noisy token embeddings)."
+        },
+    )
+    keys_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "JSON file of hashed API keys (textfree serve --add-key TENANT writes it). Required unless auth is "
+            "off."
+        },
+    )
+    auth: bool = field(
+        default=True,
+        metadata={"help": "Require an API key on every /v1 route. Off only for local experiments on a loopback host."},
+    )
+    host: str = field(
+        default="127.0.0.1",
+        metadata={"help": "Address uvicorn binds (textfree serve); auth can be off only on a loopback address."},
+    )
+    max_body_bytes: int = field(
+        default=8 * 1024 * 1024,
+        metadata={"help": "Largest HTTP request body (bytes); larger bodies get 413 before they are read in full."},
+    )
+    max_batch_rows: int = field(
+        default=32, metadata={"help": "Most prompts (payload rows) in one request; more get 413."}
+    )
+    max_new_tokens: int = field(
+        default=64,
+        metadata={
+            "help": "Largest max_new_tokens a request may ask for (422 above it); requests that give none get min(32, "
+            "this)."
+        },
+    )
+    max_public_chars: int = field(
+        default=16384, metadata={"help": "Longest public text per row, in characters (422 above it)."}
+    )
+    rate_limit_per_minute: int = field(
+        default=600,
+        metadata={
+            "help": "Requests per minute per tenant (token bucket, burst = this many); 0 = unlimited. Over it: 429 "
+            "with Retry-After."
+        },
+    )
+    batch_wait_ms: float = field(
+        default=5.0,
+        metadata={
+            "help": "Micro-batching: how long the first queued request waits for others to share its model call."
+        },
+    )
+    batch_max_rows: int = field(
+        default=16,
+        metadata={
+            "help": "Micro-batching: the most rows one model call takes (a larger single request still runs alone)."
+        },
+    )
+    sqlite_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "SQLite database of datasets, fine-tuning jobs and adapters (metadata; files go under data_dir). "
+            "None: no fine-tuning routes (501)."
+        },
+    )
+    data_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Directory of uploaded datasets, job runs (checkpoints) and adapters. Default: 'textfree-data' "
+            "beside sqlite_path."
+        },
+    )
+    max_dataset_rows: int = field(
+        default=10_000,
+        metadata={"help": "Most payload rows (training examples) in one uploaded dataset (413 above it)."},
+    )
+    max_dataset_bytes: int = field(
+        default=64 * 1024 * 1024,
+        metadata={
+            "help": "Largest POST /v1/datasets body in bytes (JSON with base64: its payload is at most ~3/4 of this); "
+            "413 above it."
+        },
+    )
+    max_target_chars: int = field(
+        default=4096, metadata={"help": "Longest training target per row, in characters (422 above it)."}
+    )
+    max_concurrent_jobs: int = field(
+        default=1,
+        metadata={
+            "help": "Fine-tuning jobs training at once (server-wide worker threads); more jobs wait, queued, first "
+            "come first served."
+        },
+    )
+    max_jobs_per_tenant: int = field(
+        default=4,
+        metadata={
+            "help": "Queued + running jobs one tenant may have; another POST /v1/fine_tuning/jobs gets 429 "
+            "too_many_jobs."
+        },
+    )
+    max_job_steps: int = field(
+        default=100_000,
+        metadata={
+            "help": "Most optimizer steps one job may ask for (epochs x ceil(rows / batch_size), or max_steps); 422 "
+            "above it."
+        },
+    )
+    max_loaded_adapters: int = field(
+        default=4,
+        metadata={
+            "help": "Fine-tuned adapters kept loaded for /v1/generate (least recently used are unloaded; each holds "
+            "its own copy of the base decoder)."
+        },
+    )
     device: str = field(default="cpu", metadata={"help": "torch device the models run on."})
-    backend: str = field(default="hf", metadata={"help": "Where generate models run: 'hf' (in this process, PyTorch/Hugging Face) or 'vllm' (this server is a gateway: it validates payloads, applies the projection and forwards prompt embeddings to the vLLM server at vllm_url)."})
-    vllm_url: str | None = field(default=None, metadata={"help": "Backend 'vllm': base URL of a vLLM OpenAI-compatible server run with --enable-prompt-embeds --enable-lora, serving each model's adapter under the model's id (--lora-modules ID=RUN_DIR/adapter). Keep it on a private network: only gateways may reach it."})
-    vllm_timeout_s: float = field(default=120.0, metadata={"help": "Backend 'vllm': seconds to wait for vLLM's answer to one call (then 504)."})
-    vllm_max_concurrent_calls: int = field(default=8, metadata={"help": "Backend 'vllm': calls per model in flight to vLLM at once (each carries up to batch_max_rows prompts; vLLM batches them further)."})
-    vllm_dtype: str = field(default="float32", metadata={"help": "Backend 'vllm': dtype of the prompt embeddings sent (float32, bfloat16 or float16); vLLM casts them to its --dtype."})
+    backend: str = field(
+        default="hf",
+        metadata={
+            "help": "Where generate models run: 'hf' (in this process, PyTorch/Hugging Face) or 'vllm' (this server is "
+            "a gateway: it validates payloads, applies the projection and forwards prompt embeddings to the "
+            "vLLM server at vllm_url)."
+        },
+    )
+    vllm_url: str | None = field(
+        default=None,
+        metadata={
+            "help": "Backend 'vllm': base URL of a vLLM OpenAI-compatible server run with --enable-prompt-embeds "
+            "--enable-lora, serving each model's adapter under the model's id (--lora-modules "
+            "ID=RUN_DIR/adapter). Keep it on a private network: only gateways may reach it."
+        },
+    )
+    vllm_timeout_s: float = field(
+        default=120.0, metadata={"help": "Backend 'vllm': seconds to wait for vLLM's answer to one call (then 504)."}
+    )
+    vllm_max_concurrent_calls: int = field(
+        default=8,
+        metadata={
+            "help": "Backend 'vllm': calls per model in flight to vLLM at once (each carries up to batch_max_rows "
+            "prompts; vLLM batches them further)."
+        },
+    )
+    vllm_dtype: str = field(
+        default="float32",
+        metadata={
+            "help": "Backend 'vllm': dtype of the prompt embeddings sent (float32, bfloat16 or float16); vLLM casts "
+            "them to its --dtype."
+        },
+    )
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_batch_rows", "max_new_tokens", "max_public_chars", "batch_max_rows", *FINE_TUNING_LIMITS):
+        for name in (
+            "max_body_bytes",
+            "max_batch_rows",
+            "max_new_tokens",
+            "max_public_chars",
+            "batch_max_rows",
+            *FINE_TUNING_LIMITS,
+        ):
             _positive_int(name, getattr(self, name))
-        if not isinstance(self.rate_limit_per_minute, int) or isinstance(self.rate_limit_per_minute, bool) or self.rate_limit_per_minute < 0:
-            raise ValueError(f"ServerConfig.rate_limit_per_minute must be an integer >= 0, got {self.rate_limit_per_minute!r}")
+        if (
+            not isinstance(self.rate_limit_per_minute, int)
+            or isinstance(self.rate_limit_per_minute, bool)
+            or self.rate_limit_per_minute < 0
+        ):
+            raise ValueError(
+                f"ServerConfig.rate_limit_per_minute must be an integer >= 0, got {self.rate_limit_per_minute!r}"
+            )
         if not isinstance(self.batch_wait_ms, (int, float)) or not 0 <= self.batch_wait_ms <= 10_000:
             raise ValueError(f"ServerConfig.batch_wait_ms must lie in [0, 10000], got {self.batch_wait_ms!r}")
         for attr in ("models", "embed_models"):
             table = getattr(self, attr)
             if not isinstance(table, dict) or not all(isinstance(k, str) and _valid_id(k) for k in table):
-                raise ValueError(f"ServerConfig.{attr} must map model ids (letters, digits, '._-', at most 64) to directories")
+                raise ValueError(
+                    f"ServerConfig.{attr} must map model ids (letters, digits, '._-', at most 64) to directories"
+                )
         clash = set(self.models) & set(self.embed_models)
         if clash:
             raise ValueError(f"model id(s) {sorted(clash)} are both a generate and an embed model")
@@ -67,19 +217,29 @@ class ServerConfig:
             raise ValueError("ServerConfig needs at least one model (models or embed_models)")
         if self.backend not in BACKENDS:
             raise ValueError(f"ServerConfig.backend must be one of {BACKENDS}, got {self.backend!r}")
-        if self.backend == "vllm" and not (isinstance(self.vllm_url, str) and self.vllm_url.startswith(("http://", "https://"))):
-            raise ValueError(f"backend 'vllm' needs vllm_url, the vLLM server's http(s):// base URL, got {self.vllm_url!r}")
+        if self.backend == "vllm" and not (
+            isinstance(self.vllm_url, str) and self.vllm_url.startswith(("http://", "https://"))
+        ):
+            raise ValueError(
+                f"backend 'vllm' needs vllm_url, the vLLM server's http(s):// base URL, got {self.vllm_url!r}"
+            )
         if not isinstance(self.vllm_timeout_s, (int, float)) or not 0 < self.vllm_timeout_s <= 3600:
             raise ValueError(f"ServerConfig.vllm_timeout_s must lie in (0, 3600], got {self.vllm_timeout_s!r}")
         _positive_int("vllm_max_concurrent_calls", self.vllm_max_concurrent_calls)
         if self.vllm_dtype not in VLLM_DTYPES:
             raise ValueError(f"ServerConfig.vllm_dtype must be one of {VLLM_DTYPES}, got {self.vllm_dtype!r}")
         if self.data_dir is not None and self.sqlite_path is None:
-            raise ValueError("data_dir is set but sqlite_path is not: fine-tuning needs both (the database holds what the files are)")
+            raise ValueError(
+                "data_dir is set but sqlite_path is not: fine-tuning needs both (the database holds what the files are)"
+            )
         if self.auth and not self.keys_path:
-            raise ValueError("auth is on but no keys_path is given (create keys with: textfree serve --add-key TENANT --keys FILE)")
+            raise ValueError(
+                "auth is on but no keys_path is given (create keys with: textfree serve --add-key TENANT --keys FILE)"
+            )
         if not self.auth and not is_loopback(self.host):
-            raise ValueError(f"auth can be off only on a loopback host ({', '.join(LOOPBACK_HOSTS)}), not {self.host!r}")
+            raise ValueError(
+                f"auth can be off only on a loopback host ({', '.join(LOOPBACK_HOSTS)}), not {self.host!r}"
+            )
 
     @property
     def default_new_tokens(self) -> int:

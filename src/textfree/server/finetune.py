@@ -33,13 +33,21 @@ def tenant_card(card: dict[str, Any], tenant: str, store: Store | None) -> dict[
     """A model card with ``adapters``: the requesting tenant's adapters of that model (nobody else's)."""
     if store is None or card.get("task") != "generate":
         return card
-    mine = [{"id": a["id"], "job": a["job"], "created_at": a["created_at"]} for a in store.list_adapters(tenant, card["id"])]
+    mine = [
+        {"id": a["id"], "job": a["job"], "created_at": a["created_at"]} for a in store.list_adapters(tenant, card["id"])
+    ]
     return {**card, "adapters": mine}
 
 
 def _event_view(e: dict[str, Any]) -> dict[str, Any]:
-    return {"object": "fine_tuning.job.event", "seq": e["seq"], "created_at": e["created_at"], "type": e["type"],
-            "message": e["message"], "data": e["data"]}
+    return {
+        "object": "fine_tuning.job.event",
+        "seq": e["seq"],
+        "created_at": e["created_at"],
+        "type": e["type"],
+        "message": e["message"],
+        "data": e["data"],
+    }
 
 
 def _idempotency_key(request: Request) -> str | None:
@@ -51,8 +59,9 @@ def _idempotency_key(request: Request) -> str | None:
     return key
 
 
-def add_fine_tuning_routes(app: FastAPI, *, config: ServerConfig, registry, tenant: Callable, store: Store | None,
-                           jobs: JobManager | None) -> None:
+def add_fine_tuning_routes(
+    app: FastAPI, *, config: ServerConfig, registry, tenant: Callable, store: Store | None, jobs: JobManager | None
+) -> None:
     from .app import JSON, _b64, _content_type, _parse_json, _read_body
 
     # the /v1/generate card checks, with the dataset row limit in place of the per-request one
@@ -60,11 +69,17 @@ def add_fine_tuning_routes(app: FastAPI, *, config: ServerConfig, registry, tena
 
     def db() -> Store:
         if store is None:
-            raise ApiError(501, "fine_tuning_disabled", "this server runs without a database: start it with --db "
-                                                        "(ServerConfig.sqlite_path) to store datasets and run fine-tuning jobs")
+            raise ApiError(
+                501,
+                "fine_tuning_disabled",
+                "this server runs without a database: start it with --db "
+                "(ServerConfig.sqlite_path) to store datasets and run fine-tuning jobs",
+            )
         return store
 
-    def begin_post(request: Request, response: Response, table: str, who: str) -> tuple[str | None, dict[str, Any] | None]:
+    def begin_post(
+        request: Request, response: Response, table: str, who: str
+    ) -> tuple[str | None, dict[str, Any] | None]:
         """(Idempotency-Key, what an earlier POST with that key created: answered 200) of a JSON-only POST."""
         st = db()
         if _content_type(request) != JSON:
@@ -78,17 +93,27 @@ def add_fine_tuning_routes(app: FastAPI, *, config: ServerConfig, registry, tena
     def dataset_or_404(who: str, dataset_id: str) -> dict[str, Any]:
         row = db().get_dataset(who, dataset_id)
         if row is None:
-            raise ApiError(404, "dataset_not_found", f"no dataset {dataset_id!r} for this API key (GET /v1/datasets lists yours)")
+            raise ApiError(
+                404, "dataset_not_found", f"no dataset {dataset_id!r} for this API key (GET /v1/datasets lists yours)"
+            )
         return row
 
     def job_or_404(who: str, job_id: str) -> dict[str, Any]:
         row = db().get_job(who, job_id)
         if row is None:
-            raise ApiError(404, "job_not_found", f"no fine-tuning job {job_id!r} for this API key (GET /v1/fine_tuning/jobs lists yours)")
+            raise ApiError(
+                404,
+                "job_not_found",
+                f"no fine-tuning job {job_id!r} for this API key (GET /v1/fine_tuning/jobs lists yours)",
+            )
         return row
 
     # ------------------------------------------------------------------ datasets
-    @app.post("/v1/datasets", status_code=201, summary="Upload a dataset: a privatized payload + one target text per row (JSON with base64).")
+    @app.post(
+        "/v1/datasets",
+        status_code=201,
+        summary="Upload a dataset: a privatized payload + one target text per row (JSON with base64).",
+    )
     async def create_dataset(request: Request, response: Response, who: str = Depends(tenant)) -> dict:
         key, done = begin_post(request, response, "datasets", who)
         if done is not None:
@@ -96,8 +121,17 @@ def add_fine_tuning_routes(app: FastAPI, *, config: ServerConfig, registry, tena
         upload = _parse_json(DatasetUpload, await _read_body(request, config.max_dataset_bytes))
         raw = _b64(upload.payload_b64, config.max_dataset_bytes)
         model, payload, targets = await run_in_threadpool(validate_upload, upload, raw, registry, limits)
-        row = await run_in_threadpool(lambda: write_dataset(db(), tenant=who, model_id=model.id, payload=payload, targets=targets,
-                                                            name=upload.name, idempotency_key=key))
+        row = await run_in_threadpool(
+            lambda: write_dataset(
+                db(),
+                tenant=who,
+                model_id=model.id,
+                payload=payload,
+                targets=targets,
+                name=upload.name,
+                idempotency_key=key,
+            )
+        )
         return dataset_view(row)
 
     def list_and_get(path: str, what: str, rows: Callable, one: Callable, view: Callable) -> None:
@@ -114,7 +148,11 @@ def add_fine_tuning_routes(app: FastAPI, *, config: ServerConfig, registry, tena
     list_and_get("/v1/datasets", "datasets", lambda who: db().list_datasets(who), dataset_or_404, dataset_view)
 
     # ------------------------------------------------------------------ jobs
-    @app.post("/v1/fine_tuning/jobs", status_code=201, summary="Start a fine-tuning job (PPFT stage 2 on your datasets) -> job id.")
+    @app.post(
+        "/v1/fine_tuning/jobs",
+        status_code=201,
+        summary="Start a fine-tuning job (PPFT stage 2 on your datasets) -> job id.",
+    )
     async def create_job(request: Request, response: Response, who: str = Depends(tenant)) -> dict:
         key, done = begin_post(request, response, "jobs", who)
         if done is not None:
@@ -128,22 +166,45 @@ def add_fine_tuning_routes(app: FastAPI, *, config: ServerConfig, registry, tena
         for dataset_id in req.datasets:
             ds = dataset_or_404(who, dataset_id)
             if ds["model"] != model.id:
-                raise ApiError(400, "dataset_model_mismatch", f"dataset {dataset_id!r} was uploaded for model {ds['model']!r}, not {model.id!r}")
+                raise ApiError(
+                    400,
+                    "dataset_model_mismatch",
+                    f"dataset {dataset_id!r} was uploaded for model {ds['model']!r}, not {model.id!r}",
+                )
             want = model.card.get("encoder_sha256")
             if want and ds["encoder_sha256"] != want:
-                raise ApiError(400, "payload_mismatch", f"dataset {dataset_id!r} was made by another encoder than model {model.id!r} now takes "
-                                                        f"(sha256 {str(ds['encoder_sha256'])[:12]}... != {want[:12]}...)")
+                raise ApiError(
+                    400,
+                    "payload_mismatch",
+                    f"dataset {dataset_id!r} was made by another encoder than model {model.id!r} now takes "
+                    f"(sha256 {str(ds['encoder_sha256'])[:12]}... != {want[:12]}...)",
+                )
             rows += ds["rows"]
         hp = req.hyperparameters.model_dump()
         steps = total_steps(rows, hp)
         if steps > config.max_job_steps:
-            raise ApiError(422, "invalid_request", f"this job would run {steps} steps ({rows} rows, {hp['epochs']} epochs, batch {hp['batch_size']}); "
-                                                   f"the limit is {config.max_job_steps} (set hyperparameters.max_steps)")
+            raise ApiError(
+                422,
+                "invalid_request",
+                f"this job would run {steps} steps ({rows} rows, {hp['epochs']} epochs, batch {hp['batch_size']}); "
+                f"the limit is {config.max_job_steps} (set hyperparameters.max_steps)",
+            )
         if st.active_jobs(who) >= config.max_jobs_per_tenant:
-            raise ApiError(429, "too_many_jobs", f"you have {config.max_jobs_per_tenant} queued or running jobs, the most this server allows; "
-                                                 "wait for one to finish or cancel one")
-        values = {"id": new_id("ftjob_"), "tenant": who, "model": model.id, "datasets": list(req.datasets), "hyperparameters": hp,
-                  "total_steps": steps, "idempotency_key": key}
+            raise ApiError(
+                429,
+                "too_many_jobs",
+                f"you have {config.max_jobs_per_tenant} queued or running jobs, the most this server allows; "
+                "wait for one to finish or cancel one",
+            )
+        values = {
+            "id": new_id("ftjob_"),
+            "tenant": who,
+            "model": model.id,
+            "datasets": list(req.datasets),
+            "hyperparameters": hp,
+            "total_steps": steps,
+            "idempotency_key": key,
+        }
         try:
             row = st.add_job(values)
         except sqlite3.IntegrityError:  # a concurrent retry with the same Idempotency-Key won
@@ -158,12 +219,18 @@ def add_fine_tuning_routes(app: FastAPI, *, config: ServerConfig, registry, tena
     # a job: its status (queued, running, succeeded, failed, cancelled) and progress
     list_and_get("/v1/fine_tuning/jobs", "fine-tuning jobs", lambda who: db().list_jobs(who), job_or_404, job_view)
 
-    @app.post("/v1/fine_tuning/jobs/{job_id}/cancel", summary="Cancel a job (a queued one at once, a running one after its current step).")
+    @app.post(
+        "/v1/fine_tuning/jobs/{job_id}/cancel",
+        summary="Cancel a job (a queued one at once, a running one after its current step).",
+    )
     async def cancel_job(job_id: str, who: str = Depends(tenant)) -> dict:
         job_or_404(who, job_id)
         return job_view(db().request_cancel(who, job_id))
 
-    @app.get("/v1/fine_tuning/jobs/{job_id}/events", summary="A job's events (progress with loss, checkpoints, status changes); ?stream=true for Server-Sent Events.")
+    @app.get(
+        "/v1/fine_tuning/jobs/{job_id}/events",
+        summary="A job's events (progress with loss, checkpoints, status changes); ?stream=true for Server-Sent Events.",
+    )
     async def job_events(
         request: Request,
         job_id: str,
@@ -176,8 +243,12 @@ def add_fine_tuning_routes(app: FastAPI, *, config: ServerConfig, registry, tena
         job = job_or_404(who, job_id)
         if not stream:
             found = st.events(job_id, after=after, limit=limit + 1)
-            return {"object": "list", "data": [_event_view(e) for e in found[:limit]], "has_more": len(found) > limit,
-                    "status": job["status"]}
+            return {
+                "object": "list",
+                "data": [_event_view(e) for e in found[:limit]],
+                "has_more": len(found) > limit,
+                "status": job["status"],
+            }
 
         async def sse():
             last = after

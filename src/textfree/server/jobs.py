@@ -42,9 +42,20 @@ class Hyperparameters(BaseModel):
     warmup_steps: int = Field(20, ge=0, le=1_000_000, description="Linear warm-up steps, then cosine decay.")
     weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW weight decay.")
     grad_clip: float = Field(1.0, ge=0, le=1e6, description="Gradient-norm clip (0: none).")
-    ema_decay: float | None = Field(None, gt=0, lt=1, description="Save an exponential moving average of the trained weights (this decay per step) instead of the last step's (default: none).")
+    ema_decay: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="Save an exponential moving average of the trained weights (this decay per step) instead of the "
+        "last step's (default: none).",
+    )
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Initialisation, dropout and data order.")
-    save_every: int = Field(50, ge=1, le=1_000_000, description="Checkpoint every this many steps: a restarted server resumes from the newest.")
+    save_every: int = Field(
+        50,
+        ge=1,
+        le=1_000_000,
+        description="Checkpoint every this many steps: a restarted server resumes from the newest.",
+    )
     log_every: int = Field(10, ge=1, le=1_000_000, description="A progress event (mean loss) every this many steps.")
 
 
@@ -53,7 +64,9 @@ class JobRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     model: str = Field(max_length=64, description="The generate model to adapt (GET /v1/models).")
-    datasets: list[str] = Field(min_length=1, max_length=64, description="Ids of your datasets (POST /v1/datasets), uploaded for this model.")
+    datasets: list[str] = Field(
+        min_length=1, max_length=64, description="Ids of your datasets (POST /v1/datasets), uploaded for this model."
+    )
     hyperparameters: Hyperparameters = Field(default_factory=Hyperparameters)
 
 
@@ -66,12 +79,24 @@ def total_steps(rows: int, hp: dict[str, Any]) -> int:
 def job_view(row: dict[str, Any]) -> dict[str, Any]:
     """What the API shows of a job."""
     return {
-        "id": row["id"], "object": "fine_tuning.job", "model": row["model"], "datasets": row["datasets"],
-        "hyperparameters": row["hyperparameters"], "status": row["status"],
-        "progress": {"step": row["step"], "total_steps": row["total_steps"], "loss": row["loss"],
-                     "resumed_from_step": row["resumed_from_step"]},
-        "adapter": row["adapter"], "error": row["error"], "cancel_requested": bool(row["cancel_requested"]),
-        "created_at": row["created_at"], "started_at": row["started_at"], "finished_at": row["finished_at"],
+        "id": row["id"],
+        "object": "fine_tuning.job",
+        "model": row["model"],
+        "datasets": row["datasets"],
+        "hyperparameters": row["hyperparameters"],
+        "status": row["status"],
+        "progress": {
+            "step": row["step"],
+            "total_steps": row["total_steps"],
+            "loss": row["loss"],
+            "resumed_from_step": row["resumed_from_step"],
+        },
+        "adapter": row["adapter"],
+        "error": row["error"],
+        "cancel_requested": bool(row["cancel_requested"]),
+        "created_at": row["created_at"],
+        "started_at": row["started_at"],
+        "finished_at": row["finished_at"],
     }
 
 
@@ -152,7 +177,11 @@ class JobManager:
             self._train(job)
         except _Stop:
             step = self.store.job(job_id)["step"]
-            self.store.add_event(job_id, "interrupted", f"the server is stopping at step {step}; the job resumes from its last checkpoint at the next start")
+            self.store.add_event(
+                job_id,
+                "interrupted",
+                f"the server is stopping at step {step}; the job resumes from its last checkpoint at the next start",
+            )
         except _Cancel:
             self._finish(job_id, "cancelled", "cancelled by the tenant")
         except Exception as exc:  # the job fails; the worker and the server keep going
@@ -181,14 +210,30 @@ class JobManager:
         ckpt = latest_checkpoint(run)
         resumed = int(ckpt.name.split("-")[1]) if ckpt is not None else None
         self.store.update_job(job_id, resumed_from_step=resumed)
-        self.store.add_event(job_id, "started", "resuming from checkpoint step %d" % resumed if resumed else "training started",
-                             {"resumed_from_step": resumed})
+        self.store.add_event(
+            job_id,
+            "started",
+            "resuming from checkpoint step %d" % resumed if resumed else "training started",
+            {"resumed_from_step": resumed},
+        )
         examples = load_examples(self.store, job["datasets"])
         cfg = AdaptConfig(
-            out=str(run), init=init, data=list(job["datasets"]), epochs=hp["epochs"], max_steps=hp.get("max_steps"),
-            batch_size=hp["batch_size"], lr=hp["lr"], warmup_steps=hp["warmup_steps"], weight_decay=hp["weight_decay"],
-            grad_clip=hp["grad_clip"], ema_decay=hp.get("ema_decay"), seed=hp["seed"], log_every=hp["log_every"], save_every=hp["save_every"],
-            cpu=self.config.device == "cpu", progress=False,
+            out=str(run),
+            init=init,
+            data=list(job["datasets"]),
+            epochs=hp["epochs"],
+            max_steps=hp.get("max_steps"),
+            batch_size=hp["batch_size"],
+            lr=hp["lr"],
+            warmup_steps=hp["warmup_steps"],
+            weight_decay=hp["weight_decay"],
+            grad_clip=hp["grad_clip"],
+            ema_decay=hp.get("ema_decay"),
+            seed=hp["seed"],
+            log_every=hp["log_every"],
+            save_every=hp["save_every"],
+            cpu=self.config.device == "cpu",
+            progress=False,
         )
         window: list[float] = []
 
@@ -197,8 +242,12 @@ class JobManager:
             self.store.update_job(job_id, step=step, loss=_finite(loss))
             if step % cfg.log_every == 0 or step == job["total_steps"]:
                 mean = _finite(sum(window) / len(window))
-                self.store.add_event(job_id, "progress", f"step {step}/{job['total_steps']}: loss " + ("not finite" if mean is None else f"{mean:.4f}"),
-                                     {"step": step, "total_steps": job["total_steps"], "loss": mean})
+                self.store.add_event(
+                    job_id,
+                    "progress",
+                    f"step {step}/{job['total_steps']}: loss " + ("not finite" if mean is None else f"{mean:.4f}"),
+                    {"step": step, "total_steps": job["total_steps"], "loss": mean},
+                )
                 window.clear()
             if step % cfg.save_every == 0 and step != job["total_steps"]:
                 self.store.add_event(job_id, "checkpoint", f"checkpoint at step {step}", {"step": step})
@@ -211,6 +260,15 @@ class JobManager:
 
         summary = train_adapter(cfg, examples, on_step=on_step)
         adapter = {"id": new_id("ad_"), "tenant": job["tenant"], "model": job["model"]}
-        self.store.finish_job(job_id, "succeeded", f"adapter {adapter['id']} is ready: POST /v1/generate with adapter={adapter['id']}",
-                              adapter=adapter, data={"adapter": adapter["id"], "steps": summary["steps"], "final_loss": _finite(summary["final_loss"]),
-                                                     "resumed_from_step": summary["resumed_from_step"]})
+        self.store.finish_job(
+            job_id,
+            "succeeded",
+            f"adapter {adapter['id']} is ready: POST /v1/generate with adapter={adapter['id']}",
+            adapter=adapter,
+            data={
+                "adapter": adapter["id"],
+                "steps": summary["steps"],
+                "final_loss": _finite(summary["final_loss"]),
+                "resumed_from_step": summary["resumed_from_step"],
+            },
+        )

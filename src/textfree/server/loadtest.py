@@ -42,19 +42,50 @@ class LoadTestConfig:
 
     clients: int = field(default=16, metadata={"help": "Concurrent clients (threads, each with its own connection)."})
     seconds: float = field(default=60.0, metadata={"help": "How long the clients send, back to back."})
-    warmup_s: float = field(default=2.0, metadata={"help": "The same load before the clock starts (not counted): the server reaches its working set first."})
-    warmup_requests: int = field(default=0, metadata={"help": "The warm-up also lasts until at least this many requests were sent (capped at max_warmup_s): on a busy machine a warm-up of warmup_s seconds covers fewer requests, and the working set is reached by requests, not by seconds."})
-    max_warmup_s: float = field(default=120.0, metadata={"help": "Longest warm-up when warmup_requests are not reached (a server that answers nothing)."})
-    max_requests: int = field(default=100_000, metadata={"help": "Upper bound on requests in all (the test stops at whichever comes first)."})
+    warmup_s: float = field(
+        default=2.0,
+        metadata={
+            "help": "The same load before the clock starts (not counted): the server reaches its working set first."
+        },
+    )
+    warmup_requests: int = field(
+        default=0,
+        metadata={
+            "help": "The warm-up also lasts until at least this many requests were sent (capped at max_warmup_s): on a "
+            "busy machine a warm-up of warmup_s seconds covers fewer requests, and the working set is "
+            "reached by requests, not by seconds."
+        },
+    )
+    max_warmup_s: float = field(
+        default=120.0,
+        metadata={"help": "Longest warm-up when warmup_requests are not reached (a server that answers nothing)."},
+    )
+    max_requests: int = field(
+        default=100_000, metadata={"help": "Upper bound on requests in all (the test stops at whichever comes first)."}
+    )
     max_new_tokens: int = field(default=8, metadata={"help": "Generation length asked per request."})
-    payloads: int = field(default=32, metadata={"help": "Distinct payloads privatized before the clock starts (each a fresh noise draw); clients cycle through them."})
-    request_timeout_s: float = field(default=60.0, metadata={"help": "Seconds a client waits for one answer (then it counts as an error)."})
+    payloads: int = field(
+        default=32,
+        metadata={
+            "help": "Distinct payloads privatized before the clock starts (each a fresh noise draw); clients cycle "
+            "through them."
+        },
+    )
+    request_timeout_s: float = field(
+        default=60.0, metadata={"help": "Seconds a client waits for one answer (then it counts as an error)."}
+    )
     rss_every_s: float = field(default=0.25, metadata={"help": "How often the server's resident memory is sampled."})
 
     def __post_init__(self) -> None:
         if self.clients < 1 or self.seconds <= 0 or self.warmup_s < 0 or self.max_requests < 1 or self.payloads < 1:
-            raise ValueError("LoadTestConfig needs clients >= 1, seconds > 0, warmup_s >= 0, max_requests >= 1, payloads >= 1")
-        if isinstance(self.warmup_requests, bool) or not isinstance(self.warmup_requests, int) or self.warmup_requests < 0:
+            raise ValueError(
+                "LoadTestConfig needs clients >= 1, seconds > 0, warmup_s >= 0, max_requests >= 1, payloads >= 1"
+            )
+        if (
+            isinstance(self.warmup_requests, bool)
+            or not isinstance(self.warmup_requests, int)
+            or self.warmup_requests < 0
+        ):
             raise ValueError(f"warmup_requests must be an integer >= 0, got {self.warmup_requests!r}")
         if not self.max_warmup_s >= self.warmup_s:
             raise ValueError(f"max_warmup_s ({self.max_warmup_s!r}) must be at least warmup_s ({self.warmup_s!r})")
@@ -92,11 +123,21 @@ class LoadTestResult:
 
     def summary(self) -> dict:
         return {
-            "requests": self.requests, "seconds": round(self.seconds, 2), "throughput_rps": round(self.throughput, 2),
-            "p50_ms": round(self.latency_ms(0.5), 1), "p99_ms": round(self.latency_ms(0.99), 1),
-            "statuses": dict(sorted(self.statuses.items())), "n_5xx": self.n_5xx, "errors": self.errors,
-            "rss_mib": {"idle": round(self.rss_idle_mib, 1), "start": round(self.rss_at(0.0), 1), "middle": round(self.rss_at(0.5), 1),
-                        "end": round(self.rss_at(1.0), 1), "max": round(max((m for _, m in self.rss_mib), default=float("nan")), 1)},
+            "requests": self.requests,
+            "seconds": round(self.seconds, 2),
+            "throughput_rps": round(self.throughput, 2),
+            "p50_ms": round(self.latency_ms(0.5), 1),
+            "p99_ms": round(self.latency_ms(0.99), 1),
+            "statuses": dict(sorted(self.statuses.items())),
+            "n_5xx": self.n_5xx,
+            "errors": self.errors,
+            "rss_mib": {
+                "idle": round(self.rss_idle_mib, 1),
+                "start": round(self.rss_at(0.0), 1),
+                "middle": round(self.rss_at(0.5), 1),
+                "end": round(self.rss_at(1.0), 1),
+                "max": round(max((m for _, m in self.rss_mib), default=float("nan")), 1),
+            },
         }
 
 
@@ -110,14 +151,37 @@ def rss_bytes(pid: int) -> int:
 
 
 @contextlib.contextmanager
-def serve_subprocess(run_dir: str | os.PathLike, *, model_id: str = "m", log_path: str | os.PathLike, max_new_tokens: int = 64,
-                     ready_timeout_s: float = 180.0, extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
-                     ) -> Iterator[tuple[subprocess.Popen, str]]:
+def serve_subprocess(
+    run_dir: str | os.PathLike,
+    *,
+    model_id: str = "m",
+    log_path: str | os.PathLike,
+    max_new_tokens: int = 64,
+    ready_timeout_s: float = 180.0,
+    extra_args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> Iterator[tuple[subprocess.Popen, str]]:
     """``textfree serve`` of ``run_dir`` on a free loopback port (auth off, no rate limit); yields (process, base URL)
     once ``/health`` answers; stops the process on exit. Its output goes to ``log_path``; ``env`` adds variables."""
     port = free_port()
-    cmd = [sys.executable, "-m", "textfree.cli", "serve", "--model", f"{model_id}={run_dir}", "--no-auth", "--host", "127.0.0.1",
-           "--port", str(port), "--rate-limit", "0", "--max-new-tokens", str(max_new_tokens), *extra_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "textfree.cli",
+        "serve",
+        "--model",
+        f"{model_id}={run_dir}",
+        "--no-auth",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--rate-limit",
+        "0",
+        "--max-new-tokens",
+        str(max_new_tokens),
+        *extra_args,
+    ]
     url = f"http://127.0.0.1:{port}"
     env = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
     with subprocess_server(cmd, url, log_path=log_path, env=env, ready_timeout_s=ready_timeout_s) as proc:
@@ -133,8 +197,16 @@ def make_payloads(url: str, model_id: str, encoder: str | os.PathLike | None, n:
         return [privatizer.privatize([f"{PROMPTS[i % len(PROMPTS)]} Case {i}."]).to_bytes() for i in range(n)]
 
 
-def _client_loop(url: str, query: dict, payloads: list[bytes], offset: int, stop_at: float, budget: "_Budget", cfg: LoadTestConfig,
-                 out: list[tuple[int, float]]) -> None:
+def _client_loop(
+    url: str,
+    query: dict,
+    payloads: list[bytes],
+    offset: int,
+    stop_at: float,
+    budget: "_Budget",
+    cfg: LoadTestConfig,
+    out: list[tuple[int, float]],
+) -> None:
     import httpx
 
     with httpx.Client(timeout=cfg.request_timeout_s) as http:
@@ -144,18 +216,28 @@ def _client_loop(url: str, query: dict, payloads: list[bytes], offset: int, stop
             i += 1
             t0 = time.perf_counter()
             try:
-                status = http.post(f"{url}/v1/generate", params=query, content=body,
-                                   headers={"Content-Type": "application/octet-stream"}).status_code
+                status = http.post(
+                    f"{url}/v1/generate",
+                    params=query,
+                    content=body,
+                    headers={"Content-Type": "application/octet-stream"},
+                ).status_code
             except httpx.HTTPError:
                 status = 0
             out.append((status, (time.perf_counter() - t0) * 1000.0))
 
 
-def _drive(url: str, query: dict, payloads: list[bytes], config: LoadTestConfig, stop_at: float, budget: "_Budget") -> list[tuple[int, float]]:
+def _drive(
+    url: str, query: dict, payloads: list[bytes], config: LoadTestConfig, stop_at: float, budget: "_Budget"
+) -> list[tuple[int, float]]:
     """Run the clients until ``stop_at``; every (status, latency ms), status 0 for no answer."""
     per_client: list[list[tuple[int, float]]] = [[] for _ in range(config.clients)]
-    threads = [threading.Thread(target=_client_loop, args=(url, query, payloads, c, stop_at, budget, config, per_client[c]), daemon=True)
-               for c in range(config.clients)]
+    threads = [
+        threading.Thread(
+            target=_client_loop, args=(url, query, payloads, c, stop_at, budget, config, per_client[c]), daemon=True
+        )
+        for c in range(config.clients)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -186,14 +268,26 @@ def _warm_up(url: str, query: dict, payloads: list[bytes], config: LoadTestConfi
     return sent
 
 
-def run_load_test(url: str, pid: int, *, model_id: str = "m", encoder: str | os.PathLike | None = None,
-                  config: LoadTestConfig = LoadTestConfig()) -> LoadTestResult:
+def run_load_test(
+    url: str,
+    pid: int,
+    *,
+    model_id: str = "m",
+    encoder: str | os.PathLike | None = None,
+    config: LoadTestConfig = LoadTestConfig(),
+) -> LoadTestResult:
     """Drive the server at ``url`` (process ``pid``) with ``config.clients`` clients for ``config.seconds``."""
     import httpx
 
     payloads = make_payloads(url, model_id, encoder, config.payloads)
     query = {"model": model_id, "max_new_tokens": config.max_new_tokens}
-    warm = httpx.post(f"{url}/v1/generate", params=query, content=payloads[0], headers={"Content-Type": "application/octet-stream"}, timeout=120)
+    warm = httpx.post(
+        f"{url}/v1/generate",
+        params=query,
+        content=payloads[0],
+        headers={"Content-Type": "application/octet-stream"},
+        timeout=120,
+    )
     warm.raise_for_status()
     idle = rss_bytes(pid) / 2**20
     _warm_up(url, query, payloads, config)
@@ -216,7 +310,12 @@ def run_load_test(url: str, pid: int, *, model_id: str = "m", encoder: str | os.
     samples.append((elapsed, rss_bytes(pid) / 2**20))
     metrics = httpx.get(f"{url}/metrics", params={"format": "json"}, timeout=10).json()
     return LoadTestResult(
-        requests=len(results), seconds=elapsed, statuses=dict(Counter(s for s, _ in results if s)), errors=sum(1 for s, _ in results if not s),
-        latencies_ms=[ms for s, ms in results if s == 200], rss_mib=samples, rss_idle_mib=idle, server_metrics=metrics,
+        requests=len(results),
+        seconds=elapsed,
+        statuses=dict(Counter(s for s, _ in results if s)),
+        errors=sum(1 for s, _ in results if not s),
+        latencies_ms=[ms for s, ms in results if s == 200],
+        rss_mib=samples,
+        rss_idle_mib=idle,
+        server_metrics=metrics,
     )
-

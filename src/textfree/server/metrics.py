@@ -66,11 +66,16 @@ class Metrics:
     def snapshot(self) -> dict:
         with self._lock:
             latency = {r: sorted(v) for r, v in self._latency.items()}
-            reqs = [{"route": r, "method": m, "status": s, "count": n} for (r, m, s), n in sorted(self.requests.items())]
+            reqs = [
+                {"route": r, "method": m, "status": s, "count": n} for (r, m, s), n in sorted(self.requests.items())
+            ]
             out = {
                 "uptime_s": time.time() - self.started,
                 "requests": reqs,
-                "latency_s": {r: {"p50": _quantile(v, 0.5), "p99": _quantile(v, 0.99), "window": len(v)} for r, v in latency.items()},
+                "latency_s": {
+                    r: {"p50": _quantile(v, 0.5), "p99": _quantile(v, 0.99), "window": len(v)}
+                    for r, v in latency.items()
+                },
                 "in_flight": self.in_flight,
                 "batches": {"calls": self.batches, "requests": self.batched_requests, "rows": self.batched_rows},
             }
@@ -84,20 +89,29 @@ class Metrics:
             "# TYPE textfree_requests_total counter",
         ]
         for r in snap["requests"]:
-            lines.append(f'textfree_requests_total{{route="{_label(r["route"])}",method="{r["method"]}",status="{r["status"]}"}} {r["count"]}')
+            lines.append(
+                f'textfree_requests_total{{route="{_label(r["route"])}",method="{r["method"]}",status="{r["status"]}"}} {r["count"]}'
+            )
         lines += [
             "# HELP textfree_request_latency_seconds Request latency over each route's last requests (sliding window).",
             "# TYPE textfree_request_latency_seconds summary",
         ]
         for route, lat in snap["latency_s"].items():
             for q, key in zip(QUANTILES, ("p50", "p99")):
-                lines.append(f'textfree_request_latency_seconds{{route="{_label(route)}",quantile="{q}"}} {lat[key]:.6g}')
+                lines.append(
+                    f'textfree_request_latency_seconds{{route="{_label(route)}",quantile="{q}"}} {lat[key]:.6g}'
+                )
             lines.append(f'textfree_request_latency_seconds_count{{route="{_label(route)}"}} {lat["window"]}')
         gauges = [
             ("textfree_requests_in_flight", "gauge", "Requests being handled now.", snap["in_flight"]),
             ("textfree_batch_queue_depth", "gauge", "Requests waiting for a model call.", snap["queue_depth"]),
             ("textfree_batches_total", "counter", "Model calls made by the micro-batcher.", snap["batches"]["calls"]),
-            ("textfree_batched_requests_total", "counter", "Requests served by those calls.", snap["batches"]["requests"]),
+            (
+                "textfree_batched_requests_total",
+                "counter",
+                "Requests served by those calls.",
+                snap["batches"]["requests"],
+            ),
             ("textfree_batched_rows_total", "counter", "Payload rows served by those calls.", snap["batches"]["rows"]),
             ("textfree_uptime_seconds", "gauge", "Seconds since the server started.", round(snap["uptime_s"], 3)),
         ]
@@ -137,8 +151,16 @@ class ASGIMetrics:
             if not status["started"]:
                 body = b'{"error":{"type":"internal_error","message":"internal server error"}}'
                 try:
-                    await send({"type": "http.response.start", "status": 500,
-                                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                    await send(
+                        {
+                            "type": "http.response.start",
+                            "status": 500,
+                            "headers": [
+                                (b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode()),
+                            ],
+                        }
+                    )
                     await send({"type": "http.response.body", "body": body})
                 except Exception:  # the client is gone: nothing left to tell it
                     pass

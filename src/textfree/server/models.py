@@ -70,7 +70,9 @@ def row_generators(items: Sequence[Prepared]) -> list[torch.Generator]:
 
     out = []
     for it in items:
-        g = torch.Generator().manual_seed(it.seed if it.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1)
+        g = torch.Generator().manual_seed(
+            it.seed if it.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+        )
         out += [g] * it.rows
     return out
 
@@ -81,13 +83,21 @@ def _mismatch(message: str) -> ApiError:
 
 def _check_common(payload: Payload, card: dict[str, Any], config: ServerConfig) -> None:
     if payload.batch_size > config.max_batch_rows:
-        raise ApiError(413, "too_many_rows", f"the payload has {payload.batch_size} rows; this server takes at most {config.max_batch_rows} per payload")
+        raise ApiError(
+            413,
+            "too_many_rows",
+            f"the payload has {payload.batch_size} rows; this server takes at most {config.max_batch_rows} per payload",
+        )
     if payload.kind != card["payload_kind"]:
         raise _mismatch(f"model {card['id']!r} takes {card['payload_kind']!r} payloads, got kind {payload.kind!r}")
     if payload.encoder.kind != card["encoder_kind"]:
-        raise _mismatch(f"model {card['id']!r} takes payloads of a {card['encoder_kind']!r} encoder, got {payload.encoder.kind!r}")
+        raise _mismatch(
+            f"model {card['id']!r} takes payloads of a {card['encoder_kind']!r} encoder, got {payload.encoder.kind!r}"
+        )
     if payload.encoder.dim != card["encoder_dim"]:
-        raise _mismatch(f"payload width {payload.encoder.dim} != model {card['id']!r}'s encoder width {card['encoder_dim']}")
+        raise _mismatch(
+            f"payload width {payload.encoder.dim} != model {card['id']!r}'s encoder width {card['encoder_dim']}"
+        )
     want, got = card["encoder_sha256"], payload.encoder.sha256
     if want and got != want:
         raise _mismatch(
@@ -98,25 +108,42 @@ def _check_common(payload: Payload, card: dict[str, Any], config: ServerConfig) 
     if priv.k != card["k"]:
         raise _mismatch(f"payload pooled with k={priv.k}, model {card['id']!r} takes k={card['k']}")
     if priv.normalize != card["normalize"] or (priv.noise is not None and priv.renormalize != card["renormalize"]):
-        raise _mismatch(f"model {card['id']!r} takes normalize={card['normalize']}, renormalize={card['renormalize']} payloads")
+        raise _mismatch(
+            f"model {card['id']!r} takes normalize={card['normalize']}, renormalize={card['renormalize']} payloads"
+        )
     if priv.noise is not None:
         family = getattr(priv.noise, "name", None)
         inner = getattr(getattr(priv.noise, "inner", None), "name", None)
         if card["mechanism"] not in (family, inner):
-            raise _mismatch(f"payload noise {family!r} is not model {card['id']!r}'s mechanism family {card['mechanism']!r}")
+            raise _mismatch(
+                f"payload noise {family!r} is not model {card['id']!r}'s mechanism family {card['mechanism']!r}"
+            )
     if card.get("fixed_slots") and priv.pad_to != card["max_slots"]:
-        raise _mismatch(f"model {card['id']!r} takes payloads padded to {card['max_slots']} slots (fixed_slots: the client "
-                        f"hides the prompt's length), got pad_to={priv.pad_to}")
+        raise _mismatch(
+            f"model {card['id']!r} takes payloads padded to {card['max_slots']} slots (fixed_slots: the client "
+            f"hides the prompt's length), got pad_to={priv.pad_to}"
+        )
     if card.get("payload_kind") == "pooled" and priv.repeat_mean != bool(card.get("repeat_mean")):
-        raise _mismatch(f"model {card['id']!r} takes payloads whose slots are "
-                        + ("each prompt's repeated mean slot (repeat_mean: true)" if card.get("repeat_mean") else "the prompt's own slots (repeat_mean: false)")
-                        + f", got repeat_mean={str(priv.repeat_mean).lower()}")
+        raise _mismatch(
+            f"model {card['id']!r} takes payloads whose slots are "
+            + (
+                "each prompt's repeated mean slot (repeat_mean: true)"
+                if card.get("repeat_mean")
+                else "the prompt's own slots (repeat_mean: false)"
+            )
+            + f", got repeat_mean={str(priv.repeat_mean).lower()}"
+        )
     if card.get("payload_kind") == "pooled" and priv.center_sha256 != card.get("center_sha256"):
         want = card.get("center_sha256")
-        raise _mismatch(f"model {card['id']!r} takes payloads centred on the slot centre {want[:12]}... (see GET /v1/models/{card['id']})"
-                        if want else f"model {card['id']!r} takes uncentred slots, got a payload centred on {str(priv.center_sha256)[:12]}...")
+        raise _mismatch(
+            f"model {card['id']!r} takes payloads centred on the slot centre {want[:12]}... (see GET /v1/models/{card['id']})"
+            if want
+            else f"model {card['id']!r} takes uncentred slots, got a payload centred on {str(priv.center_sha256)[:12]}..."
+        )
     if payload.vectors.shape[1] and max(payload.lengths) > card["max_slots"]:
-        raise _mismatch(f"a row has {max(payload.lengths)} vectors; model {card['id']!r} takes at most {card['max_slots']}")
+        raise _mismatch(
+            f"a row has {max(payload.lengths)} vectors; model {card['id']!r} takes at most {card['max_slots']}"
+        )
 
 
 def _check_public(public: Sequence[str] | None, rows: int, config: ServerConfig) -> list[str] | None:
@@ -126,7 +153,9 @@ def _check_public(public: Sequence[str] | None, rows: int, config: ServerConfig)
         raise ApiError(422, "invalid_request", f"public must be a list of {rows} strings (one per payload row)")
     for p in public:
         if len(p) > config.max_public_chars:
-            raise ApiError(422, "invalid_request", f"a public text has {len(p)} characters; the limit is {config.max_public_chars}")
+            raise ApiError(
+                422, "invalid_request", f"a public text has {len(p)} characters; the limit is {config.max_public_chars}"
+            )
         try:
             p.encode("utf-8")
         except UnicodeEncodeError:
@@ -153,8 +182,12 @@ class PublicTokenCounter:
             counts = [len(ids) for ids in self._tokenizer(public, add_special_tokens=False)["input_ids"]]
         for i, n in enumerate(counts):
             if n > self.limit:
-                raise ApiError(422, "invalid_request", f"public[{i}] is {n} tokens of this model's tokenizer; the model "
-                               f"reads at most {self.limit} (max_public_tokens on its card): shorten it, nothing was cut")
+                raise ApiError(
+                    422,
+                    "invalid_request",
+                    f"public[{i}] is {n} tokens of this model's tokenizer; the model "
+                    f"reads at most {self.limit} (max_public_tokens on its card): shorten it, nothing was cut",
+                )
 
 
 def _trimmed(payload: Payload) -> tuple[torch.Tensor, torch.Tensor]:
@@ -201,8 +234,10 @@ class GenerateModel:
     def _card(self) -> dict[str, Any]:
         c, ref = self.server.config, self.server.decoder_ref
         if bool(c.center_sha256) != (self.center is not None):  # here, so the vLLM-backed model checks it too
-            raise ValueError(f"model {self.id!r}: a centring client's model needs its slot centre and only it "
-                             f"(config center_sha256={c.center_sha256!r}, centre given: {self.center is not None})")
+            raise ValueError(
+                f"model {self.id!r}: a centring client's model needs its slot centre and only it "
+                f"(config center_sha256={c.center_sha256!r}, centre given: {self.center is not None})"
+            )
         return {
             "id": self.id,
             "object": "model",
@@ -229,7 +264,9 @@ class GenerateModel:
             # the public slot centre the client subtracts before the noise (null: none, as PPFT)
             "center_sha256": c.center_sha256,
             "center_mu": c.center_mu,
-            "center": None if self.center is None else self.center.tolist(),  # [d], or the centre + subspace map [1 + m, d]
+            "center": None
+            if self.center is None
+            else self.center.tolist(),  # [d], or the centre + subspace map [1 + m, d]
             "decoder": {
                 "name": public_name(ref.get("name_or_path")),
                 "sha256": ref.get("sha256"),
@@ -258,13 +295,25 @@ class GenerateModel:
         answers, counts = self._generate(vectors, mask, public, decoding, items)
         return [(a, sum(n)) for a, n in zip(_split(answers, items), _split(counts, items))]
 
-    def _generate(self, vectors: torch.Tensor, mask: torch.Tensor, public: list[str] | None, decoding: Decoding,
-                  items: list[Prepared]) -> tuple[list[str], list[int]]:
+    def _generate(
+        self,
+        vectors: torch.Tensor,
+        mask: torch.Tensor,
+        public: list[str] | None,
+        decoding: Decoding,
+        items: list[Prepared],
+    ) -> tuple[list[str], list[int]]:
         """Answers of every row and their numbers of tokens (backends override this)."""
         sampled = decoding.temperature > 0
-        answers = self.server.generate(vectors, mask, public=public, max_new_tokens=decoding.max_new_tokens,
-                                       temperature=decoding.temperature, top_p=decoding.top_p,
-                                       generators=row_generators(items) if sampled else None)
+        answers = self.server.generate(
+            vectors,
+            mask,
+            public=public,
+            max_new_tokens=decoding.max_new_tokens,
+            temperature=decoding.temperature,
+            top_p=decoding.top_p,
+            generators=row_generators(items) if sampled else None,
+        )
         return answers, [len(ids) for ids in self.server.tokenizer(answers, add_special_tokens=False)["input_ids"]]
 
 
@@ -320,7 +369,9 @@ class EmbedModel:
         vectors, mask = _trimmed(payload)
         worst = float(vectors[mask].norm(dim=-1).max())
         if worst > self.clip_norm * (1 + NORM_TOLERANCE):
-            raise _mismatch(f"a token vector has norm {worst:.4g}, above this model's clip_norm {self.clip_norm:.4g} (clip the noisy embeddings)")
+            raise _mismatch(
+                f"a token vector has norm {worst:.4g}, above this model's clip_norm {self.clip_norm:.4g} (clip the noisy embeddings)"
+            )
         return Prepared(vectors, mask, None)
 
     @torch.no_grad()
@@ -347,7 +398,10 @@ class ModelRegistry:
             from .vllm_gateway import VllmGenerateModel
 
             generate = functools.partial(VllmGenerateModel.load, config=config)
-        for table, kind, load in ((config.models, GenerateModel, generate), (config.embed_models, EmbedModel, EmbedModel.load)):
+        for table, kind, load in (
+            (config.models, GenerateModel, generate),
+            (config.embed_models, EmbedModel, EmbedModel.load),
+        ):
             for model_id, path in table.items():
                 try:
                     models[model_id] = load(model_id, path, device=config.device)

@@ -32,11 +32,11 @@ import torch
 from safetensors import safe_open
 
 from ..atomic import read_json
-from ..ppft.config import TextFreeConfig
 from ..lm.loading import EMBEDDING_KEYS, load_decoder_tokenizer, load_input_embeddings
-from ..ppft.projection import Projection
 from ..lm.refs import verify_decoder_sha
+from ..ppft.config import TextFreeConfig
 from ..ppft.layout import public_rows, slot_prefix
+from ..ppft.projection import Projection
 from ..ppft.server import ADAPTER_DIR, CONFIG_NAME, DECODER_REF, PROJECTION_DIR
 
 __all__ = ["PromptEmbedder", "encode_embeds", "TORCH_DTYPES"]
@@ -61,21 +61,31 @@ def _check_adapter(run: Path, table_names: tuple[str, ...]) -> None:
     with safe_open(str(weights), framework="pt") as fh:
         touched = [k for k in fh.keys() if any(name.split(".")[0] in k for name in table_names)]
     if touched:
-        raise ValueError(f"the adapter in {str(run)!r} changes the token embeddings ({touched[0]}, ...): the gateway embeds "
-                         "public tokens with the base table, so it cannot serve this run")
+        raise ValueError(
+            f"the adapter in {str(run)!r} changes the token embeddings ({touched[0]}, ...): the gateway embeds "
+            "public tokens with the base table, so it cannot serve this run"
+        )
 
 
 class PromptEmbedder:
     """Projection + token-embedding table + tokenizer of one PPFT run: payload rows (+ public text) -> embeddings."""
 
-    def __init__(self, projection: Projection, table: torch.Tensor, tokenizer, config: TextFreeConfig, decoder_ref: dict):
+    def __init__(
+        self, projection: Projection, table: torch.Tensor, tokenizer, config: TextFreeConfig, decoder_ref: dict
+    ):
         if table.dim() != 2 or table.shape[1] != config.decoder_dim:
-            raise ValueError(f"the token-embedding table is {tuple(table.shape)}; the run's decoder width is {config.decoder_dim}")
+            raise ValueError(
+                f"the token-embedding table is {tuple(table.shape)}; the run's decoder width is {config.decoder_dim}"
+            )
         if len(tokenizer) > table.shape[0]:
-            raise ValueError(f"the tokenizer has {len(tokenizer)} tokens but the embedding table only {table.shape[0]} rows")
+            raise ValueError(
+                f"the tokenizer has {len(tokenizer)} tokens but the embedding table only {table.shape[0]} rows"
+            )
         if projection.config.in_dim != config.encoder_dim or projection.config.out_dim != config.decoder_dim:
-            raise ValueError(f"projection {projection.config.in_dim}->{projection.config.out_dim} does not match the run's "
-                             f"dims {config.encoder_dim}->{config.decoder_dim}")
+            raise ValueError(
+                f"projection {projection.config.in_dim}->{projection.config.out_dim} does not match the run's "
+                f"dims {config.encoder_dim}->{config.decoder_dim}"
+            )
         self.projection = projection.eval().requires_grad_(False)
         self.table = table
         self.tokenizer = tokenizer
@@ -84,7 +94,9 @@ class PromptEmbedder:
         self._tokenizer_lock = threading.Lock()  # a fast tokenizer must not be entered from two threads at once
 
     @classmethod
-    def load(cls, run_dir: str | os.PathLike, *, decoder: str | os.PathLike | None = None, check_decoder_sha: bool = True) -> "PromptEmbedder":
+    def load(
+        cls, run_dir: str | os.PathLike, *, decoder: str | os.PathLike | None = None, check_decoder_sha: bool = True
+    ) -> "PromptEmbedder":
         """From a run directory (what ``TextFreeLM.save`` writes); the base decoder from ``decoder_ref.json`` (or
         ``decoder``), sha256-checked like ``ServerModel.load``, of which only the token-embedding table is read."""
         run = Path(run_dir)
@@ -95,7 +107,13 @@ class PromptEmbedder:
             verify_decoder_sha(location, ref, run / DECODER_REF)
         _check_adapter(run, EMBEDDING_KEYS)
         table = load_input_embeddings(location)
-        return cls(Projection.load(run / PROJECTION_DIR), table, load_decoder_tokenizer(location), config, {**ref, "name_or_path": location})
+        return cls(
+            Projection.load(run / PROJECTION_DIR),
+            table,
+            load_decoder_tokenizer(location),
+            config,
+            {**ref, "name_or_path": location},
+        )
 
     @torch.no_grad()
     def rows(self, vectors: torch.Tensor, mask: torch.Tensor, public: list[str] | None) -> list[torch.Tensor]:
@@ -109,9 +127,14 @@ class PromptEmbedder:
         out = []
         for i in range(b):
             tokens = self.table[torch.tensor(head + pub[i], dtype=torch.long)]
-            prefix = slot_prefix(self.projection, vectors[i, : int(lengths[i])], self.config.summary_slots, seen[i],
-                                 summary_only=self.config.summary_only)
-            out.append(torch.cat([tokens[: len(head)], prefix, tokens[len(head):]]))
+            prefix = slot_prefix(
+                self.projection,
+                vectors[i, : int(lengths[i])],
+                self.config.summary_slots,
+                seen[i],
+                summary_only=self.config.summary_only,
+            )
+            out.append(torch.cat([tokens[: len(head)], prefix, tokens[len(head) :]]))
         return out
 
     def count_tokens(self, texts: list[str]) -> list[int]:

@@ -93,7 +93,9 @@ class Store:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(self._lock_fd)
-            raise StoreError(f"{str(self.data_dir)!r} is in use by another server process (one process per data directory)") from None
+            raise StoreError(
+                f"{str(self.data_dir)!r} is in use by another server process (one process per data directory)"
+            ) from None
         try:
             self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30.0)
             self._db.row_factory = sqlite3.Row
@@ -105,10 +107,16 @@ class Store:
                 if found is None:
                     self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
                 elif found[0] != str(SCHEMA_VERSION):
-                    raise StoreError(f"{str(self.path)!r} has schema version {found[0]}; this server knows {SCHEMA_VERSION}")
+                    raise StoreError(
+                        f"{str(self.path)!r} has schema version {found[0]}; this server knows {SCHEMA_VERSION}"
+                    )
         except (sqlite3.Error, StoreError) as exc:
             self.close()
-            raise exc if isinstance(exc, StoreError) else StoreError(f"cannot open the database {str(self.path)!r}: {exc}") from None
+            raise (
+                exc
+                if isinstance(exc, StoreError)
+                else StoreError(f"cannot open the database {str(self.path)!r}: {exc}")
+            ) from None
         self._sweep()
 
     def close(self) -> None:
@@ -172,7 +180,10 @@ class Store:
         return self._one("SELECT * FROM datasets WHERE tenant = ? AND id = ?", (tenant, dataset_id))
 
     def list_datasets(self, tenant: str) -> list[dict[str, Any]]:
-        return [_row(r) for r in self._query("SELECT * FROM datasets WHERE tenant = ? ORDER BY created_at DESC, id", (tenant,))]
+        return [
+            _row(r)
+            for r in self._query("SELECT * FROM datasets WHERE tenant = ? ORDER BY created_at DESC, id", (tenant,))
+        ]
 
     def by_idempotency_key(self, table: str, tenant: str, key: str) -> dict[str, Any] | None:
         if table not in ("datasets", "jobs"):
@@ -194,7 +205,9 @@ class Store:
         return self._one("SELECT * FROM jobs WHERE tenant = ? AND id = ?", (tenant, job_id))
 
     def list_jobs(self, tenant: str) -> list[dict[str, Any]]:
-        return [_row(r) for r in self._query("SELECT * FROM jobs WHERE tenant = ? ORDER BY created_at DESC, id", (tenant,))]
+        return [
+            _row(r) for r in self._query("SELECT * FROM jobs WHERE tenant = ? ORDER BY created_at DESC, id", (tenant,))
+        ]
 
     def active_jobs(self, tenant: str) -> int:
         return self._query("SELECT COUNT(*) FROM jobs WHERE tenant = ? AND status IN (?, ?)", (tenant, *ACTIVE))[0][0]
@@ -202,10 +215,15 @@ class Store:
     def claim_next_job(self) -> dict[str, Any] | None:
         """The oldest queued job, now marked running (atomically: two workers never claim the same job)."""
         with self._lock, self._db:
-            r = self._db.execute("SELECT id FROM jobs WHERE status = 'queued' ORDER BY created_at, id LIMIT 1").fetchone()
+            r = self._db.execute(
+                "SELECT id FROM jobs WHERE status = 'queued' ORDER BY created_at, id LIMIT 1"
+            ).fetchone()
             if r is None:
                 return None
-            self._db.execute("UPDATE jobs SET status = 'running', started_at = COALESCE(started_at, ?) WHERE id = ?", (time.time(), r[0]))
+            self._db.execute(
+                "UPDATE jobs SET status = 'running', started_at = COALESCE(started_at, ?) WHERE id = ?",
+                (time.time(), r[0]),
+            )
         return self.job(r[0])
 
     def requeue_orphans(self) -> list[str]:
@@ -214,7 +232,9 @@ class Store:
         for job_id in ids:
             with self._lock, self._db:
                 self._db.execute("UPDATE jobs SET status = 'queued' WHERE id = ? AND status = 'running'", (job_id,))
-                self._event(job_id, "requeued", "the server restarted while this job ran; it resumes from its last checkpoint")
+                self._event(
+                    job_id, "requeued", "the server restarted while this job ran; it resumes from its last checkpoint"
+                )
         return ids
 
     def update_job(self, job_id: str, **values: Any) -> None:
@@ -228,7 +248,9 @@ class Store:
             if job is None:
                 return None
             if job[0] == "queued":
-                self._db.execute("UPDATE jobs SET status = 'cancelled', finished_at = ? WHERE id = ?", (time.time(), job_id))
+                self._db.execute(
+                    "UPDATE jobs SET status = 'cancelled', finished_at = ? WHERE id = ?", (time.time(), job_id)
+                )
                 self._event(job_id, "cancelled", "cancelled before it started")
             elif job[0] == "running":
                 self._db.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ?", (job_id,))
@@ -238,8 +260,16 @@ class Store:
     def cancel_requested(self, job_id: str) -> bool:
         return bool(self._query("SELECT cancel_requested FROM jobs WHERE id = ?", (job_id,))[0][0])
 
-    def finish_job(self, job_id: str, status: str, message: str, *, error: bool = False, adapter: dict[str, Any] | None = None,
-                   data: dict[str, Any] | None = None) -> None:
+    def finish_job(
+        self,
+        job_id: str,
+        status: str,
+        message: str,
+        *,
+        error: bool = False,
+        adapter: dict[str, Any] | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
         """Mark a job terminal with its last event (``message``; also its error when ``error``); with ``adapter`` (a
         succeeded job) insert the adapter. One transaction: whoever sees the status also sees the event and adapter."""
         if status not in TERMINAL:
@@ -247,10 +277,14 @@ class Store:
         now = time.time()
         with self._lock, self._db:
             if adapter is not None:
-                self._db.execute("INSERT INTO adapters (id, tenant, model, job, created_at) VALUES (?, ?, ?, ?, ?)",
-                                 (adapter["id"], adapter["tenant"], adapter["model"], job_id, now))
-            self._db.execute("UPDATE jobs SET status = ?, error = ?, adapter = ?, finished_at = ? WHERE id = ?",
-                             (status, message if error else None, adapter["id"] if adapter else None, now, job_id))
+                self._db.execute(
+                    "INSERT INTO adapters (id, tenant, model, job, created_at) VALUES (?, ?, ?, ?, ?)",
+                    (adapter["id"], adapter["tenant"], adapter["model"], job_id, now),
+                )
+            self._db.execute(
+                "UPDATE jobs SET status = ?, error = ?, adapter = ?, finished_at = ? WHERE id = ?",
+                (status, message if error else None, adapter["id"] if adapter else None, now, job_id),
+            )
             self._event(job_id, status, message, data)
 
     # ------------------------------------------------------------------ events
@@ -261,12 +295,16 @@ class Store:
     def _event(self, job_id: str, type: str, message: str, data: dict[str, Any] | None = None) -> int:
         """Append an event inside the caller's transaction (the caller holds the lock)."""
         seq = self._db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE job = ?", (job_id,)).fetchone()[0]
-        self._db.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?)",
-                         (job_id, seq, time.time(), type, message, None if data is None else json.dumps(data)))
+        self._db.execute(
+            "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?)",
+            (job_id, seq, time.time(), type, message, None if data is None else json.dumps(data)),
+        )
         return seq
 
     def events(self, job_id: str, *, after: int = 0, limit: int = 100) -> list[dict[str, Any]]:
-        rows = self._query("SELECT * FROM events WHERE job = ? AND seq > ? ORDER BY seq LIMIT ?", (job_id, after, limit))
+        rows = self._query(
+            "SELECT * FROM events WHERE job = ? AND seq > ? ORDER BY seq LIMIT ?", (job_id, after, limit)
+        )
         return [_row(r) for r in rows]
 
     # ------------------------------------------------------------------ adapters
@@ -277,5 +315,7 @@ class Store:
         if model is None:
             rows = self._query("SELECT * FROM adapters WHERE tenant = ? ORDER BY created_at, id", (tenant,))
         else:
-            rows = self._query("SELECT * FROM adapters WHERE tenant = ? AND model = ? ORDER BY created_at, id", (tenant, model))
+            rows = self._query(
+                "SELECT * FROM adapters WHERE tenant = ? AND model = ? ORDER BY created_at, id", (tenant, model)
+            )
         return [_row(r) for r in rows]

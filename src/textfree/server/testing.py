@@ -20,10 +20,23 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["serve_in_thread", "subprocess_server", "free_port", "RecordingProxy", "leaked_words", "tenant_headers", "make_tiny_run", "make_demo_run", "RUN_SIZES"]
+__all__ = [
+    "serve_in_thread",
+    "subprocess_server",
+    "free_port",
+    "RecordingProxy",
+    "leaked_words",
+    "tenant_headers",
+    "make_tiny_run",
+    "make_demo_run",
+    "RUN_SIZES",
+]
 
 # decoder shapes of make_demo_run: "small" is the shape of the locally pretrained decoder (docs/decoder.md)
-RUN_SIZES = {"tiny": {"hidden": 32, "layers": 2, "heads": 2}, "small": {"hidden": 256, "layers": 6, "heads": 4, "intermediate": 688}}
+RUN_SIZES = {
+    "tiny": {"hidden": 32, "layers": 2, "heads": 2},
+    "small": {"hidden": 256, "layers": 6, "heads": 4, "intermediate": 688},
+}
 
 
 @contextlib.contextmanager
@@ -58,8 +71,14 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @contextlib.contextmanager
-def subprocess_server(cmd: list[str], url: str, *, log_path: str | os.PathLike, env: dict[str, str] | None = None,
-                      ready_timeout_s: float = 180.0) -> Iterator[subprocess.Popen]:
+def subprocess_server(
+    cmd: list[str],
+    url: str,
+    *,
+    log_path: str | os.PathLike,
+    env: dict[str, str] | None = None,
+    ready_timeout_s: float = 180.0,
+) -> Iterator[subprocess.Popen]:
     """Run ``cmd`` (its output to ``log_path``) until ``url + '/health'`` answers 200, yield the process, stop it on exit."""
     import httpx
 
@@ -69,7 +88,9 @@ def subprocess_server(cmd: list[str], url: str, *, log_path: str | os.PathLike, 
         deadline = time.monotonic() + ready_timeout_s
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"{cmd[:4]} exited with {proc.returncode}: {Path(log_path).read_text(errors='replace')[-2000:]}")
+                raise RuntimeError(
+                    f"{cmd[:4]} exited with {proc.returncode}: {Path(log_path).read_text(errors='replace')[-2000:]}"
+                )
             with contextlib.suppress(httpx.TransportError):
                 if httpx.get(f"{url}/health", timeout=2).status_code == 200:
                     break

@@ -49,10 +49,14 @@ class SamplingParams:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise ValueError(f"SamplingParams.max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
         if not 0.0 <= self.temperature <= 10.0 or not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"SamplingParams needs temperature in [0, 10] and top_p in (0, 1], got {self.temperature}, {self.top_p}")
+            raise ValueError(
+                f"SamplingParams needs temperature in [0, 10] and top_p in (0, 1], got {self.temperature}, {self.top_p}"
+            )
 
 
-def completion_request(lora: str, rows: list[torch.Tensor], sampling: SamplingParams, *, dtype: str = "float32") -> dict[str, Any]:
+def completion_request(
+    lora: str, rows: list[torch.Tensor], sampling: SamplingParams, *, dtype: str = "float32"
+) -> dict[str, Any]:
     """The JSON body of ``POST /v1/completions``: one ``prompt_embeds`` item per row, the LoRA name as ``model``."""
     body: dict[str, Any] = {
         "model": lora,
@@ -81,12 +85,22 @@ def _vllm_message(response: httpx.Response) -> str:
 class VllmClient:
     """Sends completions to one vLLM server; maps every failure to a 502/503/504 :class:`ApiError`."""
 
-    def __init__(self, url: str, *, timeout_s: float = 120.0, max_connections: int = 8, transport: httpx.BaseTransport | None = None):
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float = 120.0,
+        max_connections: int = 8,
+        transport: httpx.BaseTransport | None = None,
+    ):
         key = os.environ.get(API_KEY_ENV)
         self.url = url.rstrip("/")
         self._http = httpx.Client(
-            base_url=self.url, transport=transport, headers={"Authorization": f"Bearer {key}"} if key else None,
-            timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)), limits=httpx.Limits(max_connections=max_connections),
+            base_url=self.url,
+            transport=transport,
+            headers={"Authorization": f"Bearer {key}"} if key else None,
+            timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)),
+            limits=httpx.Limits(max_connections=max_connections),
         )
 
     def close(self) -> None:
@@ -108,13 +122,21 @@ class VllmClient:
             message = _vllm_message(response)
             log.error("vLLM at %s answered %d: %s", self.url, response.status_code, message)
             if response.status_code == 503:
-                raise ApiError(503, "backend_unavailable", f"the vLLM backend is overloaded or starting (503): {message}")
-            raise ApiError(502, "backend_error", f"the vLLM backend refused the request ({response.status_code}): {message}")
+                raise ApiError(
+                    503, "backend_unavailable", f"the vLLM backend is overloaded or starting (503): {message}"
+                )
+            raise ApiError(
+                502, "backend_error", f"the vLLM backend refused the request ({response.status_code}): {message}"
+            )
         return self._texts(response, n)
 
     def _unavailable(self, exc: Exception) -> ApiError:
         log.error("vLLM at %s is unreachable: %r", self.url, exc)
-        return ApiError(503, "backend_unavailable", f"the vLLM backend is unreachable ({type(exc).__name__}); the gateway is up, retry later")
+        return ApiError(
+            503,
+            "backend_unavailable",
+            f"the vLLM backend is unreachable ({type(exc).__name__}); the gateway is up, retry later",
+        )
 
     def _texts(self, response: httpx.Response, n: int) -> list[str]:
         try:
@@ -122,17 +144,32 @@ class VllmClient:
             by_index = {int(c["index"]): str(c["text"]) for c in choices}
         except (ValueError, KeyError, TypeError) as exc:
             log.error("vLLM at %s: malformed completion (%r): %s", self.url, exc, response.text[:MESSAGE_CHARS])
-            raise ApiError(502, "backend_error", "the vLLM backend answered with a malformed completion (no list of choices with index and text)") from None
+            raise ApiError(
+                502,
+                "backend_error",
+                "the vLLM backend answered with a malformed completion (no list of choices with index and text)",
+            ) from None
         if sorted(by_index) != list(range(n)):
-            raise ApiError(502, "backend_error", f"the vLLM backend answered choices {sorted(by_index)[:8]} for {n} prompts")
+            raise ApiError(
+                502, "backend_error", f"the vLLM backend answered choices {sorted(by_index)[:8]} for {n} prompts"
+            )
         return [by_index[i] for i in range(n)]
 
 
 class VllmGenerateModel(GenerateModel):
     """A generate model whose decoding runs on vLLM: same card, same payload checks as :class:`GenerateModel`."""
 
-    def __init__(self, model_id: str, embedder: PromptEmbedder, client: VllmClient, *, lora: str | None = None,
-                 dtype: str = "float32", max_concurrent_calls: int = 8, center: torch.Tensor | None = None):
+    def __init__(
+        self,
+        model_id: str,
+        embedder: PromptEmbedder,
+        client: VllmClient,
+        *,
+        lora: str | None = None,
+        dtype: str = "float32",
+        max_concurrent_calls: int = 8,
+        center: torch.Tensor | None = None,
+    ):
         self.id = model_id
         self.server = embedder  # what the card is read from (config, decoder_ref), as GenerateModel's ServerModel
         self.center = center  # the run's public slot centre, for the card (None: uncentred, as PPFT)
@@ -144,23 +181,47 @@ class VllmGenerateModel(GenerateModel):
         self.public_tokens = PublicTokenCounter(embedder.tokenizer, embedder.config.template.max_public_tokens)
 
     @classmethod
-    def load(cls, model_id: str, run_dir: str, *, config: ServerConfig, device: str = "cpu", transport: httpx.BaseTransport | None = None) -> "VllmGenerateModel":
-        client = VllmClient(config.vllm_url, timeout_s=config.vllm_timeout_s, max_connections=config.vllm_max_concurrent_calls, transport=transport)
+    def load(
+        cls,
+        model_id: str,
+        run_dir: str,
+        *,
+        config: ServerConfig,
+        device: str = "cpu",
+        transport: httpx.BaseTransport | None = None,
+    ) -> "VllmGenerateModel":
+        client = VllmClient(
+            config.vllm_url,
+            timeout_s=config.vllm_timeout_s,
+            max_connections=config.vllm_max_concurrent_calls,
+            transport=transport,
+        )
         from ..ppft.checkpoint import load_center
 
         embedder = PromptEmbedder.load(run_dir)
-        return cls(model_id, embedder, client, dtype=config.vllm_dtype, max_concurrent_calls=config.vllm_max_concurrent_calls,
-                   center=load_center(run_dir, embedder.config))
+        return cls(
+            model_id,
+            embedder,
+            client,
+            dtype=config.vllm_dtype,
+            max_concurrent_calls=config.vllm_max_concurrent_calls,
+            center=load_center(run_dir, embedder.config),
+        )
 
-    def request(self, vectors: torch.Tensor, mask: torch.Tensor, public: list[str] | None, sampling: SamplingParams) -> dict[str, Any]:
+    def request(
+        self, vectors: torch.Tensor, mask: torch.Tensor, public: list[str] | None, sampling: SamplingParams
+    ) -> dict[str, Any]:
         return completion_request(self.lora, self.server.rows(vectors, mask, public), sampling, dtype=self.dtype)
 
-    def _generate(self, vectors: torch.Tensor, mask: torch.Tensor, public: list[str] | None, decoding: Any,
-                  items: list[Any]) -> tuple[list[str], list[int]]:
+    def _generate(
+        self, vectors: torch.Tensor, mask: torch.Tensor, public: list[str] | None, decoding: Any, items: list[Any]
+    ) -> tuple[list[str], list[int]]:
         # vLLM takes one seed per request: sent only when every request of the batch asked for the same one
         seeds = {it.seed for it in items}
         seed = seeds.pop() if len(seeds) == 1 and decoding.temperature > 0 else None
-        sampling = SamplingParams(decoding.max_new_tokens, temperature=decoding.temperature, top_p=decoding.top_p, seed=seed)
+        sampling = SamplingParams(
+            decoding.max_new_tokens, temperature=decoding.temperature, top_p=decoding.top_p, seed=seed
+        )
         texts = self.client.complete(self.request(vectors, mask, public, sampling))
         answers = [t.strip() for t in texts]
         return answers, self.server.count_tokens(answers)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -15,8 +14,21 @@ from .t2t import TextToText
 
 __all__ = ["build_t2t", "default_corpus", "replacement_rows", "parse_pos"]
 
-POS_ALIASES = {"noun": "NOUN", "verb": "VERB", "pron": "PRON", "pronoun": "PRON", "adp": "ADP", "prep": "ADP",
-               "preposition": "ADP", "adj": "ADJ", "adv": "ADV", "det": "DET", "num": "NUM", "conj": "CONJ", "prt": "PRT"}
+POS_ALIASES = {
+    "noun": "NOUN",
+    "verb": "VERB",
+    "pron": "PRON",
+    "pronoun": "PRON",
+    "adp": "ADP",
+    "prep": "ADP",
+    "preposition": "ADP",
+    "adj": "ADJ",
+    "adv": "ADV",
+    "det": "DET",
+    "num": "NUM",
+    "conj": "CONJ",
+    "prt": "PRT",
+}
 
 # Used when no corpus is given and ../shared/data is absent: plain sentences, nothing private.
 FALLBACK_CORPUS = [
@@ -46,16 +58,23 @@ def parse_pos(pos: str | None) -> tuple[str, ...] | None:
     return tuple(out)
 
 
-def build_t2t(*, table: str = "default", eta: float, pos: str | None = None, tagger: str = "textblob",
-              nltk_data: str | os.PathLike | None = None, search: str = "exact",
-              shortlist: int = DEFAULT_SHORTLIST) -> TextToText:
+def build_t2t(
+    *,
+    table: str = "default",
+    eta: float,
+    pos: str | None = None,
+    tagger: str = "textblob",
+    nltk_data: str | os.PathLike | None = None,
+    search: str = "exact",
+    shortlist: int = DEFAULT_SHORTLIST,
+) -> TextToText:
     """``table``: 'default' (all-MiniLM-L6-v2's input embeddings), an HF name/path, or 'glove:PATH'.
 
     ``search``: 'exact' (default) or 'approximate' (int8 pass + float64 re-rank of ``1 + shortlist`` words;
     same privacy accounting, see docs/substitution.md).
     """
     if table.startswith("glove:"):
-        words = WordEmbeddingTable.from_glove(table[len("glove:"):])
+        words = WordEmbeddingTable.from_glove(table[len("glove:") :])
     else:
         words = WordEmbeddingTable.from_hf_model(None if table == "default" else table)
     categories = parse_pos(pos)
@@ -77,8 +96,9 @@ def default_corpus(limit: int = 500) -> list[str]:
     return list(FALLBACK_CORPUS)
 
 
-def replacement_rows(mech: TextToText, sentences: Sequence[str], etas: Sequence[float], *,
-                     generator: torch.Generator) -> list[tuple[float, float]]:
+def replacement_rows(
+    mech: TextToText, sentences: Sequence[str], etas: Sequence[float], *, generator: torch.Generator
+) -> list[tuple[float, float]]:
     """[(eta, P(word replaced))] in the order given (common random numbers across etas)."""
     rates = mech.replacement_rate(list(sentences), list(etas), generator=generator)
     return [(float(e), rates[e]) for e in etas]

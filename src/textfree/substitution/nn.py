@@ -159,6 +159,7 @@ AUTO_FAISS_MIN_QUERIES = 400
 #: the table is read once); from it on, one search per set over that set's own sub-table (fewer flops).
 SINGLE_PASS_MAX_QUERIES = AUTO_FAISS_MIN_QUERIES
 
+
 def resolve_backend(backend: str, n_queries: int) -> str:
     """The backend that serves a batch of ``n_queries`` queries: "matmul" or "faiss"."""
     if backend != "auto":

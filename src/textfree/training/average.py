@@ -68,9 +68,13 @@ class WeightAverage:
             )
         for name, t in tensors.items():
             if tuple(t.shape) != tuple(self.average[name].shape):
-                raise ValueError(f"{where}: the saved average of {name!r} has shape {tuple(t.shape)}, the parameter {tuple(self.average[name].shape)}")
+                raise ValueError(
+                    f"{where}: the saved average of {name!r} has shape {tuple(t.shape)}, the parameter {tuple(self.average[name].shape)}"
+                )
             self.average[name] = t.to(self.average[name].device, torch.float32).clone()
 
     def _check_names(self, params: Mapping[str, torch.Tensor], what: str) -> None:
         if set(params) != set(self.average):
-            raise ValueError(f"WeightAverage.{what}: parameters {sorted(set(params) ^ set(self.average))[:5]} are not the averaged ones")
+            raise ValueError(
+                f"WeightAverage.{what}: parameters {sorted(set(params) ^ set(self.average))[:5]} are not the averaged ones"
+            )

@@ -131,7 +131,11 @@ def save_training_checkpoint(
 
 
 def _checkpoint_dirs(root: Path) -> list[Path]:
-    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name))] if root.is_dir() else []
+    found = (
+        [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name))]
+        if root.is_dir()
+        else []
+    )
     return [p for _, p in sorted(found)]
 
 

@@ -17,19 +17,38 @@ class LoopConfig:
 
     out: str = field(metadata={"help": "Run directory: the model, train_config.json, metrics.jsonl, checkpoints/."})
     epochs: int = field(default=1, metadata={"help": "Passes over the training examples."})
-    max_steps: int | None = field(default=None, metadata={"help": "Stop after this many optimizer steps (null: all epochs). Sets the LR schedule's length."})
+    max_steps: int | None = field(
+        default=None,
+        metadata={"help": "Stop after this many optimizer steps (null: all epochs). Sets the LR schedule's length."},
+    )
     batch_size: int = field(default=8, metadata={"help": "Examples per optimizer step and process."})
     lr: float = field(default=1e-3, metadata={"help": "Peak learning rate of the projection and the LoRA parameters."})
     warmup_steps: int = field(default=20, metadata={"help": "Linear warm-up steps."})
     min_lr_ratio: float = field(default=0.1, metadata={"help": "Cosine decay ends at lr * min_lr_ratio."})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
     grad_clip: float = field(default=1.0, metadata={"help": "Clip the gradient norm to this (0: no clipping)."})
-    ema_decay: float | None = field(default=None, metadata={"help": "Keep an exponential moving average of the trained parameters (this decay per step; e.g. 0.999 averages over the last ~1000 steps), save it with each checkpoint and make it the run's weights at the end. Null: the last step's weights."})
-    seed: int = field(default=0, metadata={"help": "Seeds initialisation, dropout, data order (and stage-2 noise unless noise_seed is set)."})
-    log_every: int = field(default=10, metadata={"help": "Log the mean loss every this many steps (metrics.jsonl + log)."})
-    save_every: int = field(default=200, metadata={"help": "Write a resumable checkpoint every this many steps (and at the end)."})
+    ema_decay: float | None = field(
+        default=None,
+        metadata={
+            "help": "Keep an exponential moving average of the trained parameters (this decay per step; e.g. 0.999 "
+            "averages over the last ~1000 steps), save it with each checkpoint and make it the run's weights "
+            "at the end. Null: the last step's weights."
+        },
+    )
+    seed: int = field(
+        default=0,
+        metadata={"help": "Seeds initialisation, dropout, data order (and stage-2 noise unless noise_seed is set)."},
+    )
+    log_every: int = field(
+        default=10, metadata={"help": "Log the mean loss every this many steps (metrics.jsonl + log)."}
+    )
+    save_every: int = field(
+        default=200, metadata={"help": "Write a resumable checkpoint every this many steps (and at the end)."}
+    )
     keep_checkpoints: int = field(default=1, metadata={"help": "How many checkpoints to keep."})
-    resume: bool = field(default=True, metadata={"help": "Continue from the newest checkpoint in `out` if there is one."})
+    resume: bool = field(
+        default=True, metadata={"help": "Continue from the newest checkpoint in `out` if there is one."}
+    )
     cpu: bool = field(default=False, metadata={"help": "Force the CPU even when an accelerator is present."})
     progress: bool = field(default=True, metadata={"help": "Show tqdm progress bars."})
 
@@ -50,9 +69,13 @@ class LoopConfig:
 
 def _check_optimiser(cfg: LoopConfig) -> None:
     """The optimiser settings of a training loop: finite, the learning rates > 0, the rest in range."""
-    checks = (("lr", lambda v: v > 0, "a number > 0"), ("weight_decay", lambda v: v >= 0, "a number >= 0"),
-              ("grad_clip", lambda v: v >= 0, "a number >= 0 (0: no clipping)"),
-              ("min_lr_ratio", lambda v: 0 <= v <= 1, "a number in [0, 1]"), ("encoder_lr", lambda v: v >= 0, "a number >= 0"))
+    checks = (
+        ("lr", lambda v: v > 0, "a number > 0"),
+        ("weight_decay", lambda v: v >= 0, "a number >= 0"),
+        ("grad_clip", lambda v: v >= 0, "a number >= 0 (0: no clipping)"),
+        ("min_lr_ratio", lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+        ("encoder_lr", lambda v: v >= 0, "a number >= 0"),
+    )
     for name, ok, what in checks:
         if not hasattr(cfg, name):  # encoder_lr: stage 1 only
             continue

@@ -38,6 +38,7 @@ __all__ = ["fit", "param_groups"]
 
 log = logging.getLogger("textfree.ppft")
 
+
 def _epoch_order(n: int, seed: int, epoch: int) -> list[int]:
     gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     return torch.randperm(n, generator=gen).tolist()
@@ -85,7 +86,13 @@ def fit(
     losses: list[float] = []
     window: list[float] = []
     started = time.time() - (carried_s or 0.0)  # the clock runs on from the checkpoint's (its training time so far)
-    bar = tqdm(total=total_steps, initial=step, desc=f"train {run.name}", unit="step", disable=not (cfg.progress and accelerator.is_main_process))
+    bar = tqdm(
+        total=total_steps,
+        initial=step,
+        desc=f"train {run.name}",
+        unit="step",
+        disable=not (cfg.progress and accelerator.is_main_process),
+    )
     model.train()
     for epoch in range(state["epoch"], cfg.epochs):
         if step >= total_steps:
@@ -96,8 +103,13 @@ def fit(
         order = order[batch_in_epoch * cfg.batch_size * world :]
         # (its own generator: creating the iterator must not draw from the global RNG that dropout uses)
         loader = accelerator.prepare_data_loader(
-            DataLoader(Subset(examples, order), batch_size=cfg.batch_size, shuffle=False, collate_fn=collate,
-                       generator=torch.Generator().manual_seed(cfg.seed + epoch))
+            DataLoader(
+                Subset(examples, order),
+                batch_size=cfg.batch_size,
+                shuffle=False,
+                collate_fn=collate,
+                generator=torch.Generator().manual_seed(cfg.seed + epoch),
+            )
         )
         for batch in loader:
             # learning rate for this step (nanoGPT: computed, not a scheduler object)
@@ -124,7 +136,13 @@ def fit(
             bar.update(1)
             bar.set_postfix(loss=f"{value:.4f}", epoch=epoch)
             if step % cfg.log_every == 0 or step == total_steps:
-                record = {"step": step, "epoch": epoch, "loss": sum(window) / len(window), "lr": cfg.lr * mult, "elapsed_s": round(time.time() - started, 2)}
+                record = {
+                    "step": step,
+                    "epoch": epoch,
+                    "loss": sum(window) / len(window),
+                    "lr": cfg.lr * mult,
+                    "elapsed_s": round(time.time() - started, 2),
+                }
                 window = []
                 log.info("step %d epoch %d loss %.4f lr %.3g", record["step"], epoch, record["loss"], record["lr"])
                 if accelerator.is_main_process:
@@ -132,14 +150,24 @@ def fit(
                         fh.write(json.dumps(record) + "\n")
             if step % cfg.save_every == 0 or step == total_steps:
                 end_of_epoch = batch_in_epoch >= steps_per_epoch
-                position = {"epoch": epoch + 1 if end_of_epoch else epoch, "batch_in_epoch": 0 if end_of_epoch else batch_in_epoch,
-                            "elapsed_s": None if carried_s is None else round(time.time() - started, 2),
-                            "first_loss": first_loss}
+                position = {
+                    "epoch": epoch + 1 if end_of_epoch else epoch,
+                    "batch_in_epoch": 0 if end_of_epoch else batch_in_epoch,
+                    "elapsed_s": None if carried_s is None else round(time.time() - started, 2),
+                    "first_loss": first_loss,
+                }
                 accelerator.wait_for_everyone()
                 if accelerator.is_main_process:
                     unwrapped = accelerator.unwrap_model(model)
-                    save_training_checkpoint(run, step, _trained(unwrapped), optimizer, position, keep=cfg.keep_checkpoints,
-                                             average=None if average is None else average.state())
+                    save_training_checkpoint(
+                        run,
+                        step,
+                        _trained(unwrapped),
+                        optimizer,
+                        position,
+                        keep=cfg.keep_checkpoints,
+                        average=None if average is None else average.state(),
+                    )
             if on_step is not None:
                 on_step(step, value)
             if step >= total_steps:
@@ -173,10 +201,16 @@ def _carried_record(state: dict[str, Any], ckpt: Path | None) -> tuple[float | N
         return None, None
     carried, first = state["elapsed_s"], state.get("first_loss")
     for name, value in (("elapsed_s", carried), ("first_loss", first)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-                                  or (name == "elapsed_s" and value < 0)):
-            raise ValueError(f"checkpoint {str(ckpt)!r}: trainer_state.json {name} must be a finite number"
-                             f"{' >= 0' if name == 'elapsed_s' else ''} or null, got {value!r}")
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or (name == "elapsed_s" and value < 0)
+        ):
+            raise ValueError(
+                f"checkpoint {str(ckpt)!r}: trainer_state.json {name} must be a finite number"
+                f"{' >= 0' if name == 'elapsed_s' else ''} or null, got {value!r}"
+            )
     return (None if carried is None else float(carried)), (None if first is None else float(first))
 
 
@@ -192,12 +226,14 @@ def _start_average(cfg: LoopConfig, model: torch.nn.Module, ckpt: Path | None) -
     if ckpt is not None:
         saved = load_average(ckpt)
         if saved is None:
-            raise ValueError(f"checkpoint {str(ckpt)!r} holds no weight average (ema.safetensors) though ema_decay is set")
+            raise ValueError(
+                f"checkpoint {str(ckpt)!r} holds no weight average (ema.safetensors) though ema_decay is set"
+            )
         average.load(saved, where=str(ckpt))
     return average
 
 
 def param_groups(groups: list[tuple[list[torch.nn.Parameter], float]], weight_decay: float) -> list[dict]:
-    return [{"params": params, "lr": lr, "base_lr": lr, "weight_decay": weight_decay} for params, lr in groups if params]
-
-
+    return [
+        {"params": params, "lr": lr, "base_lr": lr, "weight_decay": weight_decay} for params, lr in groups if params
+    ]

@@ -69,14 +69,22 @@ def check_run_dir(cfg: LoopConfig, *, init: str | None = None, fingerprint: str 
         saved = {k: v for k, v in (added | saved_doc.get("config", {})).items() if k not in _RESUME_FREE}
         if saved != mine:
             diff = sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k))
-            raise ValueError(f"{str(run)!r} holds a run with other settings ({', '.join(diff)}); use another --out or --no-resume")
+            raise ValueError(
+                f"{str(run)!r} holds a run with other settings ({', '.join(diff)}); use another --out or --no-resume"
+            )
         if init is not None:
             try:
                 checked = same_init(run, saved_doc.get("init_fingerprint"), init, current=fingerprint)
             except InitChanged as exc:
-                raise InitChanged(f"{exc}: its checkpoints cannot be resumed; use another --out or --no-resume") from None
+                raise InitChanged(
+                    f"{exc}: its checkpoints cannot be resumed; use another --out or --no-resume"
+                ) from None
             if not checked:
-                log.warning("%s records no fingerprint of its init run %s; resuming without checking that it is unchanged", run, init)
+                log.warning(
+                    "%s records no fingerprint of its init run %s; resuming without checking that it is unchanged",
+                    run,
+                    init,
+                )
     return fingerprint
 
 
@@ -139,8 +147,11 @@ def differing_settings(run: str | os.PathLike, config: dict[str, Any], volatile:
 def finished_run(run: str | os.PathLike, config: dict[str, Any], volatile: set[str]) -> bool:
     """True when ``run`` finished (summary.json) under the same training config (see :func:`differing_settings`)."""
     run = Path(run)
-    return (run / "summary.json").is_file() and (run / "train_config.json").is_file() \
+    return (
+        (run / "summary.json").is_file()
+        and (run / "train_config.json").is_file()
         and not differing_settings(run, config, volatile)
+    )
 
 
 #: The file of a run that records how its training went (times, losses, steps), not what the run is: left out of
@@ -161,9 +172,14 @@ def run_fingerprint(run: str | os.PathLike, *, legacy: bool = False) -> str:
     configs differ. ``legacy``: the fingerprint as recorded until 2026-11-27, every file's bytes with ``summary.json``
     (:func:`same_init` accepts either)."""
     root = Path(run).resolve()
-    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in {".safetensors", ".json"}
-                   and CHECKPOINTS_DIR not in p.relative_to(root).parts
-                   and (legacy or p.relative_to(root).as_posix() != _OUTCOME_FILE))
+    files = sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file()
+        and p.suffix in {".safetensors", ".json"}
+        and CHECKPOINTS_DIR not in p.relative_to(root).parts
+        and (legacy or p.relative_to(root).as_posix() != _OUTCOME_FILE)
+    )
     h = hashlib.sha256()
     for path in files:
         rel = path.relative_to(root).as_posix()
@@ -194,7 +210,9 @@ class InitChanged(ValueError):
     """A run's init run was rebuilt at the same path after the run started from it."""
 
 
-def same_init(run: str | os.PathLike, recorded: str | None, init: str | os.PathLike, *, current: str | None = None) -> bool:
+def same_init(
+    run: str | os.PathLike, recorded: str | None, init: str | os.PathLike, *, current: str | None = None
+) -> bool:
     """Whether ``init`` still is the run that ``run`` started from, by the fingerprint ``run`` recorded of it.
 
     True when :func:`run_fingerprint` of ``init`` (``current``, when the caller has it already) is ``recorded`` (or
@@ -206,5 +224,7 @@ def same_init(run: str | os.PathLike, recorded: str | None, init: str | os.PathL
         return False
     current = current or run_fingerprint(init)
     if not _is_fingerprint_of(recorded, init, current):
-        raise InitChanged(f"{str(run)!r} was trained from another {str(init)!r} (init fingerprint {recorded[:12]}, now {current[:12]})")
+        raise InitChanged(
+            f"{str(run)!r} was trained from another {str(init)!r} (init fingerprint {recorded[:12]}, now {current[:12]})"
+        )
     return True

@@ -45,8 +45,11 @@ NOISE_MODES = ("estimated", "oracle")
 PRIOR_KINDS = ("bigram", "uniform", "causal_lm")
 
 _BEAMCLEAN_KEYS = {f.name for f in dataclasses.fields(BeamCleanConfig)} - {"excluded_ids"}
-_PRIOR_KEYS = {"bigram": {"kind", "sources", "texts", "k", "training_text"}, "uniform": {"kind"},
-               "causal_lm": {"kind", "path", "training_text", "batch_size"}}
+_PRIOR_KEYS = {
+    "bigram": {"kind", "sources", "texts", "k", "training_text"},
+    "uniform": {"kind"},
+    "causal_lm": {"kind", "path", "training_text", "batch_size"},
+}
 _SOURCE_KEYS = {"dataset", "split", "limit"}
 
 
@@ -107,8 +110,15 @@ def parse_attack_section(section: Any) -> InversionAttackSpec:
     except (ThreatModelError, TypeError) as exc:
         raise _fail(str(exc), "attack.threat") from None
     attacks = section.get("attacks", list(DEFAULT_ATTACKS))
-    if not isinstance(attacks, list) or not attacks or any(a not in TOKEN_ATTACKS for a in attacks) or len(set(attacks)) != len(attacks):
-        raise _fail(f"must be a non-empty list of distinct names from {list(TOKEN_ATTACKS)}, got {attacks!r}", "attack.attacks")
+    if (
+        not isinstance(attacks, list)
+        or not attacks
+        or any(a not in TOKEN_ATTACKS for a in attacks)
+        or len(set(attacks)) != len(attacks)
+    ):
+        raise _fail(
+            f"must be a non-empty list of distinct names from {list(TOKEN_ATTACKS)}, got {attacks!r}", "attack.attacks"
+        )
     if not isinstance(section.get("beamclean", {}), (dict, type(None))):
         raise _fail(f"must be a mapping, got {section['beamclean']!r}", "attack.beamclean")
     bc = dict(section.get("beamclean") or {})
@@ -117,17 +127,26 @@ def parse_attack_section(section: Any) -> InversionAttackSpec:
         raise _fail(f"family must be 'auto' or one of {list(FAMILIES)}, got {family!r}", "attack.beamclean.family")
     noise = bc.pop("noise", "estimated")
     noise = [noise] if isinstance(noise, str) else noise
-    if not isinstance(noise, list) or not noise or any(n not in NOISE_MODES for n in noise) or len(set(noise)) != len(noise):
+    if (
+        not isinstance(noise, list)
+        or not noise
+        or any(n not in NOISE_MODES for n in noise)
+        or len(set(noise)) != len(noise)
+    ):
         raise _fail(f"noise must be 'estimated', 'oracle' or a list of both, got {noise!r}", "attack.beamclean.noise")
     bad = sorted(set(bc) - _BEAMCLEAN_KEYS)
     if bad:
-        raise _fail(f"unknown setting(s) {bad}; known: family, noise, {', '.join(sorted(_BEAMCLEAN_KEYS))}", "attack.beamclean")
+        raise _fail(
+            f"unknown setting(s) {bad}; known: family, noise, {', '.join(sorted(_BEAMCLEAN_KEYS))}", "attack.beamclean"
+        )
     try:
         config = BeamCleanConfig(**bc)
     except (ValueError, TypeError) as exc:
         raise _fail(str(exc), "attack.beamclean") from None
     prior = _check_prior(section.get("prior", {"kind": "bigram"}) if "beamclean" in attacks else {"kind": "uniform"})
-    return InversionAttackSpec(threat, tuple(attacks), config, family, tuple(noise), prior, _check_blackbox(section.get("blackbox")))
+    return InversionAttackSpec(
+        threat, tuple(attacks), config, family, tuple(noise), prior, _check_blackbox(section.get("blackbox"))
+    )
 
 
 def _check_blackbox(spec: Any) -> dict:
@@ -139,12 +158,23 @@ def _check_blackbox(spec: Any) -> dict:
         raise _fail(f"must be a mapping with keys from {sorted(_BLACKBOX_KEYS)}, got {spec!r}", where)
     if "texts" in spec:
         texts = spec["texts"]
-        if "sources" in spec or not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t.strip() for t in texts):
+        if (
+            "sources" in spec
+            or not isinstance(texts, list)
+            or not texts
+            or not all(isinstance(t, str) and t.strip() for t in texts)
+        ):
             raise _fail("texts must be a non-empty list of public strings (and no sources beside it)", f"{where}.texts")
         return spec
     spec = {"sources": [{"dataset": "alpaca"}, {"dataset": "gsm8k", "split": "train"}], **spec}
     sources = spec["sources"]
-    if not isinstance(sources, list) or not sources or not all(isinstance(x, dict) and isinstance(x.get("dataset"), str) and not set(x) - _SOURCE_KEYS for x in sources):
+    if (
+        not isinstance(sources, list)
+        or not sources
+        or not all(
+            isinstance(x, dict) and isinstance(x.get("dataset"), str) and not set(x) - _SOURCE_KEYS for x in sources
+        )
+    ):
         raise _fail(f"sources must be a non-empty list like [{{dataset: alpaca}}], got {sources!r}", f"{where}.sources")
     if any(is_ppft_dataset(x["dataset"]) for x in sources):
         raise _fail("the black-box attacker trains on public text only (no Pri-* dataset)", f"{where}.sources")
@@ -167,7 +197,9 @@ def _check_prior(spec: Any) -> dict:
     if kind == "uniform":
         return spec
     if spec.get("training_text", "public") not in ("public", "in_domain"):
-        raise _fail(f"training_text must be 'public' or 'in_domain', got {spec['training_text']!r}", f"{where}.training_text")
+        raise _fail(
+            f"training_text must be 'public' or 'in_domain', got {spec['training_text']!r}", f"{where}.training_text"
+        )
     if kind == "causal_lm":
         if not isinstance(spec.get("path"), str) or not spec["path"]:
             raise _fail("a causal_lm prior needs `path` (a local directory or a Hugging Face name)", f"{where}.path")
@@ -175,14 +207,22 @@ def _check_prior(spec: Any) -> dict:
     texts, sources = spec.get("texts"), spec.get("sources")
     if (texts is None) == (sources is None):
         raise _fail("a bigram prior needs exactly one of `sources` (datasets) or `texts` (inline public text)", where)
-    if texts is not None and (not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t.strip() for t in texts)):
+    if texts is not None and (
+        not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t.strip() for t in texts)
+    ):
         raise _fail("texts must be a non-empty list of non-empty strings", f"{where}.texts")
     if sources is not None:
         if not isinstance(sources, list) or not sources:
-            raise _fail("sources must be a non-empty list like [{dataset: alpaca}, {dataset: gsm8k, split: train}]", f"{where}.sources")
+            raise _fail(
+                "sources must be a non-empty list like [{dataset: alpaca}, {dataset: gsm8k, split: train}]",
+                f"{where}.sources",
+            )
         for i, src in enumerate(sources):
             if not isinstance(src, dict) or not isinstance(src.get("dataset"), str) or set(src) - _SOURCE_KEYS:
-                raise _fail(f"entry {i} must be a mapping with `dataset` (and optional split, limit), got {src!r}", f"{where}.sources")
+                raise _fail(
+                    f"entry {i} must be a mapping with `dataset` (and optional split, limit), got {src!r}",
+                    f"{where}.sources",
+                )
     k = spec.get("k", 0.1)
     if isinstance(k, bool) or not isinstance(k, (int, float)) or not (k > 0 and math.isfinite(k)):
         raise _fail(f"k must be a finite number > 0, got {k!r}", f"{where}.k")
@@ -196,10 +236,16 @@ def _check_prior_sources(prior: dict) -> None:
         if not is_ppft_dataset(name):
             continue
         if prior.get("training_text", "public") == "public":
-            raise _fail(f"{name!r} is in-domain text; a prior fitted on it needs training_text: in_domain", "attack.prior.sources")
+            raise _fail(
+                f"{name!r} is in-domain text; a prior fitted on it needs training_text: in_domain",
+                "attack.prior.sources",
+            )
         if split != "train":
-            raise _fail(f"an in-domain prior may read only the PPFT train part of {name!r} (split: train), "
-                        f"never the evaluated prompts; got split {split!r}", "attack.prior.sources")
+            raise _fail(
+                f"an in-domain prior may read only the PPFT train part of {name!r} (split: train), "
+                f"never the evaluated prompts; got split {split!r}",
+                "attack.prior.sources",
+            )
 
 
 def _check_params(params: dict) -> None:

@@ -22,6 +22,7 @@ from ._attribute_params import ANSWER_DATASETS, ENCODE_BATCH, _dataset
 from ._t2t import t2t_guarantee, t2t_mechanism
 from ._tokens import token_guarantee, token_sequences, token_table
 
+
 def _client_map(run: str, width: int) -> tuple[torch.Tensor, int]:
     """The run's client slot map (``slot_center.safetensors``): the centre [d], or the centre and its class subspace
     [1 + m, d]; and the subspace's rank m (0: a centre alone)."""
@@ -42,8 +43,12 @@ def _map_slots(smap: torch.Tensor, x: torch.Tensor, m: torch.Tensor) -> torch.Te
 
 def _ddx_target(record: Any) -> dict[str, Any]:
     a = record.attributes
-    return {"sex": str(a["sex"]), "age": age_bucket(a["age"]), "symptoms": list(a["symptoms"]),
-            "antecedents": list(a["antecedents"])}
+    return {
+        "sex": str(a["sex"]),
+        "age": age_bucket(a["age"]),
+        "symptoms": list(a["symptoms"]),
+        "antecedents": list(a["antecedents"]),
+    }
 
 
 @dataclass
@@ -56,7 +61,9 @@ class _Part:
 def _dedupe(texts: list[str], targets: list[dict], labels: list[str] | None) -> _Part:
     seen: set[str] = set()
     keep = [i for i, t in enumerate(texts) if t.strip() and not (t in seen or seen.add(t))]
-    return _Part([texts[i] for i in keep], [targets[i] for i in keep], None if labels is None else [labels[i] for i in keep])
+    return _Part(
+        [texts[i] for i in keep], [targets[i] for i in keep], None if labels is None else [labels[i] for i in keep]
+    )
 
 
 def _parts(dataset: str, target: str) -> tuple[_Part, _Part]:
@@ -73,21 +80,31 @@ def _parts(dataset: str, target: str) -> tuple[_Part, _Part]:
             if target == "answer":
                 parts.append(_dedupe([record_private_text(r) for r in records], [{"answer": a} for a in answers], None))
             else:
-                parts.append(_dedupe([record_private_text(r) for r in records], [_ddx_target(r) for r in records], answers))
+                parts.append(
+                    _dedupe([record_private_text(r) for r in records], [_ddx_target(r) for r in records], answers)
+                )
         return parts[0], parts[1]
     from ...data import load_dataset
 
     parts = []
     for name in ("train", "test"):
         records = load_dataset("trustpilot", split=name)
-        parts.append(_dedupe([r.text for r in records],
-                             [{"gender": str(r.attributes["gender"]), "age_cat": str(r.attributes["age_cat"])} for r in records], None))
+        parts.append(
+            _dedupe(
+                [r.text for r in records],
+                [{"gender": str(r.attributes["gender"]), "age_cat": str(r.attributes["age_cat"])} for r in records],
+                None,
+            )
+        )
     train, test = parts
     overlap = set(train.texts) & set(test.texts)
     if overlap:  # never evaluate on a text the attacker trained on
         keep = [i for i, t in enumerate(train.texts) if t not in overlap]
-        train = _Part([train.texts[i] for i in keep], [train.targets[i] for i in keep],
-                      None if train.labels is None else [train.labels[i] for i in keep])
+        train = _Part(
+            [train.texts[i] for i in keep],
+            [train.targets[i] for i in keep],
+            None if train.labels is None else [train.labels[i] for i in keep],
+        )
     return train, test
 
 
@@ -96,10 +113,17 @@ def _data(cell: Any, target: str, train_limit: int | None, context: RunContext) 
     dataset = _dataset(cell, target)
     train, test = context.cached(("parts", target), lambda: _parts(dataset, target))
     if train_limit is not None:
-        train = _Part(train.texts[:train_limit], train.targets[:train_limit],
-                      None if train.labels is None else train.labels[:train_limit])
+        train = _Part(
+            train.texts[:train_limit],
+            train.targets[:train_limit],
+            None if train.labels is None else train.labels[:train_limit],
+        )
     if cell.limit is not None:
-        test = _Part(test.texts[: cell.limit], test.targets[: cell.limit], None if test.labels is None else test.labels[: cell.limit])
+        test = _Part(
+            test.texts[: cell.limit],
+            test.targets[: cell.limit],
+            None if test.labels is None else test.labels[: cell.limit],
+        )
     return dataset, train, test
 
 
@@ -118,14 +142,27 @@ def _encode(encoder: Any, texts: list[str], k: int, max_length: int | None = Non
     return payload.vectors, payload.mask
 
 
-def _clean_slots(cell: Any, part: str, texts: list[str], k: int, train_limit: int | None, context: RunContext,
-                 max_length: int | None = None):
+def _clean_slots(
+    cell: Any,
+    part: str,
+    texts: list[str],
+    k: int,
+    train_limit: int | None,
+    context: RunContext,
+    max_length: int | None = None,
+):
     """The clean slots of the training or evaluated texts (cached per run)."""
 
     def encode():
         encoder = context.cached("encoder", lambda: load_cell_encoder(cell, "contextual"))
-        context.logger.info("attribute_inference: encoding %d %s texts with %s, k=%d, at most %s tokens", len(texts), part,
-                            encoder.name, k, max_length or encoder.max_length)
+        context.logger.info(
+            "attribute_inference: encoding %d %s texts with %s, k=%d, at most %s tokens",
+            len(texts),
+            part,
+            encoder.name,
+            k,
+            max_length or encoder.max_length,
+        )
         return _encode(encoder, texts, k, max_length)
 
     return context.cached(("slots", part, k, train_limit, max_length), encode)
@@ -143,7 +180,13 @@ def _token_rows(cell: Any, part: str, texts: list[str], max_tokens: int, train_l
         for i, q in enumerate(seqs):
             x[i, : len(q)] = tt.table[q]
             mask[i, : len(q)] = True
-        context.logger.info("attribute_inference: %d %s texts, %d tokens (table %s)", len(texts), part, int(mask.sum()), tuple(tt.table.shape))
+        context.logger.info(
+            "attribute_inference: %d %s texts, %d tokens (table %s)",
+            len(texts),
+            part,
+            int(mask.sum()),
+            tuple(tt.table.shape),
+        )
         return x, mask, torch.tensor([int(o.sum()) for o in own], dtype=torch.float64)
 
     return context.cached(("tokens", part, max_tokens, train_limit), build)
@@ -192,7 +235,10 @@ def _slots_release(cell, resolved, s, train, test, seed, context) -> _Release:
         train_x, test_x = repeat_mean_slots(train_x, train_m), repeat_mean_slots(test_x, test_m)
     if s.pad_to is not None:  # the client hides the count: filler slots up to pad_to, noised like the prompt's own
         try:
-            (train_x, train_m), (test_x, test_m) = pad_slots(train_x, train_m, s.pad_to), pad_slots(test_x, test_m, s.pad_to)
+            (train_x, train_m), (test_x, test_m) = (
+                pad_slots(train_x, train_m, s.pad_to),
+                pad_slots(test_x, test_m, s.pad_to),
+            )
         except ValueError as exc:
             raise CellError(str(exc), field="params.pad_to") from None
 
@@ -200,9 +246,13 @@ def _slots_release(cell, resolved, s, train, test, seed, context) -> _Release:
     released = noisy_rows(noise, test_x, test_m, seeded_generator(seed, warn=False))
     slots = test_m.sum(1).to(torch.float64)
     slot_eps = SlotPrivatization(noise=mech, k=s.k, pad_to=s.pad_to, repeat_mean=s.repeat_mean).slot_loss().epsilon
-    guarantee = {"slot_epsilon": slot_eps, "prompt_epsilon": float((slots * slot_eps).mean()),
-                 "prompt_epsilon_max": float((slots * slot_eps).max()), "slots_per_prompt": float(slots.mean()),
-                 "cosine": float((released * test_x).sum(-1)[test_m].mean())}
+    guarantee = {
+        "slot_epsilon": slot_eps,
+        "prompt_epsilon": float((slots * slot_eps).mean()),
+        "prompt_epsilon_max": float((slots * slot_eps).max()),
+        "slots_per_prompt": float(slots.mean()),
+        "cosine": float((released * test_x).sum(-1)[test_m].mean()),
+    }
     if subspace_rank is not None:  # the run's map: 0 for a centre alone, else the rank of its class subspace
         guarantee["subspace_rank"] = subspace_rank
     return _Release((train_x, train_m), (released, test_m), guarantee, lambda: {"noise": noise})
@@ -217,8 +267,12 @@ def _tokens_release(cell, resolved, s, train, test, seed, context) -> _Release:
     released = noisy_rows(noise, test_x, test_m, seeded_generator(seed, warn=False))
     guarantee = token_guarantee(mech, token_table(cell, context).diameter)
     eps = guarantee["token_epsilon"]
-    guarantee |= {"prompt_epsilon": float((own * eps).mean()), "prompt_epsilon_max": float((own * eps).max()),
-                  "tokens_per_prompt": float(own.mean()), "cosine": _cosine(released, test_x, test_m)}
+    guarantee |= {
+        "prompt_epsilon": float((own * eps).mean()),
+        "prompt_epsilon_max": float((own * eps).max()),
+        "tokens_per_prompt": float(own.mean()),
+        "cosine": _cosine(released, test_x, test_m),
+    }
     return _Release((train_x, train_m), (released, test_m), guarantee, lambda: {"noise": noise})
 
 
@@ -231,13 +285,23 @@ def _text_release(cell, resolved, s, train, test, seed, context) -> _Release:
         generator = seeded_generator(seed + 104_729, warn=False)
         runs = []
         for r in range(s.rounds):
-            context.logger.info("attribute_inference: %s eta=%s, the attacker's run %d/%d over %d training texts",
-                                s.release, s.text["eta"], r + 1, s.rounds, len(train.texts))
+            context.logger.info(
+                "attribute_inference: %s eta=%s, the attacker's run %d/%d over %d training texts",
+                s.release,
+                s.text["eta"],
+                r + 1,
+                s.rounds,
+                len(train.texts),
+            )
             runs.append(_encode(encoder, mech.privatize(train.texts, generator=generator), s.k))
         return {"variants": runs}
 
-    return _Release(_clean_slots(cell, "train", train.texts, s.k, s.train_limit, context),
-                    _encode(encoder, released.texts, s.k), t2t_guarantee(mech, released), variants)
+    return _Release(
+        _clean_slots(cell, "train", train.texts, s.k, s.train_limit, context),
+        _encode(encoder, released.texts, s.k),
+        t2t_guarantee(mech, released),
+        variants,
+    )
 
 
 _RELEASE_BUILDERS = {"slots": _slots_release, "tokens": _tokens_release, "t2t": _text_release, "pct2t": _text_release}

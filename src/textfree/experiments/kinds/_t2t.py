@@ -37,7 +37,11 @@ def check_t2t_params(p: dict) -> None:
     if not positive(eta):
         raise CellError(f"eta must be a finite number > 0, got {eta!r}", field="params.eta")
     pos = p.get("pos")
-    if pos is not None and pos != "default" and not (isinstance(pos, list) and pos and all(isinstance(c, str) for c in pos)):
+    if (
+        pos is not None
+        and pos != "default"
+        and not (isinstance(pos, list) and pos and all(isinstance(c, str) for c in pos))
+    ):
         raise CellError(f"pos must be null, 'default' or a list of categories, got {pos!r}", field="params.pos")
     if isinstance(pos, list):
         unknown = [c for c in parse_pos(",".join(pos)) or () if c not in UNIVERSAL_TAGS]
@@ -45,7 +49,9 @@ def check_t2t_params(p: dict) -> None:
             raise CellError(f"pos has unknown categories {unknown}; known: {list(UNIVERSAL_TAGS)}", field="params.pos")
     table = p.get("table", "default")
     if not isinstance(table, str) or not table:
-        raise CellError(f"table must be 'default', a model name/path or 'glove:PATH', got {table!r}", field="params.table")
+        raise CellError(
+            f"table must be 'default', a model name/path or 'glove:PATH', got {table!r}", field="params.table"
+        )
     tagger = p.get("tagger", "textblob")
     if tagger not in TAGGERS:
         raise CellError(f"tagger must be one of {list(TAGGERS)}, got {tagger!r}", field="params.tagger")
@@ -60,7 +66,10 @@ def t2t_mechanism(p: dict, context: RunContext):
     pos = p.get("pos")
     pos_arg = None if pos is None else ",".join(DEFAULT_POS_CATEGORIES if pos == "default" else pos)
     key = ("t2t", p.get("table", "default"), pos_arg, p.get("tagger", "textblob"))
-    base = context.cached(key, lambda: build_t2t(table=p.get("table", "default"), eta=1.0, pos=pos_arg, tagger=p.get("tagger", "textblob")))
+    base = context.cached(
+        key,
+        lambda: build_t2t(table=p.get("table", "default"), eta=1.0, pos=pos_arg, tagger=p.get("tagger", "textblob")),
+    )
     return base.with_eta(float(p["eta"]))
 
 
@@ -71,6 +80,10 @@ def t2t_guarantee(mech: Any, released: Any) -> dict[str, float]:
     released verbatim and not covered by the guarantee)."""
     word_eps = mech.privacy_loss_per_word().epsilon
     per_text = released.substituted_per_text
-    return {"replacement_rate": released.replacement_rate, "kept_rate": released.n_kept / released.n_words,
-            "word_epsilon": word_eps, "prompt_epsilon": word_eps * sum(per_text) / len(per_text),
-            "prompt_epsilon_max": word_eps * max(per_text)}
+    return {
+        "replacement_rate": released.replacement_rate,
+        "kept_rate": released.n_kept / released.n_words,
+        "word_epsilon": word_eps,
+        "prompt_epsilon": word_eps * sum(per_text) / len(per_text),
+        "prompt_epsilon_max": word_eps * max(per_text),
+    }

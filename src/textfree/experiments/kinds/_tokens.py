@@ -62,5 +62,9 @@ def token_guarantee(mech: Any, diameter: float) -> dict[str, float]:
     / ``token_delta`` (the loss at the table's diameter: any two tokens are at most that far apart) and
     ``table_diameter``. A prompt of n tokens composes to n x ``token_epsilon`` (and n x ``token_delta``)."""
     unit, token = mech.privacy_loss(1.0), mech.privacy_loss(diameter)
-    return {"epsilon_unit": unit.epsilon, "token_epsilon": token.epsilon, "token_delta": token.delta,
-            "table_diameter": diameter}
+    return {
+        "epsilon_unit": unit.epsilon,
+        "token_epsilon": token.epsilon,
+        "token_delta": token.delta,
+        "table_diameter": diameter,
+    }

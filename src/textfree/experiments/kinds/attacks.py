@@ -170,7 +170,9 @@ def _validate(cell: Any, points: list[dict]) -> None:
     if cell.dataset is None and cell.texts is None:
         raise CellError("the token_inversion kind needs a `dataset` or inline `texts`", field="texts")
     if cell.mechanism is None:
-        raise CellError("the token_inversion kind needs a `mechanism` (l2_laplace, gaussian or clipped)", field="mechanism")
+        raise CellError(
+            "the token_inversion kind needs a `mechanism` (l2_laplace, gaussian or clipped)", field="mechanism"
+        )
     for point in points:
         resolved = cell.resolve(point)
         _check_params(resolved.params)
@@ -216,7 +218,12 @@ def _inputs(cell: Any, max_tokens: int, context: RunContext) -> _Inputs:
         texts = _cell_texts(cell)
         tt = token_table(cell, context)
         seqs, scored = token_sequences(tt.tokenizer, texts, max_tokens)
-        context.logger.info("token_inversion: %d texts, %d scored tokens, table %s", len(texts), int(sum(s.sum() for s in scored)), tuple(tt.table.shape))
+        context.logger.info(
+            "token_inversion: %d texts, %d scored tokens, table %s",
+            len(texts),
+            int(sum(s.sum() for s in scored)),
+            tuple(tt.table.shape),
+        )
         pii = _released_pii(cell, texts, [_decode(tt.tokenizer, q, m) for q, m in zip(seqs, scored)])
         return _Inputs(tt.table, tt.tokenizer, seqs, scored, tt.diameter, texts, pii)
 
@@ -286,15 +293,25 @@ def _prior(spec: dict, inputs: _Inputs, context: RunContext):
             return UniformPrior(v)
         training_text = spec.get("training_text", "public")
         if spec["kind"] == "causal_lm":
-            return CausalLMPrior.from_pretrained(spec["path"], target_tokenizer=inputs.tokenizer, training_text=training_text,
-                                                 batch_size=spec.get("batch_size", 64))
+            return CausalLMPrior.from_pretrained(
+                spec["path"],
+                target_tokenizer=inputs.tokenizer,
+                training_text=training_text,
+                batch_size=spec.get("batch_size", 64),
+            )
         texts = _prior_texts(spec)
         overlap = set(texts) & set(inputs.texts)
         if overlap:
-            raise ValueError(f"the prior's training text contains {len(overlap)} of the evaluated texts, e.g. {next(iter(overlap))[:80]!r}")
+            raise ValueError(
+                f"the prior's training text contains {len(overlap)} of the evaluated texts, e.g. {next(iter(overlap))[:80]!r}"
+            )
         t0 = time.perf_counter()
-        prior = BigramPrior.from_texts(texts, inputs.tokenizer, v, k=float(spec.get("k", 0.1)), training_text=training_text)
-        context.logger.info("bigram prior: %d texts, %d pairs, %.1fs", len(texts), len(prior._val), time.perf_counter() - t0)
+        prior = BigramPrior.from_texts(
+            texts, inputs.tokenizer, v, k=float(spec.get("k", 0.1)), training_text=training_text
+        )
+        context.logger.info(
+            "bigram prior: %d texts, %d pairs, %.1fs", len(texts), len(prior._val), time.perf_counter() - t0
+        )
         return prior
 
     return context.cached(("prior", json.dumps(spec, sort_keys=True)), build)
@@ -310,7 +327,8 @@ def _ratio(a: float, b: float) -> float:
     metrics=TOKEN_INVERSION_METRICS,
     params=TOKEN_INVERSION_PARAMS,
     validate=_validate,
-    help="Token recovery of nearest neighbour and BeamClean against per-token embedding noise, under a declared threat model.",
+    help="Token recovery of nearest neighbour and BeamClean against per-token embedding noise, under a declared threat "
+    "model.",
 )
 def token_inversion(cell: Any, point: dict, seed: int, context: RunContext) -> dict[str, float]:
     """Noise every token embedding of the cell's texts, run the granted attacks, score token recovery."""
@@ -344,7 +362,9 @@ def _run(cell: Any, resolved: Any, spec: InversionAttackSpec, seed: int, context
     if nn_metrics:
         inverter = context.cached("nn_inverter", lambda: NearestNeighbourInverter(table))
         t0 = time.perf_counter()
-        nn = nearest_neighbour_attack(released, inverter, threat=spec.threat, true_ids=gold, mask=scored, metrics=nn_metrics)
+        nn = nearest_neighbour_attack(
+            released, inverter, threat=spec.threat, true_ids=gold, mask=scored, metrics=nn_metrics
+        )
         out["seconds_per_sequence_nn"] = (time.perf_counter() - t0) / n
         for metric, rate in nn.recovery.items():
             out[f"recovery_nn_{metric}"] = rate
@@ -356,8 +376,16 @@ def _run(cell: Any, resolved: Any, spec: InversionAttackSpec, seed: int, context
         noisy = list(released.split(lengths))
         for noise in spec.noise:
             t0 = time.perf_counter()
-            res = beamclean_attack(noisy, table, prior, threat=spec.threat, noise=noise, family=spec.family,
-                                   mechanism=mech, config=spec.config)
+            res = beamclean_attack(
+                noisy,
+                table,
+                prior,
+                threat=spec.threat,
+                noise=noise,
+                family=spec.family,
+                mechanism=mech,
+                config=spec.config,
+            )
             out[f"seconds_per_sequence_beamclean_{noise}"] = (time.perf_counter() - t0) / n
             out[f"recovery_beamclean_{noise}"] = token_recovery_rate(torch.cat(res.ids), gold, scored)
             out |= _pii_metrics(data, list(res.ids), f"beamclean_{noise}")
@@ -370,9 +398,14 @@ def _run(cell: Any, resolved: Any, spec: InversionAttackSpec, seed: int, context
                 out["scale_rel_error_estimated"] = sum(errors) / len(errors)
                 out["scale_abs_rel_error_estimated"] = sum(abs(e) for e in errors) / len(errors)
     for attack in (a for a in spec.attacks if a in BLACKBOX_ATTACKS):
-        model = train_blackbox(attack, lambda ids: table[ids], *_public_vocab(spec.blackbox, data, context), mech,
-                               BlackBoxConfig(**{k: v for k, v in spec.blackbox.items() if k not in ("sources", "texts")}),
-                               generator=seeded_generator(seed + 1_000_003, warn=False))
+        model = train_blackbox(
+            attack,
+            lambda ids: table[ids],
+            *_public_vocab(spec.blackbox, data, context),
+            mech,
+            BlackBoxConfig(**{k: v for k, v in spec.blackbox.items() if k not in ("sources", "texts")}),
+            generator=seeded_generator(seed + 1_000_003, warn=False),
+        )
         res = blackbox_attack(model, released, threat=spec.threat, clean=clean)
         out[f"recovery_{attack}"] = token_recovery_rate(res.ids, gold, scored)
         if res.mse is not None:

@@ -79,13 +79,11 @@ Cells::
     attack: {threat: {training_text: in_domain, knows_mechanism: true, knows_parameters: true}}
 """
 
-
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from ...heads.classifier import AttributeAttackConfig
 from ...attacks.attributes import (
     attribute_inference_attack,
     attribute_metric_names,
@@ -95,6 +93,7 @@ from ...attacks.attributes import (
     prior_predictions,
     score_attributes,
 )
+from ...heads.classifier import AttributeAttackConfig
 from ...rng import seeded_generator
 from ..registry import RunContext, register_cell_kind
 from ._attribute_params import (  # noqa: F401 - re-exported: the kind's public names
@@ -104,19 +103,26 @@ from ._attribute_params import (  # noqa: F401 - re-exported: the kind's public 
     RELEASES,
     _dataset,
     _kinds,
-    _settings,
     _Settings,
+    _settings,
 )
 from ._attribute_release import _RELEASE_BUILDERS, _data
 from ._builds import record_read_builds
 from ._threads import torch_threads
 
-__all__ = ["attribute_inference", "ATTRIBUTE_KINDS", "ATTRIBUTE_INFERENCE_METRICS", "ATTRIBUTE_INFERENCE_PARAMS", "RELEASES"]
+__all__ = [
+    "attribute_inference",
+    "ATTRIBUTE_KINDS",
+    "ATTRIBUTE_INFERENCE_METRICS",
+    "ATTRIBUTE_INFERENCE_PARAMS",
+    "RELEASES",
+]
 
 
 def _validate(cell: Any, points: list[dict]) -> None:
     for point in points:
         _dataset(cell, _settings(cell.resolve(point)).target)
+
 
 # ------------------------------------------------------------------------------------------------ the kind
 @register_cell_kind(
@@ -125,7 +131,7 @@ def _validate(cell: Any, points: list[dict]) -> None:
     params=ATTRIBUTE_INFERENCE_PARAMS,
     validate=_validate,
     help="Attribute classifiers (mean MLP, attention; noise-unaware and noise-aware) on PPFT payloads, noisy token "
-         "embeddings or T2T / PCT2T text, beside the prior and the label-only reference.",
+    "embeddings or T2T / PCT2T text, beside the prior and the label-only reference.",
 )
 def attribute_inference(cell: Any, point: dict, seed: int, context: RunContext) -> dict[str, float]:
     resolved = cell.resolve(point)
@@ -140,23 +146,48 @@ def _run(cell: Any, resolved: Any, s: _Settings, seed: int, context: RunContext)
     kinds = _kinds(dataset, s.target)
     specs = build_specs(train.targets, kinds)
     release = _RELEASE_BUILDERS[s.release](cell, resolved, s, train, test, seed, context)
-    out: dict[str, float] = dict(release.guarantee) | {"n_train": float(len(train.texts)), "n_test": float(len(test.texts))}
+    out: dict[str, float] = dict(release.guarantee) | {
+        "n_train": float(len(train.texts)),
+        "n_test": float(len(test.texts)),
+    }
     scores = attribute_metric_names(kinds)
     for attacker in s.attackers:
         for training in s.training:
-            config = AttributeAttackConfig(pooling=attacker.removesuffix("_count"), count=attacker.endswith("_count"), **s.config)
+            config = AttributeAttackConfig(
+                pooling=attacker.removesuffix("_count"), count=attacker.endswith("_count"), **s.config
+            )
             aware = release.aware() if training == "aware" else {}
             predicted = attribute_inference_attack(
-                release.train, train.targets, release.observed, specs, config, threat=s.threat, release=s.family,
-                noise=aware.get("noise"), variants=aware.get("variants"), generator=seeded_generator(seed + 7919, warn=False))
+                release.train,
+                train.targets,
+                release.observed,
+                specs,
+                config,
+                threat=s.threat,
+                release=s.family,
+                noise=aware.get("noise"),
+                variants=aware.get("variants"),
+                generator=seeded_generator(seed + 7919, warn=False),
+            )
             for m, v in score_attributes(specs, predicted, test.targets).items():
                 out[f"{m}_{attacker}_{training}"] = v
-            context.logger.info("%s %s/%s: %s", s.release, attacker, training, {m: round(out[f"{m}_{attacker}_{training}"], 3) for m in scores})
+            context.logger.info(
+                "%s %s/%s: %s",
+                s.release,
+                attacker,
+                training,
+                {m: round(out[f"{m}_{attacker}_{training}"], 3) for m in scores},
+            )
     prior = score_attributes(specs, prior_predictions(specs, train.targets, len(test.texts)), test.targets)
-    label = (score_attributes(specs, label_predictions(specs, train.targets, train.labels, test.labels), test.targets)
-             if train.labels is not None else {m: math.nan for m in scores})
+    label = (
+        score_attributes(specs, label_predictions(specs, train.targets, train.labels, test.labels), test.targets)
+        if train.labels is not None
+        else {m: math.nan for m in scores}
+    )
     # what the number of released units (slots, tokens) alone tells: the same rule within training rows of that count
-    length = score_attributes(specs, length_predictions(specs, train.targets, release.train[1], release.observed[1]), test.targets)
+    length = score_attributes(
+        specs, length_predictions(specs, train.targets, release.train[1], release.observed[1]), test.targets
+    )
     for m in scores:
         out[f"{m}_best"] = max(out[f"{m}_{a}_{t}"] for a in s.attackers for t in s.training)
         out[f"{m}_prior"], out[f"{m}_label"], out[f"{m}_length"] = prior[m], label[m], length[m]

@@ -65,28 +65,54 @@ __all__ = ["learned_inversion", "INVERSION_METRICS", "INVERSION_PARAMS"]
 VARIANTS = ("unaware", "aware", "restoration")
 INVERTERS = ("decoder", "slot_tokens")
 SLOT_TOKENS_FILE, SLOT_TOKENS_JSON = "slot_tokens.safetensors", "slot_tokens.json"
-INVERSION_METRICS = ("rouge_l", "rouge_l_recall", "bleu", "symptoms_recall_text", "antecedents_recall_text",
-                     "rouge_l_prior", "symptoms_recall_text_prior", "antecedents_recall_text_prior",
-                     "pii_exact", "pii_fuzzy", "pii_exact_prior", "pii_fuzzy_prior", "n_pii_units",
-                     "slot_epsilon", "prompt_epsilon", "padded_slots", "centred", "init_stage", "n_eval", "eval_wall_s") + _TRAIN
+INVERSION_METRICS = (
+    "rouge_l",
+    "rouge_l_recall",
+    "bleu",
+    "symptoms_recall_text",
+    "antecedents_recall_text",
+    "rouge_l_prior",
+    "symptoms_recall_text_prior",
+    "antecedents_recall_text_prior",
+    "pii_exact",
+    "pii_fuzzy",
+    "pii_exact_prior",
+    "pii_fuzzy_prior",
+    "n_pii_units",
+    "slot_epsilon",
+    "prompt_epsilon",
+    "padded_slots",
+    "centred",
+    "init_stage",
+    "n_eval",
+    "eval_wall_s",
+) + _TRAIN
 INVERSION_PARAMS = {
     "variant": "unaware (trained on clean payloads), aware (on noisy payloads at epsilon) or restoration (no training)",
-    "inverter": "trained variants: decoder (default; projection + LoRA decoder regenerating the prompt) or slot_tokens (a classifier of each slot's tokens, no decoder)",
+    "inverter": "trained variants: decoder (default; projection + LoRA decoder regenerating the prompt) or slot_tokens "
+    "(a classifier of each slot's tokens, no decoder)",
     "hidden": "slot_tokens: width of the classifier's MLP (default 768)",
     "epsilon": "L2-Laplace epsilon of the evaluated payloads (and of aware training); null: clean payloads",
     "k": "pooling k (default: the init's / model's)",
-    "init": "trained variants: a run directory (a stage-1 run: stage-1-aligned; a stage-2 run: the served model) or {encoder: DIR, decoder: DIR} (unaligned)",
+    "init": "trained variants: a run directory (a stage-1 run: stage-1-aligned; a stage-2 run: the served model) or "
+    "{encoder: DIR, decoder: DIR} (unaligned)",
     "model": "restoration: the served PPFT run directory; {epsilon} {k} are filled in",
-    "out": "trained variants: run directory template; {variant} {epsilon} {k} and {init_name} (the init run directory's name, for a grid over params.init) are filled in",
+    "out": "trained variants: run directory template; {variant} {epsilon} {k} and {init_name} (the init run "
+    "directory's name, for a grid over params.init) are filled in",
     "epochs": "training epochs (default 6; slot_tokens 12)",
     "max_target_tokens": "decoder tokens of the training targets (default 160)",
     "train_seed": "training seed (default 0)",
     "train_limit": "train on the first N training records only (default: all)",
-    "train_text": "the attacker's text is public: these instruction sources (alpaca, lima, gsm8k:train; default: the Pri-* train part)",
+    "train_text": "the attacker's text is public: these instruction sources (alpaca, lima, gsm8k:train; default: the "
+    "Pri-* train part)",
     "train_text_limit": "with train_text: read at most N records of each source",
-    "train_decoder": "trained variants: also train every base-decoder weight (full fine-tuning; default false: LoRA + projection)",
-    "fixed_slots": "trained variants: the client pads every payload to ceil(max_private_tokens / k) slots, hiding the length (default false; slot_tokens: the init run's client padded, and the classifier trained on padded payloads)",
-    "max_private_tokens": "trained variants: the client cuts private text at this many encoder tokens (default: the init's)",
+    "train_decoder": "trained variants: also train every base-decoder weight (full fine-tuning; default false: LoRA + "
+    "projection)",
+    "fixed_slots": "trained variants: the client pads every payload to ceil(max_private_tokens / k) slots, hiding the "
+    "length (default false; slot_tokens: the init run's client padded, and the classifier trained on "
+    "padded payloads)",
+    "max_private_tokens": "trained variants: the client cuts private text at this many encoder tokens (default: the "
+    "init's)",
     "lr": "trained variants: peak learning rate (default: Stage2Config's)",
     "prior_sample": "training texts the no-input reference (their medoid) is chosen from (default 100)",
     "eval_limit": "evaluate the first N distinct held-out private texts (default 100)",
@@ -104,10 +130,16 @@ def _params(cell: Any, point: dict) -> dict[str, Any]:
             raise CellError("restoration takes `model` (a served PPFT run) and no init/out", field="params.model")
     else:
         init = p.get("init")
-        ok = isinstance(init, str) or (isinstance(init, dict) and set(init) == {"encoder", "decoder"}
-                                       and all(isinstance(v, str) and v for v in init.values()))
+        ok = isinstance(init, str) or (
+            isinstance(init, dict)
+            and set(init) == {"encoder", "decoder"}
+            and all(isinstance(v, str) and v for v in init.values())
+        )
         if not ok or not isinstance(p.get("out"), str) or "model" in p:
-            raise CellError("a trained variant takes `init` (a run directory or {encoder, decoder}) and `out`, not `model`", field="params.init")
+            raise CellError(
+                "a trained variant takes `init` (a run directory or {encoder, decoder}) and `out`, not `model`",
+                field="params.init",
+            )
     inverter = p.setdefault("inverter", "decoder")
     if inverter not in INVERTERS:
         raise CellError(f"inverter must be one of {list(INVERTERS)}, got {inverter!r}", field="params.inverter")
@@ -115,10 +147,16 @@ def _params(cell: Any, point: dict) -> dict[str, Any]:
         if variant == "restoration":
             raise CellError("restoration trains nothing: it takes no inverter", field="params.inverter")
         if not isinstance(p.get("init"), str):
-            raise CellError("the slot_tokens inverter takes `init` as a run directory (the client that made the payloads)", field="params.init")
+            raise CellError(
+                "the slot_tokens inverter takes `init` as a run directory (the client that made the payloads)",
+                field="params.init",
+            )
         wrong = [n for n in ("train_decoder", "max_target_tokens", "max_new_tokens", "max_private_tokens") if n in p]
         if wrong:
-            raise CellError(f"the slot_tokens inverter has no decoder and takes the init run's client as it is: drop {wrong}", field=f"params.{wrong[0]}")
+            raise CellError(
+                f"the slot_tokens inverter has no decoder and takes the init run's client as it is: drop {wrong}",
+                field=f"params.{wrong[0]}",
+            )
         p.setdefault("epochs", 12)
         hidden = p.setdefault("hidden", 768)
         if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
@@ -135,31 +173,48 @@ def _params(cell: Any, point: dict) -> dict[str, Any]:
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise CellError(f"{name} must be an integer >= 1, got {v!r}", field=f"params.{name}")
     if variant == "restoration" and ("train_decoder" in p or "lr" in p):
-        raise CellError("restoration trains nothing: it takes no train_decoder or lr", field="params.train_decoder" if "train_decoder" in p else "params.lr")
+        raise CellError(
+            "restoration trains nothing: it takes no train_decoder or lr",
+            field="params.train_decoder" if "train_decoder" in p else "params.lr",
+        )
     if not isinstance(p.setdefault("train_decoder", False), bool):
-        raise CellError(f"train_decoder must be true or false, got {p['train_decoder']!r}", field="params.train_decoder")
+        raise CellError(
+            f"train_decoder must be true or false, got {p['train_decoder']!r}", field="params.train_decoder"
+        )
     if not isinstance(p.setdefault("fixed_slots", False), bool):
         raise CellError(f"fixed_slots must be true or false, got {p['fixed_slots']!r}", field="params.fixed_slots")
     if variant == "restoration" and (p["fixed_slots"] or "max_private_tokens" in p):
-        raise CellError("restoration uses the served model's client as it is: no fixed_slots or max_private_tokens",
-                        field="params.fixed_slots" if p["fixed_slots"] else "params.max_private_tokens")
+        raise CellError(
+            "restoration uses the served model's client as it is: no fixed_slots or max_private_tokens",
+            field="params.fixed_slots" if p["fixed_slots"] else "params.max_private_tokens",
+        )
     tokens = p.get("max_private_tokens")
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
-        raise CellError(f"max_private_tokens must be an integer >= 1, got {tokens!r}", field="params.max_private_tokens")
+        raise CellError(
+            f"max_private_tokens must be an integer >= 1, got {tokens!r}", field="params.max_private_tokens"
+        )
     lr = p.get("lr")
     if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < 1):
         raise CellError(f"lr must be a number in (0, 1), got {lr!r}", field="params.lr")
     text = p.get("train_text")
     if text is not None:
         if not isinstance(text, list) or not text or not all(isinstance(s, str) and s for s in text):
-            raise CellError(f"train_text must be a non-empty list of source names like [alpaca, 'gsm8k:train'], got {text!r}",
-                            field="params.train_text")
+            raise CellError(
+                f"train_text must be a non-empty list of source names like [alpaca, 'gsm8k:train'], got {text!r}",
+                field="params.train_text",
+            )
         if variant == "restoration":
             raise CellError("restoration trains nothing: it takes no train_text", field="params.train_text")
     elif p.get("train_text_limit") is not None:
         raise CellError("train_text_limit applies to train_text only", field="params.train_text_limit")
-    for name, default in (("epochs", 6), ("max_target_tokens", 160), ("eval_limit", 100), ("max_new_tokens", 160), ("train_seed", 0),
-                          ("prior_sample", 100)):
+    for name, default in (
+        ("epochs", 6),
+        ("max_target_tokens", 160),
+        ("eval_limit", 100),
+        ("max_new_tokens", 160),
+        ("train_seed", 0),
+        ("prior_sample", 100),
+    ):
         v = p.setdefault(name, default)
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "train_seed" else 1):
             raise CellError(f"{name} must be an integer >= 1, got {v!r}", field=f"params.{name}")
@@ -168,7 +223,11 @@ def _params(cell: Any, point: dict) -> dict[str, Any]:
 
 def _threat(cell: Any, point: dict, p: dict[str, Any]) -> ThreatModel:
     variant = p["variant"]
-    needs = RESTORATION_REQUIRES if variant == "restoration" else (SLOT_TOKENS_REQUIRES if p["inverter"] == "slot_tokens" else LEARNED_INVERSION_REQUIRES)
+    needs = (
+        RESTORATION_REQUIRES
+        if variant == "restoration"
+        else (SLOT_TOKENS_REQUIRES if p["inverter"] == "slot_tokens" else LEARNED_INVERSION_REQUIRES)
+    )
     if variant != "restoration" and p.get("train_text") is None:
         needs = needs.union(ThreatModel(training_text="in_domain"))  # it trains on the Pri-* train part
     if variant == "aware":
@@ -179,15 +238,22 @@ def _threat(cell: Any, point: dict, p: dict[str, Any]) -> ThreatModel:
 
 def _validate(cell: Any, points: list[dict]) -> None:
     if cell.dataset is None:
-        raise CellError("learned_inversion needs a dataset: Pri-* (pri-ddx, pri-slja) or free text with PII units (pupa, presidio)",
-                        field="dataset")
+        raise CellError(
+            "learned_inversion needs a dataset: Pri-* (pri-ddx, pri-slja) or free text with PII units (pupa, presidio)",
+            field="dataset",
+        )
     if cell.mechanism is not None:
-        raise CellError("learned_inversion takes the noise in params.epsilon (L2-Laplace, as the model), not `mechanism`", field="mechanism")
+        raise CellError(
+            "learned_inversion takes the noise in params.epsilon (L2-Laplace, as the model), not `mechanism`",
+            field="mechanism",
+        )
     for point in points:
         p = _params(cell, point)
         if not is_ppft_dataset(cell.dataset) and p["variant"] != "restoration" and p.get("train_text") is None:
-            raise CellError(f"{cell.dataset!r} is only evaluated: a trained inverter on it needs params.train_text (the attacker's public text)",
-                            field="params.train_text")
+            raise CellError(
+                f"{cell.dataset!r} is only evaluated: a trained inverter on it needs params.train_text (the attacker's public text)",
+                field="params.train_text",
+            )
         _threat(cell, point, p)
 
 
@@ -207,7 +273,9 @@ def _init_stage(init: str) -> float:
         return 0.0
     stage = read_json(Path(init) / "summary.json").get("stage")
     if stage not in ("stage1", "stage2"):
-        raise CellError(f"params.init {init!r}: its summary.json names stage {stage!r}, not stage1 or stage2", field="params.init")
+        raise CellError(
+            f"params.init {init!r}: its summary.json names stage {stage!r}, not stage1 or stage2", field="params.init"
+        )
     return 1.0 if stage == "stage1" else 2.0
 
 
@@ -232,11 +300,25 @@ def _model(cell: Any, p: dict[str, Any], context: RunContext):
     out = _out_dir(p, epsilon)
     init = p["init"] if isinstance(p["init"], str) else _unaligned_init(p["init"], out, p.get("k"))
     dataset = cell.dataset if is_ppft_dataset(cell.dataset) else Stage2Config.dataset  # unused with train_text
-    cfg = Stage2Config(init=init, out=out, dataset=dataset, epsilon=epsilon, k=p.get("k"), tasks=["restore"],
-                       epochs=p["epochs"], max_target_tokens=p["max_target_tokens"], seed=p["train_seed"], limit=p.get("train_limit"),
-                       restore_text=p.get("train_text"), restore_text_limit=p.get("train_text_limit"),
-                       train_decoder=p["train_decoder"] or None, fixed_slots=p["fixed_slots"] or None,
-                       max_private_tokens=p.get("max_private_tokens"), progress=False, **({"lr": p["lr"]} if p.get("lr") else {}))
+    cfg = Stage2Config(
+        init=init,
+        out=out,
+        dataset=dataset,
+        epsilon=epsilon,
+        k=p.get("k"),
+        tasks=["restore"],
+        epochs=p["epochs"],
+        max_target_tokens=p["max_target_tokens"],
+        seed=p["train_seed"],
+        limit=p.get("train_limit"),
+        restore_text=p.get("train_text"),
+        restore_text_limit=p.get("train_text_limit"),
+        train_decoder=p["train_decoder"] or None,
+        fixed_slots=p["fixed_slots"] or None,
+        max_private_tokens=p.get("max_private_tokens"),
+        progress=False,
+        **({"lr": p["lr"]} if p.get("lr") else {}),
+    )
     stage = _init_stage(init)
     lm, metrics = stage2_model(cfg, cell.name, context)
     return lm, metrics | {"init_stage": stage}
@@ -270,10 +352,21 @@ def _slot_model(cell: Any, p: dict[str, Any], context: RunContext):
     lm = context.cached(("slot_init", p["init"]), lambda: TextFreeLM.load(p["init"]))
     epsilon = p.get("epsilon") if p["variant"] == "aware" else None
     out = Path(_out_dir(p, epsilon))
-    settings = {"init": p["init"], "variant": p["variant"], "epsilon": epsilon, "k": p.get("k"), "dataset": cell.dataset,
-                "train_text": p.get("train_text"), "train_text_limit": p.get("train_text_limit"), "train_limit": p.get("train_limit"),
-                "epochs": p["epochs"], "lr": p.get("lr"), "hidden": p["hidden"], "train_seed": p["train_seed"],
-                "fixed_slots": p["fixed_slots"]}
+    settings = {
+        "init": p["init"],
+        "variant": p["variant"],
+        "epsilon": epsilon,
+        "k": p.get("k"),
+        "dataset": cell.dataset,
+        "train_text": p.get("train_text"),
+        "train_text_limit": p.get("train_text_limit"),
+        "train_limit": p.get("train_limit"),
+        "epochs": p["epochs"],
+        "lr": p.get("lr"),
+        "hidden": p["hidden"],
+        "train_seed": p["train_seed"],
+        "fixed_slots": p["fixed_slots"],
+    }
     privatizer = lm.privatizer(epsilon, k=p.get("k"), fixed_slots=p["fixed_slots"] or None)
     k, pad_to = privatizer.privatization.k, privatizer.privatization.pad_to
     table = lm.encoder.model.get_input_embeddings().weight
@@ -294,19 +387,31 @@ def _slot_model(cell: Any, p: dict[str, Any], context: RunContext):
             gen = None if epsilon is None else seeded_generator(p["train_seed"] * 100_003 + epoch, warn=False)
             return torch.cat([ex.vectors for ex in cache.privatize(privatizer, generator=gen)])
 
-        lengths = [pad_to or math.ceil(h.shape[0] / k) for h in cache.hidden]  # the client's slot counts (filler: pad targets)
+        lengths = [
+            pad_to or math.ceil(h.shape[0] / k) for h in cache.hidden
+        ]  # the client's slot counts (filler: pad targets)
         ids = []
         for start in range(0, len(texts), 64):
             enc = lm.encoder.tokenize(texts[start : start + 64])
             ids += [row[mask.bool()].cpu() for row, mask in zip(enc["input_ids"], enc["attention_mask"])]
         targets = slot_targets(ids, lengths, k, lm.encoder.tokenizer.pad_token_id)
         config = SlotTokenConfig(hidden=p["hidden"], epochs=p["epochs"], **({"lr": p["lr"]} if p.get("lr") else {}))
-        model, stats = train_slot_inverter(releases, targets, table, k, config, generator=seeded_generator(p["train_seed"] + 7919, warn=False))
-        metrics = {"train_first_loss": stats["first_loss"], "train_final_loss": stats["final_loss"], "train_steps": stats["steps"],
-                   "train_wall_s": round(time.time() - t0, 2)}
+        model, stats = train_slot_inverter(
+            releases, targets, table, k, config, generator=seeded_generator(p["train_seed"] + 7919, warn=False)
+        )
+        metrics = {
+            "train_first_loss": stats["first_loss"],
+            "train_final_loss": stats["final_loss"],
+            "train_steps": stats["steps"],
+            "train_wall_s": round(time.time() - t0, 2),
+        }
         out.mkdir(parents=True, exist_ok=True)
-        save_file({n: t.contiguous() for n, t in model.state_dict().items() if n != "table"}, str(out / SLOT_TOKENS_FILE))
-        saved.write_text(json.dumps({"settings": settings, "metrics": metrics, "texts": len(texts), "slots": len(targets)}, indent=1))
+        save_file(
+            {n: t.contiguous() for n, t in model.state_dict().items() if n != "table"}, str(out / SLOT_TOKENS_FILE)
+        )
+        saved.write_text(
+            json.dumps({"settings": settings, "metrics": metrics, "texts": len(texts), "slots": len(targets)}, indent=1)
+        )
         return model, metrics | {"reused": 0.0}
 
     model, metrics = context.cached(("slot_tokens", str(out)), fit)
@@ -326,7 +431,11 @@ def _evaluated(cell: Any, limit: int, fits) -> list[tuple[str, Any]]:
     split, or the dataset's records (``cell.split``)."""
     from ...data import load_dataset, ppft_split
 
-    records = ppft_split(cell.dataset)["heldout"] if is_ppft_dataset(cell.dataset) else load_dataset(cell.dataset, split=cell.split)
+    records = (
+        ppft_split(cell.dataset)["heldout"]
+        if is_ppft_dataset(cell.dataset)
+        else load_dataset(cell.dataset, split=cell.split)
+    )
     seen: dict[str, Any] = {}
     for r in records:
         text = record_private_text(r)
@@ -339,8 +448,14 @@ def _evaluated(cell: Any, limit: int, fits) -> list[tuple[str, Any]]:
     return list(seen.items())
 
 
-@register_cell_kind("learned_inversion", metrics=INVERSION_METRICS, params=INVERSION_PARAMS, validate=_validate,
-                    help="ROUGE-L of learned inverters (noise-unaware, noise-aware, stage-1-aligned) and of the restoration instruction on PPFT payloads.")
+@register_cell_kind(
+    "learned_inversion",
+    metrics=INVERSION_METRICS,
+    params=INVERSION_PARAMS,
+    validate=_validate,
+    help="ROUGE-L of learned inverters (noise-unaware, noise-aware, stage-1-aligned) and of the restoration "
+    "instruction on PPFT payloads.",
+)
 def learned_inversion(cell: Any, point: dict, seed: int, context: RunContext) -> dict[str, float]:
     import time
 
@@ -353,14 +468,21 @@ def learned_inversion(cell: Any, point: dict, seed: int, context: RunContext) ->
         lm, inverter, train_metrics = _slot_model(cell, p, context)
     else:
         (lm, train_metrics), inverter = _model(cell, p, context), None
-    rows = context.cached(("evaluated", cell.dataset, cell.split, p["eval_limit"], lm.config.max_private_tokens),
-                          lambda: _evaluated(cell, p["eval_limit"], lm.sends_whole))
+    rows = context.cached(
+        ("evaluated", cell.dataset, cell.split, p["eval_limit"], lm.config.max_private_tokens),
+        lambda: _evaluated(cell, p["eval_limit"], lm.sends_whole),
+    )
     texts = [t for t, _ in rows]
     epsilon = p.get("epsilon")
-    privatizer = lm.privatizer(epsilon, k=p.get("k"), fixed_slots=(p["fixed_slots"] or None) if inverter is not None else None)
+    privatizer = lm.privatizer(
+        epsilon, k=p.get("k"), fixed_slots=(p["fixed_slots"] or None) if inverter is not None else None
+    )
     t0 = time.perf_counter()
-    payload = privatizer.privatize(texts, generator=seeded_generator(seed, warn=False) if epsilon is not None else None,
-                                   public=[RESTORE_INSTRUCTION] * len(texts))
+    payload = privatizer.privatize(
+        texts,
+        generator=seeded_generator(seed, warn=False) if epsilon is not None else None,
+        public=[RESTORE_INSTRUCTION] * len(texts),
+    )
     if inverter is not None:
         recon = slot_tokens_attack(inverter, payload, lm.encoder.tokenizer, threat=threat)
     else:
@@ -368,28 +490,43 @@ def learned_inversion(cell: Any, point: dict, seed: int, context: RunContext) ->
         recon = attack(lm.server, payload, threat=threat, max_new_tokens=p["max_new_tokens"])
     wall = time.perf_counter() - t0
     for text, guess in list(zip(texts, recon))[:3]:
-        context.logger.info("%s %s eps=%s seed %d\n  prompt: %s\n  recon:  %s", cell.name, p["variant"], epsilon, seed, text, guess)
+        context.logger.info(
+            "%s %s eps=%s seed %d\n  prompt: %s\n  recon:  %s", cell.name, p["variant"], epsilon, seed, text, guess
+        )
     attributes = None
     if all("symptoms" in r.attributes for _, r in rows):
-        attributes = {"symptoms": [r.attributes["symptoms"] for _, r in rows],
-                      "antecedents": [r.attributes["antecedents"] for _, r in rows]}
+        attributes = {
+            "symptoms": [r.attributes["symptoms"] for _, r in rows],
+            "antecedents": [r.attributes["antecedents"] for _, r in rows],
+        }
     out = score_reconstructions(recon, texts, attributes)
     key = ("prior_text", cell.dataset, p["prior_sample"], tuple(p.get("train_text") or ()), p.get("train_text_limit"))
     prior = context.cached(key, lambda: _prior_text(cell.dataset, p))
-    out |= {f"{k}_prior": v for k, v in score_reconstructions([prior] * len(texts), texts, attributes).items()
-            if k in ("rouge_l", "symptoms_recall_text", "antecedents_recall_text")}
+    out |= {
+        f"{k}_prior": v
+        for k, v in score_reconstructions([prior] * len(texts), texts, attributes).items()
+        if k in ("rouge_l", "symptoms_recall_text", "antecedents_recall_text")
+    }
     units = [list(getattr(r, "pii", None) or []) for _, r in rows]
     if any(units):
         found, constant = pii_recovery(units, recon), pii_recovery(units, [prior] * len(texts))
-        out |= {"pii_exact": found["exact"]["micro"], "pii_fuzzy": found["fuzzy"]["micro"],
-                "pii_exact_prior": constant["exact"]["micro"], "pii_fuzzy_prior": constant["fuzzy"]["micro"],
-                "n_pii_units": float(found["n_units"])}
+        out |= {
+            "pii_exact": found["exact"]["micro"],
+            "pii_fuzzy": found["fuzzy"]["micro"],
+            "pii_exact_prior": constant["exact"]["micro"],
+            "pii_fuzzy_prior": constant["fuzzy"]["micro"],
+            "n_pii_units": float(found["n_units"]),
+        }
     nan = math.nan
     slot = privatizer.privatization.slot_loss().epsilon if epsilon is not None else nan
     slots = payload.lengths if epsilon is not None else []
     pad_to = privatizer.privatization.pad_to  # a fixed_slots model's client hides the count: another mechanism
-    out |= {"slot_epsilon": slot, "prompt_epsilon": slot * sum(slots) / len(slots) if slots else nan,
-            "padded_slots": float(pad_to) if pad_to is not None else nan,
-            "centred": float(privatizer.privatization.center is not None),  # the init run's client centres its slots
-            "n_eval": float(len(texts)), "eval_wall_s": wall}
+    out |= {
+        "slot_epsilon": slot,
+        "prompt_epsilon": slot * sum(slots) / len(slots) if slots else nan,
+        "padded_slots": float(pad_to) if pad_to is not None else nan,
+        "centred": float(privatizer.privatization.center is not None),  # the init run's client centres its slots
+        "n_eval": float(len(texts)),
+        "eval_wall_s": wall,
+    }
     return out | train_metrics

@@ -47,10 +47,30 @@ from ._builds import record_build
 
 __all__ = ["EVAL_TASKS", "eval_metric_names", "STAGE2_PARAMS", "STAGE1_PARAMS", "EVALUATE_PARAMS", "PRETRAIN_PARAMS"]
 
-EVAL_TASKS = ("mcqa", "open", "blind_mcqa", "blind_open", "mcqa_rank", "blind_mcqa_rank", "open_rank", "blind_open_rank",
-              "length_mcqa", "length_open", "open_head", "mcqa_head")
+EVAL_TASKS = (
+    "mcqa",
+    "open",
+    "blind_mcqa",
+    "blind_open",
+    "mcqa_rank",
+    "blind_mcqa_rank",
+    "open_rank",
+    "blind_open_rank",
+    "length_mcqa",
+    "length_open",
+    "open_head",
+    "mcqa_head",
+)
 _PER_TASK = ("acc_{}", "acc_{}_no_leak", "acc_{}_exclusive")
-_COMMON = ("n_heldout", "n_no_leak", "majority_baseline", "payload_epsilon", "slot_epsilon", "prompt_epsilon", "eval_wall_s")
+_COMMON = (
+    "n_heldout",
+    "n_no_leak",
+    "majority_baseline",
+    "payload_epsilon",
+    "slot_epsilon",
+    "prompt_epsilon",
+    "eval_wall_s",
+)
 _TRAIN = ("train_first_loss", "train_final_loss", "train_wall_s", "train_steps", "reused")
 
 
@@ -75,8 +95,11 @@ STAGE2_PARAMS = _config_params(
     _S2,
     {
         "out": "Run directory template; {dataset} {epsilon} {k} {mechanism} {noise_match} {blind} are filled in.",
-        "train_seed": "Training seed (init, dropout, data order, training noise); the cell's seeds are evaluation noise seeds.",
-        "eval_tasks": "Evaluation tasks: mcqa, mcqa_rank, open, open_rank, length_mcqa, length_open, open_head and mcqa_head (answer head models), blind_mcqa, blind_mcqa_rank, blind_open, blind_open_rank (default: mcqa + mcqa_rank + open + open_rank + length_open; blind runs: the blind_ four).",
+        "train_seed": "Training seed (init, dropout, data order, training noise); the cell's seeds are evaluation "
+        "noise seeds.",
+        "eval_tasks": "Evaluation tasks: mcqa, mcqa_rank, open, open_rank, length_mcqa, length_open, open_head and "
+        "mcqa_head (answer head models), blind_mcqa, blind_mcqa_rank, blind_open, blind_open_rank "
+        "(default: mcqa + mcqa_rank + open + open_rank + length_open; blind runs: the blind_ four).",
         "eval_limit": "Evaluate on the first N held-out records only.",
     },
     skip=("seed", "progress", "resume"),
@@ -87,7 +110,8 @@ EVALUATE_PARAMS = {
     "k": "Pooling k (default: the model's).",
     "mechanism": "Noise family (default: the model's).",
     "noise_match": "Gaussian matching, budget or norm (default: the model's).",
-    "eval_tasks": "Evaluation tasks (default: mcqa + mcqa_rank + open + open_rank + length_open on Pri-*, mcqa + mcqa_rank elsewhere).",
+    "eval_tasks": "Evaluation tasks (default: mcqa + mcqa_rank + open + open_rank + length_open on Pri-*, mcqa + "
+    "mcqa_rank elsewhere).",
     "eval_limit": "Evaluate on the first N records only.",
 }
 PRETRAIN_PARAMS = {
@@ -107,6 +131,7 @@ def _reusable(run: Path, config: dict[str, Any], volatile: set[str]) -> bool:
 def _train_metrics(summary: dict[str, Any], reused: bool) -> dict[str, float]:
     """The run's training figures; nan where the summary has none or records one as unknown (null: a run resumed from
     a checkpoint that predates the record of training time and first loss)."""
+
     def number(*keys: str) -> float:
         for key in keys:
             if key in summary:
@@ -145,26 +170,60 @@ def _records(dataset: str, split: str | None, limit: int | None, validation: flo
     return train, (evaluated if limit is None else evaluated[:limit]), [r for r in every if isinstance(r, MCQARecord)]
 
 
-def _evaluate(lm, cell, seed: int, context: RunContext, *, tasks, epsilon, k, mechanism, noise_match, limit,
-              validation: float | None = None) -> dict[str, float]:
+def _evaluate(
+    lm,
+    cell,
+    seed: int,
+    context: RunContext,
+    *,
+    tasks,
+    epsilon,
+    k,
+    mechanism,
+    noise_match,
+    limit,
+    validation: float | None = None,
+) -> dict[str, float]:
     from ...ppft.evaluate import evaluate_qa, majority_baseline, task_labels
 
-    train, records, all_records = context.cached(("records", cell.dataset, cell.split, limit, validation),
-                                                 lambda: _records(cell.dataset, cell.split, limit, validation))
+    train, records, all_records = context.cached(
+        ("records", cell.dataset, cell.split, limit, validation),
+        lambda: _records(cell.dataset, cell.split, limit, validation),
+    )
     labels = context.cached(("labels", cell.dataset), lambda: task_labels(all_records))
     out: dict[str, float] = {}
     wall = 0.0
     for task in tasks:
-        r = evaluate_qa(lm, records, task=task, epsilon=epsilon, k=k, mechanism=mechanism, match=noise_match, labels=labels, seed=seed)
+        r = evaluate_qa(
+            lm,
+            records,
+            task=task,
+            epsilon=epsilon,
+            k=k,
+            mechanism=mechanism,
+            match=noise_match,
+            labels=labels,
+            seed=seed,
+        )
         out[f"acc_{task}"] = r["accuracy"]
         out[f"acc_{task}_no_leak"] = r["accuracy_no_leak"]
         out[f"acc_{task}_exclusive"] = r["accuracy_exclusive"]
         out["n_no_leak"] = r["n_no_leak"]
         wall += r["wall_s"]
-        context.logger.info("%s seed %d %s: accuracy %.4f (no leak %.4f)", cell.name, seed, task, r["accuracy"], r["accuracy_no_leak"])
+        context.logger.info(
+            "%s seed %d %s: accuracy %.4f (no leak %.4f)", cell.name, seed, task, r["accuracy"], r["accuracy_no_leak"]
+        )
     out["n_heldout"] = len(records)
     out["majority_baseline"] = majority_baseline(train, records) if train else float("nan")
-    out |= _privacy(lm, records, epsilon=None if all(t.startswith("blind") for t in tasks) else epsilon, k=k, mechanism=mechanism, noise_match=noise_match, context=context)
+    out |= _privacy(
+        lm,
+        records,
+        epsilon=None if all(t.startswith("blind") for t in tasks) else epsilon,
+        k=k,
+        mechanism=mechanism,
+        noise_match=noise_match,
+        context=context,
+    )
     out["eval_wall_s"] = wall
     return out
 
@@ -192,7 +251,11 @@ def _privacy(lm, records, *, epsilon, k, mechanism, noise_match, context) -> dic
 def _default_tasks(dataset: str, blind: bool) -> list[str]:
     if blind:
         return ["blind_mcqa", "blind_mcqa_rank", "blind_open", "blind_open_rank"]
-    return ["mcqa", "mcqa_rank", "open", "open_rank", "length_open"] if dataset.lower().startswith("pri-") else ["mcqa", "mcqa_rank"]
+    return (
+        ["mcqa", "mcqa_rank", "open", "open_rank", "length_open"]
+        if dataset.lower().startswith("pri-")
+        else ["mcqa", "mcqa_rank"]
+    )
 
 
 def _check_tasks(tasks: Any) -> None:
@@ -209,10 +272,15 @@ def _evaluating_points(cell, points, kind: str, datasets: str, required: dict[st
         raise CellError(f"{kind} needs a `dataset` ({datasets})", field="dataset")
     parts = ("heldout", "validation") if kind == "ppft_stage2" else ("heldout",)
     if _is_pri(cell.dataset) and cell.split not in (None, *parts):
-        raise CellError(f"{kind} on a Pri-* set evaluates its {' or '.join(parts)} part: split must be "
-                        f"{' or '.join(repr(x) for x in parts)} or unset, got {cell.split!r}", field="split")
+        raise CellError(
+            f"{kind} on a Pri-* set evaluates its {' or '.join(parts)} part: split must be "
+            f"{' or '.join(repr(x) for x in parts)} or unset, got {cell.split!r}",
+            field="split",
+        )
     if cell.mechanism is not None:
-        raise CellError("ppft kinds take the noise in params (epsilon, mechanism, noise_match), not `mechanism`", field="mechanism")
+        raise CellError(
+            "ppft kinds take the noise in params (epsilon, mechanism, noise_match), not `mechanism`", field="mechanism"
+        )
     out = []
     for point in points:
         p = cell.resolve(point).params
@@ -225,11 +293,16 @@ def _evaluating_points(cell, points, kind: str, datasets: str, required: dict[st
         for name in ("eval_limit", "k"):  # 0 would mean "all records" / "the model's k" where it is read with `or`
             value = p.get(name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise CellError(f"{name} must be an integer >= 1 or null at {point or 'the cell'}, got {value!r}",
-                                field=f"params.{name}")
+                raise CellError(
+                    f"{name} must be an integer >= 1 or null at {point or 'the cell'}, got {value!r}",
+                    field=f"params.{name}",
+                )
         if cell.split == "validation" and not p.get("validation"):
-            raise CellError(f"split 'validation' evaluates the part of the training rows a run held back: params.validation "
-                            f"must be > 0 at {point or 'the cell'}, got {p.get('validation')!r}", field="params.validation")
+            raise CellError(
+                f"split 'validation' evaluates the part of the training rows a run held back: params.validation "
+                f"must be > 0 at {point or 'the cell'}, got {p.get('validation')!r}",
+                field="params.validation",
+            )
         out.append(p)
     return out
 
@@ -248,10 +321,18 @@ def _stage2_config(cell, p: dict[str, Any]):
 
     fields = {f.name for f in dataclasses.fields(Stage2Config)}
     cfg = {k: v for k, v in p.items() if k in fields}
-    fill = {"dataset": cell.dataset, "epsilon": p.get("epsilon", 75.0), "k": p.get("k"), "mechanism": p.get("mechanism") or "l2_laplace",
-            "noise_match": p.get("noise_match", "budget"), "blind": bool(p.get("blind", False))}
+    fill = {
+        "dataset": cell.dataset,
+        "epsilon": p.get("epsilon", 75.0),
+        "k": p.get("k"),
+        "mechanism": p.get("mechanism") or "l2_laplace",
+        "noise_match": p.get("noise_match", "budget"),
+        "blind": bool(p.get("blind", False)),
+    }
     out = str(p["out"]).format(**fill)
-    return Stage2Config(**cfg | {"out": out, "dataset": cell.dataset, "seed": int(p.get("train_seed", 0)), "progress": False})
+    return Stage2Config(
+        **cfg | {"out": out, "dataset": cell.dataset, "seed": int(p.get("train_seed", 0)), "progress": False}
+    )
 
 
 def _check_same_init(run: Path, summary: dict[str, Any], init: str, name: str, context: RunContext) -> None:
@@ -264,8 +345,13 @@ def _check_same_init(run: Path, summary: dict[str, Any], init: str, name: str, c
     except InitChanged as exc:
         raise CellError(f"{exc}: remove {run} or give the cell another out", field="params.out") from None
     if not checked:
-        context.logger.warning("%s: %s records no fingerprint of its init run %s; reusing it without checking that %s "
-                               "is unchanged", name, run, init, init)
+        context.logger.warning(
+            "%s: %s records no fingerprint of its init run %s; reusing it without checking that %s is unchanged",
+            name,
+            run,
+            init,
+            init,
+        )
 
 
 def stage2_model(cfg, name: str, context: RunContext):
@@ -289,8 +375,13 @@ def stage2_model(cfg, name: str, context: RunContext):
     return context.cached(("stage2", cfg.out), train)
 
 
-@register_cell_kind("ppft_stage2", metrics=eval_metric_names() + _TRAIN, params=STAGE2_PARAMS, validate=_stage2_validate,
-                    takes_attack=False)
+@register_cell_kind(
+    "ppft_stage2",
+    metrics=eval_metric_names() + _TRAIN,
+    params=STAGE2_PARAMS,
+    validate=_stage2_validate,
+    takes_attack=False,
+)
 def ppft_stage2(cell, point, seed: int, context: RunContext) -> dict[str, float]:
     """PPFT stage 2 on the cell's dataset (trained once per point), evaluated on its held-out split per noise seed."""
     p = cell.resolve(point).params
@@ -298,18 +389,36 @@ def ppft_stage2(cell, point, seed: int, context: RunContext) -> dict[str, float]
     lm, train_metrics = stage2_model(cfg, cell.name, context)
     record_build(context, cfg.out)
     tasks = p.get("eval_tasks") or _default_tasks(cell.dataset, cfg.blind)
-    metrics = _evaluate(lm, cell, seed, context, tasks=tasks, epsilon=cfg.epsilon, k=cfg.k, mechanism=cfg.mechanism,
-                        noise_match=cfg.noise_match, limit=p.get("eval_limit"), validation=cfg.validation)
+    metrics = _evaluate(
+        lm,
+        cell,
+        seed,
+        context,
+        tasks=tasks,
+        epsilon=cfg.epsilon,
+        k=cfg.k,
+        mechanism=cfg.mechanism,
+        noise_match=cfg.noise_match,
+        limit=p.get("eval_limit"),
+        validation=cfg.validation,
+    )
     return metrics | train_metrics
 
 
 # ------------------------------------------------------------------------------------------------ evaluate
 def _evaluate_validate(cell, points) -> None:
-    _evaluating_points(cell, points, "ppft_evaluate", "pri-ddx, pri-slja, csqa, arc, or a path", {"model": "a PPFT run directory"})
+    _evaluating_points(
+        cell, points, "ppft_evaluate", "pri-ddx, pri-slja, csqa, arc, or a path", {"model": "a PPFT run directory"}
+    )
 
 
-@register_cell_kind("ppft_evaluate", metrics=eval_metric_names(), params=EVALUATE_PARAMS, validate=_evaluate_validate,
-                    takes_attack=False)
+@register_cell_kind(
+    "ppft_evaluate",
+    metrics=eval_metric_names(),
+    params=EVALUATE_PARAMS,
+    validate=_evaluate_validate,
+    takes_attack=False,
+)
 def ppft_evaluate(cell, point, seed: int, context: RunContext) -> dict[str, float]:
     """Accuracy of an existing PPFT run on a held-out split or a general MCQA set, per noise seed."""
     from ...ppft.model import TextFreeLM
@@ -319,8 +428,18 @@ def ppft_evaluate(cell, point, seed: int, context: RunContext) -> dict[str, floa
     record_build(context, p["model"])
     epsilon = p["epsilon"] if "epsilon" in p else lm.config.epsilon
     tasks = p.get("eval_tasks") or _default_tasks(cell.dataset, False)
-    return _evaluate(lm, cell, seed, context, tasks=tasks, epsilon=epsilon, k=p.get("k"), mechanism=p.get("mechanism"),
-                     noise_match=p.get("noise_match"), limit=p.get("eval_limit"))
+    return _evaluate(
+        lm,
+        cell,
+        seed,
+        context,
+        tasks=tasks,
+        epsilon=epsilon,
+        k=p.get("k"),
+        mechanism=p.get("mechanism"),
+        noise_match=p.get("noise_match"),
+        limit=p.get("eval_limit"),
+    )
 
 
 # ------------------------------------------------------------------------------------------------ stage 1
@@ -396,9 +515,13 @@ def ppft_pretrain(cell, point, seed: int, context: RunContext) -> dict[str, floa
         pretrain_decoder(cfg, progress=False)
     m = json.loads((out / "metrics.json").read_text())
     return {
-        "heldout_loss": m["heldout_loss"], "heldout_ppl": m["heldout_ppl"], "initial_heldout_loss": m["initial_heldout_loss"],
-        "parameters": m["parameters"], "wall_s": m.get("session_wall_seconds", float("nan")),
-        "tokens_per_s": m["tokens_per_s"], "reused": 1.0 if reused else 0.0,
+        "heldout_loss": m["heldout_loss"],
+        "heldout_ppl": m["heldout_ppl"],
+        "initial_heldout_loss": m["initial_heldout_loss"],
+        "parameters": m["parameters"],
+        "wall_s": m.get("session_wall_seconds", float("nan")),
+        "tokens_per_s": m["tokens_per_s"],
+        "reused": 1.0 if reused else 0.0,
     }
 
 
@@ -428,11 +551,20 @@ def _pipeline_params() -> dict[str, str]:
 def _pipeline_metrics() -> tuple[str, ...]:
     from ...ppft.pipeline import STEPS
 
-    return tuple(f"{s}_wall_s" for s in STEPS) + ("total_wall_s", "measured_in_one_go", "n_heldout") + tuple(f"acc_{t}" for t in EVAL_TASKS)
+    return (
+        tuple(f"{s}_wall_s" for s in STEPS)
+        + ("total_wall_s", "measured_in_one_go", "n_heldout")
+        + tuple(f"acc_{t}" for t in EVAL_TASKS)
+    )
 
 
-@register_cell_kind("ppft_pipeline", metrics=_pipeline_metrics(), params=_pipeline_params(), validate=_pipeline_validate,
-                    takes_attack=False)
+@register_cell_kind(
+    "ppft_pipeline",
+    metrics=_pipeline_metrics(),
+    params=_pipeline_params(),
+    validate=_pipeline_validate,
+    takes_attack=False,
+)
 def ppft_pipeline(cell, point, seed: int, context: RunContext) -> dict[str, float]:
     """The default PPFT pipeline (pretraining, stage 1, stage 2, evaluation) in one go, each step timed."""
     from ...ppft.pipeline import run_pipeline
@@ -440,5 +572,8 @@ def ppft_pipeline(cell, point, seed: int, context: RunContext) -> dict[str, floa
     result = run_pipeline(_pipeline_config(cell, cell.resolve(point).params, seed))
     out = {f"{name}_wall_s": step["wall_s"] for name, step in result["steps"].items()}
     out |= {f"acc_{task}": acc for task, acc in result["accuracy"].items()}
-    return out | {"total_wall_s": result["total_wall_s"], "measured_in_one_go": float(result["measured_in_one_go"]),
-                  "n_heldout": float(result["n_heldout"])}
+    return out | {
+        "total_wall_s": result["total_wall_s"],
+        "measured_in_one_go": float(result["measured_in_one_go"]),
+        "n_heldout": float(result["n_heldout"]),
+    }

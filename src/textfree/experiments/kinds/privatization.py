@@ -96,7 +96,9 @@ def _validate(cell: Any, points: list[dict]) -> None:
     if cell.dataset is None and cell.texts is None:
         raise CellError("the privatization kind needs a `dataset` or inline `texts`", field="texts")
     if cell.mechanism is None:
-        raise CellError("the privatization kind needs a `mechanism` (e.g. {name: l2_laplace, epsilon: 75})", field="mechanism")
+        raise CellError(
+            "the privatization kind needs a `mechanism` (e.g. {name: l2_laplace, epsilon: 75})", field="mechanism"
+        )
     for point in points:
         for name, value in cell.resolve(point).params.items():
             problem = _check_param(name, value)

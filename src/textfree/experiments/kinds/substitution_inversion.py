@@ -59,18 +59,27 @@ __all__ = ["substitution_inversion", "SUBSTITUTION_METRICS", "SUBSTITUTION_PARAM
 
 ATTACKS = ("identity", "channel", "learned")
 DEFAULT_ATTACKS = ["identity", "channel"]
-_REQUIRES = {"identity": ThreatModel(), "channel": SUBSTITUTION_CHANNEL_REQUIRES, "learned": SUBSTITUTION_LEARNED_REQUIRES}
-SUBSTITUTION_METRICS = tuple(f"{m}_{a}" for m in ("word_recovery", "rouge_l") for a in ATTACKS + ("best", "prior")) + (
-    "replacement_rate", "kept_rate", "word_epsilon", "prompt_epsilon", "prompt_epsilon_max", "n_texts", "n_words") + _TRAIN
+_REQUIRES = {
+    "identity": ThreatModel(),
+    "channel": SUBSTITUTION_CHANNEL_REQUIRES,
+    "learned": SUBSTITUTION_LEARNED_REQUIRES,
+}
+SUBSTITUTION_METRICS = (
+    tuple(f"{m}_{a}" for m in ("word_recovery", "rouge_l") for a in ATTACKS + ("best", "prior"))
+    + ("replacement_rate", "kept_rate", "word_epsilon", "prompt_epsilon", "prompt_epsilon_max", "n_texts", "n_words")
+    + _TRAIN
+)
 SUBSTITUTION_PARAMS = {
     **T2T_PARAMS,
     "attacks": "identity, channel and/or learned (default identity + channel)",
     "rounds": "channel: runs of the mechanism over the attacker's training text (default 3)",
     "train_limit": "channel, learned: at most this many attacker training texts (default all)",
-    "out": "learned: run directory template ({mechanism}: t2t or pct2t, {eta}); a finished run with the same training config is reused",
+    "out": "learned: run directory template ({mechanism}: t2t or pct2t, {eta}); a finished run with the same training "
+    "config is reused",
     "decoder": "learned: the causal LM the attacker fine-tunes (default runs/decoder-small)",
     "epochs": "learned: passes over the training texts, a fresh run of the mechanism each (default 3)",
-    "train_etas": "learned: the etas it trains at, the texts of each epoch dealt out to them (default: [the evaluated eta])",
+    "train_etas": "learned: the etas it trains at, the texts of each epoch dealt out to them (default: [the evaluated "
+    "eta])",
     "batch_size": "learned: texts per optimizer step (default 16)",
     "lr": "learned: peak learning rate (default 1e-3)",
     "train_seed": "learned: seed of initialisation order, data order and the mechanism's training runs (default 0)",
@@ -78,8 +87,16 @@ SUBSTITUTION_PARAMS = {
     "threads": "torch threads while the cell runs (default: unchanged)",
 }
 #: Learned-attack params and their defaults (``out`` has none).
-_LEARNED = {"out": None, "decoder": "runs/decoder-small", "epochs": 3, "train_etas": None, "batch_size": 16, "lr": 1e-3,
-            "train_seed": 0, "max_new_tokens": 128}
+_LEARNED = {
+    "out": None,
+    "decoder": "runs/decoder-small",
+    "epochs": 3,
+    "train_etas": None,
+    "batch_size": 16,
+    "lr": 1e-3,
+    "train_seed": 0,
+    "max_new_tokens": 128,
+}
 
 
 def _settings(cell: Any, point: dict) -> tuple[dict, list[str], ThreatModel]:
@@ -87,8 +104,15 @@ def _settings(cell: Any, point: dict) -> tuple[dict, list[str], ThreatModel]:
     p = dict(resolved.params)
     check_t2t_params(p)
     attacks = p.get("attacks", list(DEFAULT_ATTACKS))
-    if not isinstance(attacks, list) or not attacks or any(a not in ATTACKS for a in attacks) or len(set(attacks)) != len(attacks):
-        raise CellError(f"attacks must be distinct values from {list(ATTACKS)}, got {attacks!r}", field="params.attacks")
+    if (
+        not isinstance(attacks, list)
+        or not attacks
+        or any(a not in ATTACKS for a in attacks)
+        or len(set(attacks)) != len(attacks)
+    ):
+        raise CellError(
+            f"attacks must be distinct values from {list(ATTACKS)}, got {attacks!r}", field="params.attacks"
+        )
     for name in ("rounds", "train_limit", "threads"):
         v = p.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
@@ -96,8 +120,13 @@ def _settings(cell: Any, point: dict) -> tuple[dict, list[str], ThreatModel]:
     _learned_params(p, "learned" in attacks)
     threat = ThreatModel()
     for a in attacks:
-        threat = granted_threat(resolved.attack, "substitution_inversion", f"substitution_{a}", _REQUIRES[a],
-                                f"; grant more in `attack.threat` or drop the {a} attack")
+        threat = granted_threat(
+            resolved.attack,
+            "substitution_inversion",
+            f"substitution_{a}",
+            _REQUIRES[a],
+            f"; grant more in `attack.threat` or drop the {a} attack",
+        )
     return p, attacks, threat
 
 
@@ -106,22 +135,32 @@ def _learned_params(p: dict, learned: bool) -> None:
     if not learned:
         extra = sorted(set(p) & set(_LEARNED))
         if extra:
-            raise CellError(f"params {extra} apply to the learned attack only; add learned to `attacks` or drop them",
-                            field=f"params.{extra[0]}")
+            raise CellError(
+                f"params {extra} apply to the learned attack only; add learned to `attacks` or drop them",
+                field=f"params.{extra[0]}",
+            )
         return
     for name, default in _LEARNED.items():
         p.setdefault(name, default)
     if not isinstance(p["out"], str) or not p["out"]:
-        raise CellError(f"the learned attack needs `out`, a run directory template, got {p['out']!r}", field="params.out")
+        raise CellError(
+            f"the learned attack needs `out`, a run directory template, got {p['out']!r}", field="params.out"
+        )
     if not isinstance(p["decoder"], str) or not p["decoder"]:
         raise CellError(f"decoder must be a directory or model name, got {p['decoder']!r}", field="params.decoder")
     for name in ("epochs", "batch_size", "train_seed", "max_new_tokens"):
         v = p[name]
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "train_seed" else 1):
-            raise CellError(f"{name} must be an integer >= {0 if name == 'train_seed' else 1}, got {v!r}", field=f"params.{name}")
+            raise CellError(
+                f"{name} must be an integer >= {0 if name == 'train_seed' else 1}, got {v!r}", field=f"params.{name}"
+            )
     etas = p["train_etas"]
-    if etas is not None and not (isinstance(etas, list) and etas and all(positive(e) for e in etas) and len(set(etas)) == len(etas)):
-        raise CellError(f"train_etas must be a list of distinct finite numbers > 0 or null, got {etas!r}", field="params.train_etas")
+    if etas is not None and not (
+        isinstance(etas, list) and etas and all(positive(e) for e in etas) and len(set(etas)) == len(etas)
+    ):
+        raise CellError(
+            f"train_etas must be a list of distinct finite numbers > 0 or null, got {etas!r}", field="params.train_etas"
+        )
     lr = p["lr"]
     if not positive(lr):
         raise CellError(f"lr must be a finite number > 0, got {lr!r}", field="params.lr")
@@ -144,23 +183,35 @@ def _learned_spec(cell: Any, p: dict) -> dict:
     """The learned attacker's training config as plain data (:class:`~textfree.attacks.substitution_training.InverterConfig`)."""
     mech = _mechanism_spec(p)
     limit = p.get("train_limit")
-    return {"out": p["out"].format(mechanism=mech["name"], eta=p["eta"]), "decoder": p["decoder"], "mechanism": mech,
-            "data": [f"{cell.dataset}:train" + (f"[:{limit}]" if limit else "")], "epochs": p["epochs"],
-            "batch_size": p["batch_size"], "lr": float(p["lr"]), "seed": p["train_seed"]}
+    return {
+        "out": p["out"].format(mechanism=mech["name"], eta=p["eta"]),
+        "decoder": p["decoder"],
+        "mechanism": mech,
+        "data": [f"{cell.dataset}:train" + (f"[:{limit}]" if limit else "")],
+        "epochs": p["epochs"],
+        "batch_size": p["batch_size"],
+        "lr": float(p["lr"]),
+        "seed": p["train_seed"],
+    }
 
 
 def _validate(cell: Any, points: list[dict]) -> None:
     require_ppft_dataset(cell, "substitution_inversion", " (its PPFT train part is the attacker's text)")
     if cell.mechanism is not None:
-        raise CellError("substitution_inversion takes the mechanism in params (eta, pos, table), not `mechanism`", field="mechanism")
+        raise CellError(
+            "substitution_inversion takes the mechanism in params (eta, pos, table), not `mechanism`", field="mechanism"
+        )
     runs: dict[str, dict] = {}
     for point in points:
         p, attacks, _ = _settings(cell, point)
         if "learned" in attacks:
             spec = _learned_spec(cell, p)
             if runs.setdefault(spec["out"], spec) != spec:
-                raise CellError(f"two grid points would train different inverters into {spec['out']!r}; put {{eta}} "
-                                "(and what else varies) in `out`", field="params.out")
+                raise CellError(
+                    f"two grid points would train different inverters into {spec['out']!r}; put {{eta}} "
+                    "(and what else varies) in `out`",
+                    field="params.out",
+                )
 
 
 def _texts(cell: Any, part: str, limit: int | None) -> list[str]:
@@ -176,9 +227,9 @@ def _learned_inverter(cell: Any, p: dict, train: list[str], context: RunContext)
     mechanisms = [t2t_mechanism(p | {"eta": eta}, context) for eta in _train_etas(p)]
 
     def train_or_reuse():
+        from ...atomic import read_json
         from ...attacks.substitution_learned import SubstitutionInverter
         from ...attacks.substitution_training import InverterConfig, train_substitution_inverter
-        from ...atomic import read_json
         from .ppft import _reusable, _train_metrics
 
         cfg = InverterConfig(**spec, progress=False)
@@ -192,16 +243,23 @@ def _learned_inverter(cell: Any, p: dict, train: list[str], context: RunContext)
     return context.cached(("learned", json.dumps(spec, sort_keys=True)), train_or_reuse)
 
 
-@register_cell_kind("substitution_inversion", metrics=SUBSTITUTION_METRICS, params=SUBSTITUTION_PARAMS, validate=_validate,
-                    help="Word recovery and ROUGE-L of a reader of T2T / PCT2T text: identity, a noise-aware channel "
-                         "inverter and a noise-aware learned (decoder) inverter.")
+@register_cell_kind(
+    "substitution_inversion",
+    metrics=SUBSTITUTION_METRICS,
+    params=SUBSTITUTION_PARAMS,
+    validate=_validate,
+    help="Word recovery and ROUGE-L of a reader of T2T / PCT2T text: identity, a noise-aware channel "
+    "inverter and a noise-aware learned (decoder) inverter.",
+)
 def substitution_inversion(cell: Any, point: dict, seed: int, context: RunContext) -> dict[str, float]:
     p, attacks, threat = _settings(cell, point)
     with torch_threads(p.get("threads")):
         return _run(cell, p, attacks, threat, seed, context)
 
 
-def _run(cell: Any, p: dict, attacks: list[str], threat: ThreatModel, seed: int, context: RunContext) -> dict[str, float]:
+def _run(
+    cell: Any, p: dict, attacks: list[str], threat: ThreatModel, seed: int, context: RunContext
+) -> dict[str, float]:
     from ...substitution.text import split_text
 
     mech = t2t_mechanism(p, context)
@@ -217,14 +275,23 @@ def _run(cell: Any, p: dict, attacks: list[str], threat: ThreatModel, seed: int,
     if "identity" in attacks:
         guesses["identity"] = substitution_identity_attack(released.output_words, threat=threat)
     if "channel" in attacks:
-        inverter = ChannelInverter.fit(mech, train, rounds=p.get("rounds", 3), generator=seeded_generator(seed + 104_729, warn=False))
+        inverter = ChannelInverter.fit(
+            mech, train, rounds=p.get("rounds", 3), generator=seeded_generator(seed + 104_729, warn=False)
+        )
         guesses["channel"] = substitution_channel_attack(released.output_words, inverter, threat=threat)
     if "learned" in attacks:
         learned, extra = _learned_inverter(cell, p, train, context)
         recon = substitution_learned_attack(released.texts, learned, threat=threat, max_new_tokens=p["max_new_tokens"])
         for text, noisy, guess in list(zip(texts, released.texts, recon))[:2]:
-            context.logger.info("%s eta=%s seed %d\n  original: %s\n  released: %s\n  learned:  %s", cell.name, p["eta"], seed,
-                                text, noisy, guess)
+            context.logger.info(
+                "%s eta=%s seed %d\n  original: %s\n  released: %s\n  learned:  %s",
+                cell.name,
+                p["eta"],
+                seed,
+                text,
+                noisy,
+                guess,
+            )
         guesses["learned"] = [split_text(g)[1::2] for g in recon]
     out: dict[str, float] = {}
     refs = [" ".join(w) for w in original]

@@ -24,8 +24,15 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_model, save_file, save_model
 
-__all__ = ["save_checkpoint", "load_checkpoint", "read_trainer_state", "optimizer_state_to_tensors",
-           "optimizer_state_from_tensors", "CHECKPOINT_DIR", "TRAINER_STATE"]
+__all__ = [
+    "save_checkpoint",
+    "load_checkpoint",
+    "read_trainer_state",
+    "optimizer_state_to_tensors",
+    "optimizer_state_from_tensors",
+    "CHECKPOINT_DIR",
+    "TRAINER_STATE",
+]
 
 CHECKPOINT_DIR = "checkpoint"
 TRAINER_STATE = "trainer_state.json"
@@ -56,8 +63,12 @@ def optimizer_state_from_tensors(tensors: dict[str, torch.Tensor], meta: dict[st
     return {"state": state, "param_groups": json.loads(meta["param_groups"])}
 
 
-def save_checkpoint(directory: str | os.PathLike, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    trainer_state: dict[str, Any]) -> Path:
+def save_checkpoint(
+    directory: str | os.PathLike,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    trainer_state: dict[str, Any],
+) -> Path:
     """Write ``directory/checkpoint`` atomically (see the module docstring); returns its path."""
     root = Path(directory)
     final, tmp = root / CHECKPOINT_DIR, root / f"{CHECKPOINT_DIR}.tmp"
@@ -85,8 +96,9 @@ def read_trainer_state(directory: str | os.PathLike) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def load_checkpoint(directory: str | os.PathLike, model: torch.nn.Module,
-                    optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+def load_checkpoint(
+    directory: str | os.PathLike, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> dict[str, Any]:
     """Load ``directory/checkpoint`` into ``model`` and ``optimizer`` (in place); returns the trainer state."""
     ckpt = Path(directory) / CHECKPOINT_DIR
     state = read_trainer_state(directory)

@@ -30,10 +30,22 @@ CONFIG_NAME = "pretrain_config.json"
 
 #: Fields that may change between an interrupted run and its resumption (all others must match the checkpoint;
 #: the corpus and tokenizer are checked separately by their SHA-256).
-RESUMABLE_FIELDS = frozenset({
-    "preset", "output_dir", "data_dir", "max_steps", "minutes", "calibration_steps", "log_every", "eval_every",
-    "checkpoint_every", "keep_checkpoint", "mixed_precision", "num_threads",
-})
+RESUMABLE_FIELDS = frozenset(
+    {
+        "preset",
+        "output_dir",
+        "data_dir",
+        "max_steps",
+        "minutes",
+        "calibration_steps",
+        "log_every",
+        "eval_every",
+        "checkpoint_every",
+        "keep_checkpoint",
+        "mixed_precision",
+        "num_threads",
+    }
+)
 
 _MIXED = ("auto", "no", "bf16", "fp16")
 
@@ -44,46 +56,127 @@ class DecoderPretrainConfig:
 
     # ---- run
     preset: str = field(default="small", metadata={"help": "Preset these values started from (informational)."})
-    output_dir: str = field(default="runs/decoder", metadata={"help": "Output directory: final model + tokenizer + pretrain_config.json + metrics.json, the token cache and checkpoint/. Rerunning with the same directory resumes."})
-    seed: int = field(default=0, metadata={"help": "Seed of every random choice: corpus shuffle, held-out split, weight init, batch order."})
+    output_dir: str = field(
+        default="runs/decoder",
+        metadata={
+            "help": "Output directory: final model + tokenizer + pretrain_config.json + metrics.json, the token cache "
+            "and checkpoint/. Rerunning with the same directory resumes."
+        },
+    )
+    seed: int = field(
+        default=0,
+        metadata={"help": "Seed of every random choice: corpus shuffle, held-out split, weight init, batch order."},
+    )
     # ---- data
-    data_dir: str | None = field(default=None, metadata={"help": "Shared data directory; null = textfree.data.shared_data_dir() ($TEXTFREE_DATA or ../shared/data)."})
-    sources: list[str] | None = field(default=None, metadata={"help": "Corpus sources (names in textfree.lm.local.corpus.GENERAL_SOURCES); null = all."})
-    extra_text_files: list[str] = field(default_factory=list, metadata={"help": "In-domain PUBLIC text to add (.txt paragraphs, .jsonl/.json with 'text'); empty by default. Evaluation data is refused."})
-    decontaminate: bool = field(default=True, metadata={"help": "Drop corpus documents that contain an evaluation question/context verbatim."})
-    eval_fraction: float = field(default=0.01, metadata={"help": "Fraction of documents held out (a fixed slice of the shuffled corpus) for the held-out loss."})
-    max_eval_blocks: int = field(default=64, metadata={"help": "Held-out loss is computed on at most this many context-length blocks."})
+    data_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Shared data directory; null = textfree.data.shared_data_dir() ($TEXTFREE_DATA or ../shared/data)."
+        },
+    )
+    sources: list[str] | None = field(
+        default=None,
+        metadata={"help": "Corpus sources (names in textfree.lm.local.corpus.GENERAL_SOURCES); null = all."},
+    )
+    extra_text_files: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "In-domain PUBLIC text to add (.txt paragraphs, .jsonl/.json with 'text'); empty by default. "
+            "Evaluation data is refused."
+        },
+    )
+    decontaminate: bool = field(
+        default=True, metadata={"help": "Drop corpus documents that contain an evaluation question/context verbatim."}
+    )
+    eval_fraction: float = field(
+        default=0.01,
+        metadata={
+            "help": "Fraction of documents held out (a fixed slice of the shuffled corpus) for the held-out loss."
+        },
+    )
+    max_eval_blocks: int = field(
+        default=64, metadata={"help": "Held-out loss is computed on at most this many context-length blocks."}
+    )
     # ---- tokenizer
-    vocab_size: int = field(default=8192, metadata={"help": "Byte-level BPE vocabulary size (including 2 special tokens and 256 bytes)."})
-    tokenizer_min_frequency: int = field(default=2, metadata={"help": "A BPE merge needs a pair seen at least this often."})
+    vocab_size: int = field(
+        default=8192, metadata={"help": "Byte-level BPE vocabulary size (including 2 special tokens and 256 bytes)."}
+    )
+    tokenizer_min_frequency: int = field(
+        default=2, metadata={"help": "A BPE merge needs a pair seen at least this often."}
+    )
     # ---- model (LlamaConfig)
     hidden_size: int = field(default=256, metadata={"help": "Model width."})
     num_layers: int = field(default=6, metadata={"help": "Transformer blocks."})
     num_heads: int = field(default=4, metadata={"help": "Attention heads (hidden_size must divide by it)."})
-    num_kv_heads: int | None = field(default=None, metadata={"help": "Key/value heads (grouped-query attention); null = num_heads."})
-    intermediate_size: int = field(default=688, metadata={"help": "SwiGLU MLP width (~8/3 of hidden, a multiple of 16)."})
-    context_length: int = field(default=256, metadata={"help": "Tokens per training block; also max_position_embeddings of the saved model."})
+    num_kv_heads: int | None = field(
+        default=None, metadata={"help": "Key/value heads (grouped-query attention); null = num_heads."}
+    )
+    intermediate_size: int = field(
+        default=688, metadata={"help": "SwiGLU MLP width (~8/3 of hidden, a multiple of 16)."}
+    )
+    context_length: int = field(
+        default=256, metadata={"help": "Tokens per training block; also max_position_embeddings of the saved model."}
+    )
     rope_theta: float = field(default=10000.0, metadata={"help": "RoPE base."})
     # ---- optimisation
-    batch_size: int = field(default=8, metadata={"help": "Blocks per optimizer step per process (accelerate launch multiplies it by the number of processes)."})
+    batch_size: int = field(
+        default=8,
+        metadata={
+            "help": "Blocks per optimizer step per process (accelerate launch multiplies it by the number of "
+            "processes)."
+        },
+    )
     learning_rate: float = field(default=2e-3, metadata={"help": "Peak AdamW learning rate."})
-    min_lr_ratio: float = field(default=0.1, metadata={"help": "The cosine schedule ends at learning_rate * min_lr_ratio."})
+    min_lr_ratio: float = field(
+        default=0.1, metadata={"help": "The cosine schedule ends at learning_rate * min_lr_ratio."}
+    )
     warmup_steps: int = field(default=50, metadata={"help": "Linear warm-up steps."})
     weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay on matrices (not on norms)."})
     beta1: float = field(default=0.9, metadata={"help": "AdamW beta1."})
     beta2: float = field(default=0.95, metadata={"help": "AdamW beta2."})
     grad_clip: float = field(default=1.0, metadata={"help": "Clip the gradient norm to this (0 = off)."})
-    mixed_precision: str = field(default="auto", metadata={"help": "'auto' (bf16 where the CPU/GPU supports it, else no), 'no', 'bf16' or 'fp16' (GPU)."})
-    num_threads: int | None = field(default=None, metadata={"help": "torch CPU threads (torch.set_num_threads); null = torch's default. Use fewer than the cores when other jobs share the machine."})
+    mixed_precision: str = field(
+        default="auto",
+        metadata={"help": "'auto' (bf16 where the CPU/GPU supports it, else no), 'no', 'bf16' or 'fp16' (GPU)."},
+    )
+    num_threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "torch CPU threads (torch.set_num_threads); null = torch's default. Use fewer than the cores when "
+            "other jobs share the machine."
+        },
+    )
     # ---- length
-    max_steps: int | None = field(default=1800, metadata={"help": "Optimizer steps; the cosine schedule spans them. null = derive from `minutes` after calibration."})
-    minutes: float | None = field(default=None, metadata={"help": "Wall-clock budget of the training loop (steps, evaluations, checkpoints; all sessions of a resumed run together). With max_steps: a hard stop. Alone: the step count is set from the speed measured over the first calibration_steps steps and re-planned at every log step."})
-    calibration_steps: int = field(default=10, metadata={"help": "Steps timed to derive max_steps from `minutes` (time-budget mode only)."})
+    max_steps: int | None = field(
+        default=1800,
+        metadata={
+            "help": "Optimizer steps; the cosine schedule spans them. null = derive from `minutes` after calibration."
+        },
+    )
+    minutes: float | None = field(
+        default=None,
+        metadata={
+            "help": "Wall-clock budget of the training loop (steps, evaluations, checkpoints; all sessions of a "
+            "resumed run together). With max_steps: a hard stop. Alone: the step count is set from the speed "
+            "measured over the first calibration_steps steps and re-planned at every log step."
+        },
+    )
+    calibration_steps: int = field(
+        default=10, metadata={"help": "Steps timed to derive max_steps from `minutes` (time-budget mode only)."}
+    )
     # ---- logging and checkpoints
     log_every: int = field(default=20, metadata={"help": "Log the mean train loss every N steps."})
-    eval_every: int = field(default=200, metadata={"help": "Compute the held-out loss every N steps (and at the start and the end)."})
-    checkpoint_every: int = field(default=200, metadata={"help": "Write checkpoint/ (model + optimizer as safetensors, state as JSON) every N steps."})
-    keep_checkpoint: bool = field(default=True, metadata={"help": "Keep checkpoint/ after the run (needed to extend it later with a larger max_steps)."})
+    eval_every: int = field(
+        default=200, metadata={"help": "Compute the held-out loss every N steps (and at the start and the end)."}
+    )
+    checkpoint_every: int = field(
+        default=200,
+        metadata={"help": "Write checkpoint/ (model + optimizer as safetensors, state as JSON) every N steps."},
+    )
+    keep_checkpoint: bool = field(
+        default=True,
+        metadata={"help": "Keep checkpoint/ after the run (needed to extend it later with a larger max_steps)."},
+    )
 
     # --------------------------------------------------------------------------------------------- helpers
     @classmethod
@@ -106,8 +199,19 @@ class DecoderPretrainConfig:
 
     def validate(self) -> None:
         """``ValueError`` naming the first inconsistent field."""
-        positive = ["vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "context_length",
-                    "batch_size", "log_every", "eval_every", "checkpoint_every", "max_eval_blocks"]
+        positive = [
+            "vocab_size",
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "intermediate_size",
+            "context_length",
+            "batch_size",
+            "log_every",
+            "eval_every",
+            "checkpoint_every",
+            "max_eval_blocks",
+        ]
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -198,15 +302,38 @@ class DecoderPretrainConfig:
 #: Preset name -> field values (anything not listed takes the dataclass default).
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(
-        vocab_size=512, hidden_size=64, num_layers=2, num_heads=2, intermediate_size=176, context_length=64,
-        batch_size=8, learning_rate=3e-3, warmup_steps=10, max_steps=60, eval_fraction=0.1, max_eval_blocks=16,
-        log_every=10, eval_every=20, checkpoint_every=20, mixed_precision="no",
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=2,
+        intermediate_size=176,
+        context_length=64,
+        batch_size=8,
+        learning_rate=3e-3,
+        warmup_steps=10,
+        max_steps=60,
+        eval_fraction=0.1,
+        max_eval_blocks=16,
+        log_every=10,
+        eval_every=20,
+        checkpoint_every=20,
+        mixed_precision="no",
     ),
     "small": dict(),  # the dataclass defaults
     "gpu": dict(
-        hidden_size=768, num_layers=12, num_heads=12, intermediate_size=2048, context_length=1024, batch_size=32,
-        learning_rate=6e-4, warmup_steps=200, max_steps=3000, eval_every=250, checkpoint_every=500,
-        max_eval_blocks=128, mixed_precision="auto",
+        hidden_size=768,
+        num_layers=12,
+        num_heads=12,
+        intermediate_size=2048,
+        context_length=1024,
+        batch_size=32,
+        learning_rate=6e-4,
+        warmup_steps=200,
+        max_steps=3000,
+        eval_every=250,
+        checkpoint_every=500,
+        max_eval_blocks=128,
+        mixed_precision="auto",
     ),
 }
 

@@ -212,13 +212,19 @@ GENERAL_SOURCES: tuple[CorpusSource, ...] = (
     CorpusSource("lima", "lima", "train", LIMA_PATH, _instruct_docs(load_lima)),
     CorpusSource("gsm8k-train", "gsm8k", "train", f"{GSM8K_DIR}/train.jsonl", _gsm8k_docs),
     CorpusSource("sst2-train", "sst2", "train", GLUE_DIRS["sst2"], _text_docs(load_sst2, GLUE_DIRS["sst2"], "train")),
-    CorpusSource("cola-train", "cola", "train", GLUE_DIRS["cola"],
-                 _text_docs(load_cola, GLUE_DIRS["cola"], "train", keep=lambda r: r.label == 1)),
+    CorpusSource(
+        "cola-train",
+        "cola",
+        "train",
+        GLUE_DIRS["cola"],
+        _text_docs(load_cola, GLUE_DIRS["cola"], "train", keep=lambda r: r.label == 1),
+    ),
     CorpusSource("rte-train", "rte", "train", GLUE_DIRS["rte"], _pair_docs(load_rte, GLUE_DIRS["rte"], "train")),
     CorpusSource("mrpc-train", "mrpc", "train", GLUE_DIRS["mrpc"], _pair_docs(load_mrpc, GLUE_DIRS["mrpc"], "train")),
     CorpusSource("qqp", "qqp", "dev", GLUE_DIRS["qqp"], _pair_docs(load_qqp, GLUE_DIRS["qqp"], "dev")),
-    CorpusSource("trustpilot-train", "trustpilot", "train", TRUSTPILOT_DIR,
-                 _text_docs(load_trustpilot, TRUSTPILOT_DIR, "train")),
+    CorpusSource(
+        "trustpilot-train", "trustpilot", "train", TRUSTPILOT_DIR, _text_docs(load_trustpilot, TRUSTPILOT_DIR, "train")
+    ),
     CorpusSource("legalbench-train", "legalbench", "train", LEGALBENCH_DIR, _legalbench_docs),
 )
 
@@ -324,7 +330,7 @@ class Decontaminator:
         norm = _norm(doc)
         words = _key_words(norm)
         for i in range(len(words) - self.N + 1):
-            for name, text in self._index.get(tuple(words[i:i + self.N]), ()):
+            for name, text in self._index.get(tuple(words[i : i + self.N]), ()):
                 if text in norm:
                     return name
         return None
@@ -351,8 +357,9 @@ def _sha256(texts: Sequence[str]) -> str:
     return h.hexdigest()
 
 
-def _assemble(named: list[tuple[dict[str, Any], list[str]]], seed: int, dedupe: bool,
-              decontaminator: Decontaminator | None = None) -> Corpus:
+def _assemble(
+    named: list[tuple[dict[str, Any], list[str]]], seed: int, dedupe: bool, decontaminator: Decontaminator | None = None
+) -> Corpus:
     seen: set[str] = set()
     texts: list[str] = []
     sources = []
@@ -373,8 +380,15 @@ def _assemble(named: list[tuple[dict[str, Any], list[str]]], seed: int, dedupe: 
             texts.append(doc)
             kept += 1
             chars += len(doc)
-        sources.append({**info, "documents": kept, "characters": chars, "dropped_empty_or_duplicate": dropped,
-                        "dropped_contaminated": contaminated})
+        sources.append(
+            {
+                **info,
+                "documents": kept,
+                "characters": chars,
+                "dropped_empty_or_duplicate": dropped,
+                "dropped_contaminated": contaminated,
+            }
+        )
     if not texts:
         raise CorpusError("the corpus is empty")
     random.Random(seed).shuffle(texts)
@@ -438,7 +452,8 @@ def build_corpus(
         named.append((info, src.documents(root)))
     for extra in extra_text_files:
         path = check_public_path(extra, root)
-        named.append(({"name": f"extra:{path.name}", "dataset": "extra", "split": None, "path": str(path)},
-                      load_text_file(path)))
+        named.append(
+            ({"name": f"extra:{path.name}", "dataset": "extra", "split": None, "path": str(path)}, load_text_file(path))
+        )
     decontaminator = Decontaminator(evaluation_texts(root)) if decontaminate else None
     return _assemble(named, seed, dedupe, decontaminator)

@@ -53,8 +53,18 @@ from .config import CONFIG_NAME, DecoderPretrainConfig, resolve_mixed_precision
 from .corpus import Corpus, build_corpus, corpus_from_texts
 from .tokenizer import load_tokenizer, train_tokenizer
 
-__all__ = ["pretrain_decoder", "finished_pretraining", "build_llama_config", "lr_at", "greedy_generate", "count_parameters",
-           "TOKENS_NAME", "METRICS_NAME", "MANIFEST_NAME", "LOG_NAME"]
+__all__ = [
+    "pretrain_decoder",
+    "finished_pretraining",
+    "build_llama_config",
+    "lr_at",
+    "greedy_generate",
+    "count_parameters",
+    "TOKENS_NAME",
+    "METRICS_NAME",
+    "MANIFEST_NAME",
+    "LOG_NAME",
+]
 
 logger = get_logger(__name__)
 
@@ -117,7 +127,9 @@ def _encode(tokenizer, texts: Sequence[str]) -> np.ndarray:
     dtype = np.uint16 if len(tokenizer) <= np.iinfo(np.uint16).max else np.int32
     pieces = []
     for start in range(0, len(texts), 4096):
-        for enc in tokenizer.backend_tokenizer.encode_batch(list(texts[start:start + 4096]), add_special_tokens=False):
+        for enc in tokenizer.backend_tokenizer.encode_batch(
+            list(texts[start : start + 4096]), add_special_tokens=False
+        ):
             pieces.append(np.asarray(enc.ids + [eos], dtype=dtype))
     return np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
 
@@ -174,9 +186,9 @@ def _heldout_loss(model, blocks: torch.Tensor, batch_size: int, accelerator: Acc
     model = accelerator.unwrap_model(model)
     model.eval()
     total = torch.zeros(2, device=accelerator.device, dtype=torch.float64)
-    starts = list(range(0, len(blocks), batch_size))[accelerator.process_index::accelerator.num_processes]
+    starts = list(range(0, len(blocks), batch_size))[accelerator.process_index :: accelerator.num_processes]
     for start in starts:
-        x = blocks[start:start + batch_size].to(accelerator.device)
+        x = blocks[start : start + batch_size].to(accelerator.device)
         loss = model(input_ids=x, labels=x).loss
         n = x.numel() - x.shape[0]  # predicted positions
         total += torch.tensor([loss.item() * n, n], device=total.device, dtype=torch.float64)
@@ -197,10 +209,15 @@ def greedy_generate(model, tokenizer, prompts: Sequence[str], max_new_tokens: in
     outs = []
     for prompt in prompts:
         ids = tokenizer(prompt, return_tensors="pt").input_ids.to(device)
-        gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                             do_sample=False, eos_token_id=tokenizer.eos_token_id,
-                             pad_token_id=tokenizer.pad_token_id)
-        outs.append(tokenizer.decode(gen[0, ids.shape[1]:], skip_special_tokens=True))
+        gen = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        outs.append(tokenizer.decode(gen[0, ids.shape[1] :], skip_special_tokens=True))
     return outs
 
 
@@ -211,8 +228,10 @@ def _check_resumable(out: Path, config: DecoderPretrainConfig) -> None:
     diff = DecoderPretrainConfig.load(saved).mismatches(config)
     if diff:
         detail = ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
-        raise ValueError(f"{out} holds a checkpoint of a different run ({detail}); use another output directory "
-                         f"or delete {out / CHECKPOINT_DIR}")
+        raise ValueError(
+            f"{out} holds a checkpoint of a different run ({detail}); use another output directory "
+            f"or delete {out / CHECKPOINT_DIR}"
+        )
 
 
 def finished_pretraining(config: DecoderPretrainConfig) -> bool:
@@ -223,13 +242,20 @@ def finished_pretraining(config: DecoderPretrainConfig) -> bool:
         return False
     differ = DecoderPretrainConfig.load(out / CONFIG_NAME).mismatches(config)
     if differ:
-        raise ValueError(f"{str(out)!r} holds a decoder pretrained with other settings ({sorted(differ)}); use another out")
+        raise ValueError(
+            f"{str(out)!r} holds a decoder pretrained with other settings ({sorted(differ)}); use another out"
+        )
     return True
 
 
 # ------------------------------------------------------------------------------------------------- train
-def pretrain_decoder(config: DecoderPretrainConfig, *, texts: Sequence[str] | None = None,
-                     stop_after_steps: int | None = None, progress: bool = True) -> Path:
+def pretrain_decoder(
+    config: DecoderPretrainConfig,
+    *,
+    texts: Sequence[str] | None = None,
+    stop_after_steps: int | None = None,
+    progress: bool = True,
+) -> Path:
     """Pretrain (or resume pretraining) the local decoder; returns the output directory.
 
     Args:
@@ -250,8 +276,9 @@ def pretrain_decoder(config: DecoderPretrainConfig, *, texts: Sequence[str] | No
         torch.set_num_threads(threads)
 
 
-def _pretrain(cfg: DecoderPretrainConfig, texts: Sequence[str] | None, stop_after_steps: int | None,
-              progress: bool) -> Path:
+def _pretrain(
+    cfg: DecoderPretrainConfig, texts: Sequence[str] | None, stop_after_steps: int | None, progress: bool
+) -> Path:
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     accelerator = make_accelerator(mixed_precision=resolve_mixed_precision(cfg.mixed_precision))
@@ -262,8 +289,13 @@ def _pretrain(cfg: DecoderPretrainConfig, texts: Sequence[str] | None, stop_afte
     if texts is not None:
         corpus: Corpus = corpus_from_texts(texts, seed=cfg.seed)
     else:
-        corpus = build_corpus(cfg.data_dir, seed=cfg.seed, sources=cfg.sources,
-                              extra_text_files=cfg.extra_text_files, decontaminate=cfg.decontaminate)
+        corpus = build_corpus(
+            cfg.data_dir,
+            seed=cfg.seed,
+            sources=cfg.sources,
+            extra_text_files=cfg.extra_text_files,
+            decontaminate=cfg.decontaminate,
+        )
     if len(corpus.texts) < 2:
         raise ValueError("need at least 2 documents (one is held out)")
     n_heldout = min(len(corpus.texts) - 1, max(1, round(cfg.eval_fraction * len(corpus.texts))))
@@ -276,21 +308,30 @@ def _pretrain(cfg: DecoderPretrainConfig, texts: Sequence[str] | None, stop_afte
             tokenizer = load_tokenizer(out)
             logger.info("reusing the tokenizer in %s (%d tokens)", out, len(tokenizer))
         else:
-            tokenizer = train_tokenizer(train_texts, cfg.vocab_size, min_frequency=cfg.tokenizer_min_frequency,
-                                        model_max_length=cfg.context_length)
+            tokenizer = train_tokenizer(
+                train_texts,
+                cfg.vocab_size,
+                min_frequency=cfg.tokenizer_min_frequency,
+                model_max_length=cfg.context_length,
+            )
             if main:
                 tokenizer.save_pretrained(out)
-        key = {"corpus_sha256": corpus.manifest["sha256"], "heldout_documents": str(n_heldout),
-               "tokenizer_sha256": _fingerprint(out / "tokenizer.json")}
+        key = {
+            "corpus_sha256": corpus.manifest["sha256"],
+            "heldout_documents": str(n_heldout),
+            "tokenizer_sha256": _fingerprint(out / "tokenizer.json"),
+        }
         tokens = _token_cache(out, tokenizer, train_texts, heldout_texts, key)
         if main:
             manifest["tokens"] = {"train": int(len(tokens["train"])), "heldout": int(len(tokens["heldout"]))}
             (out / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n")
     train_blocks = _blocks(tokens["train"], cfg.context_length)
-    heldout_blocks = torch.from_numpy(_blocks(tokens["heldout"], cfg.context_length)[: cfg.max_eval_blocks]
-                                      .astype(np.int64))
-    schedule = BlockSchedule(len(train_blocks), cfg.batch_size, cfg.seed, accelerator.process_index,
-                             accelerator.num_processes)
+    heldout_blocks = torch.from_numpy(
+        _blocks(tokens["heldout"], cfg.context_length)[: cfg.max_eval_blocks].astype(np.int64)
+    )
+    schedule = BlockSchedule(
+        len(train_blocks), cfg.batch_size, cfg.seed, accelerator.process_index, accelerator.num_processes
+    )
     tokens_per_step = cfg.batch_size * train_blocks.shape[1] * accelerator.num_processes
 
     def get_batch(step: int) -> torch.Tensor:
@@ -304,43 +345,75 @@ def _pretrain(cfg: DecoderPretrainConfig, texts: Sequence[str] | None, stop_afte
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2),
+        lr=cfg.learning_rate,
+        betas=(cfg.beta1, cfg.beta2),
     )
     model, optimizer = accelerator.prepare(model, optimizer)
 
     # ---- resume
     state = read_trainer_state(out)
     if state is None and (out / METRICS_NAME).is_file():
-        raise ValueError(f"{out} holds a finished run without a checkpoint (keep_checkpoint was off); it cannot be "
-                         "extended: use another output directory")
+        raise ValueError(
+            f"{out} holds a finished run without a checkpoint (keep_checkpoint was off); it cannot be "
+            "extended: use another output directory"
+        )
     if state is not None:
         _check_resumable(out, cfg)
         if state.get("tokens_key") != key:
-            raise ValueError(f"{out}/checkpoint was trained on another corpus or tokenizer; use another output "
-                             "directory or delete the checkpoint")
+            raise ValueError(
+                f"{out}/checkpoint was trained on another corpus or tokenizer; use another output "
+                "directory or delete the checkpoint"
+            )
         load_checkpoint(out, accelerator.unwrap_model(model), optimizer)
         if cfg.max_steps is not None and state.get("planned_steps") not in (None, cfg.max_steps):
-            logger.warning("max_steps changed from %s to %s: the cosine schedule is recomputed for the new total",
-                           state["planned_steps"], cfg.max_steps)
+            logger.warning(
+                "max_steps changed from %s to %s: the cosine schedule is recomputed for the new total",
+                state["planned_steps"],
+                cfg.max_steps,
+            )
         logger.info("resuming from step %d (%s)", state["step"], out / CHECKPOINT_DIR)
     else:
-        state = {"step": 0, "tokens_seen": 0, "train_seconds": 0.0, "loop_seconds": 0.0, "planned_steps": None,
-                 "evals": [], "last_train_loss": None, "tokens_key": key}
+        state = {
+            "step": 0,
+            "tokens_seen": 0,
+            "train_seconds": 0.0,
+            "loop_seconds": 0.0,
+            "planned_steps": None,
+            "evals": [],
+            "last_train_loss": None,
+            "tokens_key": key,
+        }
     step: int = state["step"]
     budget_s = None if cfg.minutes is None else cfg.minutes * 60.0
     previous_plan: int | None = state["planned_steps"]
     planned: int | None = cfg.max_steps if cfg.max_steps is not None else previous_plan
-    if (cfg.max_steps is None and budget_s is not None and planned is not None and step >= planned
-            and state.get("loop_seconds", 0.0) < budget_s):
-        logger.info("time budget raised to %.1f min: extending the run; re-planning after %d steps", cfg.minutes,
-                    cfg.calibration_steps)
+    if (
+        cfg.max_steps is None
+        and budget_s is not None
+        and planned is not None
+        and step >= planned
+        and state.get("loop_seconds", 0.0) < budget_s
+    ):
+        logger.info(
+            "time budget raised to %.1f min: extending the run; re-planning after %d steps",
+            cfg.minutes,
+            cfg.calibration_steps,
+        )
         planned = None  # calibrate again (at the old schedule's final rate), then a cosine over the new total
     state["planned_steps"] = planned
 
-    logger.info("decoder: %s parameters (%s without embeddings); %d train blocks x %d tokens, %d held-out blocks; "
-                "%d tokens/step; mixed precision %s; %d process(es)", f"{sizes['parameters']:,}",
-                f"{sizes['non_embedding_parameters']:,}", len(train_blocks), train_blocks.shape[1],
-                len(heldout_blocks), tokens_per_step, accelerator.mixed_precision, accelerator.num_processes)
+    logger.info(
+        "decoder: %s parameters (%s without embeddings); %d train blocks x %d tokens, %d held-out blocks; "
+        "%d tokens/step; mixed precision %s; %d process(es)",
+        f"{sizes['parameters']:,}",
+        f"{sizes['non_embedding_parameters']:,}",
+        len(train_blocks),
+        train_blocks.shape[1],
+        len(heldout_blocks),
+        tokens_per_step,
+        accelerator.mixed_precision,
+        accelerator.num_processes,
+    )
 
     def write_log(record: dict[str, Any]) -> None:
         if main:
@@ -350,10 +423,17 @@ def _pretrain(cfg: DecoderPretrainConfig, texts: Sequence[str] | None, stop_afte
     def evaluate() -> float:
         t0 = _now()
         loss = _heldout_loss(model, heldout_blocks, cfg.batch_size, accelerator)
-        state["evals"].append({"step": step, "heldout_loss": loss, "heldout_ppl": _ppl(loss),
-                               "tokens_seen": state["tokens_seen"]})
-        write_log({"step": step, "heldout_loss": round(loss, 5), "heldout_ppl": round(_ppl(loss), 3),
-                   "eval_seconds": round(_now() - t0, 2)})
+        state["evals"].append(
+            {"step": step, "heldout_loss": loss, "heldout_ppl": _ppl(loss), "tokens_seen": state["tokens_seen"]}
+        )
+        write_log(
+            {
+                "step": step,
+                "heldout_loss": round(loss, 5),
+                "heldout_ppl": round(_ppl(loss), 3),
+                "eval_seconds": round(_now() - t0, 2),
+            }
+        )
         logger.info("step %d: held-out loss %.4f (ppl %.2f)", step, loss, _ppl(loss))
         return _now() - t0
 
@@ -377,8 +457,9 @@ def _pretrain(cfg: DecoderPretrainConfig, texts: Sequence[str] | None, stop_afte
     window: list[float] = []  # losses since the last log line
     recent: deque[float] = deque(maxlen=cfg.log_every)  # the last log_every losses (the final train loss)
     stopped_by = "max_steps"
-    bar = tqdm(total=planned, initial=step, desc="pretrain", unit="step", disable=not (progress and main),
-               dynamic_ncols=True)
+    bar = tqdm(
+        total=planned, initial=step, desc="pretrain", unit="step", disable=not (progress and main), dynamic_ncols=True
+    )
     model.train()
     try:
         while True:
@@ -416,8 +497,12 @@ def _pretrain(cfg: DecoderPretrainConfig, texts: Sequence[str] | None, stop_afte
 
             # time-budget mode: set the schedule's length from the measured speed once calibrated, then re-plan
             # it at every log step from this session's mean time per step (evaluations and checkpoints included)
-            if cfg.max_steps is None and budget_s is not None and session_steps >= cfg.calibration_steps and (
-                    planned is None or step % cfg.log_every == 0):
+            if (
+                cfg.max_steps is None
+                and budget_s is not None
+                and session_steps >= cfg.calibration_steps
+                and (planned is None or step % cfg.log_every == 0)
+            ):
                 if planned is None:
                     per_step = session_train_s / session_steps + eval_seconds / cfg.eval_every
                 else:
@@ -433,9 +518,17 @@ def _pretrain(cfg: DecoderPretrainConfig, texts: Sequence[str] | None, stop_afte
                 train_loss = float(np.mean(window))
                 state["last_train_loss"] = train_loss
                 tps = tokens_per_step * session_steps / max(session_train_s, 1e-9)
-                write_log({"step": step, "train_loss": round(train_loss, 5), "lr": lr, "planned_steps": planned,
-                           "tokens_seen": state["tokens_seen"], "tokens_per_s": round(tps, 1),
-                           "elapsed_s": round(_now() - t_session, 1)})
+                write_log(
+                    {
+                        "step": step,
+                        "train_loss": round(train_loss, 5),
+                        "lr": lr,
+                        "planned_steps": planned,
+                        "tokens_seen": state["tokens_seen"],
+                        "tokens_per_s": round(tps, 1),
+                        "elapsed_s": round(_now() - t_session, 1),
+                    }
+                )
                 bar.set_postfix(loss=f"{train_loss:.3f}", lr=f"{lr:.1e}", tok_s=f"{tps:.0f}")
                 logger.info("step %d: train loss %.4f, lr %.2e, %.0f tokens/s", step, train_loss, lr, tps)
                 window = []
@@ -497,9 +590,15 @@ def _pretrain(cfg: DecoderPretrainConfig, texts: Sequence[str] | None, stop_afte
             "evals": state["evals"],
         }
         (out / METRICS_NAME).write_text(json.dumps(metrics, indent=1) + "\n")
-        logger.info("done: step %d, train loss %.4f, held-out loss %.4f (ppl %.2f), %.0f tokens/s -> %s", step,
-                    metrics["train_loss"] or float("nan"), final["heldout_loss"], final["heldout_ppl"],
-                    metrics["tokens_per_s"], out)
+        logger.info(
+            "done: step %d, train loss %.4f, held-out loss %.4f (ppl %.2f), %.0f tokens/s -> %s",
+            step,
+            metrics["train_loss"] or float("nan"),
+            final["heldout_loss"],
+            final["heldout_ppl"],
+            metrics["tokens_per_s"],
+            out,
+        )
     if not cfg.keep_checkpoint and main:
         import shutil
 

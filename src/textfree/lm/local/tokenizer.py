@@ -34,8 +34,9 @@ PAD_TOKEN = "<pad>"
 SPECIAL_TOKENS = (EOS_TOKEN, PAD_TOKEN)
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 8192, *, min_frequency: int = 2,
-                    model_max_length: int = 1024) -> PreTrainedTokenizerFast:
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int = 8192, *, min_frequency: int = 2, model_max_length: int = 1024
+) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE tokenizer on ``texts`` and wrap it (see :func:`wrap_tokenizer`).
 
     The vocabulary holds the 2 special tokens, the 256 byte symbols and up to ``vocab_size - 258`` merges (fewer

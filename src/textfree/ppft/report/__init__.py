@@ -66,7 +66,16 @@ from .tables import (
 )
 from .timing import _table_time
 
-__all__ = ["PAPER_TABLE1", "WIDTH_MATCHED", "GDP_MATCHED", "PAPER_EPSILON", "Entry", "collect", "build_report", "write_report"]
+__all__ = [
+    "PAPER_TABLE1",
+    "WIDTH_MATCHED",
+    "GDP_MATCHED",
+    "PAPER_EPSILON",
+    "Entry",
+    "collect",
+    "build_report",
+    "write_report",
+]
 
 _EPOCHS_INTRO = [
     "Table 1 shows the newest run of each row (PPFT's eps-28 row: at the length selected on validation,",
@@ -101,7 +110,8 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = (), co
         "`examples/cells/ppft/` (run with `textfree run <cell> --out-dir results/ppft`). Setup: client encoder",
         "all-MiniLM-L6-v2 (d = 384), k-pooling, L2-Laplace noise; server: the small local Llama decoder",
         "(`runs/decoder-small`, 6.8M parameters) with a linear projection and LoRA (r 16); stage 1 on alpaca / lima /",
-        "gsm8k; stage 2 on the training part of each Pri-* split (epochs per dataset below), trained on both prompt formats (4-option",
+        "gsm8k; stage 2 on the training part of each Pri-* split (epochs per dataset below), trained on both prompt "
+        "formats (4-option",
         "and open-answer) of the same training rows; evaluation on the held-out part. Accuracies are `mean ± sd (n)`",
         "over evaluation noise seeds (one trained model per row; clean and blind rows are deterministic).",
         "",
@@ -112,26 +122,37 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = (), co
         "",
         "Scoring: 4-option = the normalised gold option text is contained in the answer (PPFT Appendix D.1);",
         "open-answer = no options shown, and the first task label (any option of any record) the answer names must be",
-        "the gold one. \"No name\" columns are on the held-out records whose private text does not contain the answer",
-        "string. *Ranked* (not the paper's metric) = the same 4-option prompts, answered by the option the model is most",
+        'the gold one. "No name" columns are on the held-out records whose private text does not contain the answer',
+        "string. *Ranked* (not the paper's metric) = the same 4-option prompts, answered by the option the model is "
+        "most",
         "likely to generate in full (lm-evaluation-harness style likelihood scoring) instead of free generation: it",
-        "separates \"cannot follow the answer format\" (a free answer naming no option scores 0) from \"does not know\".",
-        "*Label-ranked* open-answer (not the paper's metric either) = the open-answer prompts (no options shown), answered by",
-        "the label of the whole task (every option of every record: 49 diagnoses, 42 charges) the model is most likely to",
+        'separates "cannot follow the answer format" (a free answer naming no option scores 0) from "does not know".',
+        "*Label-ranked* open-answer (not the paper's metric either) = the open-answer prompts (no options shown), "
+        "answered by",
+        "the label of the whole task (every option of every record: 49 diagnoses, 42 charges) the model is most likely "
+        "to",
         "generate in full: decoding constrained to the task's public label set.",
     ]
     for ds, title in (("pri-ddx", "Pri-DDX"), ("pri-slja", "Pri-SLJA")):
         if not any(e.dataset.lower() == ds for e in entries):
             continue
         chosen_on = frozenset(b for e in selection if e.dataset.lower() == ds and (b := _build(e)))
-        lines += ["", f"## {title}: Table 1 shape (held-out split)", ""] + _table1(entries, ds, selected_recipe(selection, ds), chosen_on)
+        lines += ["", f"## {title}: Table 1 shape (held-out split)", ""] + _table1(
+            entries, ds, selected_recipe(selection, ds), chosen_on
+        )
         sections = [
             ("every stage-2 length run for these rows", _EPOCHS_INTRO, _table_epochs(entries, ds)),
             ("training seeds (the spread over trainings)", _SEEDS_INTRO, _table_train_seeds(entries, ds)),
             ("pooling k (Table 5 shape)", [], _table_k(entries, ds)),
-            *((f"{heading} (beyond the paper)", intro, _table_layouts(entries, ds, key, name))
-              for key, name, heading, intro in _LAYOUT_SECTIONS),
-            ("model selection on a validation part of the training rows", _SELECTION_INTRO, table_selection(selection, entries, ds)),
+            *(
+                (f"{heading} (beyond the paper)", intro, _table_layouts(entries, ds, key, name))
+                for key, name, heading, intro in _LAYOUT_SECTIONS
+            ),
+            (
+                "model selection on a validation part of the training rows",
+                _SELECTION_INTRO,
+                table_selection(selection, entries, ds),
+            ),
             ("the paper's privacy level at MiniLM's width (beyond the issue)", _MU_INTRO, _table_mu(entries, ds)),
             ("noise type", _NOISE_INTRO, _table_noise(entries, ds)),
         ]
@@ -146,11 +167,17 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = (), co
         lines += ["", "## Default pipeline time (2 CPU cores)", ""] + timing
     if figures:
         lines += ["", "## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures]
-    lines += ["", "## Result files", "",
-              "\"Stage-1 build\": the fingerprint of the stage-1 run the file's models descend from (weights and configs;",
-              "`runs/stage1` rebuilt is another build at the same path), recorded since 2026-11-25. A verdict whose",
-              "upper bound comes from another recorded build says so.", "",
-              "| file | date | git commit | stage-1 build |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "## Result files",
+        "",
+        '"Stage-1 build": the fingerprint of the stage-1 run the file\'s models descend from (weights and configs;',
+        "`runs/stage1` rebuilt is another build at the same path), recorded since 2026-11-25. A verdict whose",
+        "upper bound comes from another recorded build says so.",
+        "",
+        "| file | date | git commit | stage-1 build |",
+        "|---|---|---|---|",
+    ]
     lines += [f"| `{s}` | {d} | {(g or 'unknown')[:10]} | {', '.join(sorted(builds[s]))} |" for s, d, g in sources]
     return "\n".join(lines) + "\n"
 
@@ -168,7 +195,9 @@ def write_report(paths: Iterable[str | Path], out: str | Path, *, figures_dir: s
     figs = []
     everything = collect(paths)
     if not everything:
-        raise ResultsError(f"no PPFT result files (of ppft_* cells) in {', '.join(str(p) for p in paths)}: nothing written")
+        raise ResultsError(
+            f"no PPFT result files (of ppft_* cells) in {', '.join(str(p) for p in paths)}: nothing written"
+        )
     entries, _ = split_selection(everything)  # like the tables: validation runs only in their own section
     for draw, path in ((_figure_k, fig_dir / "accuracy_vs_k.png"), (_figure_mu, fig_dir / "accuracy_vs_mu.png")):
         fig = draw(entries, path)

@@ -64,10 +64,21 @@ def collect(paths: Iterable[str | Path]) -> list[Entry]:
         git = (data.get("git") or {}).get("commit")
         for r in data["results"]:
             build = r.get("provenance", {}).get("stage1_build")
-            entries.append(Entry(data["kind"], str(cell.get("dataset") or ""), dict(r["resolved"]["params"]), r["metrics"],
-                                 f.name, data["date"], git, {"split": cell.get("split"), "build": build}))
+            entries.append(
+                Entry(
+                    data["kind"],
+                    str(cell.get("dataset") or ""),
+                    dict(r["resolved"]["params"]),
+                    r["metrics"],
+                    f.name,
+                    data["date"],
+                    git,
+                    {"split": cell.get("split"), "build": build},
+                )
+            )
     entries.sort(key=lambda e: e.date)
     return entries
+
 
 # ------------------------------------------------------------------------------------------------ formatting
 
@@ -106,9 +117,24 @@ def _eps_label(eps: float | None) -> str:
 
 
 #: PPFT's own layout: no server-side summary vectors, the slot count released as it is (no padding).
-_PPFT_LAYOUT = {"summary": 0, "summary_only": False, "fixed": False, "count": (0, 0.0), "answer": False, "center": None, "subspace": None, "repeat": False, "augment": (0.0, 0.0, 0),
-                "ema": None, "variants": None, "optim": (1e-3, 0.0), "train_seed": 0}  # every table but the training-seed one shows training seed 0
-_TABLE1_PPFT = dict(family="l2_laplace", blind=False, epsilon=WIDTH_MATCHED, k=4)  # Table 1's PPFT row at the target point
+_PPFT_LAYOUT = {
+    "summary": 0,
+    "summary_only": False,
+    "fixed": False,
+    "count": (0, 0.0),
+    "answer": False,
+    "center": None,
+    "subspace": None,
+    "repeat": False,
+    "augment": (0.0, 0.0, 0),
+    "ema": None,
+    "variants": None,
+    "optim": (1e-3, 0.0),
+    "train_seed": 0,
+}  # every table but the training-seed one shows training seed 0
+_TABLE1_PPFT = dict(
+    family="l2_laplace", blind=False, epsilon=WIDTH_MATCHED, k=4
+)  # Table 1's PPFT row at the target point
 
 
 def _layout_default(key: str) -> Any:
@@ -154,26 +180,45 @@ def _get(e: Entry, key: str) -> Any:
         return bool(e.params.get("summary_only") or False)
     if key == "fixed":
         return bool(e.params.get("fixed_slots") or False)
-    if key == "answer":  # the server's answer head: False none (PPFT); else (linear, standardised, over the options, width)
+    if (
+        key == "answer"
+    ):  # the server's answer head: False none (PPFT); else (linear, standardised, over the options, width)
         if not e.params.get("answer_head"):
             return False
         hidden = int(e.params.get("answer_head_hidden", 256))
-        return hidden == 0, bool(e.params.get("answer_head_standardize")), bool(e.params.get("answer_head_options")), hidden
+        return (
+            hidden == 0,
+            bool(e.params.get("answer_head_standardize")),
+            bool(e.params.get("answer_head_options")),
+            hidden,
+        )
     if key == "center":  # the client's slot centre: the mu of its private estimate, None without one
         mu = e.params.get("center_mu")
         return None if mu is None else float(mu)
-    if key == "subspace":  # the client's class subspace: the passes of fresh payloads it was fitted from, None without one
+    if (
+        key == "subspace"
+    ):  # the client's class subspace: the passes of fresh payloads it was fitted from, None without one
         n = e.params.get("subspace_epochs")
         return None if n is None else int(n)
     if key == "repeat":  # the client sends each prompt's unit mean slot in place of every slot (repeat_mean)
         return bool(e.params.get("repeat_mean") or False)
-    if key == "augment":  # the server's training-only slot-count augmentation: (slot_insert, slot_drop, its epochs; 0: all)
-        return float(e.params.get("slot_insert") or 0.0), float(e.params.get("slot_drop") or 0.0), int(e.params.get("slot_augment_epochs") or 0)
+    if (
+        key == "augment"
+    ):  # the server's training-only slot-count augmentation: (slot_insert, slot_drop, its epochs; 0: all)
+        return (
+            float(e.params.get("slot_insert") or 0.0),
+            float(e.params.get("slot_drop") or 0.0),
+            int(e.params.get("slot_augment_epochs") or 0),
+        )
     if key == "variants":  # the client's training-only prompt rewrites: (prob, shuffle, drop), None without (PPFT)
         prob = e.params.get("prompt_variants")
         if not prob:
             return None
-        return float(prob), bool(e.params.get("prompt_variant_shuffle", True)), float(e.params.get("prompt_variant_drop") or 0.0)
+        return (
+            float(prob),
+            bool(e.params.get("prompt_variant_shuffle", True)),
+            float(e.params.get("prompt_variant_drop") or 0.0),
+        )
     if key == "ema":  # the decay of the weight average the run saved, None: the last step's weights (PPFT)
         decay = e.params.get("ema_decay")
         return None if decay is None else float(decay)
@@ -216,13 +261,20 @@ def _variant_rows(stage2: Sequence[Entry], key: str, value: Any) -> list[tuple[E
     per stage-2 length that row was run for, fewest epochs first, so a run at a new length does not hide the others.
     The bound: the newest clean run of the layout at the same length, else at any length. A layout with no noisy run
     there gives one pair, (None, its newest bound)."""
-    lengths = sorted({e.params.get("epochs") for e in stage2 if _latest([e], **_TABLE1_PPFT, **{key: value}) is not None},
-                     key=lambda x: (x is None, x or 0))
+    lengths = sorted(
+        {e.params.get("epochs") for e in stage2 if _latest([e], **_TABLE1_PPFT, **{key: value}) is not None},
+        key=lambda x: (x is None, x or 0),
+    )
     bound = _latest(stage2, blind=False, epsilon=None, **{key: value})
     if not lengths:
         return [(None, bound)]
-    return [(_latest(stage2, **_TABLE1_PPFT, **{key: value}, epochs=n),
-             _latest(stage2, blind=False, epsilon=None, **{key: value}, epochs=n) or bound) for n in lengths]
+    return [
+        (
+            _latest(stage2, **_TABLE1_PPFT, **{key: value}, epochs=n),
+            _latest(stage2, blind=False, epsilon=None, **{key: value}, epochs=n) or bound,
+        )
+        for n in lengths
+    ]
 
 
 def _per_length(entries: Sequence[Entry], **want: Any) -> list[Entry]:

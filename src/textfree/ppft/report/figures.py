@@ -29,8 +29,14 @@ def _seed_mean_sd(e: Entry | None, metric: str) -> tuple[float, float] | None:
     return s["mean"], 0.0 if math.isnan(s["std"]) else s["std"]
 
 
-def _two_panel_figure(path: Path, draw: Callable[[Any, str], bool], title: Callable[[str], str], xlabel: str,
-                      legend_size: int, title_size: int | None = None) -> Path | None:
+def _two_panel_figure(
+    path: Path,
+    draw: Callable[[Any, str], bool],
+    title: Callable[[str], str],
+    xlabel: str,
+    legend_size: int,
+    title_size: int | None = None,
+) -> Path | None:
     """Pri-DDX beside Pri-SLJA, accuracy on [0, 1]; ``draw(ax, dataset)`` plots one panel and says whether it drew
     anything. Nothing drawn: no file, None."""
     from matplotlib.figure import Figure
@@ -56,8 +62,14 @@ def _two_panel_figure(path: Path, draw: Callable[[Any, str], bool], title: Calla
 def _k_points(entries: Sequence[Entry], ds: str, eps: float, task: str) -> list[tuple[int, tuple[float, float]]]:
     """(k, (mean, sd)) of PPFT's L2-Laplace rows at ``eps`` for k in 4, 8, 16, all at one stage-2 length: the length
     most of those k were run at (ties: the one run last), the newest run per k there, so a line joins like with like."""
-    noisy = [x for x in entries if x.kind == "ppft_stage2" and x.dataset.lower() == ds and not _get(x, "blind")
-             and _get(x, "family") == "l2_laplace"]
+    noisy = [
+        x
+        for x in entries
+        if x.kind == "ppft_stage2"
+        and x.dataset.lower() == ds
+        and not _get(x, "blind")
+        and _get(x, "family") == "l2_laplace"
+    ]
     runs = [e for k in (4, 8, 16) for e in _per_length(noisy, epsilon=eps, k=k)]  # the newest run per (k, length)
     if not runs:
         return []
@@ -67,21 +79,35 @@ def _k_points(entries: Sequence[Entry], ds: str, eps: float, task: str) -> list[
         return len(at), max(e.date for e in at)
 
     length = max({e.params.get("epochs") for e in runs}, key=rank)
-    return [(k, ms) for k in (4, 8, 16) if (ms := _seed_mean_sd(_latest(noisy, epsilon=eps, k=k, epochs=length), f"acc_{task}"))]
+    return [
+        (k, ms)
+        for k in (4, 8, 16)
+        if (ms := _seed_mean_sd(_latest(noisy, epsilon=eps, k=k, epochs=length), f"acc_{task}"))
+    ]
 
 
 def _figure_k(entries: Sequence[Entry], path: Path) -> Path | None:
     """Held-out accuracy against k at the paper's and the width-matched eps, both datasets. A panel shows its lines
     only where one of them has two or more k (else it stays empty); no file where neither does."""
+
     def draw(ax, ds: str) -> bool:
-        lines = {(eps, style, task): _k_points(entries, ds, eps, task)
-                 for eps, style in ((PAPER_EPSILON, "-o"), (WIDTH_MATCHED, "--s")) for task in ("mcqa", "open")}
+        lines = {
+            (eps, style, task): _k_points(entries, ds, eps, task)
+            for eps, style in ((PAPER_EPSILON, "-o"), (WIDTH_MATCHED, "--s"))
+            for task in ("mcqa", "open")
+        }
         if not any(len(pts) > 1 for pts in lines.values()):
             return False  # no line: one k is no curve against k (its row is in the tables)
         for (eps, style, task), pts in lines.items():
             if pts:
-                ax.errorbar([k for k, _ in pts], [m for _, (m, _) in pts], yerr=[sd for _, (_, sd) in pts], fmt=style,
-                            capsize=3, label=f"{'4-option' if task == 'mcqa' else 'open'}, eps {eps:g}")
+                ax.errorbar(
+                    [k for k, _ in pts],
+                    [m for _, (m, _) in pts],
+                    yerr=[sd for _, (_, sd) in pts],
+                    fmt=style,
+                    capsize=3,
+                    label=f"{'4-option' if task == 'mcqa' else 'open'}, eps {eps:g}",
+                )
         ax.set_xscale("log", base=2)
         ax.set_xticks([4, 8, 16], ["4", "8", "16"])
         return True
@@ -95,16 +121,27 @@ def _mu_points(entries: Sequence[Entry], ds: str, task: str) -> dict[str, list[t
     The reference: the GDP-matched row where it was run (the privacy-level table reads every row at its length), else
     the newest width-matched one."""
     rows = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
-    ref = (_latest(rows, family="l2_laplace", blind=False, epsilon=GDP_MATCHED, k=4)
-           or _latest(rows, family="l2_laplace", blind=False, epsilon=WIDTH_MATCHED, k=4))
+    ref = _latest(rows, family="l2_laplace", blind=False, epsilon=GDP_MATCHED, k=4) or _latest(
+        rows, family="l2_laplace", blind=False, epsilon=WIDTH_MATCHED, k=4
+    )
     if ref is None:
         return {}
-    stage2 = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds and not _get(e, "blind")
-              and _get(e, "epsilon") not in (None, "missing") and e.params.get("epochs") == ref.params.get("epochs")
-              and e.params.get("max_private_tokens") == ref.params.get("max_private_tokens")]
+    stage2 = [
+        e
+        for e in entries
+        if e.kind == "ppft_stage2"
+        and e.dataset.lower() == ds
+        and not _get(e, "blind")
+        and _get(e, "epsilon") not in (None, "missing")
+        and e.params.get("epochs") == ref.params.get("epochs")
+        and e.params.get("max_private_tokens") == ref.params.get("max_private_tokens")
+    ]
     series: dict[str, list[tuple[float, float, float]]] = {}
-    for family, match, label in (("l2_laplace", None, "L2-Laplace"), ("gaussian", "budget", "Gaussian, budget-matched"),
-                                 ("gaussian", "norm", "Gaussian, norm-matched")):
+    for family, match, label in (
+        ("l2_laplace", None, "L2-Laplace"),
+        ("gaussian", "budget", "Gaussian, budget-matched"),
+        ("gaussian", "norm", "Gaussian, norm-matched"),
+    ):
         want = {"family": family, "k": 4} | ({"noise_match": match} if match else {})
         for eps in sorted({float(_get(e, "epsilon")) for e in stage2 if all(_get(e, k) == v for k, v in want.items())}):
             ms = _seed_mean_sd(_latest(stage2, epsilon=eps, **want), f"acc_{task}")
@@ -119,6 +156,7 @@ _NOISE_COLORS = {"L2-Laplace": "C0", "Gaussian, budget-matched": "C1", "Gaussian
 def _figure_mu(entries: Sequence[Entry], path: Path) -> Path | None:
     """Held-out accuracy against the slot's mu (what a slot leaks), every noise row at k=4, both datasets. A panel
     shows its rows only where one of them was run at two or more mu (else it stays empty); no file where neither does."""
+
     def draw(ax, ds: str) -> bool:
         series = {task: _mu_points(entries, ds, task) for task in ("mcqa", "open")}
         if not any(len(pts) > 1 for by_label in series.values() for pts in by_label.values()):
@@ -126,10 +164,23 @@ def _figure_mu(entries: Sequence[Entry], path: Path) -> Path | None:
         for task, style in (("mcqa", "-"), ("open", "--")):
             for label, pts in series[task].items():
                 pts.sort()
-                ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], fmt=style + "o", capsize=3,
-                            color=_NOISE_COLORS[label], label=f"{'4-option' if task == 'mcqa' else 'open'}, {label}")
+                ax.errorbar(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    yerr=[p[2] for p in pts],
+                    fmt=style + "o",
+                    capsize=3,
+                    color=_NOISE_COLORS[label],
+                    label=f"{'4-option' if task == 'mcqa' else 'open'}, {label}",
+                )
         ax.axvline(_paper_mu(), color="grey", lw=0.8, ls=":")
         return True
 
-    return _two_panel_figure(path, draw, lambda name: f"{name} (k 4, one stage-2 length; dotted: the paper's mu)",
-                             "slot mu = what one slot leaks (Gaussian DP)", 6, title_size=9)
+    return _two_panel_figure(
+        path,
+        draw,
+        lambda name: f"{name} (k 4, one stage-2 length; dotted: the paper's mu)",
+        "slot mu = what one slot leaks (Gaussian DP)",
+        6,
+        title_size=9,
+    )

@@ -71,8 +71,17 @@ def _newest_candidates(selection: Sequence[Entry], ds: str) -> dict[tuple, Entry
     newest: dict[tuple, Entry] = {}
     for e in selection:  # entries are oldest first: the newest file of each candidate wins
         if e.kind == "ppft_stage2" and e.dataset.lower() == ds and not _get(e, "blind"):
-            newest[(layout_of(e)[0], e.params.get("epochs"), _get(e, "train_seed"), _get(e, "epsilon"), _get(e, "k"),
-                    validation_share(e), _part(e))] = e
+            newest[
+                (
+                    layout_of(e)[0],
+                    e.params.get("epochs"),
+                    _get(e, "train_seed"),
+                    _get(e, "epsilon"),
+                    _get(e, "k"),
+                    validation_share(e),
+                    _part(e),
+                )
+            ] = e
     return newest
 
 
@@ -89,8 +98,10 @@ def _mean_scores(validated: Sequence[Entry], key: Callable[[Entry], Any]) -> dic
 
 def _validation_means(validated: Sequence[Entry], eps: Any, k: Any) -> dict[tuple[str, Any], tuple[float, float]]:
     """:func:`_mean_scores` of each candidate at (eps, k), by (layout name, epochs)."""
-    return _mean_scores([e for e in validated if (_get(e, "epsilon"), _get(e, "k")) == (eps, k)],
-                        lambda e: (layout_of(e)[0], e.params.get("epochs")))
+    return _mean_scores(
+        [e for e in validated if (_get(e, "epsilon"), _get(e, "k")) == (eps, k)],
+        lambda e: (layout_of(e)[0], e.params.get("epochs")),
+    )
 
 
 def _best_first(scores: dict[Any, tuple[float, float]]) -> list[tuple[Any, tuple[float, float]]]:
@@ -100,7 +111,7 @@ def _best_first(scores: dict[Any, tuple[float, float]]) -> list[tuple[Any, tuple
 
 
 def _recipe_name(epochs: Any, layout: dict[str, Any]) -> str:
-    """"24 epochs" for PPFT's default optimisation settings, "24 epochs, stage-2 lr 0.0005" for another."""
+    """ "24 epochs" for PPFT's default optimisation settings, "24 epochs, stage-2 lr 0.0005" for another."""
     return f"{epochs} epochs, {settings_name(layout)}" if layout else f"{epochs} epochs"
 
 
@@ -108,8 +119,11 @@ def _ppft_recipe_scores(validated: Sequence[Entry]) -> dict[tuple[Any, tuple], t
     """Validation (open-answer, 4-option) accuracy, each the mean over the candidate's trainings, of PPFT's own client
     and layout at the targets' point (width-matched eps, k=4), by (stage-2 length, optimisation settings: ``()`` for
     PPFT's defaults, else the one :data:`~textfree.ppft.report.layouts._OPTIMISATION_KEYS` layout item it sets)."""
-    ppft = [e for e in validated if (_get(e, "epsilon"), _get(e, "k")) == (WIDTH_MATCHED, 4)
-            and set(layout_of(e)[1]) <= _OPTIMISATION_KEYS]
+    ppft = [
+        e
+        for e in validated
+        if (_get(e, "epsilon"), _get(e, "k")) == (WIDTH_MATCHED, 4) and set(layout_of(e)[1]) <= _OPTIMISATION_KEYS
+    ]
     return _mean_scores(ppft, lambda e: (e.params.get("epochs"), tuple(layout_of(e)[1].items())))
 
 
@@ -138,13 +152,18 @@ def table_selection(selection: Sequence[Entry], heldout: Sequence[Entry], ds: st
     newest = _newest_candidates(selection, ds)
     if not newest:
         return []
-    out = ["| candidate | stage-2 epochs | training seed | eps | k | held back | evaluated on (records) | 4-option acc | "
-           "open-answer acc | open, no name | open, random slots (count only) | result file |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| candidate | stage-2 epochs | training seed | eps | k | held back | evaluated on (records) | 4-option acc | "
+        "open-answer acc | open, no name | open, random slots (count only) | result file |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for (name, epochs, seed, eps, k, share, part), e in newest.items():
         n = int(e.mean("n_heldout")) if e.values("n_heldout") else "?"
-        out.append(f"| {name} | {epochs} | {seed} | {_eps_label(eps)} | {k} | {share:.0%} | {part} ({n}) | "
-                   + " | ".join(_fmt(e, m) for m in _METRICS) + f" | `{e.source}` |")
+        out.append(
+            f"| {name} | {epochs} | {seed} | {_eps_label(eps)} | {k} | {share:.0%} | {part} ({n}) | "
+            + " | ".join(_fmt(e, m) for m in _METRICS)
+            + f" | `{e.source}` |"
+        )
     validated = [e for e in newest.values() if _part(e) == "validation"]
     choices = _choices(validated, heldout, ds)
     ranked = _ranked_recipes(validated)
@@ -153,16 +172,23 @@ def table_selection(selection: Sequence[Entry], heldout: Sequence[Entry], ds: st
         best = _recipe_name(length, dict(layout))
         stage2 = [e for e in heldout if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
         if layout and not _table1_ppft(stage2, (length, dict(layout)))[2]:  # Table 1 fell back to the default settings
-            read = (f"Selected: {best}. **It has not been run on every training row with its own upper bound, so Table 1's "
-                    f"PPFT row and the issue's verdicts stay at PPFT's default optimisation settings, {length} epochs** where "
-                    "that row was run.")
+            read = (
+                f"Selected: {best}. **It has not been run on every training row with its own upper bound, so Table 1's "
+                f"PPFT row and the issue's verdicts stay at PPFT's default optimisation settings, {length} epochs** where "
+                "that row was run."
+            )
         else:
-            read = (f"**Table 1's PPFT row and the issue's verdicts are read at {best}** where that row was run on every "
-                    "training row with its own upper bound.")
-        choices.append(f"- PPFT's own client and layout alone, eps {_eps_label(WIDTH_MATCHED)}, k=4: validation open-answer "
-                       "(4-option, the tie-break) by stage-2 length and optimisation settings: "
-                       + "; ".join(f"{_recipe_name(ep, dict(lay))} {o:.4f} ({m:.4f})" for (ep, lay), (o, m) in ranked)
-                       + ". " + read)
+            read = (
+                f"**Table 1's PPFT row and the issue's verdicts are read at {best}** where that row was run on every "
+                "training row with its own upper bound."
+            )
+        choices.append(
+            f"- PPFT's own client and layout alone, eps {_eps_label(WIDTH_MATCHED)}, k=4: validation open-answer "
+            "(4-option, the tie-break) by stage-2 length and optimisation settings: "
+            + "; ".join(f"{_recipe_name(ep, dict(lay))} {o:.4f} ({m:.4f})" for (ep, lay), (o, m) in ranked)
+            + ". "
+            + read
+        )
     return out + ([""] + choices if choices else [])
 
 
@@ -182,8 +208,10 @@ def _choices(validated: Sequence[Entry], heldout: Sequence[Entry], ds: str) -> l
         ranked = _best_first(mean)
         (name, epochs), _ = ranked[0]
         ranking = "; ".join(f"{n}, {ep} epochs {o:.4f}" for (n, ep), (o, _) in ranked)
-        lines.append(f"- eps {_eps_label(eps)}, k={k}: validation open-answer (mean over the candidate's trainings; ties: the better 4-option): {ranking}. "
-                     f"**Selected: {name}, {epochs} epochs.**")
+        lines.append(
+            f"- eps {_eps_label(eps)}, k={k}: validation open-answer (mean over the candidate's trainings; ties: the better 4-option): {ranking}. "
+            f"**Selected: {name}, {epochs} epochs.**"
+        )
         layout = next(layout_of(e)[1] for e in validated if (layout_of(e)[0], e.params.get("epochs")) == (name, epochs))
         if (eps, k) == (WIDTH_MATCHED, 4):  # the targets' point, the one row _trainings reads
             lines.append("  - " + _heldout_line(stage2, _trainings(stage2, epochs, **layout), epochs, layout))
@@ -193,14 +221,23 @@ def _choices(validated: Sequence[Entry], heldout: Sequence[Entry], ds: str) -> l
 def _heldout_line(stage2: Sequence[Entry], trainings: Sequence[Entry], epochs: Any, layout: dict[str, Any]) -> str:
     if not trainings:
         return "its held-out figure trained on every training row: not run with these settings at this length."
-    upper = _latest(stage2, blind=False, epsilon=None, epochs=epochs, **layout) or _latest(stage2, blind=False, epsilon=None, **layout)
+    upper = _latest(stage2, blind=False, epsilon=None, epochs=epochs, **layout) or _latest(
+        stage2, blind=False, epsilon=None, **layout
+    )
     parts = []
     for task, label in (("mcqa", "4-option"), ("open", "open-answer")):
         means = _training_means(trainings, f"acc_{task}")
         if means is None:
             continue
         p = sum(means) / len(means)
-        share = f" = {_ratio(p, upper.mean(f'acc_{task}'))} of its upper bound {upper.mean(f'acc_{task}'):.4f}" if upper else ""
+        share = (
+            f" = {_ratio(p, upper.mean(f'acc_{task}'))} of its upper bound {upper.mean(f'acc_{task}'):.4f}"
+            if upper
+            else ""
+        )
         parts.append(f"{label} {p:.4f}{share}")
-    return (f"its held-out figure trained on every training row, over {len(trainings)} training(s) (the tables above): "
-            + "; ".join(parts) + ".")
+    return (
+        f"its held-out figure trained on every training row, over {len(trainings)} training(s) (the tables above): "
+        + "; ".join(parts)
+        + "."
+    )

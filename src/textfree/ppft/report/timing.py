@@ -19,7 +19,10 @@ def _table_pipeline(pipe: Entry) -> list[str]:
         (f"decoder pretraining ({p.get('preset', 'small')} preset)", "pretrain"),
         (f"stage 1 (alignment, {p.get('stage1_max_steps', 250)} steps)", "stage1"),
         (f"stage 2 ({pipe.dataset or 'pri-ddx'}, eps {eps:g}, k {k}, {epochs} epochs)", "stage2"),
-        ("evaluation (held-out split, " + ", ".join(p.get("eval_tasks") or ["mcqa", "open"]) + ", one noise seed)", "evaluate"),
+        (
+            "evaluation (held-out split, " + ", ".join(p.get("eval_tasks") or ["mcqa", "open"]) + ", one noise seed)",
+            "evaluate",
+        ),
     ]
     out = ["| step | wall time (s) |", "|---|---|"]
     for label, step in parts:
@@ -27,11 +30,20 @@ def _table_pipeline(pipe: Entry) -> list[str]:
         out.append(f"| {label} | {'—' if math.isnan(secs) else f'{secs:.0f}'} |")
     total = pipe.mean("total_wall_s")
     one_go = pipe.mean("measured_in_one_go") == 1.0
-    out.append(f"| **total** | **{total:.0f}** ({total / 60:.1f} min; target < 60 min: **{'met' if total < 3600 and one_go else 'NOT met'}**) |")
+    out.append(
+        f"| **total** | **{total:.0f}** ({total / 60:.1f} min; target < 60 min: **{'met' if total < 3600 and one_go else 'NOT met'}**) |"
+    )
     accuracy = "; ".join(f"{task} {pipe.mean(f'acc_{task}'):.4f}" for task in (p.get("eval_tasks") or ["mcqa", "open"]))
-    out += ["", f"`textfree ppft pipeline` (cell `{pipe.source}`), "
-            + ("every step run in the same call" if one_go else "**some steps were reused from earlier runs** (their recorded times)")
-            + f"; its held-out accuracy (n = {pipe.mean('n_heldout'):.0f}): {accuracy}."]
+    out += [
+        "",
+        f"`textfree ppft pipeline` (cell `{pipe.source}`), "
+        + (
+            "every step run in the same call"
+            if one_go
+            else "**some steps were reused from earlier runs** (their recorded times)"
+        )
+        + f"; its held-out accuracy (n = {pipe.mean('n_heldout'):.0f}): {accuracy}.",
+    ]
     return out
 
 
@@ -42,25 +54,43 @@ def _table_time(entries: Sequence[Entry]) -> list[str]:
     pre = _latest([e for e in entries if e.kind == "ppft_pretrain"])
     s1 = _latest([e for e in entries if e.kind == "ppft_stage1"])
     # stage 2 as the pipeline runs it: PPFT's settings at its default length (a longer run is not the pipeline's time)
-    s2 = _latest([e for e in entries if e.kind == "ppft_stage2"], dataset="pri-ddx", family="l2_laplace", epsilon=WIDTH_MATCHED, k=4,
-                 epochs=PIPELINE_STAGE2_EPOCHS)
+    s2 = _latest(
+        [e for e in entries if e.kind == "ppft_stage2"],
+        dataset="pri-ddx",
+        family="l2_laplace",
+        epsilon=WIDTH_MATCHED,
+        k=4,
+        epochs=PIPELINE_STAGE2_EPOCHS,
+    )
     if not (pre or s1 or s2):
         return []
     parts = [
         ("decoder pretraining (small preset)", pre.mean("wall_s") if pre else math.nan, pre),
         ("stage 1 (alignment)", s1.mean("train_wall_s") if s1 else math.nan, s1),
-        (f"stage 2 (Pri-DDX, eps 28, k 4, {PIPELINE_STAGE2_EPOCHS} epochs)", s2.mean("train_wall_s") if s2 else math.nan, s2),
-        ("evaluation (Pri-DDX held-out, the cell's tasks, one noise seed; mean over seeds)", s2.mean("eval_wall_s") if s2 else math.nan, None),
+        (
+            f"stage 2 (Pri-DDX, eps 28, k 4, {PIPELINE_STAGE2_EPOCHS} epochs)",
+            s2.mean("train_wall_s") if s2 else math.nan,
+            s2,
+        ),
+        (
+            "evaluation (Pri-DDX held-out, the cell's tasks, one noise seed; mean over seeds)",
+            s2.mean("eval_wall_s") if s2 else math.nan,
+            None,
+        ),
     ]
     out = ["| step | wall time (s) | note |", "|---|---|---|"]
     total = 0.0
     for label, secs, e in parts:
         reused = e is not None and e.mean("reused") == 1.0  # evaluation (e None) is always measured afresh
-        out.append(f"| {label} | {'—' if math.isnan(secs) else f'{secs:.0f}'} | {'recorded by the run the cell reused' if reused else ''} |")
+        out.append(
+            f"| {label} | {'—' if math.isnan(secs) else f'{secs:.0f}'} | {'recorded by the run the cell reused' if reused else ''} |"
+        )
         total += 0.0 if math.isnan(secs) else secs
     missing = [label.split(" (")[0] for label, secs, _ in parts if math.isnan(secs)]
     if missing:  # a sum over some steps is no pipeline time
-        out.append(f"| **total** | — | not measured: no {', no '.join(missing)} in these result files; the steps above add up to {total:.0f} s |")
+        out.append(
+            f"| **total** | — | not measured: no {', no '.join(missing)} in these result files; the steps above add up to {total:.0f} s |"
+        )
     else:
         out.append(f"| **total** | **{total:.0f}** ({total / 60:.1f} min; target < 60 min) | |")
     return out

@@ -21,7 +21,7 @@ from .layouts import _LAYOUT_SECTIONS, _layout_values
 
 
 def _bound_of_another_build(row: Entry, upper: Entry | None) -> str:
-    """" (the upper bound from another stage-1 build)" when ``upper``'s recorded build differs from ``row``'s; ""
+    """ " (the upper bound from another stage-1 build)" when ``upper``'s recorded build differs from ``row``'s; ""
     when they agree or either was not recorded."""
     differs = _build(row) and _build(upper) and _build(upper) != _build(row)
     return " (the upper bound from another stage-1 build)" if differs else ""
@@ -35,7 +35,9 @@ def _meets(p: float, u: float, b: float, lo: float) -> bool:
     return not math.isnan(keep) and keep >= _TARGET_RETENTION and clear
 
 
-def _layouts_meeting_targets(stage2: Sequence[Entry], blind: Entry | None, low: Entry | None) -> list[tuple[str, Any, str]]:
+def _layouts_meeting_targets(
+    stage2: Sequence[Entry], blind: Entry | None, low: Entry | None
+) -> list[tuple[str, Any, str]]:
     """(layout key, its value, description) of each layout section's row whose width-matched run meets the 4-option and the
     open-answer target against its own upper bound (over the trainings of the run when it was trained more than
     once)."""
@@ -46,8 +48,15 @@ def _layouts_meeting_targets(stage2: Sequence[Entry], blind: Entry | None, low: 
     return names
 
 
-def _met_rows(stage2: Sequence[Entry], key: str, v: Any, layout: str, rows: Sequence[tuple[Entry | None, Entry | None]],
-              blind: Entry | None, low: Entry | None) -> list[tuple[str, Any, str]]:
+def _met_rows(
+    stage2: Sequence[Entry],
+    key: str,
+    v: Any,
+    layout: str,
+    rows: Sequence[tuple[Entry | None, Entry | None]],
+    blind: Entry | None,
+    low: Entry | None,
+) -> list[tuple[str, Any, str]]:
     """:func:`_layouts_meeting_targets` for one layout, each of its stage-2 lengths (``rows``: noisy run, bound)."""
     names = []
     for noisy, upper in rows:
@@ -57,30 +66,43 @@ def _met_rows(stage2: Sequence[Entry], key: str, v: Any, layout: str, rows: Sequ
         trainings = _trainings(stage2, noisy.params.get("epochs"), **{key: v})
         means = {t: _training_means(trainings, f"acc_{t}") for t in ("mcqa", "open")}
         acc = {t: None if m is None else sum(m) / len(m) for t, m in means.items()}
-        if all(a is not None and _meets(a, upper.mean(f"acc_{t}"), blind.mean(f"acc_blind_{t}"), low.mean(f"acc_{t}"))
-               for t, a in acc.items()):
-            names.append((key, v, f"{layout}{length} ({acc['mcqa']:.4f} / {acc['open']:.4f} of "
-                         f"{upper.mean('acc_mcqa'):.4f} / {upper.mean('acc_open'):.4f}"
-                         + (f", over {len(trainings)} trainings)" if len(trainings) > 1 else ", one training)")))
+        if all(
+            a is not None and _meets(a, upper.mean(f"acc_{t}"), blind.mean(f"acc_blind_{t}"), low.mean(f"acc_{t}"))
+            for t, a in acc.items()
+        ):
+            names.append(
+                (
+                    key,
+                    v,
+                    f"{layout}{length} ({acc['mcqa']:.4f} / {acc['open']:.4f} of "
+                    f"{upper.mean('acc_mcqa'):.4f} / {upper.mean('acc_open'):.4f}"
+                    + (f", over {len(trainings)} trainings)" if len(trainings) > 1 else ", one training)"),
+                )
+            )
     return names
 
 
 def _verdicts(prefix: str, ppft: Entry, upper: Entry, blind: Entry | None, low: Entry | None) -> list[str]:
     """One line per task: PPFT's share of the upper bound and its margins over the blind row and the lower bound."""
     lines = []
-    for task, blind_task, name in (("mcqa", "blind_mcqa", "4-option"), ("open", "blind_open", "open-answer"),
-                                   ("mcqa_rank", "blind_mcqa_rank", "4-option, ranked (not the paper's metric)"),
-                                   ("open_rank", "blind_open_rank", "label-ranked open-answer (not the paper's metric)")):
+    for task, blind_task, name in (
+        ("mcqa", "blind_mcqa", "4-option"),
+        ("open", "blind_open", "open-answer"),
+        ("mcqa_rank", "blind_mcqa_rank", "4-option, ranked (not the paper's metric)"),
+        ("open_rank", "blind_open_rank", "label-ranked open-answer (not the paper's metric)"),
+    ):
         if not ppft.values(f"acc_{task}"):
             continue
         p, u = ppft.mean(f"acc_{task}"), upper.mean(f"acc_{task}")
         b = blind.mean(f"acc_{blind_task}") if blind else math.nan
         lo = low.mean(f"acc_{task}") if low else math.nan
         verdict = "met" if _meets(p, u, b, lo) else "NOT met"
-        lines.append(f"- {prefix + ', ' if prefix else ''}{name}: PPFT {p:.4f} = {_ratio(p, u)} of the upper bound {u:.4f}; "
-                     f"blind {_control(b)}; lower bound {_control(lo)} -> **{verdict}**"
-                     + (" (a control not measured is not beaten)" if math.isnan(b) or math.isnan(lo) else "")
-                     + _bound_of_another_build(ppft, upper))
+        lines.append(
+            f"- {prefix + ', ' if prefix else ''}{name}: PPFT {p:.4f} = {_ratio(p, u)} of the upper bound {u:.4f}; "
+            f"blind {_control(b)}; lower bound {_control(lo)} -> **{verdict}**"
+            + (" (a control not measured is not beaten)" if math.isnan(b) or math.isnan(lo) else "")
+            + _bound_of_another_build(ppft, upper)
+        )
     return lines
 
 
@@ -95,17 +117,32 @@ def _training_means(trainings: Sequence[Entry], metric: str) -> list[float] | No
     return means if trainings and len(means) == len(trainings) else None
 
 
-def _training_verdicts(prefix: str, trainings: Sequence[Entry], upper: Entry, blind: Entry | None, low: Entry | None,
-                       *, judged: bool = True, header: str | None = None, at_least: int = 2) -> list[str]:
+def _training_verdicts(
+    prefix: str,
+    trainings: Sequence[Entry],
+    upper: Entry,
+    blind: Entry | None,
+    low: Entry | None,
+    *,
+    judged: bool = True,
+    header: str | None = None,
+    at_least: int = 2,
+) -> list[str]:
     """When a row was trained at least ``at_least`` times (by default more than once): the 4-option and open-answer
     verdicts over its trainings (the verdicts of :func:`_verdicts` are training seed 0's). ``judged``: a row the
     targets are judged on (the width-matched one, listed in the training-seed table); else an informative row.
     ``header``: the line before the verdicts, instead of the one that says what they add to seed 0's."""
     if len(trainings) < max(at_least, 1):
         return []
-    where = ("trainings of this row (the training-seed table), which is what the targets are judged on:" if judged
-             else "trainings of this row:")
-    lines = [header or f"- {prefix + ': ' if prefix else ''}the verdicts above are one training's (training seed 0). Over the {len(trainings)} {where}"]
+    where = (
+        "trainings of this row (the training-seed table), which is what the targets are judged on:"
+        if judged
+        else "trainings of this row:"
+    )
+    lines = [
+        header
+        or f"- {prefix + ': ' if prefix else ''}the verdicts above are one training's (training seed 0). Over the {len(trainings)} {where}"
+    ]
     for task, name in (("mcqa", "4-option"), ("open", "open-answer")):
         means = _training_means(trainings, f"acc_{task}")
         if means is None:
@@ -113,10 +150,12 @@ def _training_verdicts(prefix: str, trainings: Sequence[Entry], upper: Entry, bl
         p, u = sum(means) / len(means), upper.mean(f"acc_{task}")
         b = blind.mean(f"acc_blind_{task}") if blind else math.nan
         lo = low.mean(f"acc_{task}") if low else math.nan
-        lines.append(f"  - {name}: PPFT {p:.4f} (trainings: {', '.join(f'{m:.4f}' for m in means)}) = {_ratio(p, u)} of the upper "
-                     f"bound {u:.4f} -> **{'met' if _meets(p, u, b, lo) else 'NOT met'}**"
-                     + next((note for note in (_bound_of_another_build(t, upper) for t in trainings) if note), "")
-                     + _mixed_builds(trainings))
+        lines.append(
+            f"  - {name}: PPFT {p:.4f} (trainings: {', '.join(f'{m:.4f}' for m in means)}) = {_ratio(p, u)} of the upper "
+            f"bound {u:.4f} -> **{'met' if _meets(p, u, b, lo) else 'NOT met'}**"
+            + next((note for note in (_bound_of_another_build(t, upper) for t in trainings) if note), "")
+            + _mixed_builds(trainings)
+        )
         if len(means) >= 3:
             lines.append(_interval_line(means, u))
     return lines
@@ -131,9 +170,11 @@ def _welch_lines(selected: Sequence[Entry], default: Sequence[Entry]) -> list[st
         if a is None or b is None or len(a) < 2 or len(b) < 2 or len(set(a) | set(b)) < 2:
             continue
         w = welch_test(a, b)
-        lines.append(f"- the selected settings against the default ones, {name}: {sum(a) / len(a) - sum(b) / len(b):+.4f} over "
-                     f"{len(a)} and {len(b)} trainings; Welch t {w['t']:.2f} (df {w['df']:.1f}), two-sided p {w['p']:.3f}: "
-                     + ("significant at 0.05" if w["p"] < 0.05 else "not significant at 0.05"))
+        lines.append(
+            f"- the selected settings against the default ones, {name}: {sum(a) / len(a) - sum(b) / len(b):+.4f} over "
+            f"{len(a)} and {len(b)} trainings; Welch t {w['t']:.2f} (df {w['df']:.1f}), two-sided p {w['p']:.3f}: "
+            + ("significant at 0.05" if w["p"] < 0.05 else "not significant at 0.05")
+        )
     return lines
 
 
@@ -142,16 +183,27 @@ def _interval_line(means: Sequence[float], u: float) -> str:
     training) lies against the 95% t-interval of the mean over the trainings' ``means``."""
     lo, hi = mean_interval(means, 0.95)
     bar = _TARGET_RETENTION * u
-    where = ("below it: the bar is met with 95% confidence" if bar < lo else
-             "above it: the bar is missed with 95% confidence" if bar > hi else
-             "inside it: the mean meets the bar, but not with 95% confidence" if sum(means) / len(means) >= bar else
-             "inside it: the mean misses the bar, but not with 95% confidence")
-    return (f"    - 95% t-interval of the mean over the {len(means)} trainings: {lo:.4f} to {hi:.4f} ({_ratio(lo, u)} to "
-            f"{_ratio(hi, u)} of the bound); the {_TARGET_RETENTION:.0%} bar {bar:.4f} lies {where}")
+    where = (
+        "below it: the bar is met with 95% confidence"
+        if bar < lo
+        else "above it: the bar is missed with 95% confidence"
+        if bar > hi
+        else "inside it: the mean meets the bar, but not with 95% confidence"
+        if sum(means) / len(means) >= bar
+        else "inside it: the mean misses the bar, but not with 95% confidence"
+    )
+    return (
+        f"    - 95% t-interval of the mean over the {len(means)} trainings: {lo:.4f} to {hi:.4f} ({_ratio(lo, u)} to "
+        f"{_ratio(hi, u)} of the bound); the {_TARGET_RETENTION:.0%} bar {bar:.4f} lies {where}"
+    )
 
 
 def _mixed_builds(trainings: Sequence[Entry]) -> str:
     """A note when ``trainings`` do not all record the same stage-1 build (a file that records none counts as
     another: it may come from any build)."""
     builds = {_build(t) for t in trainings}
-    return "" if len(builds) == 1 else " (the trainings do not all record the same stage-1 build: see the training-seed table)"
+    return (
+        ""
+        if len(builds) == 1
+        else " (the trainings do not all record the same stage-1 build: see the training-seed table)"
+    )
