@@ -53,7 +53,8 @@ def bench_beamclean(table, seqs, prior, args) -> None:
     noisy = [mech.sample(table[s].double(), generator=gen).float() for s in seqs]
     grant = ThreatModel(embedding_table=True, training_text="public", knows_mechanism=True, knows_parameters=True)
     print(
-        f"\nBeamClean, beam 20, {len(seqs)} sequences of {len(seqs[0])} tokens, L2-Laplace eps {args.eps:g}, bigram prior; "
+        f"\nBeamClean, beam 20, {len(seqs)} sequences of {len(seqs[0])} tokens, L2-Laplace eps {args.eps:g}, bigram "
+        "prior; "
         f"sequences / s (median of {args.repeats} rounds)\n"
     )
     print("| candidates | noise | 1 thread | 2 threads |")

@@ -10,7 +10,8 @@
    (``prepare``), as a share of the end-to-end latency of one request to a real server on loopback (HTTP, auth,
    micro-batching, generation). Raw bytes and the JSON (base64) wire format.
 
-    python benchmarks/bench_server_throughput.py [--size small|tiny] [--batch 8] [--slots 17] [--new-tokens 16] [--rounds 7]
+    python benchmarks/bench_server_throughput.py [--size small|tiny] [--batch 8] [--slots 17] [--new-tokens 16]
+        [--rounds 7]
 
 The run is built from config (random weights, all-MiniLM-L6-v2's width and k = 4 on the client side): throughput
 does not depend on the weights, only on the shapes. Answers are not read. Print ratios: the machine is noisy.
@@ -32,15 +33,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import httpx  # noqa: E402
 import torch  # noqa: E402
 
+import textfree.ppft.service  # noqa: E402,F401  (registers the ppft system)
 from textfree.encoders.loading import resolve_encoder_path  # noqa: E402
 from textfree.lm.generate import greedy_generate
 from textfree.payload import Payload  # noqa: E402
 from textfree.ppft import server as ppft_server  # noqa: E402
 from textfree.ppft.model import TextFreeLM  # noqa: E402
+from textfree.ppft.testing import RUN_SIZES, make_tiny_run  # noqa: E402
 from textfree.server import ServerConfig, create_app  # noqa: E402
 from textfree.server.loadtest import PROMPTS  # noqa: E402
 from textfree.server.models import ModelRegistry  # noqa: E402
-from textfree.server.testing import RUN_SIZES, make_tiny_run, serve_in_thread  # noqa: E402
+from textfree.server.testing import serve_in_thread  # noqa: E402
 
 PUBLIC = "Options:\nA. Cluster headache\nB. Migraine\nC. Tension headache\nD. Trigeminal neuralgia"
 
@@ -132,7 +135,8 @@ def throughput(server, *, batch: int, slots: int, new_tokens: int, rounds: int) 
         ("loop", "token ids, same greedy loop"),
     ):
         print(
-            f"| {label} | {med[name]:.4f} | {batch / med[name]:.2f} | {counts[name]} | {med[name] / med['textfree']:.3f} |"
+            f"| {label} | {med[name]:.4f} | {batch / med[name]:.2f} | {counts[name]} | "
+            f"{med[name] / med['textfree']:.3f} |"
         )
 
 
@@ -175,7 +179,8 @@ def overhead(run: Path, *, slots_text: str, new_tokens: int, rounds: int) -> Non
             e2e["json"].append(median_time(post_json, 1))
     med = {k: statistics.median(v) for k, v in e2e.items()}
     print(
-        f"\n2. request overhead: one prompt, {sum(payload.lengths)} slots x {payload.encoder.dim}, {len(raw)} payload bytes, "
+        f"\n2. request overhead: one prompt, {sum(payload.lengths)} slots x {payload.encoder.dim}, {len(raw)} payload "
+        "bytes, "
         f"{new_tokens} new tokens; medians ({n} decodes, {rounds * 3} requests per format)"
     )
     print("| wire format | decode + validate ms | model checks ms | end-to-end ms | share of end-to-end |")

@@ -19,7 +19,8 @@ printed at start and end: the machine is shared.
 
 ``--floor`` (on by default) adds what no exact search of the table can avoid on this machine: the bare product of
 the noisy words with the whole table, in each precision the CPU offers (float32, bfloat16, int8), or faiss's fused
-flat search, whichever is fastest, plus the noise draw, against the time a 10x speed-up over RAPT's Pi would allow; and how concentrated the distances from a noisy
+flat search, whichever is fastest, plus the noise draw, against the time a 10x speed-up over RAPT's Pi would allow; and
+how concentrated the distances from a noisy
 word to the table's rows are (the reason pruning cannot skip rows).
 
     PYTHONPATH=src python benchmarks/bench_t2t.py [--eta 100] [--threads 2] [--repeats 7] [--search both]

@@ -21,8 +21,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from textfree.ppft.testing import RUN_SIZES, make_demo_run  # noqa: E402
 from textfree.server.loadtest import LoadTestConfig, run_load_test, serve_subprocess  # noqa: E402
-from textfree.server.testing import RUN_SIZES, make_demo_run  # noqa: E402
 
 
 def main() -> int:
@@ -51,15 +51,18 @@ def main() -> int:
         print(json.dumps(s, indent=2))
     else:
         print(
-            f"{cfg.clients} clients x {s['seconds']} s, max_new_tokens {cfg.max_new_tokens}, model {run if args.model else args.size}"
+            f"{cfg.clients} clients x {s['seconds']} s, max_new_tokens {cfg.max_new_tokens}, model "
+            f"{run if args.model else args.size}"
         )
         print(
-            f"requests {s['requests']}  throughput {s['throughput_rps']} req/s  p50 {s['p50_ms']} ms  p99 {s['p99_ms']} ms"
+            f"requests {s['requests']}  throughput {s['throughput_rps']} req/s  p50 {s['p50_ms']} ms  p99 "
+            f"{s['p99_ms']} ms"
         )
         print(f"statuses {s['statuses']}  5xx {s['n_5xx']}  no answer {s['errors']}")
         r = s["rss_mib"]
         print(
-            f"server RSS MiB: idle {r['idle']}  start {r['start']}  middle {r['middle']}  end {r['end']}  max {r['max']}"
+            f"server RSS MiB: idle {r['idle']}  start {r['start']}  middle {r['middle']}  end {r['end']}  max "
+            f"{r['max']}"
             f"  (end - middle {r['end'] - r['middle']:+.1f})"
         )
         print("server RSS MiB every tenth of the run: " + " ".join(f"{result.rss_at(i / 10):.0f}" for i in range(11)))

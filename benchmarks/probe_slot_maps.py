@@ -15,7 +15,8 @@ map gives a reader, not a release. Prints one accuracy per map.
 
     python benchmarks/probe_slot_maps.py --dataset slja --encoder runs/stage1/encoder --max-tokens 192
     python benchmarks/probe_slot_maps.py --dataset ddx --encoder runs/stage1/encoder --max-tokens 128
-    python benchmarks/probe_slot_maps.py --dataset slja --max-tokens 192 --validation 0.2   # choose without the held-out part
+    python benchmarks/probe_slot_maps.py --dataset slja --max-tokens 192 --validation 0.2   # choose without the
+                                                                                            # held-out part
     python benchmarks/probe_slot_maps.py --dataset slja --validation 0.2 --ranks 4,8,16,24,32
     python benchmarks/probe_slot_maps.py --dataset slja --validation 0.2 --repeat-mean
 

@@ -8,6 +8,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
+import textfree.ppft.service  # noqa: E402,F401  (registers the served system "ppft" for apps built in tests)
+
 torch.set_num_threads(2)
 
 SHARED_DATA = Path(
@@ -32,8 +34,8 @@ def tiny_encoder_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_run_dir(tmp_path_factory, tiny_encoder_dir) -> Path:
-    """A served PPFT run of the tiny encoder and a tiny random decoder (textfree.server.testing.make_tiny_run)."""
-    from textfree.server.testing import make_tiny_run
+    """A served PPFT run of the tiny encoder and a tiny random decoder (textfree.ppft.testing.make_tiny_run)."""
+    from textfree.ppft.testing import make_tiny_run
 
     return make_tiny_run(tmp_path_factory.mktemp("tiny-run"), tiny_encoder_dir)
 

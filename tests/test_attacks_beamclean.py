@@ -358,7 +358,6 @@ def test_vmf_normaliser_and_kappa_by_hand():
 
 
 def test_vmf_surrogate_density_and_fit():
-    d = 3
     y = torch.tensor([[0.0, 0.0, 1.0]], dtype=torch.float64)
     x = torch.tensor([[0.6, 0.0, 0.8]], dtype=torch.float64)  # cos = 0.8
     noise = SurrogateNoise("vmf", 0.5)  # kappa 2

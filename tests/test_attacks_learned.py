@@ -4,7 +4,8 @@ import pytest
 
 from textfree.attacks import ThreatModel, ThreatModelError
 from textfree.attacks.learned import learned_inversion_attack, reconstruct, restoration_attack, score_reconstructions
-from textfree.experiments import Cell, CellError, load_results, run_cell
+from textfree.experiments import Cell, CellError, run_cell
+from textfree.results.files import load_results
 
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
 
@@ -40,14 +41,17 @@ def test_grants_and_the_restore_instruction_are_checked():
     from textfree.ppft.batches import RESTORE_INSTRUCTION
 
     ok = _Payload([RESTORE_INSTRUCTION] * 2)
-    assert restoration_attack(_Model(), ok, threat=ThreatModel()) == ["x", "x"]
+    assert restoration_attack(_Model(), ok, threat=ThreatModel(), instruction=RESTORE_INSTRUCTION) == ["x", "x"]
     with pytest.raises(ThreatModelError, match="encoder_queries"):
-        learned_inversion_attack(_Model(), ok, threat=ThreatModel())
+        learned_inversion_attack(_Model(), ok, threat=ThreatModel(), instruction=RESTORE_INSTRUCTION)
     assert learned_inversion_attack(
-        _Model(), ok, threat=ThreatModel(encoder_queries=True, training_text="in_domain")
+        _Model(),
+        ok,
+        threat=ThreatModel(encoder_queries=True, training_text="in_domain"),
+        instruction=RESTORE_INSTRUCTION,
     ) == ["x", "x"]
     with pytest.raises(ValueError, match="restore instruction"):
-        reconstruct(_Model(), _Payload(["Answer:", RESTORE_INSTRUCTION]))
+        reconstruct(_Model(), _Payload(["Answer:", RESTORE_INSTRUCTION]), instruction=RESTORE_INSTRUCTION)
 
 
 def _cell(**params) -> dict:

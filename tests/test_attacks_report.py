@@ -328,7 +328,8 @@ def test_attribute_and_inversion_sections(tmp_path):
         [(75, inv([0.3, 0.5]))],
     )
     text = build_report([tmp_path])
-    # attribute table: the best (97.0) and the excess over the larger reference (97 - 55 = 42.0) of sex; symptoms below label
+    # attribute table: the best (97.0) and the excess over the larger reference (97 - 55 = 42.0) of sex; symptoms below
+    # label
     assert (
         "| 75 | 4 | 150 | 2250 | sex (accuracy) | 50.0 | 55.0 | 60.0 | 87.0 | 97.0 | 77.0 | 92.0 | **97.0** | **42.0** "
         "|" in text
@@ -880,8 +881,8 @@ def test_payload_result_files_name_the_stage1_builds_their_points_read(tmp_path)
     )
     # points of two builds (one of them reading two runs of different builds): each named once, sorted
     assert (
-        f"| `inv_two` | learned_inversion | `{two.name}` | 2026-01-01T00:00:00+00:00 | 0123456789 | {'b' * 12}, {'c' * 12}, {'d' * 12} |"
-        in text
+        f"| `inv_two` | learned_inversion | `{two.name}` | 2026-01-01T00:00:00+00:00 | 0123456789 | {'b' * 12}, "
+        f"{'c' * 12}, {'d' * 12} |" in text
     )
     assert (
         f"| `inv_old` | learned_inversion | `{old.name}` | 2026-01-01T00:00:00+00:00 | unknown | not recorded |" in text

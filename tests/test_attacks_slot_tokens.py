@@ -1,5 +1,6 @@
 """Slot-token inversion (textfree.attacks.slot_tokens): targets and logits by hand, recovery with no noise and none
-with extreme noise on a synthetic pooled table, the grant, and the learned_inversion cell kind's slot_tokens inverter."""
+with extreme noise on a synthetic pooled table, the grant, and the learned_inversion cell kind's slot_tokens
+inverter."""
 
 import json
 import math
@@ -15,8 +16,9 @@ from textfree.attacks.slot_tokens import (
     slot_tokens_attack,
     train_slot_inverter,
 )
-from textfree.experiments import Cell, CellError, load_results, run_cell
+from textfree.experiments import Cell, CellError, run_cell
 from textfree.mechanisms import L2Laplace
+from textfree.results.files import load_results
 
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
 

@@ -10,7 +10,8 @@ from textfree.attacks.substitution import (
     substitution_identity_attack,
     word_recovery,
 )
-from textfree.experiments import Cell, CellError, load_results, run_cell
+from textfree.experiments import Cell, CellError, run_cell
+from textfree.results.files import load_results
 
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
 

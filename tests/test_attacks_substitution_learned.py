@@ -9,7 +9,8 @@ import torch
 from textfree.attacks import ThreatModel, ThreatModelError
 from textfree.attacks.substitution import aligned_word_recovery
 from textfree.attacks.substitution_learned import SubstitutionInverter, substitution_learned_attack
-from textfree.experiments import Cell, CellError, load_results, run_cell
+from textfree.experiments import Cell, CellError, run_cell
+from textfree.results.files import load_results
 
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
 

@@ -14,9 +14,10 @@ from textfree.cli import app as cli_app
 from textfree.client import Client, ClientError, ModelMismatchError, ServerError
 from textfree.encoders import ContextualEncoder, make_tiny_encoder_dir
 from textfree.ppft.model import TextFreeLM
+from textfree.ppft.testing import make_tiny_run
 from textfree.server import ServerConfig, create_app
 from textfree.server.auth import KeyStore
-from textfree.server.testing import RecordingProxy, leaked_words, make_tiny_run, serve_in_thread
+from textfree.server.testing import RecordingProxy, leaked_words, serve_in_thread
 
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
 

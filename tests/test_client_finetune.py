@@ -13,9 +13,10 @@ from typer.testing import CliRunner
 from textfree.cli import app as cli_app
 from textfree.client import Client, ServerError
 from textfree.encoders import ContextualEncoder
+from textfree.ppft.testing import make_tiny_run
 from textfree.server import ServerConfig, create_app
 from textfree.server.auth import KeyStore
-from textfree.server.testing import RecordingProxy, leaked_words, make_tiny_run, serve_in_thread
+from textfree.server.testing import RecordingProxy, leaked_words, serve_in_thread
 
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
 

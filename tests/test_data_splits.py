@@ -23,7 +23,8 @@ def ids(records: list) -> list[str]:
 
 
 def check_invariants(split: dict, directory: Path | str) -> None:
-    """Train + validation (the training side) and heldout partition dev + test by private text; dev is never held out."""
+    """Train + validation (the training side) and heldout partition dev + test by private text; dev is never held
+    out."""
     dev = load_privacyrestore(directory, "dev")
     test = load_privacyrestore(directory, "test")
     train, validation, heldout = ids(split["train"]), ids(split["validation"]), ids(split["heldout"])

@@ -11,7 +11,8 @@ import torch
 from test_attacks_beamclean import tiny_llama  # noqa: F401  (fixture: a 2-layer Llama with its own BPE tokenizer)
 
 from textfree.attacks import ThreatModelError
-from textfree.experiments import Cell, CellError, load_results, run_cell
+from textfree.experiments import Cell, CellError, run_cell
+from textfree.results.files import load_results
 
 WORDS = (
     "the patient has a cough and fever with pain in chest since two days she he reports history of smoking "

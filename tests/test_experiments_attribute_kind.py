@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from textfree.experiments import Cell, CellError, load_results, run_cell
+from textfree.experiments import Cell, CellError, run_cell
+from textfree.results.files import load_results
 
 GRANT = {"encoder_queries": True, "training_text": "in_domain", "knows_mechanism": True, "knows_parameters": True}
 TOKEN_GRANT = {"embedding_table": True, "training_text": "in_domain", "knows_mechanism": True, "knows_parameters": True}
@@ -507,7 +508,7 @@ def test_repeat_mean_param_releases_each_prompts_unit_mean_slot_like_the_runs_cl
     resolved = SimpleNamespace(mechanism={"name": "l2_laplace", "epsilon": 1e7})
     texts = SimpleNamespace(texts=["a", "b"])
     release = kind._slots_release(None, resolved, s, texts, texts, 0, None)
-    (train_x, train_m), (released, test_m) = release.train, release.observed
+    (train_x, _train_m), (released, test_m) = release.train, release.observed
     a, c = 2**-0.5, 5**-0.5  # row 0: unit(e0 + e1); row 1: unit(e0 + 2 e2)
     want = torch.tensor([[[a, a, 0.0], [a, a, 0.0], [0.0, 0.0, 0.0]], [[c, 0.0, 2 * c]] * 3])
     torch.testing.assert_close(train_x, want, atol=1e-6, rtol=0)

@@ -495,7 +495,8 @@ def test_a_validation_run_trains_without_its_validation_part_and_is_evaluated_th
 
 
 def test_pretrain_and_stage1_cells_train_once_then_reuse_their_runs(fixture_data, tmp_path, tiny_encoder_dir):
-    """ppft_pretrain and ppft_stage1 end to end on the fixtures: the tiny decoder pretrains on the fixture corpus, stage 1
+    """ppft_pretrain and ppft_stage1 end to end on the fixtures: the tiny decoder pretrains on the fixture corpus, stage
+    1
     aligns it with the tiny encoder, each records its figures; run again, each reuses its finished run (reused = 1,
     the same figures) instead of training again."""
     decoder, stage1 = tmp_path / "decoder", tmp_path / "stage1"

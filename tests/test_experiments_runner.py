@@ -9,18 +9,10 @@ import pytest
 import torch
 
 from textfree.encoders import load_encoder, make_tiny_encoder_dir
-from textfree.experiments import (
-    ResultsError,
-    format_results_table,
-    load_results,
-    plot_results,
-    register_cell_kind,
-    registry,
-    run_cell,
-)
+from textfree.experiments import plot_results, register_cell_kind, registry, run_cell
 from textfree.experiments.kinds.privatization import privatize_batch
-from textfree.experiments.runner import REQUIRED_KEYS
 from textfree.mechanisms import L2Laplace, SlotPrivatization
+from textfree.results.files import REQUIRED_KEYS, ResultsError, format_results_table, load_results
 from textfree.rng import seeded_generator
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -9,11 +9,13 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
+from textfree.lm.generate import generate_text
 from textfree.lm.loading import load_decoder
-from textfree.lm.local import DecoderPretrainConfig, corpus_from_texts, greedy_generate, pretrain_decoder
-from textfree.lm.local.checkpoint import optimizer_state_from_tensors, optimizer_state_to_tensors
+from textfree.lm.local import DecoderPretrainConfig, corpus_from_texts, finished_pretraining, pretrain_decoder
 from textfree.lm.local.config import PRESETS
 from textfree.lm.local.pretrain import build_llama_config, lr_at
+from textfree.training.checkpoint import latest_checkpoint, load_training_checkpoint
+from textfree.training.schedule import lr_multiplier
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,15 +92,18 @@ def test_saved_dir_loads_with_load_decoder_and_generates(run_a):
         ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id
     )
     assert gen.shape[1] > ids.shape[1]
-    cat, capital = greedy_generate(model, tok, ["The cat", "Question: What is the capital of France?\nAnswer:"], 10)
+    cat, capital = generate_text(model, tok, ["The cat", "Question: What is the capital of France?\nAnswer:"], 10)
     assert cat.startswith(" sat on the mat") and "Paris" in capital  # it learned its (tiny, repeated) corpus
 
 
 def test_resume_continues_and_equals_an_uninterrupted_run(run_a, tmp_path):
     cfg = tiny(tmp_path / "b")
     out = pretrain_decoder(cfg, texts=TEXTS, progress=False, stop_after_steps=25)
-    state = json.loads((out / "checkpoint" / "trainer_state.json").read_text())
+    checkpoint = latest_checkpoint(out)
+    assert checkpoint == out / "checkpoints" / "step-000025"  # the shared training checkpoint format
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
     assert state["step"] == 25 and state["tokens_seen"] == 25 * 8 * 64
+    assert DecoderPretrainConfig.from_dict(state["config"]) == cfg and not finished_pretraining(cfg)
     assert not (out / "model.safetensors").exists() and not (out / "metrics.json").exists()
     pretrain_decoder(cfg, texts=TEXTS, progress=False)  # resumes at step 25
     a, b = load_file(run_a / "model.safetensors"), load_file(out / "model.safetensors")
@@ -150,22 +155,41 @@ def test_lr_schedule():
     assert lr_at(10, cfg, 100) == pytest.approx(1e-3) and lr_at(100, cfg, 100) == pytest.approx(1e-4)
     assert lr_at(55, cfg, 100) == pytest.approx(0.55e-3)
     assert lr_at(50, cfg, None) == 1e-3  # time-budget calibration: peak until the length is known
+    assert lr_at(4, cfg, None) == lr_at(4, cfg, 100) == pytest.approx(0.5e-3)  # warm-up needs no length
+    for step in range(101):  # the one schedule of textfree.training, scaled by the peak rate
+        assert lr_at(step, cfg, 100) == 1e-3 * lr_multiplier(step, 100, 10, 0.1)
 
 
-def test_optimizer_state_round_trips_through_safetensors_format():
-    model = torch.nn.Linear(3, 2)
-    opt = torch.optim.AdamW(model.parameters(), lr=0.1, betas=(0.9, 0.95))
-    model(torch.randn(4, 3)).sum().backward()
-    opt.step()
-    tensors, meta = optimizer_state_to_tensors(opt.state_dict())
-    assert all(isinstance(v, str) for v in meta.values())
-    restored = optimizer_state_from_tensors(tensors, meta)
-    fresh = torch.optim.AdamW(model.parameters(), lr=0.5)
-    fresh.load_state_dict(restored)
-    for pid, entry in opt.state_dict()["state"].items():
-        for key, value in entry.items():
-            torch.testing.assert_close(fresh.state_dict()["state"][pid][key], value)
-    assert fresh.param_groups[0]["lr"] == 0.1 and tuple(fresh.param_groups[0]["betas"]) == (0.9, 0.95)
+def test_checkpoint_round_trips_into_a_fresh_model(run_a):
+    cfg = tiny(run_a)
+    checkpoint = latest_checkpoint(run_a)
+    assert checkpoint.name == f"step-{cfg.max_steps:06d}" and len(list((run_a / "checkpoints").iterdir())) == 1
+    trained, tok = load_decoder(run_a)
+    model = type(trained)(build_llama_config(cfg, tok))
+    matrices = [p for p in model.parameters() if p.dim() >= 2]
+    vectors = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW([{"params": matrices}, {"params": vectors}], lr=0.5)  # pretraining's two groups
+    state = load_training_checkpoint(checkpoint, model, optimizer)
+    assert state["step"] == cfg.max_steps and state["evals"][-1]["step"] == cfg.max_steps
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight  # still tied
+    for name, value in trained.state_dict().items():
+        torch.testing.assert_close(model.state_dict()[name], value, rtol=0, atol=0)
+    assert len(optimizer.state) == len(list(model.parameters())) and tuple(optimizer.param_groups[0]["betas"]) == (
+        cfg.beta1,
+        cfg.beta2,
+    )
+
+
+def test_without_checkpoints_or_with_an_old_one_a_run_is_not_resumed(tmp_path):
+    out = pretrain_decoder(tiny(tmp_path / "nock", max_steps=12, keep_checkpoint=False), texts=TEXTS, progress=False)
+    assert not (out / "checkpoints").exists() and finished_pretraining(tiny(out, max_steps=12, keep_checkpoint=False))
+    with pytest.raises(ValueError, match="without a checkpoint"):
+        pretrain_decoder(tiny(out, max_steps=20), texts=TEXTS, progress=False)
+    old = tmp_path / "old"
+    (old / "checkpoint").mkdir(parents=True)
+    (old / "checkpoint" / "trainer_state.json").write_text('{"step": 5}')
+    with pytest.raises(ValueError, match="format before checkpoints/step-N"):
+        pretrain_decoder(tiny(old), texts=TEXTS, progress=False)
 
 
 def test_config_presets_help_and_files(tmp_path):

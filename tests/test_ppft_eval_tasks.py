@@ -13,6 +13,7 @@ from textfree.data import MCQARecord, blind_prompt, mcqa_prompt, normalize_answe
 from textfree.data.prompts import OPEN_INSTRUCTION, private_text
 from textfree.lm.loading import make_tiny_decoder_dir
 from textfree.mechanisms import Gaussian, L2Laplace
+from textfree.mechanisms.factory import make_noise
 from textfree.ppft.batches import (
     STAGE2_TASKS,
     ClientCache,
@@ -26,7 +27,7 @@ from textfree.ppft.batches import (
 )
 from textfree.ppft.config import TextFreeConfig
 from textfree.ppft.evaluate import TASKS, evaluate_qa, task_labels
-from textfree.ppft.model import TextFreeLM, make_noise
+from textfree.ppft.model import TextFreeLM
 from textfree.ppft.server import ServerModel
 from textfree.ppft.train import Stage2Config, train_stage2
 

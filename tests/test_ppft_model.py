@@ -380,7 +380,7 @@ def test_sampling_at_vanishing_temperature_or_top_p_is_the_argmax_not_a_crash(te
     assert picked.tolist() == logits.argmax(dim=-1).tolist() == [1, 0, 2]
 
 
-# ---------------------------------------------------------------------------------------------- multiple choice by likelihood
+# ---------------------------------------------------------------------------------------- multiple choice by likelihood
 def test_score_targets_is_the_sum_of_answer_token_log_probs(lm):
     vectors, mask = _slots(lm)
     scores = lm.server.score_targets(vectors, mask, public=PUBLIC, targets=TARGETS)

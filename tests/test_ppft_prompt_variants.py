@@ -62,7 +62,10 @@ def test_shuffle_draws_every_order_equally_often():
 
 def test_drop_leaves_items_out_at_its_rate_and_never_empties_a_list():
     items = [f"s{i}" for i in range(10)]
-    text = f"A 30-year-old man has a history of h1, h2. The 30-year-old man presents the symptoms of {', '.join(items)}. Q?"
+    text = (
+        "A 30-year-old man has a history of h1, h2. The 30-year-old man presents the symptoms of "
+        f"{', '.join(items)}. Q?"
+    )
     rng = random.Random(2)
     kept = trials = 0
     for _ in range(2000):

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from textfree.experiments import ResultsError
 from textfree.ppft.report import build_report, collect, write_report
+from textfree.results.files import ResultsError
 
 
 def _metric(values):
@@ -396,7 +396,8 @@ def test_summary_layout_runs_stay_out_of_ppft_tables_and_get_their_own_verdicts(
         l.startswith("| PPFT (slots only) | eps 28 (width-matched), k=4 | — | 0.820 ± 0.020 (3)") for l in section
     )
     assert any(l.startswith("| 1 summary vector + slots | upper bound (no noise) | 12 | 0.960 |") for l in section)
-    # 0.85 / 0.96 = 88.5%, +0.02 over the blind 0.93? no: 0.85 < 0.93 -> NOT met; open 0.70 / 0.80 = 87.5%, blind 0.10, lower 0.0 -> met
+    # 0.85 / 0.96 = 88.5%, +0.02 over the blind 0.93? no: 0.85 < 0.93 -> NOT met; open 0.70 / 0.80 = 87.5%, blind 0.10,
+    # lower 0.0 -> met
     four = next(l for l in section if l.startswith("- 1 summary vector + slots: eps 28, 4-option:"))
     assert "88.5%" in four and "**NOT met**" in four
     open_ = next(l for l in section if l.startswith("- 1 summary vector + slots: eps 28, open-answer:"))
@@ -772,7 +773,8 @@ def test_mu_figure_joins_only_runs_trained_like_table1(tmp_path):
         date="2026-01-01T00:00:07+00:00",
     )
     pts = _mu_points(collect([d]), "pri-ddx", "open")
-    # L2-Laplace at eps 28 and 75: mu 56/sqrt(384) = 2.858 and 150/sqrt(384) = 7.655; open means 0.6 and 0.72, sd 0.1 and 0.02
+    # L2-Laplace at eps 28 and 75: mu 56/sqrt(384) = 2.858 and 150/sqrt(384) = 7.655; open means 0.6 and 0.72, sd 0.1
+    # and 0.02
     assert [(round(m, 3), round(a, 3), round(s, 3)) for m, a, s in sorted(pts["L2-Laplace"])] == [
         (2.858, 0.6, 0.1),
         (7.655, 0.72, 0.02),
@@ -1610,7 +1612,8 @@ def test_a_layouts_run_at_the_gdp_matched_eps_is_a_row_of_its_section_with_infor
     ]
     assert "| 0.900 ± 0.040 (3) |" in rows[1]  # the 12-epoch run, as the eps-28 row; not the 8-epoch one
     assert not any(l.startswith("| PPFT (slots only) | eps 46") for l in section)  # PPFT's eps 46 is in its own section
-    # eps 28 stays the judged verdict (0.80 of 1.0 -> not met); eps 46 is informative: 0.90 of 1.0, blind 0.10, lower 0.0
+    # eps 28 stays the judged verdict (0.80 of 1.0 -> not met); eps 46 is informative: 0.90 of 1.0, blind 0.10, lower
+    # 0.0
     assert "**NOT met**" in next(l for l in section if l.startswith("- answer vector + slots: eps 28, open-answer:"))
     intro = section.index(next(l for l in section if l.startswith("The same criteria at the GDP-matched eps 46")))
     opened = next(l for l in section[intro:] if l.startswith("- answer vector + slots: eps 46, open-answer:"))
@@ -1649,8 +1652,9 @@ def test_a_layouts_run_at_the_gdp_matched_eps_is_a_row_of_its_section_with_infor
 
 
 _VARIANT = "client sends 50% of training prompts rewritten (list items reordered and each item left out with p 0.1)"
-_TRAINING_RECIPES = {  # id: (the recipe's params, its section heading, its header, PPFT's name there, the recipe's name,
-    # the summary line that lists it when it meets both targets: optimisation settings are PPFT's own hyperparameters)
+_TRAINING_RECIPES = {  # id: (the recipe's params, its section heading, its header, PPFT's name there,
+    # the recipe's name, the summary line that lists it when it meets both targets: optimisation settings are PPFT's
+    # own hyperparameters)
     "ema": (
         {"ema_decay": 0.999},
         "the server averages its weights in training",
@@ -1883,7 +1887,7 @@ def test_table1_reads_ppfts_row_at_the_length_selected_on_validation_and_its_bou
     )
 
 
-def test_table1_reads_the_optimisation_settings_selected_on_validation_only_with_their_own_bound_and_ties_go_to_4_option(
+def test_table1_reads_settings_selected_on_validation_only_with_their_own_bound_and_ties_go_to_4_option(
     tmp_path,
 ):
     d = _fixture(tmp_path)
@@ -1933,7 +1937,8 @@ def test_table1_reads_the_optimisation_settings_selected_on_validation_only_with
         "bound, so Table 1's PPFT row and the issue's verdicts stay at PPFT's default optimisation settings, 24 "
         "epochs**"
     ) in choice
-    # selected, but without its own upper bound: Table 1 stays at PPFT's defaults (24 epochs, 0.80), no default-settings block
+    # selected, but without its own upper bound: Table 1 stays at PPFT's defaults (24 epochs, 0.80), no default-settings
+    # block
     assert table1(lines).startswith("| PPFT, eps 28 (width-matched), k=4 | 24 |") and table1(lines).split(" | ")[
         5
     ].startswith("0.800")
@@ -1989,7 +1994,7 @@ def test_a_tie_in_validation_open_answer_is_a_tie_to_the_last_bits(tmp_path):
     assert "Selected: 24 epochs, stage-2 lr 0.0005. **It has not been run on every training row" in choice
 
 
-def test_the_gdp_matched_verdicts_and_the_selected_rows_held_out_line_read_the_bound_of_the_rows_length_never_the_blind_run(
+def test_gdp_matched_verdicts_and_selected_rows_held_out_line_read_the_rows_length_bound_never_the_blind_run(
     tmp_path,
 ):
     d = _fixture(tmp_path)
@@ -2161,7 +2166,8 @@ def test_the_selected_settings_are_tested_against_the_default_ones_per_task_over
 
     selected = [training(0.97, o) for o in (1, 2, 3)]
     default = [training(0.97, o) for o in (4, 5, 6, 7)]
-    # 4-option: the same 0.97 everywhere, no spread: no line; open-answer: Welch t -4.04 (df 5.0), p 0.010 (test_metrics_qa)
+    # 4-option: the same 0.97 everywhere, no spread: no line; open-answer: Welch t -4.04 (df 5.0), p 0.010
+    # (test_metrics_qa)
     assert _welch_lines(selected, default) == [
         "- the selected settings against the default ones, open-answer: -3.5000 over 3 and 4 trainings; Welch t -4.04 "
         "(df 5.0), two-sided p 0.010: significant at 0.05"

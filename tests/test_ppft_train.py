@@ -453,7 +453,8 @@ def test_stage2_answer_head_trains_first_stays_frozen_and_is_reused_on_resume(
     stage1_run, fixture_data, tmp_path, monkeypatch
 ):
     """The answer head is trained before the loop on fresh payloads (classes: the distinct targets), saved in the run,
-    left unchanged by the loop (its class vectors train); an interrupted run resumes with the saved head, not a new one."""
+    left unchanged by the loop (its class vectors train); an interrupted run resumes with the saved head, not a new
+    one."""
     run1, _ = stage1_run
     cfg = dict(tasks=["mcqa", "open"], answer_head=True, answer_head_epochs=5)
     full = train_stage2(_stage2_cfg(tmp_path / "full", run1, **cfg))
@@ -761,7 +762,8 @@ def test_cli_stage1_stage2_ask_evaluate(fixture_data, tmp_path, tiny_encoder_dir
         app, ["ppft", "train-stage2", "--from", str(s1), "--out", str(tmp_path / "q"), "--validation", "1"]
     )
     assert bad.exit_code == 2 and "validation must be a number in [0, 1) or null, got 1.0" in bad.output
-    # model selection: train without the validation part (fixture at 0.6: 2 of 5 training rows), score that part (3 rows)
+    # model selection: train without the validation part (fixture at 0.6: 2 of 5 training rows), score that part (3
+    # rows)
     out = run(
         "train-stage2",
         "--from",
@@ -1064,7 +1066,8 @@ def test_stage2_repeat_mean_client_sends_each_prompts_mean_slot_in_training_the_
     stage1_run, fixture_data, tmp_path, monkeypatch
 ):
     """repeat_mean: every payload the server trains on (and the class subspace is fitted from) has all of a row's
-    slots equal before the noise, and the saved model's client keeps doing it; without it (PPFT) a row's slots differ."""
+    slots equal before the noise, and the saved model's client keeps doing it; without it (PPFT) a row's slots
+    differ."""
     from textfree.mechanisms.slots import SlotPrivatization
     from textfree.mechanisms.transforms import k_pool, l2_normalize
 

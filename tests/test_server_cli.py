@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from textfree.cli import app
+from textfree.ppft.testing import make_tiny_run
 from textfree.server.auth import KeyStore
-from textfree.server.testing import make_tiny_run
 
 
 def test_add_key_prints_a_key_once_and_stores_only_a_salted_hash(tmp_path):

@@ -11,11 +11,12 @@ from fastapi.testclient import TestClient
 from textfree.encoders import make_tiny_encoder_dir
 from textfree.payload import Payload
 from textfree.ppft.model import TextFreeLM
+from textfree.ppft.testing import make_tiny_run
 from textfree.server import ServerConfig, create_app
 from textfree.server import datasets as datasets_module
 from textfree.server.models import ModelRegistry
 from textfree.server.store import Store, StoreError
-from textfree.server.testing import make_tiny_run, tenant_headers
+from textfree.server.testing import tenant_headers
 
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
 

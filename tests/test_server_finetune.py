@@ -1,6 +1,7 @@
 """Fine-tuning jobs end to end with a tiny model: a job adapts projection + LoRA on an uploaded dataset in a background
 worker and yields an adapter that /v1/generate serves for its tenant only; events, cancel, limits, failure; and a
-job stopped mid-way (server stopped) resumes on a new server from its checkpoint, bit-identical to an uninterrupted job."""
+job stopped mid-way (server stopped) resumes on a new server from its checkpoint, bit-identical to an uninterrupted
+job."""
 
 import json
 import threading
@@ -13,9 +14,11 @@ from safetensors.torch import load_file
 
 from textfree.ppft.model import TextFreeLM
 from textfree.ppft.server import ServerModel
+from textfree.ppft.serving import GenerateModel
+from textfree.ppft.testing import make_tiny_run
 from textfree.server import ServerConfig, create_app
-from textfree.server.models import GenerateModel, ModelRegistry
-from textfree.server.testing import make_tiny_run, tenant_headers
+from textfree.server.models import ModelRegistry
+from textfree.server.testing import tenant_headers
 
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
 

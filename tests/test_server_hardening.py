@@ -15,10 +15,10 @@ from safetensors.torch import save as st_save
 from textfree.mechanisms import L2Laplace, SlotPrivatization
 from textfree.payload import EncoderInfo, Payload
 from textfree.ppft.model import TextFreeLM
+from textfree.ppft.testing import make_tiny_run
 from textfree.server import ServerConfig, create_app
 from textfree.server.auth import KeyStore, RateLimiter
 from textfree.server.models import ModelRegistry
-from textfree.server.testing import make_tiny_run
 
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
 

@@ -1,5 +1,6 @@
 """A short bounded load test of a real `textfree serve` process on loopback (benchmarks/load_test.py is the long
-one): 4 clients for 2.5 s (after 1 s of warm-up) of real payloads; every request answered 200 (no 5xx, no dropped connection) and the
+one): 4 clients for 2.5 s (after 1 s of warm-up) of real payloads; every request answered 200 (no 5xx, no dropped
+connection) and the
 server's resident memory flat once warm."""
 
 import pytest

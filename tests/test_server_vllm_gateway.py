@@ -15,11 +15,12 @@ from fastapi.testclient import TestClient
 from textfree.heads.classifier import AttributeAttackConfig, AttributeClassifier, AttributeSpec
 from textfree.lm.loading import DecoderLoadError, load_input_embeddings
 from textfree.ppft.model import TextFreeLM
+from textfree.ppft.serving import PromptEmbedder, VllmGenerateModel
 from textfree.server import ServerConfig, create_app
 from textfree.server.models import ModelRegistry
-from textfree.server.prompt_embeds import PromptEmbedder, encode_embeds
+from textfree.server.prompt_embeds import encode_embeds
 from textfree.server.testing import free_port, subprocess_server
-from textfree.server.vllm_gateway import SamplingParams, VllmGenerateModel
+from textfree.server.vllm_gateway import SamplingParams
 
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
 

@@ -13,10 +13,11 @@ from textfree.mechanisms import L2Laplace, PrivateMean, SlotPrivatization, cente
 from textfree.mechanisms.transforms import l2_normalize
 from textfree.payload import Payload
 from textfree.ppft.model import TextFreeLM
+from textfree.ppft.serving import GenerateModel
+from textfree.ppft.testing import make_tiny_run
 from textfree.server import ServerConfig, create_app
 from textfree.server.errors import ApiError
-from textfree.server.models import GenerateModel
-from textfree.server.testing import make_tiny_run, serve_in_thread
+from textfree.server.testing import serve_in_thread
 
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
 ALPHA = 1e-6

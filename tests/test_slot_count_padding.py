@@ -169,7 +169,7 @@ def test_cli_privatize_pad_to_and_inspect(tiny_encoder_dir, tmp_path):
 @pytest.fixture(scope="module")
 def fixed_run(tmp_path_factory, tiny_encoder_dir):
     from textfree.ppft.model import TextFreeLM
-    from textfree.server.testing import make_tiny_run
+    from textfree.ppft.testing import make_tiny_run
 
     run = make_tiny_run(tmp_path_factory.mktemp("fixed"), tiny_encoder_dir)
     lm = TextFreeLM.load(run)

@@ -11,10 +11,11 @@ from textfree.mechanisms import L2Laplace, SlotPrivatization, repeat_mean_slots
 from textfree.mechanisms.transforms import l2_normalize
 from textfree.payload import EncoderInfo, Payload
 from textfree.ppft.model import TextFreeLM
+from textfree.ppft.serving import GenerateModel
+from textfree.ppft.testing import make_tiny_run
 from textfree.server import ServerConfig, create_app
 from textfree.server.errors import ApiError
-from textfree.server.models import GenerateModel
-from textfree.server.testing import make_tiny_run, serve_in_thread
+from textfree.server.testing import serve_in_thread
 
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
 ALPHA = 1e-6
@@ -67,7 +68,8 @@ def test_every_released_slot_is_the_prompts_unit_mean_and_the_guarantee_is_ppfts
 
 def test_each_copy_gets_its_own_l2_laplace_draw():
     """Without renormalising, slot i of a repeat_mean payload minus the repeated mean is that slot's noise: its
-    radius follows Gamma(d, 1/eps) (KS test, alpha 1e-6) and two copies' noises are uncorrelated (Pearson, alpha 1e-6)."""
+    radius follows Gamma(d, 1/eps) (KS test, alpha 1e-6) and two copies' noises are uncorrelated (Pearson, alpha
+    1e-6)."""
     d, eps, t = 8, 5.0, 2000
     hidden = torch.randn(1, t, d, generator=torch.Generator().manual_seed(1))
     mask = torch.ones(1, t, dtype=torch.bool)

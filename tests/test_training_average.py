@@ -1,4 +1,5 @@
-"""The weight average (textfree.training.average) by hand, and in a stage-2 run: saved as the run's weights, resumed exactly."""
+"""The weight average (textfree.training.average) by hand, and in a stage-2 run: saved as the run's weights, resumed
+exactly."""
 
 import json
 from pathlib import Path

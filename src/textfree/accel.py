@@ -10,7 +10,7 @@ run is dropped and made again with the settings asked for, so a run's numerics n
 
 from __future__ import annotations
 
-__all__ = ["make_accelerator"]
+__all__ = ["make_accelerator", "is_main_process", "wait_for_everyone"]
 
 
 def make_accelerator(*, cpu: bool = False, mixed_precision: str | None = None):
@@ -29,6 +29,30 @@ def make_accelerator(*, cpu: bool = False, mixed_precision: str | None = None):
         if (cpu and not on_cpu) or (not cpu and on_cpu and _has_accelerator()) or wanted != state.mixed_precision:
             AcceleratorState._reset_state(reset_partial_state=True)
     return Accelerator(cpu=cpu, mixed_precision=mixed_precision)
+
+
+def is_main_process() -> bool:
+    """Whether this process writes a run's files: the main one of a launched job (``accelerate launch``, ``torchrun``),
+    and always in a plain single process. Before any ``Accelerator`` exists, the launcher's ``RANK`` says."""
+    import os
+
+    from accelerate.state import PartialState
+
+    if PartialState._shared_state:
+        return PartialState().is_main_process
+    rank = os.environ.get("RANK", "0")
+    if not rank.isdigit():
+        raise ValueError(f"RANK must be a process index >= 0, got {rank!r}")
+    return int(rank) == 0
+
+
+def wait_for_everyone() -> None:
+    """Block until every process of a launched job gets here (nothing in a single process, or before Accelerate is set
+    up: then there is no process group to wait on)."""
+    from accelerate.state import PartialState
+
+    if PartialState._shared_state and PartialState().num_processes > 1:
+        PartialState().wait_for_everyone()
 
 
 def _has_accelerator() -> bool:

@@ -42,12 +42,9 @@ def atomic_write_text(path: str | os.PathLike, text: str, *, mode: int | None = 
 
 
 def write_json(path: str | os.PathLike, data: Any) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n")
-    os.replace(tmp, path)
-    return path
+    """Write ``data`` as indented, key-sorted JSON to ``path`` through :func:`atomic_write_text` (a unique temporary
+    name beside it, so two processes writing the same file never share one)."""
+    return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n")
 
 
 def read_json(path: str | os.PathLike) -> Any:

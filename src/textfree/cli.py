@@ -7,7 +7,6 @@ finetune in ``textfree.cli_service``, imported below so they register; ``ppft`` 
 from __future__ import annotations
 
 import json
-import logging
 import math
 from pathlib import Path
 from typing import Optional
@@ -18,29 +17,34 @@ from rich.table import Table
 from textfree.cli_common import _fail, _fmt_eps, _quiet_transformers, app, console, err
 
 
-def _build_noise(mechanism: str, epsilon: Optional[float], sigma: Optional[float], delta: float, sensitivity: float):
-    from textfree.mechanisms import Gaussian, L2Laplace
+def _build_noise(mechanism: str, epsilon: Optional[float], sigma: Optional[float], delta: float):
+    """The noise of ``privatize``: by --sigma (Gaussian, exact), else by the one factory at --epsilon, the same
+    distribution a PPFT model and the client library use at that epsilon (:func:`textfree.mechanisms.make_noise`)."""
+    from textfree.mechanisms import Gaussian, make_noise
 
+    if mechanism not in ("l2_laplace", "gaussian", "none"):
+        _fail(f"unknown --mechanism {mechanism!r}; choose l2_laplace, gaussian or none")
     if mechanism == "none":
         return None
-    if mechanism == "l2_laplace":
-        if epsilon is None:
-            _fail("--epsilon is required for the l2_laplace mechanism")
-        return L2Laplace(epsilon)
-    if mechanism == "gaussian":
-        if sigma is not None:
-            return Gaussian(sigma, delta)
-        if epsilon is None:
-            _fail("the gaussian mechanism needs --sigma, or --epsilon (with --delta) to calibrate it")
-        return Gaussian.from_epsilon_delta(epsilon, delta, sensitivity)
-    _fail(f"unknown --mechanism {mechanism!r}; choose l2_laplace, gaussian or none")
+    if mechanism == "gaussian" and sigma is not None:
+        return Gaussian(sigma, delta)
+    if epsilon is None:
+        _fail(
+            f"--epsilon is required for the {mechanism} "
+            f"mechanism{' (or give --sigma)' if mechanism == 'gaussian' else ''}"
+        )
+    return make_noise(mechanism, epsilon, delta=delta)
 
 
 @app.command()
 def privatize(
     text: list[str] = typer.Argument(None, help="Prompt text(s) to privatize. Use --file for one prompt per line."),
     epsilon: Optional[float] = typer.Option(
-        None, "--epsilon", "-e", help="Noise parameter (L2-Laplace eps per unit distance; Gaussian eps at --delta)."
+        None,
+        "--epsilon",
+        "-e",
+        help="L2-Laplace eps per unit distance (2 x eps per unit slot); gaussian: calibrated to the same per-slot "
+        "guarantee, (2 x eps, --delta), as a PPFT model at this eps.",
     ),
     k: int = typer.Option(4, "--k", help="Pool blocks of k tokens into one slot."),
     pad_to: Optional[int] = typer.Option(
@@ -94,7 +98,7 @@ def privatize(
     from textfree.privatizer import Privatizer
 
     try:
-        noise = _build_noise(mechanism, epsilon, sigma, delta, 2.0)
+        noise = _build_noise(mechanism, epsilon, sigma, delta)
         led = PrivacyLedger(ledger, budget, on_exceed, delta_budget=delta_budget) if ledger else None
     except ValueError as exc:
         _fail(str(exc))
@@ -331,7 +335,8 @@ def substitute(
         _fail(str(exc))
     if not math.isfinite(mech.privacy_loss_per_word().epsilon):  # eta * D_max overflows: nothing is promised
         _fail(
-            f"--eta {eta:g} times D_max {mech.input_diameter():g} is not a finite privacy loss: this eta promises no privacy"
+            f"--eta {eta:g} times D_max {mech.input_diameter():g} is not a finite privacy loss: this eta promises no "
+            "privacy"
         )
     gen = resolve_generator(None, seed)
     if replacement_table:
@@ -340,7 +345,8 @@ def substitute(
         except ValueError as exc:  # e.g. no word of --corpus is in the table
             _fail(f"--corpus: {exc}" if corpus is not None else str(exc))
         t = Table(
-            title=f"empirical word-replacement probability ({'PCT2T ' + pos if pos else 'T2T'}, {len(sentences)} sentences)"
+            title=f"empirical word-replacement probability ({'PCT2T ' + pos if pos else 'T2T'}, {len(sentences)} "
+            "sentences)"
         )
         t.add_column("eta", justify="right")
         t.add_column("P(word replaced)", justify="right")
@@ -393,17 +399,16 @@ def plot(
 
 
 # serve, ask, finetune: imported after plot so that they register (and list in --help) after this module's commands
+from textfree.cli_attacks import app as _attacks_app  # noqa: E402
+from textfree.cli_ppft import app as _ppft_app  # noqa: E402
 from textfree.cli_service import ask, finetune, serve  # noqa: E402,F401
-from textfree.ppft.cli import app as _ppft_app  # noqa: E402
 
 app.add_typer(_ppft_app, name="ppft")
-from textfree.attacks.cli import app as _attacks_app
-
-app.add_typer(_attacks_app, name="attacks")  # noqa: E402,E702
+app.add_typer(_attacks_app, name="attacks")
 
 
 def main() -> None:  # pragma: no cover
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    """The console script ``textfree`` (logging is set up by every command: ``cli_common.setup_logging``)."""
     app()
 
 

@@ -21,10 +21,27 @@ console = Console()
 err = Console(stderr=True)
 
 
+#: How every command logs: time, logger name, message (INFO and up), to stderr.
+LOG_FORMAT = "%(asctime)s %(name)s %(message)s"
+
+
+def setup_logging(verbose: bool = True) -> None:
+    """textfree's INFO logs (``textfree run``'s progress lines among them; ``verbose=False``: warnings only) and other
+    libraries' warnings, to stderr. The root logger is configured only where nothing has configured it (not in a host
+    program or under pytest)."""
+    import logging
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT, datefmt="%H:%M:%S")
+    logging.getLogger("textfree").setLevel(logging.INFO if verbose else logging.WARNING)
+
+
 @app.callback()
 def _setup() -> None:
-    """Warnings print as one plain line (e.g. that --seed makes noise reproducible)."""
+    """Logging for every command; warnings print as one plain line (e.g. that --seed makes noise reproducible)."""
     import warnings
+
+    setup_logging()
 
     def show(message, category, filename, lineno, file=None, line=None):
         err.print(f"[yellow]warning:[/] {message}", markup=True, highlight=False)

@@ -36,6 +36,22 @@ def _id_dirs(values: Optional[list[str]], flag: str) -> dict[str, str]:
     return out
 
 
+def _id_systems(values: Optional[list[str]]) -> dict[str, str]:
+    """--system ID=NAME pairs: the served system of each named model."""
+    out: dict[str, str] = {}
+    for v in values or []:
+        name, sep, system = v.partition("=")
+        if not sep or not name or not system:
+            _fail(f"--system takes ID=SYSTEM, got {v!r}")
+        out[name] = system
+    return out
+
+
+def _register_builtin_systems() -> None:
+    """Import the modules that register the built-in served systems with the server (the one list of them)."""
+    import textfree.ppft.service  # noqa: F401  (registers "ppft")
+
+
 def _server_help(name: str) -> str:
     from textfree.server.config import config_help
 
@@ -51,6 +67,9 @@ def serve(
     ),
     embed_model: Optional[list[str]] = typer.Option(
         None, "--embed-model", help="ID=ENCODER_DIR: an encoder served at /v1/embed (repeatable)."
+    ),
+    system: Optional[list[str]] = typer.Option(
+        None, "--system", help="ID=SYSTEM: the served system of a model (repeatable). " + _server_help("systems")
     ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
     port: int = typer.Option(8000, "--port", help="Port to bind."),
@@ -100,7 +119,8 @@ def serve(
                 key = store.add_key(add_key)
                 typer.echo(key)
                 err.print(
-                    f"added a key for tenant {add_key!r} to {keys}; it is shown only this once (the store keeps a salted hash)"
+                    f"added a key for tenant {add_key!r} to {keys}; it is shown only this once (the store keeps a "
+                    "salted hash)"
                 )
             if revoke_key is not None:
                 if not store.revoke(revoke_key):
@@ -115,6 +135,8 @@ def serve(
 
         from textfree.server import ServerConfig, create_app
         from textfree.server.store import StoreError
+
+        _register_builtin_systems()
     except ImportError as exc:
         _fail(f'textfree serve needs the server extra (pip install "textfree[server]"): {exc}')
     overrides = {
@@ -138,12 +160,14 @@ def serve(
     }
     if not no_auth and not keys.is_file():
         _fail(
-            f"no key store at {keys}: create a key first (textfree serve --add-key TENANT --keys {keys}), or --no-auth on loopback"
+            f"no key store at {keys}: create a key first (textfree serve --add-key TENANT --keys {keys}), or --no-auth "
+            "on loopback"
         )
     try:
         config = ServerConfig(
             models=_id_dirs(model, "--model"),
             embed_models=_id_dirs(embed_model, "--embed-model"),
+            systems=_id_systems(system),
             keys_path=None if no_auth else str(keys),
             auth=not no_auth,
             host=host,
@@ -259,7 +283,8 @@ def _check_client_flags(
 
 
 def _read_rows(path: Path) -> tuple[list[str], list[str], list[str] | None]:
-    """(private texts, targets, public texts or None) of a JSONL file: one {"private", "target"[, "public"]} per line."""
+    """(private texts, targets, public texts or None) of a JSONL file: one {"private", "target"[, "public"]} per
+    line."""
     texts, targets, public = [], [], []
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -297,7 +322,8 @@ def _dataset_ids(client, data: list[str], *, model: str, name: Optional[str], up
             ds = client.upload_dataset(texts, targets, public, model=model, name=name or path.stem, **upload)
             eps = ds["privacy"]["worst_case_row"]["epsilon"]
             err.print(
-                f"uploaded {path} as dataset {ds['id']}: {ds['rows']} rows, {ds['bytes']} payload bytes; worst-case privacy "
+                f"uploaded {path} as dataset {ds['id']}: {ds['rows']} rows, {ds['bytes']} payload bytes; worst-case "
+                "privacy "
                 f"loss per row {_fmt_eps(math.inf if eps is None else eps)}",
                 highlight=False,
             )

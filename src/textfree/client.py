@@ -227,8 +227,10 @@ class Client:
             )
         if card.get("encoder_sha256") and enc.sha256 != card["encoder_sha256"]:
             raise ModelMismatchError(
-                f"the local encoder ({enc.sha256 and enc.sha256[:12]}...) is not the one model {model!r} was trained with "
-                f"({card['encoder_id']}, sha256 {card['encoder_sha256'][:12]}...): pass encoder=<that encoder's directory>"
+                f"the local encoder ({enc.sha256 and enc.sha256[:12]}...) is not the one model {model!r} was trained "
+                "with "
+                f"({card['encoder_id']}, sha256 {card['encoder_sha256'][:12]}...): pass encoder=<that encoder's "
+                "directory>"
             )
         if task == "embed":
             from .mechanisms import Clipped, L2Laplace
@@ -240,7 +242,7 @@ class Client:
             noise = None if eps is None else Clipped(L2Laplace(eps), max_norm=float(card["clip_norm"]))
             privatizer = Privatizer(enc, noise, k=1, normalize=False, renormalize=False)
         else:
-            from .ppft.model import make_noise
+            from .mechanisms.factory import make_noise
 
             noise = make_noise(card["mechanism"], eps, dim=enc.dim, match=card.get("noise_match", "budget"))
             privatizer = Privatizer(

@@ -134,7 +134,8 @@ class Payload:
             raise PayloadError(f"vectors have width {d} but the header's encoder.dim is {self.encoder.dim}")
         if not isinstance(m, torch.Tensor) or m.dtype != torch.bool or tuple(m.shape) != (b, s):
             raise PayloadError(
-                f"mask must be a bool tensor of shape {(b, s)}, got {getattr(m, 'dtype', type(m))} {tuple(getattr(m, 'shape', ()))}"
+                f"mask must be a bool tensor of shape {(b, s)}, got {getattr(m, 'dtype', type(m))} "
+                f"{tuple(getattr(m, 'shape', ()))}"
             )
         lengths = m.sum(dim=1)
         prefix = torch.arange(s, device=m.device).unsqueeze(0) < lengths.unsqueeze(1)

@@ -24,7 +24,8 @@ class Privatizer:
     for experiments' upper bounds. ``pad_to``: release exactly that many slots per prompt, hiding its length
     (:class:`~textfree.mechanisms.SlotPrivatization`). ``center``: centre every unit slot on this public vector
     first (:mod:`textfree.mechanisms.centering`). ``repeat_mean``: release the prompt's unit mean slot once per slot
-    (beyond the paper; :func:`~textfree.mechanisms.slots.repeat_mean_slots`). ``ledger`` + ``ledger_key``: charge every release to a local ledger first.
+    (beyond the paper; :func:`~textfree.mechanisms.slots.repeat_mean_slots`). ``ledger`` + ``ledger_key``: charge every
+    release to a local ledger first.
     """
 
     def __init__(

@@ -15,7 +15,7 @@ See docs/attacks.md.
 """
 
 # The names below are loaded on first use (PEP 562 ``__getattr__``; the first use loads every attack module, which
-# registers the attacks), so that ``import textfree.attacks.cli`` -- the ``textfree attacks`` command group, imported on
+# registers the attacks), so that ``import textfree.cli_attacks`` -- the ``textfree attacks`` command group, imported on
 # every start of the CLI -- does not load torch.
 _SOURCES = {
     **dict.fromkeys(

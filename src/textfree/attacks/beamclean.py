@@ -6,7 +6,8 @@ At step t each beam b (a token path w_1..w_{t-1}) is extended by a candidate w s
     score(b, w) = score(b) + log pi_theta(y_t | x(w)) + lambda * log p(w | w_1..w_{t-1}),
 
 where y_t is the observed noisy embedding, x(w) the clean table row of w, pi_theta the surrogate noise density
-(:class:`~textfree.attacks.surrogate.SurrogateNoise`) and p the prior (:mod:`textfree.attacks.priors`; ``lambda = prior_weight``, 1 in the
+(:class:`~textfree.attacks.surrogate.SurrogateNoise`) and p the prior (:mod:`textfree.attacks.priors`;
+``lambda = prior_weight``, 1 in the
 paper). The B best extensions survive. Candidates are the M tokens with the highest noise likelihood for y_t
 (the same list for every beam: the noise term does not depend on the beam), found by a chunked pass over the
 vocabulary (:func:`textfree.attacks.nearest.vocab_topk`); their statistics are then recomputed exactly in float64.
@@ -118,7 +119,8 @@ class BeamCleanConfig:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
             if not ok or value < 0 or (name == "min_scale" and value == 0):
                 raise ValueError(
-                    f"BeamCleanConfig: {name} must be a finite number {'>' if name == 'min_scale' else '>='} 0, got {value!r}"
+                    f"BeamCleanConfig: {name} must be a finite number {'>' if name == 'min_scale' else '>='} 0, got "
+                    f"{value!r}"
                 )
         object.__setattr__(self, "excluded_ids", tuple(int(i) for i in self.excluded_ids))
 
@@ -174,7 +176,8 @@ def beamclean_decode(
     fixed_noise: SurrogateNoise | None = None,
     init: SurrogateNoise | None = None,
 ) -> DecodedSequence:
-    """Decode one sequence ``noisy`` [T, d] against ``table`` [V, d] (no threat-model check: see :func:`beamclean_attack`).
+    """Decode one sequence ``noisy`` [T, d] against ``table`` [V, d] (no threat-model check: see
+    :func:`beamclean_attack`).
 
     ``fixed_noise``: decode with this noise model and never re-estimate (oracle mode). Otherwise theta starts from
     ``init`` (or the nearest-neighbour residuals of ``noisy``) and is re-estimated after every step.

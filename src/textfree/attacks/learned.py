@@ -42,13 +42,14 @@ LEARNED_INVERSION_REQUIRES = ThreatModel(encoder_queries=True, training_text="pu
 RESTORATION_REQUIRES = ThreatModel()
 
 
-def reconstruct(model: Any, payload: Any, *, max_new_tokens: int = 160, batch_size: int = 16) -> list[str]:
-    """Generate one reconstruction per payload row; ``payload.public`` must carry the restore instruction."""
-    from ..ppft.batches import RESTORE_INSTRUCTION
-
+def reconstruct(
+    model: Any, payload: Any, *, instruction: str, max_new_tokens: int = 160, batch_size: int = 16
+) -> list[str]:
+    """Generate one reconstruction per payload row; ``payload.public`` must carry ``instruction``, the restore
+    instruction of the attacked system (PPFT's: ``textfree.ppft.batches.RESTORE_INSTRUCTION``), on every row."""
     public = payload.public
-    if public is None or any(p != RESTORE_INSTRUCTION for p in public):
-        raise ValueError(f"every payload row's public text must be the restore instruction {RESTORE_INSTRUCTION!r}")
+    if public is None or any(p != instruction for p in public):
+        raise ValueError(f"every payload row's public text must be the restore instruction {instruction!r}")
     return model.answer(payload, max_new_tokens=max_new_tokens, batch_size=batch_size)
 
 

@@ -121,7 +121,8 @@ class NearestNeighbourInverter:
     ):
         if not isinstance(table, torch.Tensor) or table.dim() != 2 or table.shape[0] < 1:
             raise ValueError(
-                f"NearestNeighbourInverter: table must be a non-empty [V, d] tensor, got {getattr(table, 'shape', table)!r}"
+                "NearestNeighbourInverter: table must be a non-empty [V, d] tensor, got "
+                f"{getattr(table, 'shape', table)!r}"
             )
         self.table = table.detach().to(torch.float32).cpu()
         self.excluded = excluded_mask(excluded_ids, self.table.shape[0])

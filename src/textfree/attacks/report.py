@@ -149,7 +149,7 @@ def result_files(paths: Iterable[str | Path]) -> list[Path]:
 def attack_result_files(paths: Iterable[str | Path]) -> list[Path]:
     """The result files among ``paths`` (as :func:`result_files` finds them) of the :data:`ATTACK_KINDS`: the ones the
     report reads. A file that is not a result file raises :class:`~textfree.experiments.ResultsError`."""
-    from ..experiments import load_results
+    from ..results.files import load_results
 
     return [f for f in result_files(paths) if load_results(f).get("kind") in ATTACK_KINDS]
 
@@ -157,7 +157,7 @@ def attack_result_files(paths: Iterable[str | Path]) -> list[Path]:
 def collect(paths: Iterable[str | Path]) -> list[Curve]:
     """One :class:`Curve` per token_inversion cell in ``paths`` (files, or directories searched for ``*.json``);
     the newest file of each cell wins. Files of other kinds are skipped. Sorted by cell name."""
-    from ..experiments import load_results
+    from ..results.files import load_results
 
     curves: dict[str, Curve] = {}
     for f in result_files(paths):
@@ -343,7 +343,8 @@ def _describe(curve: Curve) -> list[str]:
         s.get("dataset", "?") + (f":{s['split']}" if s.get("split") else "") for s in prior.get("sources") or []
     )
     prior_txt = {
-        "bigram": f"bigram (add-{prior.get('k', 0.1):g}) on {sources or 'inline texts'} ({prior.get('training_text', 'public')} text)",
+        "bigram": f"bigram (add-{prior.get('k', 0.1):g}) on {sources or 'inline texts'} "
+        f"({prior.get('training_text', 'public')} text)",
         "causal_lm": f"causal LM `{prior.get('path')}` (cross-tokenizer)",
         "uniform": "uniform",
     }.get(prior.get("kind", "bigram"), "?")
@@ -357,7 +358,8 @@ def _describe(curve: Curve) -> list[str]:
         + (f", training text: {tt}" if tt else "")
         + ". "
         + (
-            f"BeamClean: beam {bc.get('beam_width', 10)}, {bc.get('candidates', 64)} candidates, family {bc.get('family', 'auto')}, "
+            f"BeamClean: beam {bc.get('beam_width', 10)}, {bc.get('candidates', 64)} candidates, family "
+            f"{bc.get('family', 'auto')}, "
             f"prior {prior_txt}. "
             if "beamclean" in a.get("attacks", ["beamclean"])
             else ""
@@ -423,7 +425,8 @@ def _markdown(curves: Sequence[Curve], figures: Sequence[str]) -> str:
         "public tokens, noise them with the known mechanism and train a token classifier / a denoiser (its output",
         "mapped to the nearest queried vector); *MSE* is per coordinate against the clean vectors. *PII found* (PUPA "
         "units, Presidio spans):",
-        "the share of the released PII units (those inside the first `max_tokens` tokens) whose normalised words appear",
+        "the share of the released PII units (those inside the first `max_tokens` tokens) whose normalised words "
+        "appear",
         "in the decoded guess.",
     ]
     if not curves:
@@ -433,7 +436,8 @@ def _markdown(curves: Sequence[Curve], figures: Sequence[str]) -> str:
         lines += [
             "",
             f"**Target** (issue 4): at an eps where nearest neighbour (the stronger of L2 and cosine) recovers at most "
-            f"{100 * TARGET_NN_MAX:g}% of tokens, BeamClean with estimated noise recovers at least {TARGET_RATIO:g}x as many. "
+            f"{100 * TARGET_NN_MAX:g}% of tokens, BeamClean with estimated noise recovers at least {TARGET_RATIO:g}x "
+            "as many. "
             "Judged from the means over seeds, at grid points where NN recovers more than 0%:",
             "",
         ]
@@ -452,7 +456,8 @@ def _markdown(curves: Sequence[Curve], figures: Sequence[str]) -> str:
         )
         lines += [
             "",
-            f"Overall, for the target's cells (Pri-DDX, unclipped L2-Laplace and Gaussian noise, BeamClean run): **{overall}**.",
+            "Overall, for the target's cells (Pri-DDX, unclipped L2-Laplace and Gaussian noise, BeamClean run): "
+            f"**{overall}**.",
         ]
     for c in curves:
         lines += ["", f"### {c.title} (`{c.name}`)", ""] + _describe(c) + [""] + _table(c)
@@ -511,7 +516,7 @@ def write_report(paths: Iterable[str | Path], out: str | Path, *, figures_dir: s
 
     Raises :class:`~textfree.experiments.ResultsError`, writing nothing, when ``paths`` hold no result file of the
     :data:`ATTACK_KINDS`: an empty report would replace the real one."""
-    from ..experiments import ResultsError
+    from ..results.files import ResultsError
 
     paths = list(paths)
     if not attack_result_files(paths):

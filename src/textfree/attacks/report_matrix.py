@@ -1,4 +1,5 @@
-"""The cross matrix of ``docs/results/attacks.md``: every applicable attack against every mechanism, one table, one plot.
+"""The cross matrix of ``docs/results/attacks.md``: every applicable attack against every mechanism, one table, one
+plot.
 
 Mechanisms (rows) and the result files that measure them:
 

@@ -2,7 +2,8 @@
 restoration of PPFT payloads, and the readers of T2T / PCT2T text.
 
 Generated from the result files of the ``attribute_inference``, ``learned_inversion`` and ``substitution_inversion``
-cell kinds (newest file per cell name wins), never by hand. Figures are ``mean ± sd`` over seeds (one seed: the mean alone). The formal guarantee
+cell kinds (newest file per cell name wins), never by hand. Figures are ``mean ± sd`` over seeds (one seed: the mean
+alone). The formal guarantee
 is printed beside every empirical figure: the loss of one released unit (``slot eps``; attribute inference on token
 noise ``token eps``, on T2T text ``word eps``) and ``prompt eps`` (the mean prompt's composed worst case, units x
 unit eps).
@@ -52,7 +53,7 @@ class PayloadCell:
 
 def collect_kind(paths: Iterable[str | Path], kind: str) -> list[PayloadCell]:
     """The newest result file of each cell of ``kind`` among ``paths`` (files or directories of ``*.json``)."""
-    from ..experiments import load_results
+    from ..results.files import load_results
 
     cells: dict[str, PayloadCell] = {}
     for f in result_files(paths):
@@ -165,7 +166,10 @@ def token_noise_label(mech: dict) -> str:
 def _release_title(c: PayloadCell) -> str:
     release = attribute_release(c)
     if release == "tokens":
-        return f"release: {token_noise_label(c.cell.get('mechanism') or {})}, max {(c.cell.get('params') or {}).get('max_tokens', 128)} tokens"
+        return (
+            f"release: {token_noise_label(c.cell.get('mechanism') or {})}, max "
+            f"{(c.cell.get('params') or {}).get('max_tokens', 128)} tokens"
+        )
     if release == "slots":
         params = c.cell.get("params") or {}
         pad_to, center = params.get("pad_to"), params.get("center")
@@ -221,7 +225,8 @@ def attribute_section(cells: list[PayloadCell]) -> list[str]:
         "",
         "## Attribute inference (PPFT Table 3 shape)",
         "",
-        "The attacker trains on releases it makes itself from in-domain text (the Pri-DDX PPFT train part) and predicts",
+        "The attacker trains on releases it makes itself from in-domain text (the Pri-DDX PPFT train part) and "
+        "predicts",
         "each held-out prompt's attributes from its release: PPFT payloads (*slots*; it queries the encoder), noisy",
         "token embeddings (*token noise*; it holds the table) or T2T / PCT2T text (*text*; it encodes the text with",
         "an encoder of its own, k-pooled unit slots). The attackers: a 2-layer MLP on the mean vector or attention",
@@ -241,7 +246,8 @@ def attribute_section(cells: list[PayloadCell]) -> list[str]:
         "best",
         "recover with a classifier of this size (there is no label reference then: the label is the target).",
         "PPFT Table 3 reports recall",
-        f"{PAPER_ATTRIBUTE_RECALL['sex']} / {PAPER_ATTRIBUTE_RECALL['symptoms']} / {PAPER_ATTRIBUTE_RECALL['antecedents']}"
+        f"{PAPER_ATTRIBUTE_RECALL['sex']} / {PAPER_ATTRIBUTE_RECALL['symptoms']} / "
+        f"{PAPER_ATTRIBUTE_RECALL['antecedents']}"
         " (sex / symptoms / antecedents) at eps 75, k 4 with a weaker attacker.",
     ]
     if not cells:
@@ -325,7 +331,7 @@ def _attacker_text(c: PayloadCell) -> str:
 
 def _is_free_text(c: PayloadCell) -> bool:
     """A cell on free text with PII units (PUPA, Presidio) rather than a templated Pri-* dataset."""
-    from ..experiments.kinds._grant import is_ppft_dataset
+    from ..data.registry import is_ppft_dataset
 
     return not is_ppft_dataset(c.cell.get("dataset", ""))
 
@@ -393,7 +399,8 @@ def inversion_section(cells: list[PayloadCell]) -> list[str]:
         "",
         "## Learned inversion and restoration of PPFT payloads (PPFT Fig. 3 / Tables 8, 11 shape)",
         "",
-        "An inverter (the client's encoder + pooling, a learnable projection, a LoRA decoder) is trained on payloads of",
+        "An inverter (the client's encoder + pooling, a learnable projection, a LoRA decoder) is trained on payloads "
+        "of",
         "the attacker's own text to regenerate the prompt, then inverts held-out payloads (greedy decoding).",
         "*noise-unaware*: trained on clean payloads; *noise-aware*: on payloads of the evaluated mechanism;",
         "*stage-1-aligned*: starts from the PPFT stage-1 model; *init from the served stage-2 model*: starts from the",
@@ -412,7 +419,8 @@ def inversion_section(cells: list[PayloadCell]) -> list[str]:
         rows, seen = _inversion_table(templated, _TEMPLATED_COLUMNS)
         lines += [
             "",
-            "*no-input reference*: one constant guess, the medoid of the attacker's own training prompts (Pri-* prompts",
+            "*no-input reference*: one constant guess, the medoid of the attacker's own training prompts (Pri-* "
+            "prompts",
             "share a template, so ROUGE-L is far from 0 without any payload); read ROUGE-L against it.",
             "",
         ] + rows
@@ -447,11 +455,13 @@ def inversion_section(cells: list[PayloadCell]) -> list[str]:
             if gain != "–":
                 ref += f" (gain over the no-input reference {gain})"
             lines.append(
-                f"* Target (issue 4): {_variant(c, p)} ROUGE-L < {TARGET_UNAWARE_ROUGE_L} at eps 75, k 4, {where}: {value:.3f}{ref}, **{ok}**."
+                f"* Target (issue 4): {_variant(c, p)} ROUGE-L < {TARGET_UNAWARE_ROUGE_L} at eps 75, k 4, {where}: "
+                f"{value:.3f}{ref}, **{ok}**."
             )
         else:
             lines.append(
-                f"* {_attack_label(c, p)} at eps 75, k 4, {where}: ROUGE-L {value:.3f}{ref} (PPFT reports {PAPER_AWARE_ROUGE_L} for its noise-aware attacker)."
+                f"* {_attack_label(c, p)} at eps 75, k 4, {where}: ROUGE-L {value:.3f}{ref} (PPFT reports "
+                f"{PAPER_AWARE_ROUGE_L} for its noise-aware attacker)."
             )
     return lines
 
@@ -493,7 +503,8 @@ def substitution_section(cells: list[PayloadCell]) -> list[str]:
         for point, p in c.points:
             eta = point.get("params.eta", (c.cell.get("params") or {}).get("eta"))
             lines.append(
-                f"| {eta} | {_num(p, 'word_epsilon')} | {_num(p, 'prompt_epsilon')} | {_fmt(p, 'replacement_rate', True)} | "
+                f"| {eta} | {_num(p, 'word_epsilon')} | {_num(p, 'prompt_epsilon')} | "
+                f"{_fmt(p, 'replacement_rate', True)} | "
                 f"{_fmt(p, 'kept_rate', True)} | "
                 + " | ".join(_fmt(p, f"word_recovery_{a}", True) for a, _ in readers)
                 + " | "
@@ -523,6 +534,7 @@ def files_section(cells: list[PayloadCell]) -> list[str]:
     for c in sorted(cells, key=lambda c: (c.cell.get("kind", ""), c.name)):
         build = ", ".join(b[:12] for b in c.builds) or "not recorded"
         lines.append(
-            f"| `{c.name}` | {c.cell.get('kind', '')} | `{c.source}` | {c.date} | {(c.git or 'unknown')[:10]} | {build} |"
+            f"| `{c.name}` | {c.cell.get('kind', '')} | `{c.source}` | {c.date} | {(c.git or 'unknown')[:10]} | "
+            f"{build} |"
         )
     return lines

@@ -117,7 +117,8 @@ class SurrogateNoise:
 def log_bessel_iv(v: float, z: float) -> float:
     """log I_v(z) for order v >= 0.5 and z > 0: scipy's exponentially scaled ``ive`` where it is representable,
     else (large order, small z, where ``ive`` underflows) the uniform asymptotic (Debye) expansion with two
-    correction terms (O(v^-3): its log differs from scipy's by 1e-9 at order 191, i.e. d = 384, and 5e-8 at order 40)."""
+    correction terms (O(v^-3): its log differs from scipy's by 1e-9 at order 191, i.e. d = 384, and 5e-8 at order
+    40)."""
     if not (v >= 0.5 and z > 0 and math.isfinite(v) and math.isfinite(z)):
         raise ValueError(f"log_bessel_iv: need v >= 0.5 and finite z > 0, got v={v!r}, z={z!r}")
     from scipy.special import ive

@@ -29,7 +29,14 @@ from .pupa import PUPA_DIR, load_pupa
 from .qa import ARC_DIR, CSQA_DIR, load_arc, load_csqa
 from .trustpilot import TRUSTPILOT_DIR, load_trustpilot
 
-__all__ = ["DatasetSpec", "register_dataset", "load_dataset", "get_dataset_spec", "available_datasets"]
+__all__ = [
+    "DatasetSpec",
+    "register_dataset",
+    "load_dataset",
+    "get_dataset_spec",
+    "available_datasets",
+    "is_ppft_dataset",
+]
 
 Loader = Callable[..., list[Any]]
 
@@ -203,3 +210,8 @@ def _register_builtins() -> None:
 
 
 _register_builtins()
+
+
+def is_ppft_dataset(name: str) -> bool:
+    """A Pri-* dataset name (pri-ddx, pri-slja and their short names): one with a PPFT train / held-out split."""
+    return str(name).lower().startswith(("pri-", "ddx", "slja"))

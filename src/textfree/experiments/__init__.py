@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .cell import Cell, CellError, Resolved, expand_grid, load_cell
+from ..results.cell import Cell, CellError, Resolved, expand_grid, load_cell
+from ..results.files import ResultsError, format_results_table, load_results
 from .registry import CellKind, RunContext, available_cell_kinds, get_cell_kind, register_cell_kind
-from .runner import ResultsError, format_results_table, load_results, run_cell
+from .runner import run_cell
 
 __all__ = [
     "Cell",
@@ -39,7 +40,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # plot_results imports matplotlib, which is slow to import: load it on first use only.
     if name == "plot_results":
-        from .plot import plot_results
+        from ..results.plot import plot_results
 
         return plot_results
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -25,6 +25,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from ..results.cell import set_kind_lookup
+
 __all__ = ["CellKind", "RunContext", "register_cell_kind", "get_cell_kind", "available_cell_kinds"]
 
 KindFunction = Callable[[Any, dict, int, "RunContext"], dict]
@@ -138,3 +140,6 @@ def available_cell_kinds() -> list[str]:
     """Names of all registered cell kinds, sorted."""
     _load_builtins()
     return sorted(_KINDS)
+
+
+set_kind_lookup(get_cell_kind)  # strict cell checks (textfree.results.cell) find kinds here

@@ -1,4 +1,10 @@
-"""Batched greedy (or sampled) decoding from a continuous prefix (``inputs_embeds``), with a KV cache.
+"""The one generation module: greedy (or sampled) decoding with a KV cache, from embeddings or from text.
+
+* :func:`greedy_generate`: a LEFT-padded batch of continuous prefixes (``inputs_embeds``) -> new token ids per row
+  (the PPFT server, the learned substitution attack);
+* :func:`generate_text`: text prompts -> text continuations (the local decoder's samples), by embedding each
+  prompt's ids and running the same loop;
+* :func:`next_tokens`: the choice of the next id from logits (argmax, or a temperature / nucleus draw), shared by both.
 
 A manual loop rather than ``model.generate``: the inputs are left-padded embeddings whose position ids we set
 ourselves (``cumsum(attention_mask) - 1``), so a padded row decodes exactly as it would alone, with any causal LM
@@ -8,9 +14,11 @@ that accepts ``inputs_embeds``, ``position_ids`` and ``past_key_values`` (PEFT-w
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
-__all__ = ["greedy_generate", "next_tokens"]
+__all__ = ["greedy_generate", "generate_text", "next_tokens"]
 
 
 def next_tokens(
@@ -99,3 +107,45 @@ def greedy_generate(
         )
         past = result.past_key_values
     return out
+
+
+@torch.no_grad()
+def generate_text(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    max_new_tokens: int = 40,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> list[str]:
+    """The continuation of each text prompt (the text after the prompt, up to EOS): greedy at ``temperature`` 0,
+    else sampled (:func:`next_tokens`) with draws from ``generator``, one prompt after the other.
+
+    Each prompt runs alone (a batch of one, no padding) through :func:`greedy_generate` with its ids embedded by the
+    model's input embeddings, so a prompt's continuation does not depend on the other prompts. Puts the model in
+    eval mode.
+    """
+    if temperature != 0.0 and generator is None:
+        raise ValueError(f"sampling (temperature={temperature!r}) needs a generator")
+    model.eval()
+    device = next(model.parameters()).device
+    embed = model.get_input_embeddings()
+    texts = []
+    for prompt in prompts:
+        ids = tokenizer(prompt, return_tensors="pt").input_ids.to(device)
+        if ids.shape[1] == 0:
+            raise ValueError(f"prompt {prompt!r} has no tokens to condition on")
+        new = greedy_generate(
+            model,
+            embed(ids),
+            torch.ones_like(ids),
+            max_new_tokens=max_new_tokens,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            temperature=temperature,
+            top_p=top_p,
+            generators=None if generator is None else [generator],
+        )[0]
+        texts.append(tokenizer.decode(new, skip_special_tokens=True))
+    return texts

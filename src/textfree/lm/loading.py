@@ -116,7 +116,8 @@ def load_input_embeddings(name_or_path: str | os.PathLike) -> torch.Tensor:
     found = sorted(k for k in where if k.endswith(EMBEDDING_KEYS))
     if len(found) != 1:
         raise DecoderLoadError(
-            f"expected one token-embedding table ({', '.join(EMBEDDING_KEYS)}) in {str(path)!r}, found {found or 'none'}"
+            f"expected one token-embedding table ({', '.join(EMBEDDING_KEYS)}) in {str(path)!r}, found "
+            f"{found or 'none'}"
         )
     with safe_open(str(where[found[0]]), framework="pt") as fh:
         table = fh.get_tensor(found[0])

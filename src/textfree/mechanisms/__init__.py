@@ -12,6 +12,7 @@ from .base import (
 )
 from .centering import PrivateMean, center_sha256, center_slots, check_center, prompt_mean_slots
 from .clipping import Clipped, clip_l2, effective_noise
+from .factory import GAUSSIAN_MATCHES, make_noise
 from .gaussian import Gaussian, analytic_delta, analytic_epsilon, analytic_sigma, classic_sigma, sigma_for_noise_norm
 from .gdp import (
     MATCH_RULES,
@@ -47,6 +48,8 @@ __all__ = [
     "Clipped",
     "clip_l2",
     "effective_noise",
+    "GAUSSIAN_MATCHES",
+    "make_noise",
     "Gaussian",
     "analytic_sigma",
     "sigma_for_noise_norm",

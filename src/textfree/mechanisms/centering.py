@@ -119,7 +119,8 @@ class PrivateMean:
         norms = rows.to(torch.float64).norm(dim=-1)
         if not torch.isfinite(norms).all() or float(norms.max()) > 1.0 + _NORM_SLACK:
             raise ValueError(
-                f"PrivateMean.sample: every row must have norm <= 1 (its sensitivity assumes it), got {float(norms.max()):.6g}"
+                "PrivateMean.sample: every row must have norm <= 1 (its sensitivity assumes it), got "
+                f"{float(norms.max()):.6g}"
             )
         n, d = rows.shape
         noise = torch.randn(d, generator=generator, dtype=torch.float64, device=generator.device) * self.sigma(n)

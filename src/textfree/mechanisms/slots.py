@@ -147,7 +147,8 @@ class SlotPrivatization:
 
     @property
     def input_diameter(self) -> float:
-        """The largest L2 distance between two released inputs: 2 for unit slots, else ``sensitivity`` (enforced: without
+        """The largest L2 distance between two released inputs: 2 for unit slots, else ``sensitivity`` (enforced:
+        without
         ``normalize`` every pooled vector is clipped to norm ``sensitivity / 2`` before the noise; with it a declared
         sensitivity must be >= 2)."""
         if self.sensitivity is not None:

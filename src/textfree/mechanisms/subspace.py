@@ -27,7 +27,8 @@ _ORTHO_TOL = 1e-3  # float32 storage of an orthonormal basis
 
 
 def check_basis(basis: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """A subspace basis is a finite float tensor [m, d] of orthonormal rows, 1 <= m < d (of width ``dim`` when given)."""
+    """A subspace basis is a finite float tensor [m, d] of orthonormal rows, 1 <= m < d (of width ``dim`` when
+    given)."""
     if not isinstance(basis, torch.Tensor) or basis.dim() != 2 or not basis.is_floating_point():
         raise ValueError(f"a subspace basis must be a 2-D float tensor [m, d], got {basis!r}"[:200])
     m, d = basis.shape

@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from ..accel import make_accelerator
 from ..training.checkpoint import CHECKPOINTS_DIR
 from ..training.config import LoopConfig
 from ..training.loop import fit
@@ -75,6 +76,7 @@ def train_adapter(
         raise ValueError("train_adapter needs at least one example")
     if not all(isinstance(ex, PayloadExample) for ex in examples):
         raise TypeError("train_adapter takes PayloadExamples (privatized rows) only, never text")
+    accelerator = make_accelerator(cpu=cfg.cpu)  # before the run directory: only its main process writes there
     run = prepare_run_dir(cfg)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)  # before loading: PEFT draws from the global RNG while it builds LoRA layers
@@ -90,16 +92,21 @@ def train_adapter(
         collate=collate_payloads,
         loss_fn=payload_loss,
         on_step=on_step,
+        accelerator=accelerator,
     )
     server = summary["model"]
     server.config = server.config.replace(stage="stage2")
-    server.save(run)
-    if not cfg.keep_final_checkpoint:
-        shutil.rmtree(run / CHECKPOINTS_DIR, ignore_errors=True)
+    if accelerator.is_main_process:  # the others wait for it in write_summary
+        server.save(run)
+        if not cfg.keep_final_checkpoint:
+            shutil.rmtree(run / CHECKPOINTS_DIR, ignore_errors=True)
     extra = {
         "stage": "adapt",
         "examples": len(examples),
         "data": list(cfg.data),
         "total_wall_s": total_wall_s(summary, t0),
     }
-    return write_summary(run, summary, extra) | {"model": server}
+    data = write_summary(run, summary, extra)
+    if accelerator.is_main_process:
+        log.info("adapt done: %d steps, final loss %s; model in %s", data["steps"], data["final_loss"], run)
+    return data | {"model": server}

@@ -1,6 +1,6 @@
 """The server's input layout for one prompt: the private prefix built from a payload's slots, and the public tokens
 after it. The one place it is built, for :class:`~textfree.ppft.server.ServerModel` and the vLLM gateway's
-:class:`~textfree.server.prompt_embeds.PromptEmbedder`; docs/ppft.md, "Sequence layout", draws it."""
+:class:`~textfree.ppft.serving.PromptEmbedder`; docs/ppft.md, "Sequence layout", draws it."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def slot_prefix(
     The answer head, if any, weighs over the classes named in the row's ``public`` options block with
     ``answer_options``; pass None for a public text the decoder sees cut, as :func:`public_rows` does. The one
     place the layout is built, for :class:`ServerModel` and the vLLM gateway's
-    :class:`~textfree.server.prompt_embeds.PromptEmbedder`."""
+    :class:`~textfree.ppft.serving.PromptEmbedder`."""
     slots = slots.to(torch.float32)
     n = slots.shape[0]
     answer = projection.answer_vector(slots, public)

@@ -20,8 +20,8 @@ from ..atomic import read_json
 from ..encoders import ContextualEncoder, weights_sha256
 from ..encoders.loading import encoder_id
 from ..lm.adapters import AdapterSettings
-from ..mechanisms.base import build_mechanism, get_mechanism_class
-from ..mechanisms.slots import UNIT_SLOT_DIAMETER
+from ..mechanisms.base import get_mechanism_class
+from ..mechanisms.factory import make_noise
 from ..mechanisms.transforms import k_pool, l2_normalize
 from ..payload import Payload
 from ..privatizer import Privatizer
@@ -30,7 +30,7 @@ from .config import PromptTemplate, TextFreeConfig
 from .projection import ProjectionConfig
 from .server import CONFIG_NAME, ServerModel, ServerOutput
 
-__all__ = ["TextFreeLM", "ENCODER_DIR", "make_noise", "GAUSSIAN_MATCHES"]
+__all__ = ["TextFreeLM", "ENCODER_DIR"]
 
 ENCODER_DIR = "encoder"
 
@@ -206,35 +206,3 @@ class TextFreeLM(torch.nn.Module):
         pub = None if public is None else ([public] if isinstance(public, str) else list(public))
         payload: Payload = self.privatizer(epsilon, k=k).privatize(texts, seed=seed, public=pub)
         return self.server.answer(payload, max_new_tokens=max_new_tokens)
-
-
-GAUSSIAN_MATCHES = ("budget", "norm")
-
-
-def make_noise(
-    family: str, epsilon: float | None, *, dim: int | None = None, match: str = "budget", delta: float = 1e-5, **params
-):
-    """The client's mechanism of ``family`` for an L2-Laplace-equivalent ``epsilon`` (None: no noise).
-
-    ``family="gaussian"`` is matched to L2-Laplace at ``epsilon`` on unit slots (diameter 2) in one of two ways:
-
-    * ``match="budget"``: the same formal per-slot guarantee. L2-Laplace gives ``2 * epsilon``-DP per slot, so
-      sigma is the exact (analytic, Balle & Wang) calibration of ``(2 * epsilon, delta)``-DP at sensitivity 2.
-    * ``match="norm"``: the same expected noise norm ``dim / epsilon`` (L2-Laplace's mean radius); its formal
-      guarantee is whatever the payload's ``privacy_loss`` then states (in d = 384 it is a smaller per-slot
-      (eps, delta) than L2-Laplace's pure 2*eps: 15.6 vs 56 at eps 28).
-    """
-    if epsilon is None:
-        return None
-    if family == "gaussian":
-        from ..mechanisms import Gaussian
-        from ..mechanisms.gaussian import sigma_for_noise_norm
-
-        if match == "budget":
-            return Gaussian.from_epsilon_delta(2.0 * epsilon, delta, UNIT_SLOT_DIAMETER, calibration="analytic")
-        if match == "norm":
-            if dim is None:
-                raise ValueError("make_noise: match='norm' needs the encoder width dim")
-            return Gaussian(sigma=sigma_for_noise_norm(dim / epsilon, dim), delta=delta, calibration="analytic")
-        raise ValueError(f"make_noise: match must be one of {GAUSSIAN_MATCHES}, got {match!r}")
-    return build_mechanism(family, epsilon=epsilon, **params)

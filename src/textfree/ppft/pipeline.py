@@ -6,7 +6,8 @@ evaluation noise seed), each in its own subdirectory of ``out``:
 
 * ``decoder/``: the local Llama decoder (:func:`~textfree.lm.local.pretrain_decoder`, preset ``small``);
 * ``stage1/``: MiniLM + projection + LoRA aligned on general data (:func:`~textfree.ppft.train.train_stage1`);
-* ``stage2/``: text-free domain adaptation on payloads at ``epsilon`` and ``k`` (:func:`~textfree.ppft.train.train_stage2`);
+* ``stage2/``: text-free domain adaptation on payloads at ``epsilon`` and ``k``
+  (:func:`~textfree.ppft.train.train_stage2`);
 * ``eval.json``: held-out accuracy per task at the same ``epsilon`` (:func:`~textfree.ppft.evaluate.evaluate_qa`);
 
 and ``pipeline.json``: the config, each step's wall time (measured here around the whole call, loading included),

@@ -13,7 +13,8 @@ Also beyond the paper, ``answer_classes`` adds an *answer head*: the attribute a
 one logit per class), trained on the server's own stage-2 payloads with fresh noise every pass, its classes the
 distinct training targets (by normalised text). Its softmax weighs one learned decoder-space vector per class;
 that *answer vector* goes before a row's slots. The head is frozen once trained (and kept in eval mode: no
-dropout); the class vectors train with the rest of P_psi. A server that wants the answer reads the payload the way an attacker that wants it
+dropout); the class vectors train with the rest of P_psi. A server that wants the answer reads the payload the way an
+attacker that wants it
 does; post-processing again, the guarantee is unchanged.
 """
 

@@ -167,7 +167,8 @@ def fit_answer_head(
 ) -> dict[str, Any]:
     """Server side: train the answer head on the client's fresh payloads (``payloads(epoch)``, from
     :func:`answer_head_payloads`) and give ``server`` a projection with it (kept in ``run``/answer_head, so a resumed
-    run reuses the same head); its classes and its accuracy on one more fresh draw (``payloads(-1)``) for the summary."""
+    run reuses the same head); its classes and its accuracy on one more fresh draw (``payloads(-1)``) for the
+    summary."""
     from .answer_head import class_vectors, head_accuracy, train_answer_head
     from .projection import Projection
 

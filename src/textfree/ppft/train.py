@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..accel import make_accelerator
 from ..lm.adapters import AdapterSettings
 from ..rng import secure_generator, seeded_generator
 from ..training.config import LoopConfig
@@ -78,6 +79,7 @@ def train_stage1(cfg: Stage1Config, *, on_step: Callable[[int, float], None] | N
     decoder load before ``cfg.out`` is written: a run that cannot start leaves it as it was."""
     check_run_dir(cfg)
     _check_decoder(cfg.decoder)
+    accelerator = make_accelerator(cpu=cfg.cpu)  # before the run directory: only its main process writes there
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     t0 = time.time()
@@ -127,12 +129,25 @@ def train_stage1(cfg: Stage1Config, *, on_step: Callable[[int, float], None] | N
         collate=collate_text(lm.tokenize_private),
         loss_fn=loss_fn,
         on_step=on_step,
+        accelerator=accelerator,
     )
     lm = summary["model"]
     lm.server.config = lm.config.replace(stage="stage1", epsilon=None)
-    lm.save(run)
     extra = {"stage": "stage1", "examples": len(examples), "total_wall_s": total_wall_s(summary, t0)}
-    return write_summary(run, summary, extra) | {"model": lm}
+    return _save_run(accelerator, lm, run, summary, extra)
+
+
+def _save_run(accelerator, model, run: Path, summary: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """Save ``model`` and summary.json into ``run`` from the main process (the others wait for it); return the summary
+    with ``"model"`` on every process."""
+    if accelerator.is_main_process:
+        model.save(run)
+    accelerator.wait_for_everyone()
+    data = write_summary(run, summary, extra)
+    if accelerator.is_main_process:
+        stage, steps, loss = extra["stage"], data["steps"], data["final_loss"]
+        log.info("%s done: %d steps, final loss %s; model in %s", stage, steps, loss, run)
+    return data | {"model": model}
 
 
 # =========================================================================== stage 2
@@ -146,6 +161,7 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
     if not (Path(cfg.init) / CONFIG_NAME).is_file():
         raise FileNotFoundError(f"init {str(cfg.init)!r} is not a PPFT run directory (no {CONFIG_NAME})")
     init_fingerprint = check_run_dir(cfg, init=cfg.init)  # also in summary.json: a reuse checks it
+    accelerator = make_accelerator(cpu=cfg.cpu)  # its device is this process's own (several GPUs: one each)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     t0 = time.time()
@@ -154,8 +170,8 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
     lm = TextFreeLM.load(cfg.init, trainable=True, decoder=cfg.decoder)
     lm.encoder.requires_grad_(False)
     lm.encoder.eval()
-    if torch.cuda.is_available() and not cfg.cpu:
-        lm.encoder.to("cuda")  # the client's one-off encoding pass; payload rows are kept on the CPU
+    if accelerator.device.type == "cuda":
+        lm.encoder.to(accelerator.device)  # the client's one-off encoding pass; payload rows are kept on the CPU
     family = cfg.mechanism or lm.config.mechanism
     k = lm.config.k if cfg.k is None else cfg.k
     max_private = lm.config.max_private_tokens if cfg.max_private_tokens is None else cfg.max_private_tokens
@@ -262,9 +278,9 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
         collate=collate_payloads,
         loss_fn=payload_loss,
         on_step=on_step,
+        accelerator=accelerator,
     )
     lm.server = summary["model"]
-    lm.save(run)
     extra = {
         "stage": "stage2",
         "dataset": None if cfg.restore_text else cfg.dataset,
@@ -291,4 +307,4 @@ def train_stage2(cfg: Stage2Config, *, on_step: Callable[[int, float], None] | N
         "init_fingerprint": init_fingerprint,
         "total_wall_s": total_wall_s(summary, t0),
     }
-    return write_summary(run, summary, extra) | {"model": lm}
+    return _save_run(accelerator, lm, run, summary, extra)

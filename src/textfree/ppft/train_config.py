@@ -362,7 +362,8 @@ class Stage2Config(LoopConfig):
                 raise ValueError(f"restore_text must be a non-empty list of source names, got {self.restore_text!r}")
             if list(self.tasks) != ["restore"]:
                 raise ValueError(
-                    f"restore_text replaces the training rows of the 'restore' task only: tasks must be ['restore'], got {self.tasks!r}"
+                    "restore_text replaces the training rows of the 'restore' task only: tasks must be ['restore'], "
+                    f"got {self.tasks!r}"
                 )
         if self.count_dropout is not None:
             check_dropout("count_dropout", self.count_dropout)
@@ -398,13 +399,15 @@ class Stage2Config(LoopConfig):
                 raise ValueError(f"{name} must be true, false or null, got {getattr(self, name)!r}")
         if self.summary_only and self.summary_slots is not None and self.summary_slots < 1:
             raise ValueError(
-                f"summary_only lays out the summary vectors in place of the slots: it needs summary_slots >= 1, got {self.summary_slots}"
+                "summary_only lays out the summary vectors in place of the slots: it needs summary_slots >= 1, got "
+                f"{self.summary_slots}"
             )
         if self.repeat_mean and self.blind:
             raise ValueError("repeat_mean changes the client's private slots: a blind run sends none")
         if self.train_decoder and list(self.tasks) != ["restore"]:
             raise ValueError(
-                f"train_decoder (full fine-tuning) is an inversion attacker's option: tasks must be ['restore'], got {self.tasks!r}"
+                "train_decoder (full fine-tuning) is an inversion attacker's option: tasks must be ['restore'], got "
+                f"{self.tasks!r}"
             )
         for name, low in (
             ("restore_text_limit", 1),

@@ -13,9 +13,10 @@ import binascii
 import logging
 import math
 from contextlib import asynccontextmanager
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -160,60 +161,107 @@ def _decoding(max_new_tokens: int, options: dict[str, Any]) -> Decoding:
     return Decoding(max_new_tokens, float(t), float(p) if t > 0 else 1.0)
 
 
+@dataclass
+class _Server:
+    """What the route groups share: the config, the models and their batchers, metrics and fine-tuning state."""
+
+    config: ServerConfig
+    registry: ModelRegistry
+    metrics: Metrics | None = None
+    batchers: dict[str, MicroBatcher] = field(default_factory=dict)
+    store: Any = None
+    jobs: Any = None
+    adapters: Any = None
+
+    def queue_depth(self) -> int:
+        adapters = self.adapters.queue_depth if self.adapters else 0
+        return sum(b.queue_depth for b in self.batchers.values()) + adapters
+
+
 def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -> FastAPI:
     """The server for ``config``. ``registry`` passes models loaded already (tests, embedding in another app)."""
     registry = registry or ModelRegistry.load(config)
-    keys = KeyStore(config.keys_file) if config.auth else None
-    limiter = RateLimiter(config.rate_limit_per_minute)
-    batchers: dict[str, MicroBatcher] = {}
-    metrics = Metrics(
-        queue_depth=lambda: sum(b.queue_depth for b in batchers.values()) + (adapters.queue_depth if adapters else 0)
-    )
-    for model_id, model in registry.models.items():
-        batchers[model_id] = MicroBatcher(
-            model.run,
-            max_rows=config.batch_max_rows,
-            max_wait_s=config.batch_wait_ms / 1000.0,
-            on_batch=metrics.batch,
-            max_concurrent=getattr(model, "max_concurrent_calls", 1),
-        )
-
-    # datasets, fine-tuning jobs and adapters: only with a database (docs/server.md, "Fine-tuning")
-    store = jobs = adapters = None
-    if config.sqlite_path is not None:
-        from .adapters import AdapterModels
-        from .jobs import JobManager
-        from .store import Store
-
-        store = Store(config.sqlite_path, config.data_path)
-        jobs = JobManager(store, config, model_dirs=config.models)
-        adapters = AdapterModels(store, config, on_batch=metrics.batch)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        if jobs is not None:
-            jobs.start()  # queues again the jobs a stopped server left running: they resume from their checkpoints
-        yield
-        for b in batchers.values():
-            await b.close()
-        if jobs is not None:
-            await run_in_threadpool(jobs.close)
-            await adapters.close()
-            store.close()
-
+    server = _Server(config, registry)
+    server.metrics = Metrics(queue_depth=server.queue_depth)
+    server.batchers.update(_batchers(server))
+    if config.sqlite_path is not None:  # datasets, fine-tuning jobs and adapters: only with a database
+        _add_fine_tuning_state(server)
     app = FastAPI(
         title="textfree",
         version=__version__,
         summary="Text-free inference: the server answers from privatized payloads and never receives the private text.",
-        lifespan=lifespan,
+        lifespan=_lifespan(server),
     )
-    app.state.config, app.state.registry, app.state.metrics, app.state.batchers = config, registry, metrics, batchers
-    app.state.store, app.state.jobs, app.state.adapters = store, jobs, adapters
+    app.state.config, app.state.registry, app.state.metrics = config, registry, server.metrics
+    app.state.batchers, app.state.store, app.state.jobs, app.state.adapters = (
+        server.batchers,
+        server.store,
+        server.jobs,
+        server.adapters,
+    )
     app.add_middleware(
-        ASGIMetrics, metrics=metrics, on_error=lambda exc: log.error("unhandled error: %r", exc, exc_info=exc)
+        ASGIMetrics, metrics=server.metrics, on_error=lambda exc: log.error("unhandled error: %r", exc, exc_info=exc)
     )
+    _add_error_handlers(app)
+    tenant = _tenant_dependency(config)
+    for router in (_health_routes(server), _model_routes(server, tenant), _inference_routes(server, tenant)):
+        app.include_router(router)
+    add_fine_tuning_routes(app, config=config, registry=registry, tenant=tenant, store=server.store, jobs=server.jobs)
+    return app
 
-    # ------------------------------------------------------------------ errors
+
+def _batchers(server: _Server) -> dict[str, MicroBatcher]:
+    """One micro-batcher per served model."""
+    config = server.config
+    return {
+        model_id: MicroBatcher(
+            model.run,
+            max_rows=config.batch_max_rows,
+            max_wait_s=config.batch_wait_ms / 1000.0,
+            on_batch=server.metrics.batch,
+            max_concurrent=getattr(model, "max_concurrent_calls", 1),
+        )
+        for model_id, model in server.registry.models.items()
+    }
+
+
+def _add_fine_tuning_state(server: _Server) -> None:
+    """The store, the job workers and the adapter cache (docs/server.md, "Fine-tuning")."""
+    from .adapters import AdapterModels
+    from .jobs import JobManager
+    from .store import Store
+
+    config, registry = server.config, server.registry
+
+    def system_of(model_id: str):
+        return registry.system(model_id, config)
+
+    server.store = Store(config.sqlite_path, config.data_path)
+    server.jobs = JobManager(server.store, config, model_dirs=config.models, system_of=system_of)
+    server.adapters = AdapterModels(server.store, config, on_batch=server.metrics.batch, system_of=system_of)
+
+
+def _lifespan(server: _Server):
+    """Start the job workers with the app; close batchers, workers, adapters and the store when it stops."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if server.jobs is not None:
+            server.jobs.start()  # queues again the jobs a stopped server left running: they resume from checkpoints
+        yield
+        for b in server.batchers.values():
+            await b.close()
+        if server.jobs is not None:
+            await run_in_threadpool(server.jobs.close)
+            await server.adapters.close()
+            server.store.close()
+
+    return lifespan
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error as ``{"error": {"type", "message"}}``."""
+
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError):
         return JSONResponse(error_body(exc.type, exc.message), status_code=exc.status, headers=exc.headers)
@@ -229,29 +277,14 @@ def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -
     async def _validation_error(request: Request, exc: RequestValidationError):
         return JSONResponse(error_body("invalid_request", _describe(list(exc.errors()))), status_code=422)
 
-    # ------------------------------------------------------------------ auth + rate limit
+
+def _tenant_dependency(config: ServerConfig) -> Callable[[Request], str]:
+    """The dependency of every ``/v1`` route: the request's tenant (401 without a valid key), rate-limited (429)."""
+    keys = KeyStore(config.keys_file) if config.auth else None
+    limiter = RateLimiter(config.rate_limit_per_minute)
+
     def tenant(request: Request) -> str:
-        if keys is None:
-            name = "anonymous"
-        else:
-            auth = request.headers.get("authorization", "")
-            key = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("x-api-key")
-            if not key:
-                raise ApiError(
-                    401,
-                    "missing_api_key",
-                    "send an API key: 'Authorization: Bearer <key>'",
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
-            try:
-                name = keys.verify(key)
-            except KeyStoreError as exc:
-                log.error("key store: %s", exc)
-                raise ApiError(503, "key_store_unavailable", "the server cannot read its key store") from None
-            if name is None:
-                raise ApiError(
-                    401, "invalid_api_key", "the API key is not valid", headers={"WWW-Authenticate": "Bearer"}
-                )
+        name = "anonymous" if keys is None else _verified_tenant(request, keys)
         wait = limiter.acquire(name)
         if wait > 0:
             raise ApiError(
@@ -263,71 +296,137 @@ def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -
         request.state.tenant = name
         return name
 
-    # ------------------------------------------------------------------ routes
-    @app.get("/health", summary="Liveness (no auth).")
-    async def health() -> dict:
-        return {"status": "ok", "version": __version__, "models": len(registry.models)}
+    return tenant
 
-    @app.get(
+
+def _verified_tenant(request: Request, keys: KeyStore) -> str:
+    """The tenant of the request's API key (``Authorization: Bearer`` or ``X-API-Key``): 401 or 503 otherwise."""
+    auth = request.headers.get("authorization", "")
+    key = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("x-api-key")
+    if not key:
+        raise ApiError(
+            401,
+            "missing_api_key",
+            "send an API key: 'Authorization: Bearer <key>'",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    try:
+        name = keys.verify(key)
+    except KeyStoreError as exc:
+        log.error("key store: %s", exc)
+        raise ApiError(503, "key_store_unavailable", "the server cannot read its key store") from None
+    if name is None:
+        raise ApiError(401, "invalid_api_key", "the API key is not valid", headers={"WWW-Authenticate": "Bearer"})
+    return name
+
+
+def _health_routes(server: _Server) -> APIRouter:
+    """``/health`` and ``/metrics`` (no auth)."""
+    router = APIRouter()
+
+    @router.get("/health", summary="Liveness (no auth).")
+    async def health() -> dict:
+        return {"status": "ok", "version": __version__, "models": len(server.registry.models)}
+
+    @router.get(
         "/metrics",
         summary="Request counts, latency p50/p99, in-flight, queue depth (Prometheus text; ?format=json for JSON).",
     )
     async def metrics_route(format: str = Query("prometheus", pattern="^(prometheus|json)$")):
         if format == "json":
-            return metrics.snapshot()
-        return PlainTextResponse(metrics.prometheus(), media_type="text/plain; version=0.0.4")
+            return server.metrics.snapshot()
+        return PlainTextResponse(server.metrics.prometheus(), media_type="text/plain; version=0.0.4")
 
-    def limits() -> dict:
-        return {
-            "max_body_bytes": config.max_body_bytes,
-            "max_batch_rows": config.max_batch_rows,
-            "max_new_tokens": config.max_new_tokens,
-            "max_public_chars": config.max_public_chars,
-            "rate_limit_per_minute": config.rate_limit_per_minute,
-            **(
-                {
-                    "max_dataset_rows": config.max_dataset_rows,
-                    "max_dataset_bytes": config.max_dataset_bytes,
-                    "max_target_chars": config.max_target_chars,
-                    "max_concurrent_jobs": config.max_concurrent_jobs,
-                    "max_jobs_per_tenant": config.max_jobs_per_tenant,
-                    "max_job_steps": config.max_job_steps,
-                }
-                if store
-                else {}
-            ),
-        }
+    return router
 
-    @app.get("/v1/models", summary="The model card of every served model.")
+
+def _limits(server: _Server) -> dict:
+    """The limits a client should know (``GET /v1/models``); the fine-tuning ones only with a database."""
+    config = server.config
+    return {
+        "max_body_bytes": config.max_body_bytes,
+        "max_batch_rows": config.max_batch_rows,
+        "max_new_tokens": config.max_new_tokens,
+        "max_public_chars": config.max_public_chars,
+        "rate_limit_per_minute": config.rate_limit_per_minute,
+        **(
+            {
+                "max_dataset_rows": config.max_dataset_rows,
+                "max_dataset_bytes": config.max_dataset_bytes,
+                "max_target_chars": config.max_target_chars,
+                "max_concurrent_jobs": config.max_concurrent_jobs,
+                "max_jobs_per_tenant": config.max_jobs_per_tenant,
+                "max_job_steps": config.max_job_steps,
+            }
+            if server.store
+            else {}
+        ),
+    }
+
+
+def _model_routes(server: _Server, tenant: Callable) -> APIRouter:
+    """``GET /v1/models`` and ``GET /v1/models/{id}``: the cards, each built by its model's served system."""
+    router = APIRouter()
+    registry = server.registry
+
+    @router.get("/v1/models", summary="The model card of every served model.")
     async def list_models(who: str = Depends(tenant)) -> dict:
-        return {"object": "list", "data": [tenant_card(c, who, store) for c in registry.cards()], "limits": limits()}
+        data = [tenant_card(c, who, server.store) for c in registry.cards()]
+        return {"object": "list", "data": data, "limits": _limits(server)}
 
-    @app.get("/v1/models/{model_id}", summary="One model card.")
+    @router.get("/v1/models/{model_id}", summary="One model card.")
     async def get_model(model_id: str, who: str = Depends(tenant)) -> dict:
-        model = registry.models.get(model_id)
-        if model is None:
+        if model_id not in registry.models:
             raise ApiError(404, "model_not_found", f"no model {model_id!r} here; GET /v1/models lists them")
-        return tenant_card(model.card, who, store)
+        return tenant_card(registry.card(model_id), who, server.store)
 
-    async def _payload(request: Request, task: str, schema: type[BaseModel], query: dict[str, Any]):
-        """(model, payload, options) of a generate/embed request, validated."""
-        ctype = _content_type(request)
-        body = await _read_body(request, config.max_body_bytes)
-        if ctype == JSON:
-            req = _parse_json(schema, body)
-            options = req.model_dump(exclude={"payload_b64"})
-            raw = _b64(req.payload_b64, config.max_body_bytes)
-        else:
-            options, raw = dict(query), body
-        model = registry.get(options.get("model"), task)
-        try:
-            payload = await run_in_threadpool(Payload.from_bytes, raw, max_bytes=config.max_body_bytes)
-        except PayloadError as exc:
-            raise ApiError(400, "invalid_payload", str(exc)) from None
-        prepared = model.prepare(payload, options.get("public"), config)
-        return model, payload, prepared, options, len(raw)
+    return router
 
-    @app.post(
+
+async def _payload(server: _Server, request: Request, task: str, schema: type[BaseModel], query: dict[str, Any]):
+    """(model, payload, prepared, options, body bytes) of a generate/embed request, validated."""
+    config = server.config
+    ctype = _content_type(request)
+    body = await _read_body(request, config.max_body_bytes)
+    if ctype == JSON:
+        req = _parse_json(schema, body)
+        options = req.model_dump(exclude={"payload_b64"})
+        raw = _b64(req.payload_b64, config.max_body_bytes)
+    else:
+        options, raw = dict(query), body
+    model = server.registry.get(options.get("model"), task)
+    try:
+        payload = await run_in_threadpool(Payload.from_bytes, raw, max_bytes=config.max_body_bytes)
+    except PayloadError as exc:
+        raise ApiError(400, "invalid_payload", str(exc)) from None
+    prepared = model.prepare(payload, options.get("public"), config)
+    return model, payload, prepared, options, len(raw)
+
+
+def _generate_decoding(server: _Server, options: dict[str, Any]) -> Decoding:
+    """The batch key of a generate request: its length (422 outside [1, max_new_tokens]) and sampling options."""
+    config = server.config
+    n_new = options.get("max_new_tokens")
+    n_new = config.default_new_tokens if n_new is None else n_new
+    if not 1 <= n_new <= config.max_new_tokens:
+        raise ApiError(422, "invalid_request", f"max_new_tokens must lie in [1, {config.max_new_tokens}], got {n_new}")
+    return _decoding(n_new, options)
+
+
+async def _generate_answers(server: _Server, who: str, served, prepared, decoding: Decoding, adapter_id):
+    """((answers, completion tokens), batch info) from the base model's batcher or the tenant's adapter's."""
+    if adapter_id is None:
+        return await server.batchers[served.id].submit(decoding, prepared, rows=prepared.rows)
+    # the tenant's own adapter of this model (404 otherwise), validated against the base model's card
+    async with server.adapters.use(who, served.id, adapter_id) as (_, batcher):
+        return await batcher.submit(decoding, prepared, rows=prepared.rows)
+
+
+def _inference_routes(server: _Server, tenant: Callable) -> APIRouter:
+    """``POST /v1/generate`` and ``POST /v1/embed``."""
+    router = APIRouter()
+
+    @router.post(
         "/v1/generate",
         summary="Answers from a payload (+ public text).",
         openapi_extra=_body_doc(GenerateRequest, "GenerateRequest"),
@@ -342,52 +441,30 @@ def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -
         top_p: float | None = Query(None, description="Nucleus mass (octet-stream bodies)."),
         seed: int | None = Query(None, description="Sampling seed (octet-stream bodies)."),
     ) -> dict:
-        query = {
-            "model": model,
-            "max_new_tokens": max_new_tokens,
-            "adapter": adapter,
-            "temperature": temperature,
-            "top_p": top_p,
-            "seed": seed,
-        }
-        served, payload, prepared, options, n_bytes = await _payload(request, "generate", GenerateRequest, query)
+        query = {"model": model, "max_new_tokens": max_new_tokens, "adapter": adapter}
+        query.update(temperature=temperature, top_p=top_p, seed=seed)
+        served, payload, prepared, options, n_bytes = await _payload(
+            server, request, "generate", GenerateRequest, query
+        )
         adapter_id = options.get("adapter") or None
-        if adapter_id is not None and adapters is None:
+        if adapter_id is not None and server.adapters is None:
             raise ApiError(
                 404,
                 "adapter_not_found",
                 f"no adapter {adapter_id!r}: this server runs without a database, so it has no fine-tuned adapters",
             )
-        n_new = options.get("max_new_tokens")
-        n_new = config.default_new_tokens if n_new is None else n_new
-        if not 1 <= n_new <= config.max_new_tokens:
-            raise ApiError(
-                422, "invalid_request", f"max_new_tokens must lie in [1, {config.max_new_tokens}], got {n_new}"
-            )
-        decoding = _decoding(n_new, options)
+        decoding = _generate_decoding(server, options)
         prepared.seed = options.get("seed")
-        if adapter_id is None:
-            (answers, n_tokens), info = await batchers[served.id].submit(decoding, prepared, rows=prepared.rows)
-        else:  # the tenant's own adapter of this model (404 otherwise), validated against the base model's card above
-            async with adapters.use(who, served.id, adapter_id) as (_, batcher):
-                (answers, n_tokens), info = await batcher.submit(decoding, prepared, rows=prepared.rows)
+        (answers, n_tokens), info = await _generate_answers(server, who, served, prepared, decoding, adapter_id)
+        usage = {"rows": payload.batch_size, "slots": sum(payload.lengths), "payload_bytes": n_bytes}
         return {
             "model": served.id,
             "adapter": adapter_id,
             "answers": answers,
-            "usage": {
-                "rows": payload.batch_size,
-                "slots": sum(payload.lengths),
-                "payload_bytes": n_bytes,
-                "completion_tokens": n_tokens,
-                "batch_rows": info.rows,
-                "batch_requests": info.requests,
-                "queue_ms": round(info.queue_s * 1000, 3),
-                "compute_ms": round(info.compute_s * 1000, 3),
-            },
+            "usage": {**usage, **_batch_usage(info, n_tokens)},
         }
 
-    @app.post(
+    @router.post(
         "/v1/embed",
         summary="Sentence embeddings from noisy token embeddings (SnD-style).",
         openapi_extra=_body_doc(EmbedRequest, "EmbedRequest"),
@@ -397,8 +474,10 @@ def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -
         _: str = Depends(tenant),
         model: str | None = Query(None, max_length=64, description="Embed model id (octet-stream bodies)."),
     ) -> dict:
-        served, payload, prepared, _opts, n_bytes = await _payload(request, "embed", EmbedRequest, {"model": model})
-        embeddings, info = await batchers[served.id].submit("embed", prepared, rows=prepared.rows)
+        served, payload, prepared, _opts, n_bytes = await _payload(
+            server, request, "embed", EmbedRequest, {"model": model}
+        )
+        embeddings, info = await server.batchers[served.id].submit("embed", prepared, rows=prepared.rows)
         return {
             "model": served.id,
             "embeddings": embeddings,
@@ -412,5 +491,15 @@ def create_app(config: ServerConfig, *, registry: ModelRegistry | None = None) -
             },
         }
 
-    add_fine_tuning_routes(app, config=config, registry=registry, tenant=tenant, store=store, jobs=jobs)
-    return app
+    return router
+
+
+def _batch_usage(info, n_tokens: int) -> dict[str, Any]:
+    """The generate usage fields after the payload's: completion tokens and how the request was batched."""
+    return {
+        "completion_tokens": n_tokens,
+        "batch_rows": info.rows,
+        "batch_requests": info.requests,
+        "queue_ms": round(info.queue_s * 1000, 3),
+        "compute_ms": round(info.compute_s * 1000, 3),
+    }

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ServerConfig", "LOOPBACK_HOSTS", "config_help", "is_loopback"]
+__all__ = ["ServerConfig", "DEFAULT_SYSTEMS", "LOOPBACK_HOSTS", "config_help", "is_loopback"]
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 FINE_TUNING_LIMITS = (
@@ -21,6 +21,8 @@ FINE_TUNING_LIMITS = (
     "max_loaded_adapters",
 )
 BACKENDS = ("hf", "vllm")
+# the served system of a model the config does not name one for, per table (textfree.server.registry)
+DEFAULT_SYSTEMS = {"models": "ppft", "embed_models": "hf-embed"}
 VLLM_DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -40,6 +42,13 @@ class ServerConfig:
         metadata={
             "help": "Models for /v1/embed: model id -> Hugging Face encoder directory (its transformer runs on the "
             "client's noisy token embeddings)."
+        },
+    )
+    systems: dict[str, str] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Served system per model id (textfree.server.registry), for models not of the default one: "
+            "'ppft' for models, 'hf-embed' for embed_models."
         },
     )
     keys_path: str | None = field(
@@ -210,6 +219,7 @@ class ServerConfig:
                 raise ValueError(
                     f"ServerConfig.{attr} must map model ids (letters, digits, '._-', at most 64) to directories"
                 )
+        self._check_systems()
         clash = set(self.models) & set(self.embed_models)
         if clash:
             raise ValueError(f"model id(s) {sorted(clash)} are both a generate and an embed model")
@@ -240,6 +250,19 @@ class ServerConfig:
             raise ValueError(
                 f"auth can be off only on a loopback host ({', '.join(LOOPBACK_HOSTS)}), not {self.host!r}"
             )
+
+    def _check_systems(self) -> None:
+        if not isinstance(self.systems, dict) or not all(isinstance(v, str) and v for v in self.systems.values()):
+            raise ValueError(f"ServerConfig.systems must map model ids to served system names, got {self.systems!r}")
+        unknown = sorted(set(self.systems) - set(self.models) - set(self.embed_models))
+        if unknown:
+            raise ValueError(f"ServerConfig.systems names model id(s) {unknown} that are not served")
+
+    def system_of(self, model_id: str) -> str:
+        """The name of the served system of ``model_id``: ``systems[model_id]``, else its table's default."""
+        if model_id in self.systems:
+            return self.systems[model_id]
+        return DEFAULT_SYSTEMS["embed_models" if model_id in self.embed_models else "models"]
 
     @property
     def default_new_tokens(self) -> int:

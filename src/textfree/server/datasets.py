@@ -31,6 +31,7 @@ from ..atomic import atomic_write_bytes
 from ..payload import Payload, PayloadError
 from .config import ServerConfig
 from .errors import ApiError
+from .registry import TrainingRow
 from .store import Store, new_id
 
 __all__ = [
@@ -39,7 +40,7 @@ __all__ = [
     "validate_upload",
     "write_dataset",
     "dataset_view",
-    "load_examples",
+    "load_rows",
     "DATASET_FORMAT",
 ]
 
@@ -183,10 +184,8 @@ def dataset_view(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def load_examples(store: Store, dataset_ids: list[str]):
-    """The :class:`~textfree.ppft.batches.PayloadExample` rows of stored datasets, in order (a job's training data)."""
-    from ..ppft.batches import PayloadExample
-
+def load_rows(store: Store, dataset_ids: list[str]) -> list[TrainingRow]:
+    """The :class:`~textfree.server.registry.TrainingRow` rows of stored datasets, in order (a job's training data)."""
     examples = []
     for dataset_id in dataset_ids:
         d = store.dataset_dir(dataset_id)
@@ -203,5 +202,5 @@ def load_examples(store: Store, dataset_ids: list[str]):
             )
         public = payload.public or [""] * payload.batch_size
         for i, n in enumerate(payload.lengths):
-            examples.append(PayloadExample(payload.vectors[i, :n].float().clone(), public[i], targets[i]))
+            examples.append(TrainingRow(payload.vectors[i, :n].float().clone(), public[i], targets[i]))
     return examples

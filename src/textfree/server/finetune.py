@@ -160,6 +160,13 @@ def add_fine_tuning_routes(
         st = db()
         req = _parse_json(JobRequest, await _read_body(request, config.max_body_bytes))
         model = registry.get(req.model, "generate")
+        system = registry.system(model.id, config)
+        if not system.fine_tunes:
+            raise ApiError(
+                422,
+                "invalid_request",
+                f"model {model.id!r} is served by system {system.name!r}, which does not fine-tune",
+            )
         if len(set(req.datasets)) != len(req.datasets):
             raise ApiError(422, "invalid_request", "datasets: an id is listed twice")
         rows = 0
@@ -229,7 +236,8 @@ def add_fine_tuning_routes(
 
     @app.get(
         "/v1/fine_tuning/jobs/{job_id}/events",
-        summary="A job's events (progress with loss, checkpoints, status changes); ?stream=true for Server-Sent Events.",
+        summary="A job's events (progress with loss, checkpoints, status changes); ?stream=true for Server-Sent "
+        "Events.",
     )
     async def job_events(
         request: Request,

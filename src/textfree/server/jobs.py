@@ -1,6 +1,6 @@
 """Fine-tuning jobs: the request schema, the JSON a tenant sees, and ``JobManager``, the background workers.
 
-A job adapts a served generate model's projection + LoRA (PPFT stage 2: :func:`textfree.ppft.adapt.train_adapter`)
+A job adapts a served generate model (its served system's ``fine_tune``: PPFT's is stage 2, projection + LoRA)
 to the tenant's uploaded datasets (payload rows + targets; never text) and produces an adapter that
 ``/v1/generate`` serves with ``adapter=<id>``. ``max_concurrent_jobs`` worker threads take queued jobs oldest first;
 the rest wait, queued. Everything a job does is in the database (status, step, loss, events), so:
@@ -24,6 +24,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from .config import ServerConfig
+from .registry import FineTuneJob, ServedSystem, get_system
 from .store import Store, new_id
 
 __all__ = ["Hyperparameters", "JobRequest", "JobManager", "job_view", "total_steps"]
@@ -117,12 +118,21 @@ class JobManager:
     """``max_concurrent_jobs`` worker threads running queued jobs. ``start()`` queues again the jobs an earlier
     process left running and starts the workers; ``close()`` stops them after their current step.
 
-    ``step_hook(job_id, step)``, when set, runs after every step (tests use it to stop a job at a known step)."""
+    ``step_hook(job_id, step)``, when set, runs after every step (tests use it to stop a job at a known step).
+    ``system_of(model_id)`` is the served system that trains a model (default: the one ``config`` names)."""
 
-    def __init__(self, store: Store, config: ServerConfig, *, model_dirs: dict[str, str]):
+    def __init__(
+        self,
+        store: Store,
+        config: ServerConfig,
+        *,
+        model_dirs: dict[str, str],
+        system_of: Callable[[str], ServedSystem] | None = None,
+    ):
         self.store = store
         self.config = config
         self.model_dirs = dict(model_dirs)
+        self.system_of = system_of or (lambda model_id: get_system(config.system_of(model_id)))
         self.step_hook: Callable[[str, int], None] | None = None
         self._stop = threading.Event()
         self._wake = threading.Condition()
@@ -198,15 +208,34 @@ class JobManager:
         self.store.finish_job(job_id, status, message, error=error)
 
     def _train(self, job: dict[str, Any]) -> None:
-        from ..ppft.adapt import AdaptConfig, train_adapter
-        from ..training.checkpoint import latest_checkpoint
-        from .datasets import load_examples
+        from .datasets import load_rows
 
-        job_id, hp = job["id"], job["hyperparameters"]
+        job_id = job["id"]
         run = self.store.job_dir(job_id)
         init = self.model_dirs.get(job["model"])
         if init is None:
             raise ValueError(f"model {job['model']!r} is no longer served by this server")
+        system = self.system_of(job["model"])
+        if system.fine_tune is None:
+            raise ValueError(f"model {job['model']!r} is served by system {system.name!r}, which does not fine-tune")
+        self._announce_start(job_id, run)
+        summary = system.fine_tune(
+            FineTuneJob(
+                run_dir=run,
+                init=init,
+                dataset_ids=list(job["datasets"]),
+                rows=load_rows(self.store, job["datasets"]),
+                hyperparameters=dict(job["hyperparameters"]),
+                device=self.config.device,
+                on_step=self._step_callback(job),
+            )
+        )
+        self._succeed(job, summary)
+
+    def _announce_start(self, job_id: str, run) -> None:
+        """Record where the job starts: from its newest checkpoint (a resumed job) or from step 0."""
+        from ..training.checkpoint import latest_checkpoint
+
         ckpt = latest_checkpoint(run)
         resumed = int(ckpt.name.split("-")[1]) if ckpt is not None else None
         self.store.update_job(job_id, resumed_from_step=resumed)
@@ -216,40 +245,25 @@ class JobManager:
             "resuming from checkpoint step %d" % resumed if resumed else "training started",
             {"resumed_from_step": resumed},
         )
-        examples = load_examples(self.store, job["datasets"])
-        cfg = AdaptConfig(
-            out=str(run),
-            init=init,
-            data=list(job["datasets"]),
-            epochs=hp["epochs"],
-            max_steps=hp.get("max_steps"),
-            batch_size=hp["batch_size"],
-            lr=hp["lr"],
-            warmup_steps=hp["warmup_steps"],
-            weight_decay=hp["weight_decay"],
-            grad_clip=hp["grad_clip"],
-            ema_decay=hp.get("ema_decay"),
-            seed=hp["seed"],
-            log_every=hp["log_every"],
-            save_every=hp["save_every"],
-            cpu=self.config.device == "cpu",
-            progress=False,
-        )
+
+    def _step_callback(self, job: dict[str, Any]) -> Callable[[int, float], None]:
+        """``on_step(step, loss)``: progress and checkpoint events, the test hook, then stop or cancel if asked."""
+        job_id, hp, total = job["id"], job["hyperparameters"], job["total_steps"]
         window: list[float] = []
 
         def on_step(step: int, loss: float) -> None:
             window.append(loss)
             self.store.update_job(job_id, step=step, loss=_finite(loss))
-            if step % cfg.log_every == 0 or step == job["total_steps"]:
+            if step % hp["log_every"] == 0 or step == total:
                 mean = _finite(sum(window) / len(window))
                 self.store.add_event(
                     job_id,
                     "progress",
-                    f"step {step}/{job['total_steps']}: loss " + ("not finite" if mean is None else f"{mean:.4f}"),
-                    {"step": step, "total_steps": job["total_steps"], "loss": mean},
+                    f"step {step}/{total}: loss " + ("not finite" if mean is None else f"{mean:.4f}"),
+                    {"step": step, "total_steps": total, "loss": mean},
                 )
                 window.clear()
-            if step % cfg.save_every == 0 and step != job["total_steps"]:
+            if step % hp["save_every"] == 0 and step != total:
                 self.store.add_event(job_id, "checkpoint", f"checkpoint at step {step}", {"step": step})
             if self.step_hook is not None:
                 self.step_hook(job_id, step)
@@ -258,10 +272,12 @@ class JobManager:
             if self.store.cancel_requested(job_id):
                 raise _Cancel
 
-        summary = train_adapter(cfg, examples, on_step=on_step)
+        return on_step
+
+    def _succeed(self, job: dict[str, Any], summary: dict[str, Any]) -> None:
         adapter = {"id": new_id("ad_"), "tenant": job["tenant"], "model": job["model"]}
         self.store.finish_job(
-            job_id,
+            job["id"],
             "succeeded",
             f"adapter {adapter['id']} is ready: POST /v1/generate with adapter={adapter['id']}",
             adapter=adapter,

@@ -90,7 +90,8 @@ class Metrics:
         ]
         for r in snap["requests"]:
             lines.append(
-                f'textfree_requests_total{{route="{_label(r["route"])}",method="{r["method"]}",status="{r["status"]}"}} {r["count"]}'
+                f'textfree_requests_total{{route="{_label(r["route"])}",method="{r["method"]}",'
+                f'status="{r["status"]}"}} {r["count"]}'
             )
         lines += [
             "# HELP textfree_request_latency_seconds Request latency over each route's last requests (sliding window).",

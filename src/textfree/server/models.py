@@ -1,21 +1,21 @@
-"""The models a server holds, their *model cards*, and the checks a payload must pass before it reaches them.
+"""The generic parts of served models: model cards' payload checks, prepared requests, and the model table.
 
-* :class:`GenerateModel` wraps a PPFT :class:`~textfree.ppft.server.ServerModel` (projection + decoder + LoRA;
-  the run's ``encoder/`` is never loaded): pooled payload rows (+ public text) -> answers.
-* :class:`EmbedModel` is the SnD-style embedding service: a Hugging Face encoder whose transformer layers run on
-  the client's noisy *token* embeddings (``inputs_embeds``) and whose last hidden states are mean-pooled into one
-  sentence embedding per row. It fixes the route and the wire format; the SnD issue brings the real models.
+* :func:`check_common` / :func:`check_public` are the checks every payload passes against a model's *card* before
+  it reaches a model; every one raises :class:`~textfree.server.errors.ApiError` (4xx), so nothing malformed
+  reaches torch. :class:`Prepared` is a validated request, :class:`Decoding` a generate batch's key.
+* :class:`EmbedModel` is the SnD-style embedding service (served system ``"hf-embed"``): a Hugging Face encoder whose
+  transformer layers run on the client's noisy *token* embeddings (``inputs_embeds``) and whose last hidden states
+  are mean-pooled into one sentence embedding per row. It fixes the route and the wire format.
+* :class:`ModelRegistry` holds every served model by id, each loaded by its served system
+  (:mod:`textfree.server.registry`); generate models come from a system such as PPFT, which registers itself.
 
 A model card tells a client everything it needs to privatize correctly (encoder id + sha256 + width, k, mechanism
-family, ...). Every ``prepare`` raises :class:`~textfree.server.errors.ApiError` (400) for a payload the model cannot
-read, so nothing malformed reaches torch.
+family, ...).
 """
 
 from __future__ import annotations
 
 import copy
-import functools
-import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +26,24 @@ import torch
 from ..payload import FORMAT_VERSION, Payload
 from .config import ServerConfig
 from .errors import ApiError
+from .registry import ServedModel, ServedSystem, UnknownSystemError, get_system, register_system
 
-__all__ = ["Decoding", "GenerateModel", "EmbedModel", "ModelRegistry", "Prepared", "public_name", "row_generators"]
+__all__ = [
+    "Decoding",
+    "EMBED_SYSTEM",
+    "EmbedModel",
+    "ModelRegistry",
+    "Prepared",
+    "PublicTokenCounter",
+    "check_common",
+    "check_public",
+    "mismatch",
+    "pad_cat",
+    "public_name",
+    "row_generators",
+    "split_rows",
+    "trimmed",
+]
 
 NORM_TOLERANCE = 1e-3
 
@@ -77,11 +93,14 @@ def row_generators(items: Sequence[Prepared]) -> list[torch.Generator]:
     return out
 
 
-def _mismatch(message: str) -> ApiError:
+def mismatch(message: str) -> ApiError:
+    """A 400 ``payload_mismatch``: the payload is well formed but not one this model reads."""
     return ApiError(400, "payload_mismatch", message)
 
 
-def _check_common(payload: Payload, card: dict[str, Any], config: ServerConfig) -> None:
+def check_common(payload: Payload, card: dict[str, Any], config: ServerConfig) -> None:
+    """Refuse (413/400) a payload this card's model cannot read: too many rows, another kind, encoder, k, noise
+    family, slot padding, slot centre or more slots than the model takes."""
     if payload.batch_size > config.max_batch_rows:
         raise ApiError(
             413,
@@ -89,42 +108,42 @@ def _check_common(payload: Payload, card: dict[str, Any], config: ServerConfig) 
             f"the payload has {payload.batch_size} rows; this server takes at most {config.max_batch_rows} per payload",
         )
     if payload.kind != card["payload_kind"]:
-        raise _mismatch(f"model {card['id']!r} takes {card['payload_kind']!r} payloads, got kind {payload.kind!r}")
+        raise mismatch(f"model {card['id']!r} takes {card['payload_kind']!r} payloads, got kind {payload.kind!r}")
     if payload.encoder.kind != card["encoder_kind"]:
-        raise _mismatch(
+        raise mismatch(
             f"model {card['id']!r} takes payloads of a {card['encoder_kind']!r} encoder, got {payload.encoder.kind!r}"
         )
     if payload.encoder.dim != card["encoder_dim"]:
-        raise _mismatch(
+        raise mismatch(
             f"payload width {payload.encoder.dim} != model {card['id']!r}'s encoder width {card['encoder_dim']}"
         )
     want, got = card["encoder_sha256"], payload.encoder.sha256
     if want and got != want:
-        raise _mismatch(
+        raise mismatch(
             f"payload made by an encoder with sha256 {str(got)[:12]}..., but model {card['id']!r} needs encoder sha256 "
             f"{want[:12]}... (see GET /v1/models/{card['id']})"
         )
     priv = payload.privatization
     if priv.k != card["k"]:
-        raise _mismatch(f"payload pooled with k={priv.k}, model {card['id']!r} takes k={card['k']}")
+        raise mismatch(f"payload pooled with k={priv.k}, model {card['id']!r} takes k={card['k']}")
     if priv.normalize != card["normalize"] or (priv.noise is not None and priv.renormalize != card["renormalize"]):
-        raise _mismatch(
+        raise mismatch(
             f"model {card['id']!r} takes normalize={card['normalize']}, renormalize={card['renormalize']} payloads"
         )
     if priv.noise is not None:
         family = getattr(priv.noise, "name", None)
         inner = getattr(getattr(priv.noise, "inner", None), "name", None)
         if card["mechanism"] not in (family, inner):
-            raise _mismatch(
+            raise mismatch(
                 f"payload noise {family!r} is not model {card['id']!r}'s mechanism family {card['mechanism']!r}"
             )
     if card.get("fixed_slots") and priv.pad_to != card["max_slots"]:
-        raise _mismatch(
+        raise mismatch(
             f"model {card['id']!r} takes payloads padded to {card['max_slots']} slots (fixed_slots: the client "
             f"hides the prompt's length), got pad_to={priv.pad_to}"
         )
     if card.get("payload_kind") == "pooled" and priv.repeat_mean != bool(card.get("repeat_mean")):
-        raise _mismatch(
+        raise mismatch(
             f"model {card['id']!r} takes payloads whose slots are "
             + (
                 "each prompt's repeated mean slot (repeat_mean: true)"
@@ -135,18 +154,21 @@ def _check_common(payload: Payload, card: dict[str, Any], config: ServerConfig) 
         )
     if card.get("payload_kind") == "pooled" and priv.center_sha256 != card.get("center_sha256"):
         want = card.get("center_sha256")
-        raise _mismatch(
-            f"model {card['id']!r} takes payloads centred on the slot centre {want[:12]}... (see GET /v1/models/{card['id']})"
+        raise mismatch(
+            f"model {card['id']!r} takes payloads centred on the slot centre {want[:12]}... (see GET "
+            f"/v1/models/{card['id']})"
             if want
-            else f"model {card['id']!r} takes uncentred slots, got a payload centred on {str(priv.center_sha256)[:12]}..."
+            else f"model {card['id']!r} takes uncentred slots, got a payload centred on "
+            f"{str(priv.center_sha256)[:12]}..."
         )
     if payload.vectors.shape[1] and max(payload.lengths) > card["max_slots"]:
-        raise _mismatch(
+        raise mismatch(
             f"a row has {max(payload.lengths)} vectors; model {card['id']!r} takes at most {card['max_slots']}"
         )
 
 
-def _check_public(public: Sequence[str] | None, rows: int, config: ServerConfig) -> list[str] | None:
+def check_public(public: Sequence[str] | None, rows: int, config: ServerConfig) -> list[str] | None:
+    """The public text of each row, checked (422): one string per row, within ``max_public_chars``, valid Unicode."""
     if public is None:
         return None
     if not isinstance(public, (list, tuple)) or len(public) != rows or not all(isinstance(p, str) for p in public):
@@ -190,131 +212,27 @@ class PublicTokenCounter:
                 )
 
 
-def _trimmed(payload: Payload) -> tuple[torch.Tensor, torch.Tensor]:
+def trimmed(payload: Payload) -> tuple[torch.Tensor, torch.Tensor]:
+    """(vectors float32, mask) of a payload, cut to its longest row."""
     n = max(payload.lengths) if payload.batch_size else 0
     return payload.vectors[:, :n].to(torch.float32), payload.mask[:, :n]
 
 
-def _pad_cat(items: Sequence[Prepared]) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_cat(items: Sequence[Prepared]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows of every request of a micro-batch in one (vectors, mask), padded to the longest."""
     s = max(it.vectors.shape[1] for it in items)
     vs = [torch.nn.functional.pad(it.vectors, (0, 0, 0, s - it.vectors.shape[1])) for it in items]
     ms = [torch.nn.functional.pad(it.mask, (0, s - it.mask.shape[1])) for it in items]
     return torch.cat(vs), torch.cat(ms)
 
 
-def _split(values: list, items: Sequence[Prepared]) -> list[list]:
+def split_rows(values: list, items: Sequence[Prepared]) -> list[list]:
+    """Per-row results of a micro-batch cut back into one list per request."""
     out, start = [], 0
     for it in items:
         out.append(values[start : start + it.rows])
         start += it.rows
     return out
-
-
-class GenerateModel:
-    """A PPFT server part behind ``/v1/generate``."""
-
-    task = "generate"
-
-    def __init__(self, model_id: str, server, center: torch.Tensor | None = None):
-        self.id = model_id
-        self.server = server
-        self.server.eval()
-        self.center = center
-        self.card = self._card()
-        self.public_tokens = PublicTokenCounter(server.tokenizer, server.config.template.max_public_tokens)
-
-    @classmethod
-    def load(cls, model_id: str, run_dir: str, *, device: str = "cpu") -> "GenerateModel":
-        from ..ppft.checkpoint import load_center
-        from ..ppft.server import ServerModel
-
-        server = ServerModel.load(run_dir, device=device)
-        return cls(model_id, server, load_center(run_dir, server.config))
-
-    def _card(self) -> dict[str, Any]:
-        c, ref = self.server.config, self.server.decoder_ref
-        if bool(c.center_sha256) != (self.center is not None):  # here, so the vLLM-backed model checks it too
-            raise ValueError(
-                f"model {self.id!r}: a centring client's model needs its slot centre and only it "
-                f"(config center_sha256={c.center_sha256!r}, centre given: {self.center is not None})"
-            )
-        return {
-            "id": self.id,
-            "object": "model",
-            "task": "generate",
-            "route": "/v1/generate",
-            "payload_format_version": FORMAT_VERSION,
-            "payload_kind": "pooled",
-            "encoder_id": c.encoder_id,
-            "encoder_sha256": c.encoder_sha256,
-            "encoder_dim": c.encoder_dim,
-            "encoder_kind": "contextual",
-            "k": c.k,
-            "normalize": True,
-            "renormalize": True,
-            "mechanism": c.mechanism,
-            "noise_match": c.noise_match,
-            "epsilon": c.epsilon,
-            "stage": c.stage,
-            "max_private_tokens": c.max_private_tokens,
-            "max_slots": math.ceil(c.max_private_tokens / c.k),
-            "max_public_tokens": c.template.max_public_tokens,  # a longer public text is refused (422), never cut
-            "fixed_slots": c.fixed_slots,
-            "repeat_mean": c.repeat_mean,  # the client sends each prompt's unit mean slot in place of every slot
-            # the public slot centre the client subtracts before the noise (null: none, as PPFT)
-            "center_sha256": c.center_sha256,
-            "center_mu": c.center_mu,
-            "center": None
-            if self.center is None
-            else self.center.tolist(),  # [d], or the centre + subspace map [1 + m, d]
-            "decoder": {
-                "name": public_name(ref.get("name_or_path")),
-                "sha256": ref.get("sha256"),
-                "model_type": ref.get("model_type"),
-                "hidden_size": ref.get("hidden_size"),
-            },
-            "adapters": [],
-        }
-
-    def prepare(self, payload: Payload, public: Sequence[str] | None, config: ServerConfig) -> Prepared:
-        _check_common(payload, self.card, config)
-        pub = _check_public(payload.public if public is None else public, payload.batch_size, config)
-        self.public_tokens.check(pub)
-        vectors, mask = _trimmed(payload)
-        return Prepared(vectors, mask, pub)
-
-    def run(self, key: Hashable, items: list[Prepared]) -> list[tuple[list[str], int]]:
-        """One generation call for every row of ``items`` (key: a :class:`Decoding`, or max_new_tokens for greedy):
-        per item, its answers and their number of tokens (counted here, in the one thread that uses the tokenizer)."""
-        vectors, mask = _pad_cat(items)
-        public = None
-        if any(it.public is not None for it in items):
-            # no public text and "" lay out the same sequence (only the answer cue follows the slots)
-            public = [p for it in items for p in (it.public if it.public is not None else [""] * it.rows)]
-        decoding = key if isinstance(key, Decoding) else Decoding(int(key))
-        answers, counts = self._generate(vectors, mask, public, decoding, items)
-        return [(a, sum(n)) for a, n in zip(_split(answers, items), _split(counts, items))]
-
-    def _generate(
-        self,
-        vectors: torch.Tensor,
-        mask: torch.Tensor,
-        public: list[str] | None,
-        decoding: Decoding,
-        items: list[Prepared],
-    ) -> tuple[list[str], list[int]]:
-        """Answers of every row and their numbers of tokens (backends override this)."""
-        sampled = decoding.temperature > 0
-        answers = self.server.generate(
-            vectors,
-            mask,
-            public=public,
-            max_new_tokens=decoding.max_new_tokens,
-            temperature=decoding.temperature,
-            top_p=decoding.top_p,
-            generators=row_generators(items) if sampled else None,
-        )
-        return answers, [len(ids) for ids in self.server.tokenizer(answers, add_special_tokens=False)["input_ids"]]
 
 
 class EmbedModel:
@@ -361,55 +279,60 @@ class EmbedModel:
         return cls(model_id, model.to(device), sha256=sha, name=public_name(path))
 
     def prepare(self, payload: Payload, public: Sequence[str] | None, config: ServerConfig) -> Prepared:
-        _check_common(payload, self.card, config)
+        check_common(payload, self.card, config)
         if payload.public is not None or public is not None:
             raise ApiError(422, "invalid_request", "/v1/embed takes no public text")
         if min(payload.lengths) < 1:
-            raise _mismatch("every row of an embed payload needs at least one token")
-        vectors, mask = _trimmed(payload)
+            raise mismatch("every row of an embed payload needs at least one token")
+        vectors, mask = trimmed(payload)
         worst = float(vectors[mask].norm(dim=-1).max())
         if worst > self.clip_norm * (1 + NORM_TOLERANCE):
-            raise _mismatch(
-                f"a token vector has norm {worst:.4g}, above this model's clip_norm {self.clip_norm:.4g} (clip the noisy embeddings)"
+            raise mismatch(
+                f"a token vector has norm {worst:.4g}, above this model's clip_norm {self.clip_norm:.4g} (clip the "
+                "noisy embeddings)"
             )
         return Prepared(vectors, mask, None)
 
     @torch.no_grad()
     def run(self, key: Hashable, items: list[Prepared]) -> list[list[list[float]]]:
-        vectors, mask = _pad_cat(items)
+        vectors, mask = pad_cat(items)
         dev = next(self.model.parameters()).device
         out = self.model(inputs_embeds=vectors.to(dev), attention_mask=mask.to(dev).long()).last_hidden_state.float()
         m = mask.to(dev).unsqueeze(-1).float()
         pooled = (out * m).sum(dim=1) / m.sum(dim=1).clamp_min(1.0)
-        return _split(pooled.cpu().tolist(), items)
+        return split_rows(pooled.cpu().tolist(), items)
+
+
+def _load_embed(model_id: str, source: str, config: ServerConfig) -> EmbedModel:
+    return EmbedModel.load(model_id, source, device=config.device)
+
+
+EMBED_SYSTEM = register_system(ServedSystem(name="hf-embed", task="embed", payload_kind="token", load=_load_embed))
 
 
 class ModelRegistry:
-    """Every served model by id."""
+    """Every served model by id, with the served system each came from (``systems``; empty for models passed in)."""
 
-    def __init__(self, models: dict[str, Any]):
+    def __init__(self, models: dict[str, ServedModel], systems: dict[str, ServedSystem] | None = None):
         self.models = dict(models)
+        self.systems = dict(systems or {})
 
     @classmethod
     def load(cls, config: ServerConfig) -> "ModelRegistry":
-        models: dict[str, Any] = {}
-        generate = GenerateModel.load
-        if config.backend == "vllm":  # a gateway: validates and projects here, generates on a vLLM server
-            from .vllm_gateway import VllmGenerateModel
-
-            generate = functools.partial(VllmGenerateModel.load, config=config)
-        for table, kind, load in (
-            (config.models, GenerateModel, generate),
-            (config.embed_models, EmbedModel, EmbedModel.load),
-        ):
+        """Every model of ``config``, each loaded by its served system (``config.system_of``)."""
+        models: dict[str, ServedModel] = {}
+        systems: dict[str, ServedSystem] = {}
+        for task, table in (("generate", config.models), ("embed", config.embed_models)):
             for model_id, path in table.items():
+                system = systems[model_id] = _system_for(config, model_id, task)
                 try:
-                    models[model_id] = load(model_id, path, device=config.device)
+                    models[model_id] = system.load(model_id, path, config)
                 except (OSError, ValueError, RuntimeError) as exc:
-                    raise ValueError(f"cannot load {kind.task} model {model_id!r} from {path!r}: {exc}") from exc
-        return cls(models)
+                    raise ValueError(f"cannot load {task} model {model_id!r} from {path!r}: {exc}") from exc
+        return cls(models, systems)
 
     def get(self, model_id: str | None, task: str):
+        """The model a request names, serving ``task`` (422 unnamed, 404 unknown or of another route)."""
         if not model_id:
             raise ApiError(422, "invalid_request", "name the model (query parameter or JSON field 'model')")
         model = self.models.get(model_id)
@@ -419,5 +342,33 @@ class ModelRegistry:
             raise ApiError(404, "model_not_found", f"model {model_id!r} serves {model.card['route']}, not /v1/{task}")
         return model
 
+    def system(self, model_id: str, config: ServerConfig) -> ServedSystem:
+        """The served system of a model: the one it was loaded by, else the one ``config`` names for it."""
+        found = self.systems.get(model_id)
+        if found is not None:
+            return found
+        model = self.models.get(model_id)
+        task = model.task if model is not None else ("embed" if model_id in config.embed_models else "generate")
+        return _system_for(config, model_id, task)
+
+    def card(self, model_id: str) -> dict[str, Any]:
+        """The public model card of ``model_id``, built by its system (its handler's own card without one)."""
+        model = self.models[model_id]
+        system = self.systems.get(model_id)
+        return system.card(model) if system is not None else model.card
+
     def cards(self) -> list[dict[str, Any]]:
-        return [m.card for m in self.models.values()]
+        """The card of every served model, in order."""
+        return [self.card(model_id) for model_id in self.models]
+
+
+def _system_for(config: ServerConfig, model_id: str, task: str) -> ServedSystem:
+    """The registered system ``config`` names for a model, checked to serve ``task`` (ValueError naming both)."""
+    name = config.system_of(model_id)
+    try:
+        system = get_system(name)
+    except UnknownSystemError as exc:
+        raise ValueError(f"cannot load {task} model {model_id!r}: {exc}") from None
+    if system.task != task:
+        raise ValueError(f"model {model_id!r} is a {task} model but served system {name!r} serves {system.task}")
+    return system

@@ -1,11 +1,12 @@
-"""Helpers to run a server on loopback and watch its traffic: for tests, and to check for yourself what crosses the wire.
+"""Helpers to run a server on loopback and watch its traffic: for tests, and to check for yourself what crosses the
+wire.
 
 * :func:`serve_in_thread` runs an ASGI app under uvicorn on a free loopback port, in a daemon thread.
 * :class:`RecordingProxy` is a TCP proxy on another loopback port that forwards bytes both ways and records them,
   so a test can assert what a client really sent (``sent``) and received (``received``).
 * :func:`subprocess_server` runs a server command in a subprocess until its ``/health`` answers (load test, vLLM).
-* :func:`make_tiny_run` writes a loadable PPFT run directory with a tiny random decoder (seconds, for tests);
-  :func:`make_demo_run` also makes its tiny encoder (benchmarks, the load test).
+
+A tiny servable run of a system comes from that system (PPFT's: :func:`textfree.ppft.testing.make_tiny_run`).
 """
 
 from __future__ import annotations
@@ -27,16 +28,7 @@ __all__ = [
     "RecordingProxy",
     "leaked_words",
     "tenant_headers",
-    "make_tiny_run",
-    "make_demo_run",
-    "RUN_SIZES",
 ]
-
-# decoder shapes of make_demo_run: "small" is the shape of the locally pretrained decoder (docs/decoder.md)
-RUN_SIZES = {
-    "tiny": {"hidden": 32, "layers": 2, "heads": 2},
-    "small": {"hidden": 256, "layers": 6, "heads": 4, "intermediate": 688},
-}
 
 
 @contextlib.contextmanager
@@ -79,7 +71,8 @@ def subprocess_server(
     env: dict[str, str] | None = None,
     ready_timeout_s: float = 180.0,
 ) -> Iterator[subprocess.Popen]:
-    """Run ``cmd`` (its output to ``log_path``) until ``url + '/health'`` answers 200, yield the process, stop it on exit."""
+    """Run ``cmd`` (its output to ``log_path``) until ``url + '/health'`` answers 200, yield the process, stop it on
+    exit."""
     import httpx
 
     with open(log_path, "wb") as log:
@@ -186,32 +179,6 @@ class RecordingProxy:
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
             src.close()  # each socket is the source of exactly one pump
-
-
-def make_tiny_run(out_dir, encoder_dir, *, k: int = 4, epsilon: float | None = 75.0, seed: int = 0, **decoder) -> Path:
-    """A PPFT run directory (``out_dir/run``) of ``encoder_dir`` + a tiny random Llama decoder (``out_dir/decoder``;
-    ``decoder`` overrides its shape: hidden, layers, heads, intermediate, as ``make_tiny_decoder_dir`` takes them).
-
-    Untrained: its card states ``epsilon`` (default 75) and stage ``stage2`` as if it had been adapted, so a client
-    has a default epsilon. For tests, demos and benchmarks only."""
-    from ..lm.loading import make_tiny_decoder_dir
-    from ..ppft.model import TextFreeLM
-
-    out = Path(out_dir)
-    decoder = make_tiny_decoder_dir(out / "decoder", **{"hidden": 32, "layers": 2, "heads": 2, **decoder}, seed=seed)
-    lm = TextFreeLM.build(decoder, encoder=encoder_dir, k=k, seed=seed)
-    lm.server.config = lm.config.replace(epsilon=epsilon, stage="stage2")
-    return lm.save(out / "run")
-
-
-def make_demo_run(out_dir, size: str = "tiny", *, seed: int = 0) -> Path:
-    """A tiny random encoder (``out_dir/encoder``) and a run of it with a random decoder of ``RUN_SIZES[size]``."""
-    from ..encoders import make_tiny_encoder_dir
-
-    if size not in RUN_SIZES:
-        raise ValueError(f"size must be one of {sorted(RUN_SIZES)}, got {size!r}")
-    encoder = make_tiny_encoder_dir(Path(out_dir) / "encoder", hidden=32, layers=2, heads=2, seed=seed)
-    return make_tiny_run(out_dir, encoder, seed=seed, **RUN_SIZES[size])
 
 
 def leaked_words(sent: bytes, text: str, tokenizer, *, allowed: str = "") -> list[str]:

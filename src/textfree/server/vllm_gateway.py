@@ -1,8 +1,9 @@
 """The vLLM gateway backend (``ServerConfig(backend="vllm")``, ``textfree serve --backend vllm --vllm-url URL``).
 
 The gateway is an ordinary textfree server (auth, limits, payload validation, model cards, micro-batching) whose
-generate models do not hold a decoder: per batch, :class:`~textfree.server.prompt_embeds.PromptEmbedder` projects
-the payload's slots and embeds BOS + public tokens, and :class:`VllmClient` sends the rows as ``prompt_embeds`` to
+generate models do not hold a decoder: per batch, a served system's gateway model (PPFT's:
+:class:`textfree.ppft.serving.VllmGenerateModel`) projects the payload's slots and embeds BOS + public tokens,
+and :class:`VllmClient` sends the rows as ``prompt_embeds`` to
 ``POST {vllm_url}/v1/completions`` of a vLLM OpenAI-compatible server (``vllm serve DECODER --enable-prompt-embeds
 --enable-lora --lora-modules ID=RUN_DIR/adapter``), with the model's LoRA name as ``model``. Greedy by default
 (temperature 0), so the answers are those of the in-process backend.
@@ -23,12 +24,10 @@ from typing import Any
 import httpx
 import torch
 
-from .config import ServerConfig
 from .errors import ApiError
-from .models import GenerateModel, PublicTokenCounter
-from .prompt_embeds import PromptEmbedder, encode_embeds
+from .prompt_embeds import encode_embeds
 
-__all__ = ["SamplingParams", "completion_request", "VllmClient", "VllmGenerateModel", "API_KEY_ENV"]
+__all__ = ["SamplingParams", "completion_request", "VllmClient", "API_KEY_ENV"]
 
 log = logging.getLogger("textfree.server.vllm")
 
@@ -154,74 +153,3 @@ class VllmClient:
                 502, "backend_error", f"the vLLM backend answered choices {sorted(by_index)[:8]} for {n} prompts"
             )
         return [by_index[i] for i in range(n)]
-
-
-class VllmGenerateModel(GenerateModel):
-    """A generate model whose decoding runs on vLLM: same card, same payload checks as :class:`GenerateModel`."""
-
-    def __init__(
-        self,
-        model_id: str,
-        embedder: PromptEmbedder,
-        client: VllmClient,
-        *,
-        lora: str | None = None,
-        dtype: str = "float32",
-        max_concurrent_calls: int = 8,
-        center: torch.Tensor | None = None,
-    ):
-        self.id = model_id
-        self.server = embedder  # what the card is read from (config, decoder_ref), as GenerateModel's ServerModel
-        self.center = center  # the run's public slot centre, for the card (None: uncentred, as PPFT)
-        self.client = client
-        self.lora = lora or model_id
-        self.dtype = dtype
-        self.max_concurrent_calls = max_concurrent_calls  # the micro-batcher may have this many calls in flight
-        self.card = self._card()
-        self.public_tokens = PublicTokenCounter(embedder.tokenizer, embedder.config.template.max_public_tokens)
-
-    @classmethod
-    def load(
-        cls,
-        model_id: str,
-        run_dir: str,
-        *,
-        config: ServerConfig,
-        device: str = "cpu",
-        transport: httpx.BaseTransport | None = None,
-    ) -> "VllmGenerateModel":
-        client = VllmClient(
-            config.vllm_url,
-            timeout_s=config.vllm_timeout_s,
-            max_connections=config.vllm_max_concurrent_calls,
-            transport=transport,
-        )
-        from ..ppft.checkpoint import load_center
-
-        embedder = PromptEmbedder.load(run_dir)
-        return cls(
-            model_id,
-            embedder,
-            client,
-            dtype=config.vllm_dtype,
-            max_concurrent_calls=config.vllm_max_concurrent_calls,
-            center=load_center(run_dir, embedder.config),
-        )
-
-    def request(
-        self, vectors: torch.Tensor, mask: torch.Tensor, public: list[str] | None, sampling: SamplingParams
-    ) -> dict[str, Any]:
-        return completion_request(self.lora, self.server.rows(vectors, mask, public), sampling, dtype=self.dtype)
-
-    def _generate(
-        self, vectors: torch.Tensor, mask: torch.Tensor, public: list[str] | None, decoding: Any, items: list[Any]
-    ) -> tuple[list[str], list[int]]:
-        # vLLM takes one seed per request: sent only when every request of the batch asked for the same one
-        seeds = {it.seed for it in items}
-        seed = seeds.pop() if len(seeds) == 1 and decoding.temperature > 0 else None
-        sampling = SamplingParams(
-            decoding.max_new_tokens, temperature=decoding.temperature, top_p=decoding.top_p, seed=seed
-        )
-        texts = self.client.complete(self.request(vectors, mask, public, sampling))
-        answers = [t.strip() for t in texts]
-        return answers, self.server.count_tokens(answers)

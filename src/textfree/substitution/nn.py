@@ -98,7 +98,8 @@ def faiss_available() -> bool:
     return True
 
 
-#: ``backend="bf16"`` keeps ``k + BF16_SHORTLIST`` rows per query from the bfloat16 pass for the certificate. Measured on
+#: ``backend="bf16"`` keeps ``k + BF16_SHORTLIST`` rows per query from the bfloat16 pass for the certificate. Measured
+#: on
 #: MiniLM's 21,777 x 384 word table with 5,000 noisy SST-2 words per eta (benchmarks/bench_nn_search.py
 #: ``--bf16-certificate``): docs/substitution.md.
 BF16_SHORTLIST = 15

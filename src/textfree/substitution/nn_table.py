@@ -105,7 +105,8 @@ class SubTable:
 
 def keys64(sub: SubTable, ids: torch.Tensor, rows: torch.Tensor, qq: torch.Tensor, near: torch.Tensor) -> torch.Tensor:
     """float64 keys of rows [m, d] (table ids ``ids``) for their queries ``qq`` [m, d]: ||q - t||^2 where ``near``,
-    else ||t||^2 - 2 q.t (:meth:`textfree.substitution.nn.NearestNeighbors._rerank64`). Each form is computed only where it is used."""
+    else ||t||^2 - 2 q.t (:meth:`textfree.substitution.nn.NearestNeighbors._rerank64`). Each form is computed only where
+    it is used."""
 
     def direct(r, q):
         diff = r - q

@@ -31,7 +31,8 @@ What the guarantee does not cover, by construction:
 PCT2T: ``pos_categories`` (default for :func:`pct2t`: ``DEFAULT_POS_CATEGORIES`` = NOUN, VERB, PRON, ADP). The
 input text is tagged in context; a word whose tag is a selected category is replaced only by table words of that
 category (the table is tagged once, each word in isolation); a word whose tag is not selected is substituted over
-the whole table, as in T2T (our choice: RAPT's own rule for these words could not be checked). For two words of the same category the guarantee above holds unchanged (the candidate set
+the whole table, as in T2T (our choice: RAPT's own rule for these words could not be checked). For two words of the same
+category the guarantee above holds unchanged (the candidate set
 is the same public set); the category itself is revealed, since outputs stay in it. Limitation of tagging the
 table in isolation: a word used in a category other than its context-free one ("run" as a noun) is not among
 its own candidates, so it is replaced even for very large eta.
@@ -89,7 +90,8 @@ class TextToText:
     ("auto", "matmul", "faiss", "bf16"), ``oov`` policy ("keep", "subtokens", "error") and ``preserve_case`` are
     explained in the module docstring. ``search``: "exact" (default) or "approximate" (an int8 pass keeping
     ``1 + shortlist`` words per input word, re-ranked in float64; same privacy guarantee, see the module
-    docstring; refuses ``backend="faiss"`` and ``"bf16"``). Construction builds the search index (and, for PCT2T, tags the
+    docstring; refuses ``backend="faiss"`` and ``"bf16"``). Construction builds the search index (and, for PCT2T, tags
+    the
     table); :meth:`with_eta` makes a copy with another eta that shares them.
     """
 

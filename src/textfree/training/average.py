@@ -64,17 +64,20 @@ class WeightAverage:
         if set(tensors) != set(self.average):
             raise ValueError(
                 f"{where}: the saved weight average does not match the trained parameters "
-                f"(missing {sorted(set(self.average) - set(tensors))[:5]}, extra {sorted(set(tensors) - set(self.average))[:5]})"
+                f"(missing {sorted(set(self.average) - set(tensors))[:5]}, "
+                f"extra {sorted(set(tensors) - set(self.average))[:5]})"
             )
         for name, t in tensors.items():
             if tuple(t.shape) != tuple(self.average[name].shape):
                 raise ValueError(
-                    f"{where}: the saved average of {name!r} has shape {tuple(t.shape)}, the parameter {tuple(self.average[name].shape)}"
+                    f"{where}: the saved average of {name!r} has shape {tuple(t.shape)}, "
+                    f"the parameter {tuple(self.average[name].shape)}"
                 )
             self.average[name] = t.to(self.average[name].device, torch.float32).clone()
 
     def _check_names(self, params: Mapping[str, torch.Tensor], what: str) -> None:
         if set(params) != set(self.average):
             raise ValueError(
-                f"WeightAverage.{what}: parameters {sorted(set(params) ^ set(self.average))[:5]} are not the averaged ones"
+                f"WeightAverage.{what}: parameters {sorted(set(params) ^ set(self.average))[:5]} "
+                "are not the averaged ones"
             )

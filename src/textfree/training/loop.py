@@ -4,8 +4,8 @@
 Checkpoints (safetensors + JSON, see :mod:`textfree.ppft.checkpoint`) hold the trainable weights, optimizer and RNG
 states and the position in the data, and a run resumes from its newest one. Data order is a seeded permutation per
 epoch, so a resumed run replays exactly what the uninterrupted run would have done. Around it: the run directory
-(:func:`check_run_dir` refuses to resume a directory holding another run; :func:`prepare_run_dir` writes it), summary.json
-(:func:`write_summary`) and the server part's optimizer and loss.
+(:func:`check_run_dir` refuses to resume a directory holding another run; :func:`prepare_run_dir` writes it),
+summary.json (:func:`write_summary`) and the server part's optimizer and loss.
 """
 
 from __future__ import annotations
@@ -54,15 +54,20 @@ def fit(
     collate: Callable[[list[Any]], dict],
     loss_fn: Callable[[torch.nn.Module, dict], torch.Tensor],
     on_step: Callable[[int, float], None] | None = None,
+    accelerator=None,
 ) -> dict[str, Any]:
     """The training loop. ``epoch_examples(epoch)`` gives that epoch's examples (stage 2: fresh payloads);
-    ``loss_fn(model, batch)`` the loss of a batch; ``on_step(step, loss)`` is called after every step."""
+    ``loss_fn(model, batch)`` the loss of a batch; ``on_step(step, loss)`` is called after every step.
+
+    ``accelerator``: the trainer's own, when it needed the device before the loop (else one is made for ``cfg.cpu``).
+    Under ``accelerate launch`` every process runs this; each step takes ``cfg.batch_size`` examples per process from
+    one shared seeded order, and only the main process writes metrics.jsonl and checkpoints."""
     from tqdm.auto import tqdm
 
     from ..accel import make_accelerator
 
     run = Path(cfg.out)
-    accelerator = make_accelerator(cpu=cfg.cpu)
+    accelerator = accelerator or make_accelerator(cpu=cfg.cpu)
     world = accelerator.num_processes
     steps_per_epoch = math.ceil(n_examples / (cfg.batch_size * world))
     total_steps = cfg.epochs * steps_per_epoch
@@ -75,8 +80,9 @@ def fit(
     ckpt = latest_checkpoint(run) if cfg.resume else None
     if ckpt is not None:
         state = load_training_checkpoint(ckpt, model, optimizer)
-        log.info("resumed from %s (step %d)", ckpt, state["step"])
-        _truncate_metrics(run / METRICS, state["step"])
+        if accelerator.is_main_process:
+            log.info("resumed from %s (step %d)", ckpt, state["step"])
+            _truncate_metrics(run / METRICS, state["step"])
     carried_s, first_loss = _carried_record(state, ckpt)
     model, optimizer = accelerator.prepare(model, optimizer)
     # after prepare: the average lives where the parameters now are (on a GPU, not where they were loaded)
@@ -144,8 +150,8 @@ def fit(
                     "elapsed_s": round(time.time() - started, 2),
                 }
                 window = []
-                log.info("step %d epoch %d loss %.4f lr %.3g", record["step"], epoch, record["loss"], record["lr"])
                 if accelerator.is_main_process:
+                    log.info("step %d epoch %d loss %.4f lr %.3g", record["step"], epoch, record["loss"], record["lr"])
                     with open(run / METRICS, "a") as fh:
                         fh.write(json.dumps(record) + "\n")
             if step % cfg.save_every == 0 or step == total_steps:

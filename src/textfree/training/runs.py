@@ -19,7 +19,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from ..atomic import _sha256_file, read_json, write_json
+from ..accel import is_main_process, wait_for_everyone
+from ..atomic import _sha256_file, atomic_write_text, read_json, write_json
 from .checkpoint import CHECKPOINTS_DIR, latest_checkpoint
 from .config import LoopConfig
 
@@ -97,6 +98,15 @@ def prepare_run_dir(cfg: LoopConfig, *, init: str | None = None, fingerprint: st
     resumed only from the same ``init``: the config names it by path, so a rebuilt one would otherwise pass."""
     fingerprint = check_run_dir(cfg, init=init, fingerprint=fingerprint)
     run = Path(cfg.out)
+    wait_for_everyone()  # every process has checked the directory before the main one changes it
+    if is_main_process():
+        _write_run_dir(cfg, run, init, fingerprint)
+    wait_for_everyone()  # and none reads it (checkpoints, metrics) before it is written
+    return run
+
+
+def _write_run_dir(cfg: LoopConfig, run: Path, init: str | None, fingerprint: str | None) -> None:
+    """Create ``run`` and write train_config.json; without resume, remove its checkpoints and metrics."""
     run.mkdir(parents=True, exist_ok=True)
     if not cfg.resume:
         import shutil
@@ -105,15 +115,14 @@ def prepare_run_dir(cfg: LoopConfig, *, init: str | None = None, fingerprint: st
         (run / METRICS).unlink(missing_ok=True)
     doc = {"kind": type(cfg).__name__, "config": cfg.to_dict()}
     write_json(run / TRAIN_CONFIG, doc if init is None else doc | {"init_fingerprint": fingerprint})
-    return run
 
 
 def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop logged lines past the checkpoint we resume from (they will be logged again)."""
+    """Drop logged lines past the checkpoint we resume from (they will be logged again); the main process calls it."""
     if not path.is_file():
         return
     kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
-    path.write_text("".join(line + "\n" for line in kept))
+    atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
 def total_wall_s(summary: dict[str, Any], t0: float) -> float | None:
@@ -123,9 +132,12 @@ def total_wall_s(summary: dict[str, Any], t0: float) -> float | None:
 
 
 def write_summary(run: Path, summary: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """Write summary.json (everything but the model) and return it; the stage functions add the model back."""
+    """Write summary.json (everything but the model; the main process only, the others wait for it) and return it on
+    every process; the stage functions add the model back."""
     data = {k: v for k, v in summary.items() if k != "model"} | extra
-    write_json(run / SUMMARY, data)
+    if is_main_process():
+        write_json(run / SUMMARY, data)
+    wait_for_everyone()
     return data
 
 
@@ -155,7 +167,8 @@ def finished_run(run: str | os.PathLike, config: dict[str, Any], volatile: set[s
 
 
 #: The file of a run that records how its training went (times, losses, steps), not what the run is: left out of
-#: its fingerprint, so a run rebuilt with the same weights and configs (a deterministic rebuild, a resumed one) keeps it.
+#: its fingerprint, so a run rebuilt with the same weights and configs (a deterministic rebuild, a resumed one)
+#: keeps it.
 _OUTCOME_FILE = "summary.json"
 
 
@@ -225,6 +238,7 @@ def same_init(
     current = current or run_fingerprint(init)
     if not _is_fingerprint_of(recorded, init, current):
         raise InitChanged(
-            f"{str(run)!r} was trained from another {str(init)!r} (init fingerprint {recorded[:12]}, now {current[:12]})"
+            f"{str(run)!r} was trained from another {str(init)!r} "
+            f"(init fingerprint {recorded[:12]}, now {current[:12]})"
         )
     return True

@@ -22,8 +22,8 @@ from ...attacks import (
     check_grant,
 )
 from ...attacks.blackbox import BLACKBOX_REQUIRES, BlackBoxConfig
-from ..cell import CellError
-from ._grant import is_ppft_dataset
+from ...data.registry import is_ppft_dataset
+from ...results.cell import CellError
 
 __all__ = [
     "BLACKBOX_ATTACKS",
@@ -150,7 +150,8 @@ def parse_attack_section(section: Any) -> InversionAttackSpec:
 
 
 def _check_blackbox(spec: Any) -> dict:
-    """The ``blackbox`` settings: public ``sources`` (default alpaca + gsm8k train) and :class:`BlackBoxConfig` fields."""
+    """The ``blackbox`` settings: public ``sources`` (default alpaca + gsm8k train) and :class:`BlackBoxConfig`
+    fields."""
     where = "attack.blackbox"
     if spec is None:
         spec = {}

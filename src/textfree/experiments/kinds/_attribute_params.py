@@ -8,7 +8,7 @@ from typing import Any
 
 from ...attacks.attributes import RELEASE_REQUIRES, attribute_metric_names
 from ...attacks.threat import NOISE_AWARE_REQUIRES, ThreatModel
-from ..cell import CellError
+from ...results.cell import CellError
 from ._grant import granted_threat
 from ._t2t import T2T_PARAMS, check_t2t_params
 
@@ -26,7 +26,8 @@ ATTRIBUTE_KINDS: dict[str, dict[str, str]] = {
     "pri-ddx": {"sex": "categorical", "age": "categorical", "symptoms": "multilabel", "antecedents": "multilabel"},
     "trustpilot": {"gender": "categorical", "age_cat": "categorical"},
 }
-#: ``params.target: answer``: the task's correct answer is the one attribute (Pri-DDX: the diagnosis; Pri-SLJA: the charge).
+#: ``params.target: answer``: the task's correct answer is the one attribute (Pri-DDX: the diagnosis; Pri-SLJA: the
+#: charge).
 ANSWER_KINDS: dict[str, str] = {"answer": "categorical"}
 ANSWER_DATASETS = ("pri-ddx", "pri-slja")
 TARGETS = ("attributes", "answer")

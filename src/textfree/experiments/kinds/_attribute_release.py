@@ -14,8 +14,8 @@ from ...heads.classifier import noisy_rows
 from ...mechanisms import SlotPrivatization, center_slots, mechanism_from_dict
 from ...mechanisms.slots import pad_slots, repeat_mean_slots
 from ...mechanisms.transforms import l2_normalize
+from ...results.cell import CellError
 from ...rng import seeded_generator
-from ..cell import CellError
 from ..inputs import load_cell_encoder, record_private_text
 from ..registry import RunContext
 from ._attribute_params import ANSWER_DATASETS, ENCODE_BATCH, _dataset

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from ...attacks.threat import ThreatModel, ThreatModelError, check_grant
-from ..cell import CellError
+from ...data.registry import is_ppft_dataset
+from ...results.cell import CellError
 
-__all__ = ["granted_threat", "is_ppft_dataset", "require_ppft_dataset"]
+__all__ = ["granted_threat", "require_ppft_dataset"]
 
 
 def granted_threat(attack: dict | None, kind: str, name: str, needs: ThreatModel, hint: str = "") -> ThreatModel:
@@ -25,11 +26,6 @@ def granted_threat(attack: dict | None, kind: str, name: str, needs: ThreatModel
     except ThreatModelError as exc:
         raise CellError(f"{exc}{hint}", field="attack.threat") from None
     return threat
-
-
-def is_ppft_dataset(name: str) -> bool:
-    """A Pri-* dataset name (pri-ddx, pri-slja and their short names): one with a PPFT train / held-out split."""
-    return str(name).lower().startswith(("pri-", "ddx", "slja"))
 
 
 def require_ppft_dataset(cell: Any, kind: str, why: str = "") -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..cell import CellError
+from ...results.cell import CellError
 from ..registry import RunContext
 
 __all__ = ["T2T_PARAMS", "positive", "check_t2t_params", "t2t_mechanism", "t2t_guarantee"]

@@ -94,10 +94,11 @@ from ...attacks import (
     oracle_noise,
 )
 from ...attacks.blackbox import BlackBoxConfig, blackbox_attack, public_vocab, train_blackbox
+from ...data.registry import is_ppft_dataset
 from ...mechanisms import mechanism_from_dict
 from ...metrics import token_recovery_rate
+from ...results.cell import CellError
 from ...rng import seeded_generator
-from ..cell import CellError
 from ..inputs import load_records, load_texts, record_private_text
 from ..registry import RunContext, register_cell_kind
 from ._attack_spec import (  # noqa: F401  (re-exported: the attack section's names stay importable from here)
@@ -111,7 +112,6 @@ from ._attack_spec import (  # noqa: F401  (re-exported: the attack section's na
     _check_prior_sources,
     parse_attack_section,
 )
-from ._grant import is_ppft_dataset
 from ._threads import torch_threads
 from ._tokens import token_guarantee, token_sequences, token_table
 
@@ -162,7 +162,8 @@ TOKEN_INVERSION_METRICS = (
 
 TOKEN_INVERSION_PARAMS = {
     "max_tokens": "cut each text to this many tokens before the special tokens are added (int >= 1; default 48)",
-    "threads": "torch threads while the kind runs (int >= 1, or null to leave torch's setting; BeamClean: 1 is fastest)",
+    "threads": "torch threads while the kind runs (int >= 1, or null to leave torch's setting; BeamClean: 1 is "
+    "fastest)",
 }
 
 
@@ -303,7 +304,8 @@ def _prior(spec: dict, inputs: _Inputs, context: RunContext):
         overlap = set(texts) & set(inputs.texts)
         if overlap:
             raise ValueError(
-                f"the prior's training text contains {len(overlap)} of the evaluated texts, e.g. {next(iter(overlap))[:80]!r}"
+                f"the prior's training text contains {len(overlap)} of the evaluated texts, e.g. "
+                f"{next(iter(overlap))[:80]!r}"
             )
         t0 = time.perf_counter()
         prior = BigramPrior.from_texts(

@@ -16,7 +16,8 @@ with ``fixed_slots`` the init run's client pads, and the classifier learns fille
 ``params.init`` is a run directory (a stage-1 run: the *stage-1-aligned* inverter; a stage-2 run: the server's own
 served model, whose client, centre included, makes the payloads) or a mapping ``{encoder: DIR, decoder: DIR}``: an
 unaligned init (that encoder, a fresh projection, the pretrained decoder + fresh LoRA) built once into
-``<out>-init``. The result records which as ``init_stage`` (1, 2; 0 for a model built and never trained). The encoder must be the one that made the attacked payloads (query access to it).
+``<out>-init``. The result records which as ``init_stage`` (1, 2; 0 for a model built and never trained). The encoder
+must be the one that made the attacked payloads (query access to it).
 
 The attacker's text: on a Pri-* dataset the PPFT train part (in-domain text, ``training_text: in_domain``); with
 ``params.train_text`` (public instruction sources such as alpaca, lima, gsm8k:train) that public text instead
@@ -51,13 +52,14 @@ from ...attacks.learned import (
 )
 from ...attacks.slot_tokens import SLOT_TOKENS_REQUIRES, slot_tokens_attack
 from ...attacks.threat import NOISE_AWARE_REQUIRES, ThreatModel
+from ...data.registry import is_ppft_dataset
 from ...metrics.privacy import pii_recovery
+from ...results.cell import CellError
 from ...rng import seeded_generator
-from ..cell import CellError
 from ..inputs import record_private_text
 from ..registry import RunContext, register_cell_kind
 from ._builds import record_read_builds
-from ._grant import granted_threat, is_ppft_dataset
+from ._grant import granted_threat
 from .ppft import _TRAIN, stage2_model
 
 __all__ = ["learned_inversion", "INVERSION_METRICS", "INVERSION_PARAMS"]
@@ -251,7 +253,8 @@ def _validate(cell: Any, points: list[dict]) -> None:
         p = _params(cell, point)
         if not is_ppft_dataset(cell.dataset) and p["variant"] != "restoration" and p.get("train_text") is None:
             raise CellError(
-                f"{cell.dataset!r} is only evaluated: a trained inverter on it needs params.train_text (the attacker's public text)",
+                f"{cell.dataset!r} is only evaluated: a trained inverter on it needs params.train_text (the attacker's "
+                "public text)",
                 field="params.train_text",
             )
         _threat(cell, point, p)
@@ -487,7 +490,9 @@ def learned_inversion(cell: Any, point: dict, seed: int, context: RunContext) ->
         recon = slot_tokens_attack(inverter, payload, lm.encoder.tokenizer, threat=threat)
     else:
         attack = restoration_attack if p["variant"] == "restoration" else learned_inversion_attack
-        recon = attack(lm.server, payload, threat=threat, max_new_tokens=p["max_new_tokens"])
+        recon = attack(
+            lm.server, payload, threat=threat, instruction=RESTORE_INSTRUCTION, max_new_tokens=p["max_new_tokens"]
+        )
     wall = time.perf_counter() - t0
     for text, guess in list(zip(texts, recon))[:3]:
         context.logger.info(

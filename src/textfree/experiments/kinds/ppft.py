@@ -7,7 +7,8 @@
 * ``ppft_stage2``: text-free domain adaptation on the cell's ``dataset`` (pri-ddx | pri-slja), trained **once per
   grid point** (the cell's seeds do not retrain), then evaluated on the held-out split **once per seed**: the
   seed is the evaluation noise seed, so every metric is a mean over noise draws. Params are
-  :class:`~textfree.ppft.train_config.Stage2Config` fields (``init``, ``epsilon``, ``k``, ``mechanism``, ``noise_match``,
+  :class:`~textfree.ppft.train_config.Stage2Config` fields (``init``, ``epsilon``, ``k``, ``mechanism``,
+  ``noise_match``,
   ``tasks``, ``blind``, ``epochs``, ...) plus ``out`` (a template: ``{dataset}``, ``{epsilon}``, ``{k}``,
   ``{mechanism}``, ``{noise_match}``, ``{blind}`` are filled in), ``train_seed`` (default 0) and ``eval_tasks``.
 * ``ppft_evaluate``: evaluate an existing run (``model``) on the cell's ``dataset``: a Pri-* held-out split, or a
@@ -41,7 +42,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..cell import CellError
+from ...results.cell import CellError
 from ..registry import RunContext, register_cell_kind
 from ._builds import record_build
 

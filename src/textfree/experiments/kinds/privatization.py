@@ -32,8 +32,8 @@ import torch
 from ...mechanisms import SlotPrivatization, mechanism_from_dict
 from ...mechanisms.transforms import k_pool, l2_normalize
 from ...metrics import cosine_similarity_rows
+from ...results.cell import CellError
 from ...rng import seeded_generator
-from ..cell import CellError
 from ..inputs import load_cell_encoder, load_texts
 from ..registry import RunContext, register_cell_kind
 

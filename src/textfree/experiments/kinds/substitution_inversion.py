@@ -22,9 +22,11 @@ token recovery of the cross matrix; the learned guess may have another word coun
 minimum-edit alignment, :func:`~textfree.attacks.substitution.aligned_word_recovery`),
 ``rouge_l_{identity,channel,learned,best}`` (mean ROUGE-L F1 of the guess), with ``channel`` or ``learned`` the
 no-input reference ``{word_recovery,rouge_l}_prior`` (one constant guess, the medoid of 100 of the attacker's texts,
-:func:`~textfree.attacks.learned.medoid_text`: Pri-* prompts share a template), ``replacement_rate`` (substituted words that changed), ``kept_rate`` (words outside
+:func:`~textfree.attacks.learned.medoid_text`: Pri-* prompts share a template), ``replacement_rate`` (substituted words
+that changed), ``kept_rate`` (words outside
 the table, released verbatim and not covered by the guarantee), ``word_epsilon`` (eta x D_max: one word's worst
-case), ``prompt_epsilon`` / ``prompt_epsilon_max`` (mean / largest over texts of substituted words x word_epsilon), ``n_texts``, ``n_words``, and with
+case), ``prompt_epsilon`` / ``prompt_epsilon_max`` (mean / largest over texts of substituted words x word_epsilon),
+``n_texts``, ``n_words``, and with
 ``learned`` the training figures (``train_*``, ``reused``).
 """
 
@@ -46,8 +48,8 @@ from ...attacks.substitution import (
 from ...attacks.substitution_learned import SUBSTITUTION_LEARNED_REQUIRES, substitution_learned_attack
 from ...attacks.threat import ThreatModel
 from ...metrics.text import rouge_l
+from ...results.cell import CellError
 from ...rng import seeded_generator
-from ..cell import CellError
 from ..inputs import record_private_text
 from ..registry import RunContext, register_cell_kind
 from ._grant import granted_threat, require_ppft_dataset
@@ -180,7 +182,8 @@ def _mechanism_spec(p: dict) -> dict:
 
 
 def _learned_spec(cell: Any, p: dict) -> dict:
-    """The learned attacker's training config as plain data (:class:`~textfree.attacks.substitution_training.InverterConfig`)."""
+    """The learned attacker's training config as plain data
+    (:class:`~textfree.attacks.substitution_training.InverterConfig`)."""
     mech = _mechanism_spec(p)
     limit = p.get("train_limit")
     return {

@@ -6,7 +6,8 @@ No pretrained decoder is available offline, so PPFT's server decoder is made her
 * :mod:`.tokenizer` trains a byte-level BPE tokenizer on it;
 * :mod:`.config` holds :class:`DecoderPretrainConfig` and its presets (``tiny``, ``small``, ``gpu``);
 * :mod:`.pretrain` trains ``LlamaForCausalLM`` with Accelerate and saves a directory that
-  :func:`textfree.lm.loading.load_decoder` loads like any Hugging Face model.
+  :func:`textfree.lm.loading.load_decoder` loads like any Hugging Face model (samples from it:
+  :func:`textfree.lm.generate.generate_text`).
 
 CLI: ``textfree ppft pretrain-decoder --preset small --out runs/decoder-small``. See ``docs/decoder.md``.
 """
@@ -20,7 +21,7 @@ from .corpus import (
     build_corpus,
     corpus_from_texts,
 )
-from .pretrain import finished_pretraining, greedy_generate, pretrain_decoder
+from .pretrain import finished_pretraining, pretrain_decoder
 from .tokenizer import EOS_TOKEN, PAD_TOKEN, load_tokenizer, train_tokenizer
 
 __all__ = [
@@ -38,5 +39,4 @@ __all__ = [
     "PAD_TOKEN",
     "pretrain_decoder",
     "finished_pretraining",
-    "greedy_generate",
 ]

@@ -60,7 +60,7 @@ class DecoderPretrainConfig:
         default="runs/decoder",
         metadata={
             "help": "Output directory: final model + tokenizer + pretrain_config.json + metrics.json, the token cache "
-            "and checkpoint/. Rerunning with the same directory resumes."
+            "and checkpoints/. Rerunning with the same directory resumes."
         },
     )
     seed: int = field(
@@ -171,11 +171,11 @@ class DecoderPretrainConfig:
     )
     checkpoint_every: int = field(
         default=200,
-        metadata={"help": "Write checkpoint/ (model + optimizer as safetensors, state as JSON) every N steps."},
+        metadata={"help": "Write checkpoints/step-N (model + optimizer as safetensors, state as JSON) every N steps."},
     )
     keep_checkpoint: bool = field(
         default=True,
-        metadata={"help": "Keep checkpoint/ after the run (needed to extend it later with a larger max_steps)."},
+        metadata={"help": "Keep checkpoints/ after the run (needed to extend it later with a larger max_steps)."},
     )
 
     # --------------------------------------------------------------------------------------------- helpers
@@ -255,11 +255,16 @@ class DecoderPretrainConfig:
         path = Path(path)
         if path.is_dir():
             path = path / CONFIG_NAME
-        data = json.loads(path.read_text())
+        return cls.from_dict(json.loads(path.read_text()), source=str(path))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "config") -> "DecoderPretrainConfig":
+        """From :meth:`to_dict`'s output (``source`` names where it came from in errors); unknown keys are an
+        error."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"{path}: unknown pretraining config fields {unknown}")
+            raise ValueError(f"{source}: unknown pretraining config fields {unknown}")
         config = cls(**data)
         config.validate()
         return config

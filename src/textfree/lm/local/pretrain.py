@@ -9,14 +9,16 @@
    ``<out>/tokens.safetensors`` (rebuilt when the corpus or tokenizer changes) and cut into fixed blocks of
    ``context_length`` tokens;
 4. model: ``LlamaForCausalLM(LlamaConfig(...))`` with tied input/output embeddings, initialised from the seed;
-5. training: AdamW, linear warm-up then cosine decay (set by hand each step, nanoGPT style), gradient clipping,
+5. training: AdamW, linear warm-up then cosine decay (:func:`textfree.training.schedule.lr_multiplier`, set by hand
+   each step), gradient clipping,
    Accelerate for device placement, mixed precision and ``accelerate launch`` data parallelism. The batch of step
    ``s`` is a pure function of ``(seed, s, process)`` (a seeded permutation of the blocks per epoch), so resuming
    needs only the step number;
 6. held-out loss/perplexity at the start, every ``eval_every`` steps and at the end; train loss every
    ``log_every`` steps (log + ``train_log.jsonl``);
-7. checkpoints every ``checkpoint_every`` steps (and on Ctrl-C) to ``<out>/checkpoint`` (safetensors + JSON);
-   calling again with the same output directory resumes from it;
+7. checkpoints every ``checkpoint_every`` steps (and on Ctrl-C) to ``<out>/checkpoints/step-N`` in the shared
+   training format (:mod:`textfree.training.checkpoint`: safetensors + JSON, the run's trainer state and config in
+   ``trainer_state.json``); calling again with the same output directory resumes from the latest;
 8. the final model (``save_pretrained``), tokenizer, ``pretrain_config.json``, ``metrics.json`` and
    ``corpus_manifest.json`` in ``<out>``, loadable with ``textfree.lm.loading.load_decoder(out)``.
 """
@@ -26,9 +28,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shutil
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +47,14 @@ from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ...accel import make_accelerator
-from .checkpoint import (
-    CHECKPOINT_DIR,
-    load_checkpoint,
-    read_trainer_state,
-    save_checkpoint,
+from ...atomic import read_json
+from ...training.checkpoint import (
+    CHECKPOINTS_DIR,
+    latest_checkpoint,
+    load_training_checkpoint,
+    save_training_checkpoint,
 )
+from ...training.schedule import lr_multiplier
 from .config import CONFIG_NAME, DecoderPretrainConfig, resolve_mixed_precision
 from .corpus import Corpus, build_corpus, corpus_from_texts
 from .tokenizer import load_tokenizer, train_tokenizer
@@ -58,7 +64,6 @@ __all__ = [
     "finished_pretraining",
     "build_llama_config",
     "lr_at",
-    "greedy_generate",
     "count_parameters",
     "TOKENS_NAME",
     "METRICS_NAME",
@@ -72,6 +77,7 @@ TOKENS_NAME = "tokens.safetensors"
 METRICS_NAME = "metrics.json"
 MANIFEST_NAME = "corpus_manifest.json"
 LOG_NAME = "train_log.jsonl"
+LEGACY_CHECKPOINT_DIR = "checkpoint"  # the resume state before the shared format (no longer read)
 
 _now = time.monotonic  # the clock of time budgets and speeds (a module attribute so tests can replace it)
 
@@ -96,18 +102,15 @@ def build_llama_config(config: DecoderPretrainConfig, tokenizer) -> LlamaConfig:
 
 
 def lr_at(step: int, config: DecoderPretrainConfig, total_steps: int | None) -> float:
-    """Learning rate of optimizer step ``step`` (0-based): linear warm-up, then cosine to ``min_lr_ratio``.
+    """Learning rate of optimizer step ``step`` (0-based): ``config.learning_rate`` times the shared schedule
+    (:func:`textfree.training.schedule.lr_multiplier`: linear warm-up, then cosine to ``min_lr_ratio``).
 
     While ``total_steps`` is unknown (time-budget calibration) the rate after warm-up is the peak rate.
     """
-    peak, floor = config.learning_rate, config.learning_rate * config.min_lr_ratio
-    if step < config.warmup_steps:
-        return peak * (step + 1) / config.warmup_steps
-    if total_steps is None:
-        return peak
-    span = max(1, total_steps - config.warmup_steps)
-    progress = min(1.0, (step - config.warmup_steps) / span)
-    return floor + 0.5 * (peak - floor) * (1.0 + math.cos(math.pi * progress))
+    if total_steps is None and step >= config.warmup_steps:
+        return config.learning_rate
+    total = config.warmup_steps if total_steps is None else total_steps  # unknown: only warm-up steps reach here
+    return config.learning_rate * lr_multiplier(step, total, config.warmup_steps, config.min_lr_ratio)
 
 
 def count_parameters(model: torch.nn.Module) -> dict[str, int]:
@@ -201,42 +204,28 @@ def _ppl(loss: float | None) -> float | None:
     return None if loss is None else float(math.exp(min(loss, 50.0)))
 
 
-@torch.no_grad()
-def greedy_generate(model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 40) -> list[str]:
-    """Greedy continuations of ``prompts`` (text after the prompt, up to EOS)."""
-    model.eval()
-    device = next(model.parameters()).device
-    outs = []
-    for prompt in prompts:
-        ids = tokenizer(prompt, return_tensors="pt").input_ids.to(device)
-        gen = model.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-        outs.append(tokenizer.decode(gen[0, ids.shape[1] :], skip_special_tokens=True))
-    return outs
-
-
-def _check_resumable(out: Path, config: DecoderPretrainConfig) -> None:
-    saved = out / CHECKPOINT_DIR / CONFIG_NAME
-    if not saved.is_file():
+# ------------------------------------------------------------------------------------------------ resume checks
+def _check_resumable(checkpoint: Path, saved: dict[str, Any] | None, config: DecoderPretrainConfig) -> None:
+    """Raise when the checkpoint's run (its trainer state's ``config``) differs from ``config`` outside
+    :data:`~.config.RESUMABLE_FIELDS`; a checkpoint that records no config is not checked."""
+    if saved is None:
         return
-    diff = DecoderPretrainConfig.load(saved).mismatches(config)
+    diff = DecoderPretrainConfig.from_dict(saved, source=str(checkpoint)).mismatches(config)
     if diff:
         detail = ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in diff.items())
         raise ValueError(
-            f"{out} holds a checkpoint of a different run ({detail}); use another output directory "
-            f"or delete {out / CHECKPOINT_DIR}"
+            f"{checkpoint.parent.parent} holds a checkpoint of a different run ({detail}); use another output "
+            f"directory or delete {checkpoint.parent}"
         )
 
 
 def finished_pretraining(config: DecoderPretrainConfig) -> bool:
     """True when ``config.output_dir`` holds a finished decoder pretrained under ``config`` (its metrics, weights and
-    config); a finished decoder of other settings is an error naming them, so it is never silently reused."""
+    config); a finished decoder of other settings is an error naming them, so it is never silently reused.
+
+    Only the final files count (``metrics.json``, ``model.safetensors``, ``pretrain_config.json``, written once the
+    run has finished); the resume state in ``checkpoints/`` plays no part.
+    """
     out = Path(config.output_dir)
     if not all((out / name).is_file() for name in (METRICS_NAME, "model.safetensors", CONFIG_NAME)):
         return False
@@ -282,10 +271,35 @@ def _pretrain(
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     accelerator = make_accelerator(mixed_precision=resolve_mixed_precision(cfg.mixed_precision))
-    main = accelerator.is_main_process
     t_session = _now()
+    data = _prepare_data(cfg, out, texts, accelerator)
+    model, optimizer, sizes = _model_and_optimizer(cfg, data.tokenizer, accelerator)
+    state = _resume(cfg, out, data.key, model, optimizer, accelerator)
+    previous_plan = state["planned_steps"]  # a raised time budget re-calibrates at this plan's final rate
+    state["planned_steps"] = _plan(cfg, state)
+    session = _Session(cfg, out, accelerator, model, optimizer, data, state, sizes, t_session, previous_plan)
+    stopped_by = session.train(stop_after_steps, progress)
+    if stopped_by == "stop_after_steps":
+        session.checkpoint()
+        logger.info("stopped after %d steps this session (step %d); rerun to resume", session.steps, session.step)
+        return out
+    session.finish(stopped_by)
+    return out
 
-    # ---- 1. corpus, held-out slice
+
+@dataclass
+class _Data:
+    """The tokenizer and the token blocks of one run (steps 1-3 of the module docstring)."""
+
+    tokenizer: Any
+    key: dict[str, str]  # what the token cache was built from (corpus and tokenizer fingerprints)
+    train_tokens: int  # tokens in the training stream
+    train_blocks: np.ndarray  # [n, context_length]
+    heldout_blocks: torch.Tensor  # [m, context_length], int64, at most max_eval_blocks
+
+
+def _split_corpus(cfg: DecoderPretrainConfig, texts: Sequence[str] | None) -> tuple[Corpus, int]:
+    """The shuffled corpus (``texts``, or the shared data's) and its number of held-out documents."""
     if texts is not None:
         corpus: Corpus = corpus_from_texts(texts, seed=cfg.seed)
     else:
@@ -297,12 +311,16 @@ def _pretrain(
             decontaminate=cfg.decontaminate,
         )
     if len(corpus.texts) < 2:
-        raise ValueError("need at least 2 documents (one is held out)")
-    n_heldout = min(len(corpus.texts) - 1, max(1, round(cfg.eval_fraction * len(corpus.texts))))
+        raise ValueError(f"need at least 2 documents (one is held out), got {len(corpus.texts)}")
+    return corpus, min(len(corpus.texts) - 1, max(1, round(cfg.eval_fraction * len(corpus.texts))))
+
+
+def _prepare_data(cfg: DecoderPretrainConfig, out: Path, texts: Sequence[str] | None, accelerator) -> _Data:
+    """Corpus, tokenizer (reused from ``out`` or trained) and token cache, built once by the main process first;
+    writes ``corpus_manifest.json``."""
+    corpus, n_heldout = _split_corpus(cfg, texts)
     heldout_texts, train_texts = corpus.texts[:n_heldout], corpus.texts[n_heldout:]
     manifest = {**corpus.manifest, "heldout_documents": n_heldout, "train_documents": len(train_texts)}
-
-    # ---- 2. tokenizer, 3. token cache (built once, by the main process first)
     with accelerator.main_process_first():
         if (out / "tokenizer.json").is_file():
             tokenizer = load_tokenizer(out)
@@ -314,7 +332,7 @@ def _pretrain(
                 min_frequency=cfg.tokenizer_min_frequency,
                 model_max_length=cfg.context_length,
             )
-            if main:
+            if accelerator.is_main_process:
                 tokenizer.save_pretrained(out)
         key = {
             "corpus_sha256": corpus.manifest["sha256"],
@@ -322,22 +340,22 @@ def _pretrain(
             "tokenizer_sha256": _fingerprint(out / "tokenizer.json"),
         }
         tokens = _token_cache(out, tokenizer, train_texts, heldout_texts, key)
-        if main:
+        if accelerator.is_main_process:
             manifest["tokens"] = {"train": int(len(tokens["train"])), "heldout": int(len(tokens["heldout"]))}
             (out / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n")
-    train_blocks = _blocks(tokens["train"], cfg.context_length)
-    heldout_blocks = torch.from_numpy(
-        _blocks(tokens["heldout"], cfg.context_length)[: cfg.max_eval_blocks].astype(np.int64)
+    heldout = _blocks(tokens["heldout"], cfg.context_length)[: cfg.max_eval_blocks].astype(np.int64)
+    return _Data(
+        tokenizer=tokenizer,
+        key=key,
+        train_tokens=int(len(tokens["train"])),
+        train_blocks=_blocks(tokens["train"], cfg.context_length),
+        heldout_blocks=torch.from_numpy(heldout),
     )
-    schedule = BlockSchedule(
-        len(train_blocks), cfg.batch_size, cfg.seed, accelerator.process_index, accelerator.num_processes
-    )
-    tokens_per_step = cfg.batch_size * train_blocks.shape[1] * accelerator.num_processes
 
-    def get_batch(step: int) -> torch.Tensor:
-        return torch.from_numpy(train_blocks[schedule.indices(step)].astype(np.int64)).to(accelerator.device)
 
-    # ---- 4. model, optimizer
+def _model_and_optimizer(cfg: DecoderPretrainConfig, tokenizer, accelerator):
+    """``(model, optimizer, sizes)``: the seeded Llama and AdamW (weight decay on matrices only), both prepared by
+    ``accelerator``, and :func:`count_parameters` of the model."""
     set_seed(cfg.seed)
     model = LlamaForCausalLM(build_llama_config(cfg, tokenizer))
     sizes = count_parameters(model)
@@ -349,29 +367,40 @@ def _pretrain(
         betas=(cfg.beta1, cfg.beta2),
     )
     model, optimizer = accelerator.prepare(model, optimizer)
+    return model, optimizer, sizes
 
-    # ---- resume
-    state = read_trainer_state(out)
-    if state is None and (out / METRICS_NAME).is_file():
+
+def _resume(cfg: DecoderPretrainConfig, out: Path, key: dict[str, str], model, optimizer, accelerator) -> dict:
+    """The trainer state to start from: the latest ``checkpoints/step-N`` of ``out`` loaded into ``model`` and
+    ``optimizer`` (after checking that it is this run's: settings, corpus and tokenizer), or a fresh state."""
+    checkpoint = latest_checkpoint(out)
+    if checkpoint is None and (out / LEGACY_CHECKPOINT_DIR / "trainer_state.json").is_file():
+        raise ValueError(
+            f"{out / LEGACY_CHECKPOINT_DIR} is a checkpoint in the format before {CHECKPOINTS_DIR}/step-N, which "
+            "cannot be resumed; finish or extend it with an older version, or use another output directory"
+        )
+    if checkpoint is None and (out / METRICS_NAME).is_file():
         raise ValueError(
             f"{out} holds a finished run without a checkpoint (keep_checkpoint was off); it cannot be "
             "extended: use another output directory"
         )
-    if state is not None:
-        _check_resumable(out, cfg)
-        if state.get("tokens_key") != key:
+    if checkpoint is not None:
+        saved = read_json(checkpoint / "trainer_state.json")
+        _check_resumable(checkpoint, saved.get("config"), cfg)
+        if saved.get("tokens_key") != key:
             raise ValueError(
-                f"{out}/checkpoint was trained on another corpus or tokenizer; use another output "
-                "directory or delete the checkpoint"
+                f"{checkpoint} was trained on another corpus or tokenizer; use another output directory or "
+                f"delete {out / CHECKPOINTS_DIR}"
             )
-        load_checkpoint(out, accelerator.unwrap_model(model), optimizer)
+        state = load_training_checkpoint(checkpoint, accelerator.unwrap_model(model), optimizer)
+        state.pop("config", None)
         if cfg.max_steps is not None and state.get("planned_steps") not in (None, cfg.max_steps):
             logger.warning(
                 "max_steps changed from %s to %s: the cosine schedule is recomputed for the new total",
                 state["planned_steps"],
                 cfg.max_steps,
             )
-        logger.info("resuming from step %d (%s)", state["step"], out / CHECKPOINT_DIR)
+        logger.info("resuming from step %d (%s)", state["step"], checkpoint)
     else:
         state = {
             "step": 0,
@@ -383,15 +412,19 @@ def _pretrain(
             "last_train_loss": None,
             "tokens_key": key,
         }
-    step: int = state["step"]
+    return state
+
+
+def _plan(cfg: DecoderPretrainConfig, state: dict[str, Any]) -> int | None:
+    """This session's planned total of steps: ``max_steps``, else the previous plan; None (calibrate first) for a new
+    time-budget run, or when a finished time-budget run gets a larger budget."""
     budget_s = None if cfg.minutes is None else cfg.minutes * 60.0
-    previous_plan: int | None = state["planned_steps"]
-    planned: int | None = cfg.max_steps if cfg.max_steps is not None else previous_plan
+    planned = cfg.max_steps if cfg.max_steps is not None else state["planned_steps"]
     if (
         cfg.max_steps is None
         and budget_s is not None
         and planned is not None
-        and step >= planned
+        and state["step"] >= planned
         and state.get("loop_seconds", 0.0) < budget_s
     ):
         logger.info(
@@ -400,178 +433,254 @@ def _pretrain(
             cfg.calibration_steps,
         )
         planned = None  # calibrate again (at the old schedule's final rate), then a cosine over the new total
-    state["planned_steps"] = planned
+    return planned
 
-    logger.info(
-        "decoder: %s parameters (%s without embeddings); %d train blocks x %d tokens, %d held-out blocks; "
-        "%d tokens/step; mixed precision %s; %d process(es)",
-        f"{sizes['parameters']:,}",
-        f"{sizes['non_embedding_parameters']:,}",
-        len(train_blocks),
-        train_blocks.shape[1],
-        len(heldout_blocks),
-        tokens_per_step,
-        accelerator.mixed_precision,
-        accelerator.num_processes,
-    )
 
-    def write_log(record: dict[str, Any]) -> None:
-        if main:
-            with open(out / LOG_NAME, "a") as handle:
+class _Session:
+    """One call of :func:`pretrain_decoder` from the loaded state on: the loop (:meth:`train`) with its evaluations,
+    logs, re-planning and checkpoints, and the final save (:meth:`finish`)."""
+
+    def __init__(self, cfg, out: Path, accelerator, model, optimizer, data: _Data, state, sizes, t_session, previous):
+        self.cfg, self.out, self.accelerator, self.model, self.optimizer = cfg, out, accelerator, model, optimizer
+        self.data, self.sizes, self.t_session = data, sizes, t_session
+        self.previous_plan: int | None = previous  # the checkpoint's plan (the rate while calibrating again)
+        self.state = state
+        self.step: int = state["step"]
+        self.planned: int | None = state["planned_steps"]
+        self.budget_s = None if cfg.minutes is None else cfg.minutes * 60.0
+        self.schedule = BlockSchedule(
+            len(data.train_blocks), cfg.batch_size, cfg.seed, accelerator.process_index, accelerator.num_processes
+        )
+        self.tokens_per_step = cfg.batch_size * data.train_blocks.shape[1] * accelerator.num_processes
+        self.loop_before = state.get("loop_seconds", 0.0)
+        self.t_loop = self.loop_at_start = 0.0
+        self.eval_seconds = 0.0  # the last evaluation's wall-clock (calibration counts it per step)
+        self.train_s = 0.0  # time inside optimizer steps this session (for tokens/s)
+        self.steps = 0  # optimizer steps this session
+        logger.info(
+            "decoder: %s parameters (%s without embeddings); %d train blocks x %d tokens, %d held-out blocks; "
+            "%d tokens/step; mixed precision %s; %d process(es)",
+            f"{sizes['parameters']:,}",
+            f"{sizes['non_embedding_parameters']:,}",
+            len(data.train_blocks),
+            data.train_blocks.shape[1],
+            len(data.heldout_blocks),
+            self.tokens_per_step,
+            accelerator.mixed_precision,
+            accelerator.num_processes,
+        )
+
+    def loop_seconds(self) -> float:
+        """Wall-clock inside the training loop, all sessions (what the time budget counts)."""
+        return self.loop_before + _now() - self.t_loop
+
+    def write_log(self, record: dict[str, Any]) -> None:
+        if self.accelerator.is_main_process:
+            with open(self.out / LOG_NAME, "a") as handle:
                 handle.write(json.dumps(record) + "\n")
 
-    def evaluate() -> float:
+    def evaluate(self) -> float:
+        """Held-out loss at the current step (recorded, logged); returns the seconds it took."""
         t0 = _now()
-        loss = _heldout_loss(model, heldout_blocks, cfg.batch_size, accelerator)
-        state["evals"].append(
-            {"step": step, "heldout_loss": loss, "heldout_ppl": _ppl(loss), "tokens_seen": state["tokens_seen"]}
-        )
-        write_log(
+        loss = _heldout_loss(self.model, self.data.heldout_blocks, self.cfg.batch_size, self.accelerator)
+        self.state["evals"].append(
             {
-                "step": step,
+                "step": self.step,
+                "heldout_loss": loss,
+                "heldout_ppl": _ppl(loss),
+                "tokens_seen": self.state["tokens_seen"],
+            }
+        )
+        self.write_log(
+            {
+                "step": self.step,
                 "heldout_loss": round(loss, 5),
                 "heldout_ppl": round(_ppl(loss), 3),
                 "eval_seconds": round(_now() - t0, 2),
             }
         )
-        logger.info("step %d: held-out loss %.4f (ppl %.2f)", step, loss, _ppl(loss))
+        logger.info("step %d: held-out loss %.4f (ppl %.2f)", self.step, loss, _ppl(loss))
         return _now() - t0
 
-    def checkpoint() -> None:
-        state["loop_seconds"] = loop_seconds()
-        if main:
-            save_checkpoint(out, accelerator.unwrap_model(model), optimizer, state)
-            cfg.save(out / CHECKPOINT_DIR)
-        accelerator.wait_for_everyone()
+    def checkpoint(self) -> None:
+        """``checkpoints/step-N`` in the shared training format (the run's config in its trainer state)."""
+        self.state["loop_seconds"] = self.loop_seconds()
+        if self.accelerator.is_main_process:
+            model = self.accelerator.unwrap_model(self.model)
+            trainable = {name: p for name, p in model.named_parameters() if p.requires_grad}
+            trainer_state = {**self.state, "config": self.cfg.to_dict()}
+            save_training_checkpoint(self.out, self.step, trainable, self.optimizer, trainer_state, keep=1)
+        self.accelerator.wait_for_everyone()
 
-    # ---- 5. the loop
-    t_loop, loop_before = _now(), state.get("loop_seconds", 0.0)
+    def train(self, stop_after_steps: int | None, progress: bool) -> str:
+        """Run optimizer steps until the plan, the time budget or ``stop_after_steps`` ends them; returns which.
 
-    def loop_seconds() -> float:  # wall-clock inside the training loop, all sessions (the time budget)
-        return loop_before + _now() - t_loop
+        Its own loop, not :func:`textfree.training.loop.fit`: it is indexed by optimizer step over fixed token
+        blocks (the batch of step s is a pure function of the seed and s), in time-budget mode it re-plans the
+        length of the cosine schedule from the measured speed while it runs, and it evaluates on held-out blocks.
+        """
+        cfg, state = self.cfg, self.state
+        self.t_loop = _now()
+        self.eval_seconds = self.evaluate() if self.step == 0 else 0.0
+        self.loop_at_start = self.loop_seconds()
+        window: list[float] = []  # losses since the last log line
+        recent: deque[float] = deque(maxlen=cfg.log_every)  # the last log_every losses (the final train loss)
+        stopped_by = "max_steps"
+        main = self.accelerator.is_main_process
+        bar = tqdm(
+            total=self.planned,
+            initial=self.step,
+            desc="pretrain",
+            unit="step",
+            disable=not (progress and main),
+            dynamic_ncols=True,
+        )
+        self.model.train()
+        try:
+            while not (self.planned is not None and self.step >= self.planned):
+                reason = self._stop_reason(stop_after_steps)
+                if reason is not None:
+                    stopped_by = reason
+                    break
+                t0 = _now()
+                lr = lr_at(self.step, cfg, self.planned if self.planned is not None else self.previous_plan)
+                window.append(self._optimizer_step(lr))
+                recent.append(window[-1])
+                dt = _now() - t0
+                self.train_s += dt
+                state["train_seconds"] += dt
+                bar.update(1)
+                self._replan(bar)
+                if self.step % cfg.log_every == 0 or self.step == self.planned:
+                    self._log_train(window, lr, bar)
+                    window = []
+                if self.step % cfg.eval_every == 0 and self.step != self.planned:
+                    self.eval_seconds = self.evaluate()
+                if self.step % cfg.checkpoint_every == 0:
+                    self.checkpoint()
+        except KeyboardInterrupt:
+            logger.warning(
+                "interrupted at step %d: writing a checkpoint; rerun with the same output dir to resume", self.step
+            )
+            self.checkpoint()
+            raise
+        finally:
+            bar.close()
+        if recent:
+            state["last_train_loss"] = float(np.mean(recent))
+        return stopped_by
 
-    eval_seconds = evaluate() if step == 0 else 0.0
-    loop_at_start = loop_seconds()
-    session_train_s = 0.0  # time inside optimizer steps this session (for tokens/s)
-    session_steps = 0
-    window: list[float] = []  # losses since the last log line
-    recent: deque[float] = deque(maxlen=cfg.log_every)  # the last log_every losses (the final train loss)
-    stopped_by = "max_steps"
-    bar = tqdm(
-        total=planned, initial=step, desc="pretrain", unit="step", disable=not (progress and main), dynamic_ncols=True
-    )
-    model.train()
-    try:
-        while True:
-            if planned is not None and step >= planned:
-                break
-            state["loop_seconds"] = loop_seconds()
-            if budget_s is not None and state["loop_seconds"] >= budget_s:
-                stopped_by = "time"
-                logger.info("time budget of %.1f min reached at step %d", cfg.minutes, step)
-                break
-            if stop_after_steps is not None and session_steps >= stop_after_steps:
-                stopped_by = "stop_after_steps"
-                break
-            t0 = _now()
-            lr = lr_at(step, cfg, planned if planned is not None else previous_plan)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            x = get_batch(step)
-            loss = model(input_ids=x, labels=x).loss
-            accelerator.backward(loss)
-            if cfg.grad_clip > 0:
-                accelerator.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            session_steps += 1
-            state["step"] = step
-            state["tokens_seen"] += tokens_per_step
-            window.append(accelerator.reduce(loss.detach(), reduction="mean").item())
-            recent.append(window[-1])
-            dt = _now() - t0
-            session_train_s += dt
-            state["train_seconds"] += dt
-            bar.update(1)
+    def _stop_reason(self, stop_after_steps: int | None) -> str | None:
+        """``"time"`` once the budget is spent, ``"stop_after_steps"`` after that many steps this session, else None."""
+        self.state["loop_seconds"] = self.loop_seconds()
+        if self.budget_s is not None and self.state["loop_seconds"] >= self.budget_s:
+            logger.info("time budget of %.1f min reached at step %d", self.cfg.minutes, self.step)
+            return "time"
+        if stop_after_steps is not None and self.steps >= stop_after_steps:
+            return "stop_after_steps"
+        return None
 
-            # time-budget mode: set the schedule's length from the measured speed once calibrated, then re-plan
-            # it at every log step from this session's mean time per step (evaluations and checkpoints included)
-            if (
-                cfg.max_steps is None
-                and budget_s is not None
-                and session_steps >= cfg.calibration_steps
-                and (planned is None or step % cfg.log_every == 0)
-            ):
-                if planned is None:
-                    per_step = session_train_s / session_steps + eval_seconds / cfg.eval_every
-                else:
-                    per_step = (loop_seconds() - loop_at_start) / session_steps
-                before, planned = planned, step + max(1, int((budget_s - loop_seconds()) / per_step))
-                state["planned_steps"] = planned
-                bar.total = planned
-                bar.refresh()
-                if before is None:
-                    logger.info("time budget %.1f min: %.2f s/step -> max_steps %d", cfg.minutes, per_step, planned)
+    def _optimizer_step(self, lr: float) -> float:
+        """One step at rate ``lr`` on the batch of the current step; returns its loss (the processes' mean)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        x = torch.from_numpy(self.data.train_blocks[self.schedule.indices(self.step)].astype(np.int64))
+        x = x.to(self.accelerator.device)
+        loss = self.model(input_ids=x, labels=x).loss
+        self.accelerator.backward(loss)
+        if self.cfg.grad_clip > 0:
+            self.accelerator.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.steps += 1
+        self.state["step"] = self.step
+        self.state["tokens_seen"] += self.tokens_per_step
+        return self.accelerator.reduce(loss.detach(), reduction="mean").item()
 
-            if step % cfg.log_every == 0 or step == planned:
-                train_loss = float(np.mean(window))
-                state["last_train_loss"] = train_loss
-                tps = tokens_per_step * session_steps / max(session_train_s, 1e-9)
-                write_log(
-                    {
-                        "step": step,
-                        "train_loss": round(train_loss, 5),
-                        "lr": lr,
-                        "planned_steps": planned,
-                        "tokens_seen": state["tokens_seen"],
-                        "tokens_per_s": round(tps, 1),
-                        "elapsed_s": round(_now() - t_session, 1),
-                    }
-                )
-                bar.set_postfix(loss=f"{train_loss:.3f}", lr=f"{lr:.1e}", tok_s=f"{tps:.0f}")
-                logger.info("step %d: train loss %.4f, lr %.2e, %.0f tokens/s", step, train_loss, lr, tps)
-                window = []
-            if step % cfg.eval_every == 0 and step != planned:
-                eval_seconds = evaluate()
-            if step % cfg.checkpoint_every == 0:
-                checkpoint()
-    except KeyboardInterrupt:
-        logger.warning("interrupted at step %d: writing a checkpoint; rerun with the same output dir to resume", step)
-        checkpoint()
-        raise
-    finally:
-        bar.close()
+    def _replan(self, bar) -> None:
+        """Time-budget mode: set the schedule's length from the measured speed once calibrated, then re-plan it at
+        every log step from this session's mean time per step (evaluations and checkpoints included)."""
+        cfg = self.cfg
+        if not (
+            cfg.max_steps is None
+            and self.budget_s is not None
+            and self.steps >= cfg.calibration_steps
+            and (self.planned is None or self.step % cfg.log_every == 0)
+        ):
+            return
+        if self.planned is None:
+            per_step = self.train_s / self.steps + self.eval_seconds / cfg.eval_every
+        else:
+            per_step = (self.loop_seconds() - self.loop_at_start) / self.steps
+        before = self.planned
+        self.planned = self.step + max(1, int((self.budget_s - self.loop_seconds()) / per_step))
+        self.state["planned_steps"] = self.planned
+        bar.total = self.planned
+        bar.refresh()
+        if before is None:
+            logger.info("time budget %.1f min: %.2f s/step -> max_steps %d", cfg.minutes, per_step, self.planned)
 
-    if recent:
-        state["last_train_loss"] = float(np.mean(recent))
-    if stopped_by == "stop_after_steps":
-        checkpoint()
-        logger.info("stopped after %d steps this session (step %d); rerun to resume", session_steps, step)
-        return out
+    def _log_train(self, window: list[float], lr: float, bar) -> None:
+        """The mean train loss since the last log line, the rate and the speed: log, ``train_log.jsonl``, bar."""
+        train_loss = float(np.mean(window))
+        self.state["last_train_loss"] = train_loss
+        tps = self.tokens_per_step * self.steps / max(self.train_s, 1e-9)
+        self.write_log(
+            {
+                "step": self.step,
+                "train_loss": round(train_loss, 5),
+                "lr": lr,
+                "planned_steps": self.planned,
+                "tokens_seen": self.state["tokens_seen"],
+                "tokens_per_s": round(tps, 1),
+                "elapsed_s": round(_now() - self.t_session, 1),
+            }
+        )
+        bar.set_postfix(loss=f"{train_loss:.3f}", lr=f"{lr:.1e}", tok_s=f"{tps:.0f}")
+        logger.info("step %d: train loss %.4f, lr %.2e, %.0f tokens/s", self.step, train_loss, lr, tps)
 
-    # ---- 6. final evaluation, 8. save
-    if not state["evals"] or state["evals"][-1]["step"] != step:
-        evaluate()
-    checkpoint()
-    if main:
-        unwrapped = accelerator.unwrap_model(model)
-        unwrapped.generation_config.eos_token_id = tokenizer.eos_token_id
-        unwrapped.generation_config.bos_token_id = tokenizer.bos_token_id
-        unwrapped.generation_config.pad_token_id = tokenizer.pad_token_id
-        unwrapped.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-        cfg.save(out)
-        final = state["evals"][-1]
-        train_tokens = int(len(tokens["train"]))
-        metrics = {
-            "steps": step,
-            "planned_steps": planned if planned is not None else step,  # None: the budget ran out while calibrating
+    def finish(self, stopped_by: str) -> None:
+        """The final evaluation and checkpoint; then the decoder directory (``save_pretrained`` model, tokenizer,
+        ``pretrain_config.json``, ``metrics.json``); the checkpoints are removed unless ``keep_checkpoint``."""
+        if not self.state["evals"] or self.state["evals"][-1]["step"] != self.step:
+            self.evaluate()
+        self.checkpoint()
+        if self.accelerator.is_main_process:
+            tokenizer = self.data.tokenizer
+            unwrapped = self.accelerator.unwrap_model(self.model)
+            unwrapped.generation_config.eos_token_id = tokenizer.eos_token_id
+            unwrapped.generation_config.bos_token_id = tokenizer.bos_token_id
+            unwrapped.generation_config.pad_token_id = tokenizer.pad_token_id
+            unwrapped.save_pretrained(self.out)
+            tokenizer.save_pretrained(self.out)
+            self.cfg.save(self.out)
+            metrics = self._metrics(stopped_by)
+            (self.out / METRICS_NAME).write_text(json.dumps(metrics, indent=1) + "\n")
+            logger.info(
+                "done: step %d, train loss %.4f, held-out loss %.4f (ppl %.2f), %.0f tokens/s -> %s",
+                self.step,
+                metrics["train_loss"] or float("nan"),
+                metrics["heldout_loss"],
+                metrics["heldout_ppl"],
+                metrics["tokens_per_s"],
+                self.out,
+            )
+        if not self.cfg.keep_checkpoint and self.accelerator.is_main_process:
+            shutil.rmtree(self.out / CHECKPOINTS_DIR, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+
+    def _metrics(self, stopped_by: str) -> dict[str, Any]:
+        """What ``metrics.json`` records of the finished run."""
+        state, accelerator, final = self.state, self.accelerator, self.state["evals"][-1]
+        return {
+            "steps": self.step,
+            "planned_steps": self.planned if self.planned is not None else self.step,  # None: ran out calibrating
             "stopped_by": stopped_by,
             "tokens_seen": state["tokens_seen"],
-            "train_tokens_in_corpus": train_tokens,
-            "epochs": state["tokens_seen"] / max(train_tokens, 1),
-            "heldout_tokens_evaluated": int(heldout_blocks.numel()),
+            "train_tokens_in_corpus": self.data.train_tokens,
+            "epochs": state["tokens_seen"] / max(self.data.train_tokens, 1),
+            "heldout_tokens_evaluated": int(self.data.heldout_blocks.numel()),
             "train_loss": state["last_train_loss"],  # mean of the last log_every steps
             "train_ppl": _ppl(state["last_train_loss"]),
             "heldout_loss": final["heldout_loss"],
@@ -579,29 +688,13 @@ def _pretrain(
             "initial_heldout_loss": state["evals"][0]["heldout_loss"],
             "tokens_per_s": state["tokens_seen"] / max(state["train_seconds"], 1e-9),
             "train_seconds": state["train_seconds"],
-            "loop_seconds": loop_seconds(),
-            "session_wall_seconds": _now() - t_session,
-            **sizes,
-            "vocab_size": len(tokenizer),
+            "loop_seconds": self.loop_seconds(),
+            "session_wall_seconds": _now() - self.t_session,
+            **self.sizes,
+            "vocab_size": len(self.data.tokenizer),
             "mixed_precision": accelerator.mixed_precision,
             "num_processes": accelerator.num_processes,
             "device": str(accelerator.device),
             "torch_threads": torch.get_num_threads(),
             "evals": state["evals"],
         }
-        (out / METRICS_NAME).write_text(json.dumps(metrics, indent=1) + "\n")
-        logger.info(
-            "done: step %d, train loss %.4f, held-out loss %.4f (ppl %.2f), %.0f tokens/s -> %s",
-            step,
-            metrics["train_loss"] or float("nan"),
-            final["heldout_loss"],
-            final["heldout_ppl"],
-            metrics["tokens_per_s"],
-            out,
-        )
-    if not cfg.keep_checkpoint and main:
-        import shutil
-
-        shutil.rmtree(out / CHECKPOINT_DIR, ignore_errors=True)
-    accelerator.wait_for_everyone()
-    return out

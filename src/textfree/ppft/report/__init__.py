@@ -115,9 +115,12 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = (), co
         "and open-answer) of the same training rows; evaluation on the held-out part. Accuracies are `mean ± sd (n)`",
         "over evaluation noise seeds (one trained model per row; clean and blind rows are deterministic).",
         "",
-        f"**Which epsilon is which.** The paper's eps = {PAPER_EPSILON:g} is for ModernBERT-large (d = {PAPER_ENCODER_DIM}): expected",
-        f"noise norm d/eps = {PAPER_ENCODER_DIM / PAPER_EPSILON:.1f} against unit-norm slots. MiniLM at eps 75 gets only",
-        f"{384 / PAPER_EPSILON:.1f}; the width-matched eps = 75 * 384/1024 = 28.1 (run as {WIDTH_MATCHED:g}) gives 13.7, the paper's noise",
+        f"**Which epsilon is which.** The paper's eps = {PAPER_EPSILON:g} is for ModernBERT-large (d = "
+        f"{PAPER_ENCODER_DIM}): expected",
+        f"noise norm d/eps = {PAPER_ENCODER_DIM / PAPER_EPSILON:.1f} against unit-norm slots. MiniLM at eps 75 gets "
+        "only",
+        f"{384 / PAPER_EPSILON:.1f}; the width-matched eps = 75 * 384/1024 = 28.1 (run as {WIDTH_MATCHED:g}) gives "
+        "13.7, the paper's noise",
         "level. Every table shows both, labelled.",
         "",
         "Scoring: 4-option = the normalised gold option text is contained in the answer (PPFT Appendix D.1);",
@@ -187,7 +190,7 @@ def write_report(paths: Iterable[str | Path], out: str | Path, *, figures_dir: s
 
     Raises :class:`~textfree.experiments.ResultsError`, writing nothing, when ``paths`` hold no PPFT result point: an
     empty report would replace the real one."""
-    from ...experiments import ResultsError
+    from ...results.files import ResultsError
 
     paths = list(paths)
     out = Path(out)

@@ -50,7 +50,7 @@ class Entry:
 
 def collect(paths: Iterable[str | Path]) -> list[Entry]:
     """Every grid point of the given result files (directories are searched for ``*.json``), oldest file first."""
-    from ...experiments import load_results
+    from ...results.files import load_results
 
     files: list[Path] = []
     for p in map(Path, paths):
@@ -289,7 +289,7 @@ def _per_length(entries: Sequence[Entry], **want: Any) -> list[Entry]:
 def _noise_norm_and_mu(family: str, eps: float, match: str = "budget", d: int = ENCODER_DIM) -> tuple[float, float]:
     """Expected noise norm and slot mu (textfree.mechanisms.gdp) of the client's mechanism at ``eps``."""
     from ...mechanisms import mechanism_mu
-    from ..model import make_noise
+    from ...mechanisms.factory import make_noise
 
     noise = make_noise(family, eps, dim=d, match=match)
     return noise.expected_noise_norm(d), mechanism_mu(noise, d)

@@ -21,7 +21,8 @@ from .entries import (
 
 
 def _seed_mean_sd(e: Entry | None, metric: str) -> tuple[float, float] | None:
-    """(mean, sample sd; 0 for one seed) of ``metric`` over ``e``'s seeds, NaN seeds left out; None when none is left."""
+    """(mean, sample sd; 0 for one seed) of ``metric`` over ``e``'s seeds, NaN seeds left out; None when none is
+    left."""
     vals = [v for v in (e.values(metric) if e else []) if not math.isnan(v)]
     if not vals:
         return None
@@ -155,7 +156,8 @@ _NOISE_COLORS = {"L2-Laplace": "C0", "Gaussian, budget-matched": "C1", "Gaussian
 
 def _figure_mu(entries: Sequence[Entry], path: Path) -> Path | None:
     """Held-out accuracy against the slot's mu (what a slot leaks), every noise row at k=4, both datasets. A panel
-    shows its rows only where one of them was run at two or more mu (else it stays empty); no file where neither does."""
+    shows its rows only where one of them was run at two or more mu (else it stays empty); no file where neither
+    does."""
 
     def draw(ax, ds: str) -> bool:
         series = {task: _mu_points(entries, ds, task) for task in ("mcqa", "open")}

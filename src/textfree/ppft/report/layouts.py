@@ -166,7 +166,8 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
             "open-answer payloads, or the option it ranks highest on the 4-option ones, no decoder. Post-processing of",
             'the payload: the client and its guarantee are unchanged. "Standardised head": the head standardises the '
             "mean",
-            'slot before its MLP (`answer_head_standardize`); "linear head": no hidden layer (`answer_head_hidden: 0`);',
+            'slot before its MLP (`answer_head_standardize`); "linear head": no hidden layer (`answer_head_hidden: '
+            "0`);",
             '"over the options shown": on a 4-option prompt the class vectors are weighed by the head\'s probabilities',
             "renormalised over the classes its public options block names (`answer_head_options`), in training and at",
             "inference.",
@@ -182,7 +183,8 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
             "stage 2 the server drops slots of its training rows and/or inserts random unit slots at random positions,",
             "fresh every epoch (`slot_drop`, `slot_insert`; textfree.ppft.slot_augment), so the count no longer names "
             "the",
-            "answer alone (with `slot_augment_epochs`: in the first epochs only). Training only, on payloads the client",
+            "answer alone (with `slot_augment_epochs`: in the first epochs only). Training only, on payloads the "
+            "client",
             "already privatized: the client, its payloads, their guarantee and the answering path are PPFT's. The "
             "tables",
             "above use PPFT's training rows as sent.",
@@ -200,7 +202,8 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
             "its lists in another order and, with `prompt_variant_drop`, some of them left out, so the slot count and "
             "the",
             "slots' content stay consistent. From the training rows themselves, before encoding; the server still gets",
-            "payloads only, the layout and the answering path are PPFT's, and each epoch still releases one payload per",
+            "payloads only, the layout and the answering path are PPFT's, and each epoch still releases one payload "
+            "per",
             "training example. Training only: questions are answered as written. The tables above use the prompts as",
             "written.",
         ],
@@ -252,7 +255,8 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
         ),
         "centred slots and an answer head",
         [
-            "Both of the sections above at once: the client centres its slots, and the server's answer head, trained on",
+            "Both of the sections above at once: the client centres its slots, and the server's answer head, trained "
+            "on",
             "the centred payloads, puts its answer vector before them. The tables above use PPFT's client and layout.",
         ],
     ),
@@ -261,7 +265,8 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
         lambda v: "PPFT (slots as encoded)" if v == (None, None) else _subspace_layout(v),
         "centred slots projected onto the class subspace",
         [
-            "After centring, the client projects every slot onto a public class subspace and renormalises it before the",
+            "After centring, the client projects every slot onto a public class subspace and renormalises it before "
+            "the",
             "noise (`subspace_epochs`; textfree.mechanisms.subspace): the span of the training targets' mean payload "
             "slots,",
             "which the server fits from that many passes of fresh centred payloads of the training prompts and which "
@@ -270,7 +275,8 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
             "directions",
             "is lost to a reader of the answer; projected, the slot spends all of it there. Every slot stays a unit "
             "vector:",
-            "the per-slot guarantee (2 eps) and the slot's mu are PPFT's; the fit reads that many more releases of each",
+            "the per-slot guarantee (2 eps) and the slot's mu are PPFT's; the fit reads that many more releases of "
+            "each",
             "training prompt. The server is PPFT's (slots only). The tables above use PPFT's client.",
         ],
     ),
@@ -298,7 +304,8 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
         "centred slots on the class subspace, the prompt's mean slot repeated, and an answer head",
         [
             "The client and server of the section above, and the client sends each prompt's unit mean slot (after the",
-            "subspace) in place of every one of its slots, before the noise (`repeat_mean`; textfree.mechanisms.slots):",
+            "subspace) in place of every one of its slots, before the noise (`repeat_mean`; "
+            "textfree.mechanisms.slots):",
             "s noisy copies of one unit vector, where a prompt's different slots partly cancel in their mean. Every "
             "slot",
             "stays a unit vector: the per-slot guarantee (2 eps) and a prompt's (s slots) are PPFT's; the slots' order "
@@ -347,7 +354,8 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
         lambda v: (
             "PPFT (slots as encoded, slots only)"
             if v == (None, False, 0)
-            else f"slots centred (centre {v[0]:g}-GDP), each prompt's mean slot repeated + {v[2]} summary vector{'s' if v[2] > 1 else ''}"
+            else f"slots centred (centre {v[0]:g}-GDP), each prompt's mean slot repeated + {v[2]} summary "
+            f"vector{'s' if v[2] > 1 else ''}"
         ),
         "centred slots, the prompt's mean slot repeated, and a summary vector",
         [
@@ -367,16 +375,20 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
         lambda v: (
             "PPFT (slots as encoded, slots only)"
             if v == (None, False, 0, False)
-            else f"slots centred (centre {v[0]:g}-GDP), each prompt's mean slot repeated; {v[2]} summary vector{'s' if v[2] > 1 else ''} in place of the slots"
+            else f"slots centred (centre {v[0]:g}-GDP), each prompt's mean slot repeated; {v[2]} summary "
+            f"vector{'s' if v[2] > 1 else ''} in place of the slots"
         ),
         "centred slots, the prompt's mean slot repeated, and a summary vector in place of the slots",
         [
-            "The client and server of the section above, but the server hands the decoder the summary vector alone: the",
+            "The client and server of the section above, but the server hands the decoder the summary vector alone: "
+            "the",
             "payload's slots are not laid out (`summary_only`). With this client they are noisy copies of one vector, "
             "so",
             "their mean carries what they carry, and the decoder is not handed s vectors of mostly noise beside it. No",
-            "answer head: the decoder writes the answer. Post-processing on the server: every slot stays a unit vector,",
-            "the per-slot guarantee (2 eps) and a prompt's (s slots) are PPFT's. The tables above use PPFT's client and",
+            "answer head: the decoder writes the answer. Post-processing on the server: every slot stays a unit "
+            "vector,",
+            "the per-slot guarantee (2 eps) and a prompt's (s slots) are PPFT's. The tables above use PPFT's client "
+            "and",
             "layout.",
         ],
     ),
@@ -385,10 +397,11 @@ _LAYOUT_SECTIONS: list[tuple[str, Callable[[Any], str], str, list[str]]] = [
         lambda v: (
             "PPFT (slots as encoded, slots only)"
             if v[:4] == (None, False, 0, False)
-            else f"slots centred (centre {v[0]:g}-GDP), each prompt's mean slot repeated; {v[2]} summary vector{'s' if v[2] > 1 else ''} in place of the slots; "
-            + _optim_layout(v[4]).removeprefix("PPFT, ")
+            else f"slots centred (centre {v[0]:g}-GDP), each prompt's mean slot repeated; {v[2]} summary "
+            f"vector{'s' if v[2] > 1 else ''} in place of the slots; " + _optim_layout(v[4]).removeprefix("PPFT, ")
         ),
-        "centred slots, the prompt's mean slot repeated, a summary vector in place of the slots, other stage-2 settings",
+        "centred slots, the prompt's mean slot repeated, a summary vector in place of the slots, other stage-2 "
+        "settings",
         [
             "The client and server of the section above, trained with other stage-2 optimisation settings (each row's",
             "name says which). The tables above use PPFT's client, layout and settings.",

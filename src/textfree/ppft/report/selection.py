@@ -2,7 +2,8 @@
 
 A ``ppft_stage2`` run with ``validation`` > 0 trains on the training rows minus a validation part
 (``ppft_split(..., validation=v)``) and, with the cell's ``split: validation``, is evaluated there. Such runs choose
-between candidates (layouts, stage-2 lengths, optimisation settings) without reading the held-out part, and appear only here:
+between candidates (layouts, stage-2 lengths, optimisation settings) without reading the held-out part, and appear only
+here:
 :func:`split_selection` takes them out of every other table. For each (eps, k) the candidate with the highest
 validation open-answer accuracy (the issue's harder target) is named, beside its held-out figure from the runs
 trained on every training row (the tables above), over every training of that row.
@@ -174,7 +175,8 @@ def table_selection(selection: Sequence[Entry], heldout: Sequence[Entry], ds: st
         if layout and not _table1_ppft(stage2, (length, dict(layout)))[2]:  # Table 1 fell back to the default settings
             read = (
                 f"Selected: {best}. **It has not been run on every training row with its own upper bound, so Table 1's "
-                f"PPFT row and the issue's verdicts stay at PPFT's default optimisation settings, {length} epochs** where "
+                f"PPFT row and the issue's verdicts stay at PPFT's default optimisation settings, {length} epochs** "
+                "where "
                 "that row was run."
             )
         else:
@@ -209,7 +211,8 @@ def _choices(validated: Sequence[Entry], heldout: Sequence[Entry], ds: str) -> l
         (name, epochs), _ = ranked[0]
         ranking = "; ".join(f"{n}, {ep} epochs {o:.4f}" for (n, ep), (o, _) in ranked)
         lines.append(
-            f"- eps {_eps_label(eps)}, k={k}: validation open-answer (mean over the candidate's trainings; ties: the better 4-option): {ranking}. "
+            f"- eps {_eps_label(eps)}, k={k}: validation open-answer (mean over the candidate's trainings; ties: the "
+            f"better 4-option): {ranking}. "
             f"**Selected: {name}, {epochs} epochs.**"
         )
         layout = next(layout_of(e)[1] for e in validated if (layout_of(e)[0], e.params.get("epochs")) == (name, epochs))

@@ -131,8 +131,10 @@ def _table1(
     ]
     for label, paper_cell, e, (t4, to) in rows:
         out.append(
-            f"| {label} | {_epochs(e)} | {_fmt(e, f'acc_{t4}')} | {_fmt(e, f'acc_{t4}_no_leak')} | {_fmt(e, f'acc_{t4}_rank')} | "
-            f"{_fmt(e, f'acc_{to}')} | {_fmt(e, f'acc_{to}_no_leak')} | {_fmt(e, f'acc_{to}_rank')} | {paper_cell or '—'} |"
+            f"| {label} | {_epochs(e)} | {_fmt(e, f'acc_{t4}')} | {_fmt(e, f'acc_{t4}_no_leak')} | "
+            f"{_fmt(e, f'acc_{t4}_rank')} | "
+            f"{_fmt(e, f'acc_{to}')} | {_fmt(e, f'acc_{to}_no_leak')} | {_fmt(e, f'acc_{to}_rank')} | "
+            f"{paper_cell or '—'} |"
         )
     ref = next((e for e in stage2 + lower if e.values("majority_baseline")), None)
     out.append("")
@@ -173,8 +175,10 @@ def _table1(
     if (settings or at_length) and _build(target) and chosen_on and _build(target) not in chosen_on:
         out += [
             "",
-            f"The recipe was selected on validation runs of another stage-1 build ({', '.join(sorted(b[:12] for b in chosen_on))}); "
-            f"this row is of build {_build(target)[:12]}: the recipe is carried over unchanged, not selected again on this build.",
+            "The recipe was selected on validation runs of another stage-1 build "
+            f"({', '.join(sorted(b[:12] for b in chosen_on))}); "
+            f"this row is of build {_build(target)[:12]}: the recipe is carried over unchanged, not selected again on "
+            "this build.",
         ]
     out += _targets(stage2, target, blind, upper, lower, settings)
     return out
@@ -186,7 +190,8 @@ def _targets(stage2, ppft, blind, upper, lower, settings: dict[str, Any]) -> lis
         return []
     lines = [
         "",
-        f"Targets at the width-matched eps {WIDTH_MATCHED:g}, k=4 (issue: keep >= {_TARGET_RETENTION:.0%} of the upper bound, "
+        f"Targets at the width-matched eps {WIDTH_MATCHED:g}, k=4 (issue: keep >= {_TARGET_RETENTION:.0%} of the upper "
+        "bound, "
         f"beat the blind row and the lower bound clearly, read here as by at least {_CLEAR_MARGIN:.2f}):",
         "",
     ]
@@ -198,7 +203,8 @@ def _targets(stage2, ppft, blind, upper, lower, settings: dict[str, Any]) -> lis
         trainings = _trainings(stage2, epochs)
         lr, decay = _PPFT_LAYOUT["optim"]
         head = (
-            f"- at PPFT's default stage-2 optimisation settings instead (stage-2 lr {lr:g}, weight decay {decay:g}, the "
+            f"- at PPFT's default stage-2 optimisation settings instead (stage-2 lr {lr:g}, weight decay {decay:g}, "
+            "the "
             f"last step's weights), {epochs} epochs, against their own upper bound, over {len(trainings)} training(s):"
         )
         lines += _training_verdicts("", trainings, default_upper, blind, low, header=head, at_least=1)
@@ -207,7 +213,8 @@ def _targets(stage2, ppft, blind, upper, lower, settings: dict[str, Any]) -> lis
         n, p = ppft.mean("acc_length_open"), ppft.mean("acc_open")
         lines.append(
             f"- the slot count alone (the same model given random unit slots with each payload's count): open-answer "
-            f"{n:.4f}, so the slots' content adds {p - n:+.4f} to PPFT's {p:.4f}. The mechanism does not hide the count "
+            f"{n:.4f}, so the slots' content adds {p - n:+.4f} to PPFT's {p:.4f}. The mechanism does not hide the "
+            "count "
             "(a client with `fixed_slots` does: the slot-count table below, when it was run)."
         )
     met = _layouts_meeting_targets(stage2, blind, low)
@@ -273,7 +280,8 @@ def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[
         if any(e is not None and e.values(m) for _, *pair in rows for e in pair)
     ]  # when a row measured it
     out = [
-        f"| {_LAYOUT_HEADER[key]} | row | stage-2 epochs | 4-option acc | 4-option, ranked | open-answer acc | open, no name | "
+        f"| {_LAYOUT_HEADER[key]} | row | stage-2 epochs | 4-option acc | 4-option, ranked | open-answer acc | open, "
+        "no name | "
         "open, label-ranked | open, random slots (count only) |" + "".join(f" {h} |" for _, h in head),
         "|---|---|---|---|---|---|---|---|---|" + "---|" * len(head),
     ]
@@ -286,7 +294,8 @@ def _table_layouts(entries: Sequence[Entry], ds: str, key: str, name: Callable[[
         )
         for label, e in labelled + [("upper bound (no noise)", upper)]:
             out.append(
-                f"| {layout} | {label} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} | {_fmt(e, 'acc_open')} | "
+                f"| {layout} | {label} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} | "
+                f"{_fmt(e, 'acc_open')} | "
                 f"{_fmt(e, 'acc_open_no_leak')} | {_fmt(e, 'acc_open_rank')} | {_fmt(e, 'acc_length_open')} |"
                 + "".join(f" {_fmt(e, m)} |" for m, _ in head)
             )
@@ -409,7 +418,8 @@ def _table_k(entries: Sequence[Entry], ds: str) -> list[str]:
             for e in _per_length(stage2, epsilon=eps, k=k):
                 found = True
                 out.append(
-                    f"| {_eps_label(eps)} | {k} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} | {_fmt(e, 'acc_open')} | {_fmt(e, 'acc_open_no_leak')} | "
+                    f"| {_eps_label(eps)} | {k} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} | "
+                    f"{_fmt(e, 'acc_open')} | {_fmt(e, 'acc_open_no_leak')} | "
                     f"{_fmt(e, 'acc_open_rank')} | {e.mean('prompt_epsilon'):.0f} |"
                 )
     return out if found else []
@@ -441,12 +451,14 @@ def _table_noise(entries: Sequence[Entry], ds: str) -> list[str]:
             guarantee = f"{slot:.3g}" + (" (pure)" if label == "L2-Laplace" else ", delta 1e-5")
             norm, mu = _noise_norm_and_mu(family, eps, match)
             out.append(
-                f"| {label} | {_eps_label(eps)} | {norm:.2f} | {guarantee} | {mu:.2f} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} | "
+                f"| {label} | {_eps_label(eps)} | {norm:.2f} | {guarantee} | {mu:.2f} | {_epochs(e)} | "
+                f"{_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} | "
                 f"{_fmt(e, 'acc_open')} | {_fmt(e, 'acc_open_no_leak')} |"
             )
     for upper in _per_length(stage2, epsilon=None, blind=False) if found else []:
         out.append(
-            f"| no noise (upper bound) | — | 0 | none | — | {_epochs(upper)} | {_fmt(upper, 'acc_mcqa')} | {_fmt(upper, 'acc_mcqa_rank')} | {_fmt(upper, 'acc_open')} | "
+            f"| no noise (upper bound) | — | 0 | none | — | {_epochs(upper)} | {_fmt(upper, 'acc_mcqa')} | "
+            f"{_fmt(upper, 'acc_mcqa_rank')} | {_fmt(upper, 'acc_open')} | "
             f"{_fmt(upper, 'acc_open_no_leak')} |"
         )
     return out if found else []
@@ -488,7 +500,8 @@ def _table_mu(entries: Sequence[Entry], ds: str) -> list[str]:
         "| eps | expected noise norm | slot mu | best-test error, antipodal slots | stage-2 epochs | 4-option acc | "
         "open-answer acc | open, no name | result file |",
         "|---|---|---|---|---|---|---|---|---|",
-        f"| the paper: {PAPER_EPSILON:g} at d = {PAPER_ENCODER_DIM} | {PAPER_ENCODER_DIM / PAPER_EPSILON:.2f} | {paper_mu:.2f} | {gdp_equal_error(paper_mu):.4f} | — | — | — | — | — |",
+        f"| the paper: {PAPER_EPSILON:g} at d = {PAPER_ENCODER_DIM} | {PAPER_ENCODER_DIM / PAPER_EPSILON:.2f} | "
+        f"{paper_mu:.2f} | {gdp_equal_error(paper_mu):.4f} | — | — | — | — | — |",
     ]
     for eps in (WIDTH_MATCHED, GDP_MATCHED, PAPER_EPSILON):
         e = _latest(stage2, family="l2_laplace", blind=False, epsilon=eps, k=4, **length) or _latest(
@@ -498,18 +511,21 @@ def _table_mu(entries: Sequence[Entry], ds: str) -> list[str]:
             continue
         norm, mu = _noise_norm_and_mu("l2_laplace", eps)
         out.append(
-            f"| {_eps_label(eps)} | {norm:.2f} | {mu:.2f} | {gdp_equal_error(mu):.4f} | {_epochs(e)} | {_fmt(e, 'acc_mcqa')} | "
+            f"| {_eps_label(eps)} | {norm:.2f} | {mu:.2f} | {gdp_equal_error(mu):.4f} | {_epochs(e)} | "
+            f"{_fmt(e, 'acc_mcqa')} | "
             f"{_fmt(e, 'acc_open')} | {_fmt(e, 'acc_open_no_leak')} | `{e.source}` |"
         )
     upper = _latest(stage2, blind=False, epsilon=None, **length) or _latest(stage2, blind=False, epsilon=None)
     if upper is not None:
         out.append(
-            f"| no noise (upper bound) | 0 | — | — | {_epochs(upper)} | {_fmt(upper, 'acc_mcqa')} | {_fmt(upper, 'acc_open')} | "
+            f"| no noise (upper bound) | 0 | — | — | {_epochs(upper)} | {_fmt(upper, 'acc_mcqa')} | "
+            f"{_fmt(upper, 'acc_open')} | "
             f"{_fmt(upper, 'acc_open_no_leak')} | `{upper.source}` |"
         )
         out += [
             "",
-            f"The issue's criteria applied at the GDP-matched eps {GDP_MATCHED:g} (informative only: the issue's targets are "
+            f"The issue's criteria applied at the GDP-matched eps {GDP_MATCHED:g} (informative only: the issue's "
+            "targets are "
             f"judged at eps {WIDTH_MATCHED:g}, above):",
             "",
         ]
@@ -546,7 +562,8 @@ def _table_general(entries: Sequence[Entry]) -> list[str]:
     for e in gen:
         model = str(e.params.get("model", "?"))
         out.append(
-            f"| `{model}` | {_general_payloads(e)} | {e.dataset} | {int(e.mean('n_heldout'))} | {_fmt(e, 'acc_mcqa')} | {_fmt(e, 'acc_mcqa_rank')} |"
+            f"| `{model}` | {_general_payloads(e)} | {e.dataset} | {int(e.mean('n_heldout'))} | {_fmt(e, 'acc_mcqa')} "
+            f"| {_fmt(e, 'acc_mcqa_rank')} |"
         )
     out.append("")
     out.append("Chance is 0.20 on CommonsenseQA (5 options) and about 0.25 on ARC-Challenge (mostly 4 options).")

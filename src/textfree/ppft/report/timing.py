@@ -7,7 +7,8 @@ from typing import Sequence
 
 from .entries import WIDTH_MATCHED, Entry, _latest
 
-# PipelineConfig.stage2_epochs' default (not imported: the pipeline module pulls in the trainers; a test checks they agree)
+# PipelineConfig.stage2_epochs' default (not imported: the pipeline module pulls in the trainers; a test checks they
+# agree)
 PIPELINE_STAGE2_EPOCHS = 12
 
 
@@ -31,7 +32,8 @@ def _table_pipeline(pipe: Entry) -> list[str]:
     total = pipe.mean("total_wall_s")
     one_go = pipe.mean("measured_in_one_go") == 1.0
     out.append(
-        f"| **total** | **{total:.0f}** ({total / 60:.1f} min; target < 60 min: **{'met' if total < 3600 and one_go else 'NOT met'}**) |"
+        f"| **total** | **{total:.0f}** ({total / 60:.1f} min; target < 60 min: "
+        f"**{'met' if total < 3600 and one_go else 'NOT met'}**) |"
     )
     accuracy = "; ".join(f"{task} {pipe.mean(f'acc_{task}'):.4f}" for task in (p.get("eval_tasks") or ["mcqa", "open"]))
     out += [
@@ -83,13 +85,15 @@ def _table_time(entries: Sequence[Entry]) -> list[str]:
     for label, secs, e in parts:
         reused = e is not None and e.mean("reused") == 1.0  # evaluation (e None) is always measured afresh
         out.append(
-            f"| {label} | {'—' if math.isnan(secs) else f'{secs:.0f}'} | {'recorded by the run the cell reused' if reused else ''} |"
+            f"| {label} | {'—' if math.isnan(secs) else f'{secs:.0f}'} | "
+            f"{'recorded by the run the cell reused' if reused else ''} |"
         )
         total += 0.0 if math.isnan(secs) else secs
     missing = [label.split(" (")[0] for label, secs, _ in parts if math.isnan(secs)]
     if missing:  # a sum over some steps is no pipeline time
         out.append(
-            f"| **total** | — | not measured: no {', no '.join(missing)} in these result files; the steps above add up to {total:.0f} s |"
+            f"| **total** | — | not measured: no {', no '.join(missing)} in these result files; the steps above add up "
+            f"to {total:.0f} s |"
         )
     else:
         out.append(f"| **total** | **{total:.0f}** ({total / 60:.1f} min; target < 60 min) | |")

@@ -38,7 +38,8 @@ def _meets(p: float, u: float, b: float, lo: float) -> bool:
 def _layouts_meeting_targets(
     stage2: Sequence[Entry], blind: Entry | None, low: Entry | None
 ) -> list[tuple[str, Any, str]]:
-    """(layout key, its value, description) of each layout section's row whose width-matched run meets the 4-option and the
+    """(layout key, its value, description) of each layout section's row whose width-matched run meets the 4-option and
+    the
     open-answer target against its own upper bound (over the trainings of the run when it was trained more than
     once)."""
     names = []
@@ -141,7 +142,8 @@ def _training_verdicts(
     )
     lines = [
         header
-        or f"- {prefix + ': ' if prefix else ''}the verdicts above are one training's (training seed 0). Over the {len(trainings)} {where}"
+        or f"- {prefix + ': ' if prefix else ''}the verdicts above are one training's (training seed 0). Over the "
+        f"{len(trainings)} {where}"
     ]
     for task, name in (("mcqa", "4-option"), ("open", "open-answer")):
         means = _training_means(trainings, f"acc_{task}")
@@ -151,7 +153,8 @@ def _training_verdicts(
         b = blind.mean(f"acc_blind_{task}") if blind else math.nan
         lo = low.mean(f"acc_{task}") if low else math.nan
         lines.append(
-            f"  - {name}: PPFT {p:.4f} (trainings: {', '.join(f'{m:.4f}' for m in means)}) = {_ratio(p, u)} of the upper "
+            f"  - {name}: PPFT {p:.4f} (trainings: {', '.join(f'{m:.4f}' for m in means)}) = {_ratio(p, u)} of the "
+            "upper "
             f"bound {u:.4f} -> **{'met' if _meets(p, u, b, lo) else 'NOT met'}**"
             + next((note for note in (_bound_of_another_build(t, upper) for t in trainings) if note), "")
             + _mixed_builds(trainings)

@@ -15,7 +15,7 @@ import os
 import re
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 __all__ = [
     "Cell",
@@ -48,6 +48,17 @@ class CellError(ValueError):
 
     def with_source(self, source: str | os.PathLike | None) -> "CellError":
         return CellError(self.message, field=self.field, source=source)
+
+
+#: How a strict check finds a cell's kind (name -> kind), installed by :mod:`textfree.experiments.registry`, which
+#: holds the kinds; this module sits below the systems and the runner, so it cannot import them.
+_kind_lookup: Callable[[str], Any] | None = None
+
+
+def set_kind_lookup(lookup: Callable[[str], Any]) -> None:
+    """Install the lookup strict checks use to find a cell's kind (:func:`textfree.experiments.get_cell_kind`)."""
+    global _kind_lookup
+    _kind_lookup = lookup
 
 
 @dataclass(frozen=True)
@@ -223,10 +234,12 @@ class Cell:
             self.resolve(self.points()[0])  # path errors (e.g. into a non-mapping) surface at load time
 
     def _check_semantics(self) -> None:
-        from .registry import get_cell_kind  # the registry imports the built-in kinds lazily
-
+        if _kind_lookup is None:
+            raise CellError(
+                "no cell kinds are loaded: import textfree.experiments to check a cell's kind", field="kind"
+            )
         try:
-            kind = get_cell_kind(self.kind)
+            kind = _kind_lookup(self.kind)
         except ValueError as exc:
             raise CellError(str(exc), field="kind") from None
         if self.attack is not None and not kind.takes_attack:

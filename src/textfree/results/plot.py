@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .runner import load_results
+from .files import load_results
 
 __all__ = ["plot_results", "default_x_axis"]
 

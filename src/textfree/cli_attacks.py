@@ -23,7 +23,7 @@ def report_cmd(
 ) -> None:
     """Write the attack tables, figures, target verdicts and cross matrix from result files; nothing is recomputed."""
     from textfree.attacks.report import write_report
-    from textfree.experiments.report_command import run_report_command
+    from textfree.results.report_command import run_report_command
 
     def fail(message: str):
         typer.echo(f"error: {message}", err=True)

@@ -1,8 +1,11 @@
-"""``textfree ppft ...``: PPFT's pipeline commands (decoder pretraining, stage 1, stage 2, ask, evaluate, the whole pipeline)."""
+"""``textfree ppft ...``: PPFT's pipeline commands (decoder pretraining, stage 1, stage 2, ask, evaluate, the whole
+pipeline)."""
 
 from __future__ import annotations
 
 import typer
+
+from textfree.accel import is_main_process
 
 app = typer.Typer(no_args_is_help=True, help="PPFT: text-free alignment, noisy domain adaptation, text-free answers.")
 
@@ -22,13 +25,12 @@ def _ppft_fail(message: str, code: int = 2) -> None:
 
 
 def _ppft_setup(verbose: bool = True) -> None:
-    import logging
-
-    from textfree.cli_common import _quiet_transformers
+    """Quiet transformers; ``verbose=False``: textfree's warnings only (logging:
+    ``textfree.cli_common.setup_logging``)."""
+    from textfree.cli_common import _quiet_transformers, setup_logging
 
     _quiet_transformers()
-    if verbose:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
+    setup_logging(verbose)
 
 
 def _ppft_run(fn, *args, **kwargs):
@@ -120,7 +122,8 @@ def train_stage1_cmd(
         cpu=cpu,
     )
     summary = _ppft_run(train_stage1, cfg)
-    typer.echo(f"stage 1 done: {_stage_line(summary)}; model in {out}")
+    if is_main_process():  # under accelerate launch, once
+        typer.echo(f"stage 1 done: {_stage_line(summary)}; model in {out}")
 
 
 @app.command("train-stage2")
@@ -334,7 +337,8 @@ def train_stage2_cmd(
         cpu=cpu,
     )
     summary = _ppft_run(train_stage2, cfg)
-    typer.echo(f"stage 2 done: {_stage_line(summary)}; model in {out}")
+    if is_main_process():  # under accelerate launch, once
+        typer.echo(f"stage 2 done: {_stage_line(summary)}; model in {out}")
     if evaluate:
         t = "blind_mcqa" if blind else "mcqa"
         result = _ppft_evaluate(
@@ -406,7 +410,8 @@ def evaluate_cmd(
     r = _ppft_evaluate(model, dataset, None if no_noise else epsilon, k, limit, seed, max_new_tokens, out, task=task)
     typer.echo(
         f"{dataset} held-out {task} n={r['n']} epsilon={r['epsilon']} k={r['k']}: accuracy {r['accuracy']:.4f} "
-        f"(exclusive {r['accuracy_exclusive']:.4f}; without answer leak {r['accuracy_no_leak']:.4f}, n={r['n_no_leak']}); "
+        f"(exclusive {r['accuracy_exclusive']:.4f}; without answer leak {r['accuracy_no_leak']:.4f}, "
+        f"n={r['n_no_leak']}); "
         f"majority baseline {r['majority_baseline']:.4f}"
     )
 
@@ -512,7 +517,8 @@ def pipeline_cmd(
     result = _ppft_run(run_pipeline, cfg)
     for name, step in result["steps"].items():
         typer.echo(
-            f"{name:9s} {step['wall_s']:8.1f} s{'  (reused: time recorded when it ran)' if step['reused'] else ''}  {step['dir']}"
+            f"{name:9s} {step['wall_s']:8.1f} s{'  (reused: time recorded when it ran)' if step['reused'] else ''}  "
+            f"{step['dir']}"
         )
     total = result["total_wall_s"]
     typer.echo(
@@ -532,8 +538,8 @@ def report_cmd(
     ),
 ) -> None:
     """Write PPFT's result tables (docs/results/ppft.md) and figures from result files; nothing is recomputed."""
-    from textfree.experiments.report_command import run_report_command
     from textfree.ppft.report import write_report
+    from textfree.results.report_command import run_report_command
 
     typer.echo(f"wrote {run_report_command(results, out, write_report, _ppft_fail)}")
 
@@ -566,8 +572,10 @@ def width_match_cmd(
     typer.echo("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         typer.echo(
-            f"| {r['setting']} | {r['dim']} | {r['epsilon']:.2f} | {r['noise_norm']:.2f} | {r['pure_bound']:.1f} | {r['mu']:.3f} | "
-            f"{r['error_limit']:.4f} | {r['error_measured']:.4f} | {r['mean_loss_limit']:.2f} | {r['mean_loss_measured']:.2f} |"
+            f"| {r['setting']} | {r['dim']} | {r['epsilon']:.2f} | {r['noise_norm']:.2f} | {r['pure_bound']:.1f} | "
+            f"{r['mu']:.3f} | "
+            f"{r['error_limit']:.4f} | {r['error_measured']:.4f} | {r['mean_loss_limit']:.2f} | "
+            f"{r['mean_loss_measured']:.2f} |"
         )
 
 
@@ -667,14 +675,16 @@ def pretrain_decoder_cmd(
     metrics = _json.loads((result / "metrics.json").read_text())
     typer.echo(
         f"decoder: {metrics['parameters']:,} parameters, {metrics['steps']} steps, {metrics['tokens_seen']:,} tokens "
-        f"({metrics['epochs']:.2f} epochs) at {metrics['tokens_per_s']:.0f} tokens/s; train loss {metrics['train_loss']:.3f}, "
-        f"held-out loss {metrics['heldout_loss']:.3f} (ppl {metrics['heldout_ppl']:.1f}, from {metrics['initial_heldout_loss']:.3f}); "
+        f"({metrics['epochs']:.2f} epochs) at {metrics['tokens_per_s']:.0f} tokens/s; train loss "
+        f"{metrics['train_loss']:.3f}, "
+        f"held-out loss {metrics['heldout_loss']:.3f} (ppl {metrics['heldout_ppl']:.1f}, from "
+        f"{metrics['initial_heldout_loss']:.3f}); "
         f"saved in {result}"
     )
     if samples:
         from textfree.lm.loading import load_decoder
-        from textfree.lm.local import greedy_generate
+        from textfree.lm.generate import generate_text
 
         model, tok = load_decoder(result)
-        for prompt, text in zip(_LM_SAMPLE_PROMPTS, greedy_generate(model, tok, _LM_SAMPLE_PROMPTS, max_new_tokens=30)):
+        for prompt, text in zip(_LM_SAMPLE_PROMPTS, generate_text(model, tok, _LM_SAMPLE_PROMPTS, max_new_tokens=30)):
             typer.echo(f"  {prompt!r} -> {text!r}")

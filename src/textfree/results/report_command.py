@@ -30,7 +30,7 @@ def run_report_command(
 ) -> Path:
     """``write_report(results, out)`` after checking the paths; a :class:`ResultsError` (e.g. no result files of the
     report's kinds: nothing is written) or an ``OSError`` while writing is one error line."""
-    from . import ResultsError
+    from .files import ResultsError
 
     missing = [str(p) for p in results if not p.exists()]
     if missing:

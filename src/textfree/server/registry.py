@@ -1,0 +1,160 @@
+"""The served systems a server knows: what each serves and how its models load, answer and fine-tune.
+
+The server's core (``app.py``, the routes, the model table) reaches a system only through a :class:`ServedSystem`
+registered here, never through the system's own modules: a system's package registers itself when imported
+(``textfree.ppft.service`` registers ``"ppft"``), and whoever builds the app imports it first (``textfree serve``
+does; so do the test fixtures). Adding a system is one new module that calls :func:`register_system`.
+
+A system's *handler* is the object the routes call for one served model (:class:`ServedModel`): its ``card``, its
+``prepare`` (payload checks, 4xx :class:`~textfree.server.errors.ApiError`) and its ``run`` (one micro-batch).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Protocol, Sequence, runtime_checkable
+
+import torch
+
+if TYPE_CHECKING:  # pragma: no cover - types only
+    from ..payload import Payload
+    from .config import ServerConfig
+
+__all__ = [
+    "FineTuneJob",
+    "ServedModel",
+    "ServedSystem",
+    "TASKS",
+    "TrainingRow",
+    "UnknownSystemError",
+    "available_systems",
+    "get_system",
+    "register_system",
+    "unregister_system",
+]
+
+TASKS = ("generate", "embed")
+
+
+@runtime_checkable
+class ServedModel(Protocol):
+    """What the routes call for one served model (a system's handler)."""
+
+    id: str
+    task: str  # "generate" or "embed": the route it answers
+    card: dict[str, Any]
+
+    def prepare(self, payload: "Payload", public: Sequence[str] | None, config: "ServerConfig") -> Any:
+        """A validated request (rows, mask, public text) for :meth:`run`, or a 4xx ``ApiError``."""
+
+    def run(self, key: Hashable, items: list[Any]) -> list[Any]:
+        """One model call for every prepared request of a micro-batch: one result per item."""
+
+
+@dataclass(frozen=True)
+class TrainingRow:
+    """One uploaded training row: a payload row's vectors, its public text and the target the model should answer."""
+
+    vectors: torch.Tensor  # [n, d] float32, the row's own slots
+    public: str
+    target: str
+
+
+@dataclass(frozen=True)
+class FineTuneJob:
+    """What a system's ``fine_tune`` gets: where to write, what to start from, the rows and the hyperparameters.
+
+    ``on_step(step, loss)`` runs after every optimizer step (it may raise to stop the job); ``fine_tune`` writes
+    checkpoints under ``run_dir`` so a restarted job resumes, and returns ``{"steps", "final_loss",
+    "resumed_from_step"}``."""
+
+    run_dir: Path
+    init: str  # the base model's source (run directory or hub id)
+    dataset_ids: list[str]
+    rows: list[TrainingRow]
+    hyperparameters: dict[str, Any]
+    device: str
+    on_step: Callable[[int, float], None]
+
+
+@dataclass(frozen=True)
+class ServedSystem:
+    """A system the server can serve, as the server sees it.
+
+    ``load(model_id, source, config)`` returns the handler of a model (source: a run directory or hub id;
+    ``config``: the :class:`~textfree.server.config.ServerConfig`, for the device and backend). ``card(handler)``
+    is the public model card (default: the handler's ``card``). ``fine_tune(job)`` runs a fine-tuning job and
+    ``load_adapter(model_id, run_dir, device)`` loads what a finished job wrote, in this process; a system without
+    them serves no fine-tuning."""
+
+    name: str
+    task: str
+    payload_kind: str
+    load: Callable[[str, str, "ServerConfig"], ServedModel]
+    card: Callable[[ServedModel], dict[str, Any]] = field(default=lambda handler: handler.card)
+    fine_tune: Callable[[FineTuneJob], dict[str, Any]] | None = None
+    load_adapter: Callable[[str, str, str], ServedModel] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or not self.name.replace("-", "").isalnum():
+            raise ValueError(f"a served system's name must be letters, digits and '-', got {self.name!r}")
+        if self.task not in TASKS:
+            raise ValueError(f"served system {self.name!r}: task must be one of {TASKS}, got {self.task!r}")
+        if (self.fine_tune is None) != (self.load_adapter is None):
+            raise ValueError(f"served system {self.name!r}: give both fine_tune and load_adapter, or neither")
+
+    @property
+    def fine_tunes(self) -> bool:
+        """Whether this system runs fine-tuning jobs."""
+        return self.fine_tune is not None
+
+
+class UnknownSystemError(KeyError):
+    """No served system of that name is registered."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0])
+
+
+_SYSTEMS: dict[str, ServedSystem] = {}
+_LOCK = threading.Lock()
+
+
+def register_system(system: ServedSystem, *, replace: bool = False) -> ServedSystem:
+    """Make ``system`` servable under its name. Registering the same object again is a no-op; another system of a
+    taken name is refused unless ``replace``."""
+    if not isinstance(system, ServedSystem):
+        raise TypeError(f"register_system takes a ServedSystem, got {type(system).__name__}")
+    with _LOCK:
+        known = _SYSTEMS.get(system.name)
+        if known is not None and known is not system and not replace:
+            raise ValueError(f"a served system named {system.name!r} is registered already (replace=True to swap)")
+        _SYSTEMS[system.name] = system
+    return system
+
+
+def unregister_system(name: str) -> None:
+    """Forget the system ``name`` (tests); unknown names are ignored."""
+    with _LOCK:
+        _SYSTEMS.pop(name, None)
+
+
+def get_system(name: str) -> ServedSystem:
+    """The registered system ``name``; :class:`UnknownSystemError` names it and lists the registered ones."""
+    with _LOCK:
+        system = _SYSTEMS.get(name)
+        known = sorted(_SYSTEMS)
+    if system is None:
+        raise UnknownSystemError(
+            f"no served system {name!r} is registered (registered: {', '.join(known) or 'none'}); import the module "
+            "that registers it before creating the app (textfree serve imports the built-in systems)"
+        )
+    return system
+
+
+def available_systems() -> list[str]:
+    """The names of the registered systems, sorted."""
+    with _LOCK:
+        return sorted(_SYSTEMS)
