@@ -682,8 +682,8 @@ def pretrain_decoder_cmd(
         f"saved in {result}"
     )
     if samples:
-        from textfree.lm.loading import load_decoder
         from textfree.lm.generate import generate_text
+        from textfree.lm.loading import load_decoder
 
         model, tok = load_decoder(result)
         for prompt, text in zip(_LM_SAMPLE_PROMPTS, generate_text(model, tok, _LM_SAMPLE_PROMPTS, max_new_tokens=30)):
