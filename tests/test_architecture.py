@@ -152,3 +152,39 @@ def test_the_client_maths_import_no_model_or_server_code(package):
     edges = package_edges()
     bad = {b: edges[(a, b)] for (a, b) in edges if a == package and b in NOT_FOR_CLIENT}
     assert not bad, f"{package} (the client's maths and wire) imports {bad}"
+
+
+#: Modules that write a directory of files under a temporary name and rename it into place (their own atomicity),
+#: or that write no saved artefact (a subprocess's log in a test helper).
+OWN_ATOMICITY = {"textfree/atomic.py", "textfree/training/checkpoint.py", "textfree/server/testing.py"}
+
+
+def _plain_writes(path: Path) -> list[str]:
+    """Calls that write a file without the atomic helpers: ``.write_text``/``.write_bytes``, safetensors'
+    ``save_file``, matplotlib's ``.savefig`` and ``open`` for writing (appending a log line is allowed)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if name in ("write_text", "write_bytes", "save_file", "savefig"):
+            found.append(f"{name} at line {node.lineno}")
+        elif name == "open" and len(node.args) > 1 and isinstance(node.args[1], ast.Constant):
+            if any(m in str(node.args[1].value) for m in "wx+"):
+                found.append(f"open(..., {node.args[1].value!r}) at line {node.lineno}")
+    return found
+
+
+def test_every_save_goes_through_the_atomic_helpers():
+    bad = {}
+    for path in sorted((SRC / "textfree").rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel not in OWN_ATOMICITY and (writes := _plain_writes(path)):
+            bad[rel] = writes
+    assert not bad, f"plain (non-atomic) writes; use textfree.atomic: {bad}"
+
+
+def test_the_write_reader_sees_plain_writes(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("def f(p, fig):\n    p.write_text('x')\n    fig.savefig(p)\n    open(p, 'a').write('log')\n")
+    assert _plain_writes(path) == ["write_text at line 2", "savefig at line 3"]

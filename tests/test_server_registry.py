@@ -137,3 +137,20 @@ def test_the_server_imports_no_system_internals():
         if any(name == pkg or name.startswith(pkg + ".") for pkg in SYSTEM_PACKAGES)
     ]
     assert not bad, bad
+
+
+def test_installed_systems_are_found_through_their_entry_points_without_importing_them():
+    """A fresh interpreter that imports only the server finds PPFT: pyproject.toml declares it in the
+    ``textfree.systems`` entry-point group (the server's code never names it)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from textfree.server.registry import get_system\n"
+        "assert 'textfree.ppft.service' not in sys.modules\n"
+        "print(get_system('ppft').name, 'textfree.ppft.service' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["ppft", "True"]

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .atomic import atomic_write_text
 from .mechanisms.accounting import alignment_from_lengths, embedding_diameter
 
 __all__ = ["dataset_alignment", "table_diameter", "private_texts"]
@@ -38,8 +39,7 @@ def table_diameter(table_encoder) -> float:
     d_max = embedding_diameter(table_encoder.table)
     if cache is not None:
         try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            cache.write_text(json.dumps({"d_max": d_max, "encoder": table_encoder.name}))
+            atomic_write_text(cache, json.dumps({"d_max": d_max, "encoder": table_encoder.name}))
         except OSError:
             pass
     return d_max

@@ -1,4 +1,13 @@
-"""Atomic file writes: a reader sees the old file or the whole new one, never a partial file."""
+"""Atomic file writes, the one way every save in textfree writes a file: a reader sees the old file or the whole new
+one, never a partial file, and two processes writing the same path never share a temporary name.
+
+* :func:`atomic_write_bytes` / :func:`atomic_write_text` / :func:`write_json`: replace ``path`` whole;
+* :func:`atomic_save_tensors`: a safetensors file; :func:`atomic_save_figure`: a matplotlib figure;
+* :func:`create_new_text`: a new file that never replaces one (result files: ``stem.json``, ``stem-1.json``, ...).
+
+A directory of several files (a training checkpoint, an uploaded dataset) is written to a temporary directory and
+renamed into place by its owner.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +18,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import torch
-
-__all__ = ["atomic_write_bytes", "atomic_write_text", "write_json", "read_json"]
+__all__ = [
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "atomic_save_tensors",
+    "atomic_save_figure",
+    "create_new_text",
+    "write_json",
+    "read_json",
+]
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, mode: int | None = None) -> Path:
@@ -41,6 +56,51 @@ def atomic_write_text(path: str | os.PathLike, text: str, *, mode: int | None = 
     return atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
 
 
+def atomic_save_tensors(path: str | os.PathLike, tensors: dict, *, metadata: dict[str, str] | None = None) -> Path:
+    """A safetensors file of ``tensors`` (contiguous, on the CPU), written atomically."""
+    from safetensors.torch import save
+
+    return atomic_write_bytes(path, save({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, metadata))
+
+
+def atomic_save_figure(fig: Any, path: str | os.PathLike, **savefig: Any) -> Path:
+    """A matplotlib figure rendered in memory (format from ``path``'s suffix unless given), written atomically."""
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, **({"format": Path(path).suffix.lstrip(".") or "png"} | savefig))
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
+def create_new_text(directory: str | os.PathLike, stem: str, text: str, *, suffix: str = ".json") -> Path:
+    """Write ``text`` to ``directory/stem{suffix}`` (or ``stem-1{suffix}``, ...) atomically, never replacing a file:
+    the whole file is written under a temporary name, then hard-linked to the first free name (atomic and exclusive)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        for i in range(1000):
+            final = directory / (f"{stem}{suffix}" if i == 0 else f"{stem}-{i}{suffix}")
+            try:
+                os.link(tmp, final)  # atomic and exclusive: fails if the name exists
+                return final
+            except FileExistsError:
+                continue
+            except OSError:  # a filesystem without hard links
+                if final.exists():
+                    continue
+                os.replace(tmp, final)
+                return final
+        raise FileExistsError(f"no free file name for {stem!r} in {directory}")
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
 def write_json(path: str | os.PathLike, data: Any) -> Path:
     """Write ``data`` as indented, key-sorted JSON to ``path`` through :func:`atomic_write_text` (a unique temporary
     name beside it, so two processes writing the same file never share one)."""
@@ -58,6 +118,8 @@ def read_json(path: str | os.PathLike) -> Any:
 
 
 def _json_default(obj: Any) -> Any:
+    import torch
+
     if isinstance(obj, (Path, torch.dtype, torch.device)):
         return str(obj)
     if isinstance(obj, tuple):

@@ -131,6 +131,9 @@ def train_blackbox(
     ``clean_of(ids) -> [n, d]`` is the attacker's query access (the clean vectors of the tokens it submits)."""
     if kind not in ("mlp", "autoencoder"):
         raise ValueError(f"kind must be 'mlp' or 'autoencoder', got {kind!r}")
+    # Its own few lines of loop rather than textfree.training.fit: it trains in memory in seconds, writes no run
+    # directory or checkpoint, and draws its batches and noise from one generator in the order every committed
+    # attack figure was made with (fit's seeded data order would redraw them all).
     queried = clean_of(vocab).to(torch.float32)
     torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
     model = (

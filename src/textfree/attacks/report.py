@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from ..atomic import atomic_save_figure, atomic_write_text
 from ..metrics import seed_spread
 
 __all__ = [
@@ -505,8 +506,7 @@ def _figure(curves: Sequence[Curve], path: Path) -> bool:
             + (f" (delta {c.points[0].mean('token_delta'):g})" if c.family.endswith("gaussian") else ""),
         )
         ax.legend(fontsize=7)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    atomic_save_figure(fig, path, dpi=110)
     return True
 
 
@@ -533,5 +533,5 @@ def write_report(paths: Iterable[str | Path], out: str | Path, *, figures_dir: s
 
     matrix_png = figure.parent / "cross_matrix.png"
     matrix_link = os.path.relpath(matrix_png, out.parent) if matrix_figure(collect_matrix(paths), matrix_png) else None
-    out.write_text(_markdown(curves, links) + _payload_sections(paths, matrix_link))
+    atomic_write_text(out, _markdown(curves, links) + _payload_sections(paths, matrix_link))
     return out

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from ..atomic import atomic_save_figure
 from .report_payloads import PayloadCell, attribute_release, centred, collect_kind, token_noise_label
 
 __all__ = ["MatrixRow", "collect_matrix", "matrix_section", "matrix_figure", "COLUMNS"]
@@ -277,6 +278,5 @@ def matrix_figure(rows: list[MatrixRow], path: Path) -> bool:
         ylim=(-2, 102),
     )
     ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    atomic_save_figure(fig, path, dpi=110)
     return True

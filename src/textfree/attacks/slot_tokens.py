@@ -146,6 +146,9 @@ def train_slot_inverter(
     Returns the model (in eval mode) and ``{first_loss, final_loss, steps}`` (final: the mean over the last epoch)."""
     from tqdm.auto import tqdm
 
+    # Its own few lines of loop rather than textfree.training.fit: it trains in memory in seconds, writes no run
+    # directory or checkpoint, and draws its batches and noise from one generator in the order every committed
+    # attack figure was made with (fit's seeded data order would redraw them all).
     first = releases(0)
     if first.ndim != 2 or len(first) != len(targets) or targets.shape[1:] != (k,):
         raise ValueError(

@@ -35,12 +35,12 @@ import numbers
 import os
 import platform
 import subprocess
-import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..atomic import create_new_text
 from ..metrics import mean_stderr
 from ..results.cell import Cell, load_cell
 from ..results.files import RESULTS_FORMAT, RESULTS_VERSION
@@ -209,30 +209,7 @@ def _results_dir(out_dir: str | os.PathLike) -> Path:
 
 def _write_new_json(out_dir: Path, stem: str, data: Any) -> Path:
     """Write ``data`` to ``out_dir/stem.json`` (or ``stem-1.json``, ...) atomically, never replacing a file."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(_jsonable(data), indent=2, allow_nan=False) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".tmp", dir=out_dir)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        for i in range(1000):
-            final = out_dir / (f"{stem}.json" if i == 0 else f"{stem}-{i}.json")
-            try:
-                os.link(tmp, final)  # atomic and exclusive: fails if the name exists
-                return final
-            except FileExistsError:
-                continue
-            except OSError:  # a filesystem without hard links
-                if final.exists():
-                    continue
-                os.replace(tmp, final)
-                return final
-        raise FileExistsError(f"no free result file name for {stem!r} in {out_dir}")
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    return create_new_text(out_dir, stem, json.dumps(_jsonable(data), indent=2, allow_nan=False) + "\n")
 
 
 def run_cell(

@@ -26,9 +26,9 @@ import os
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
-from ..atomic import read_json
+from ..atomic import atomic_save_tensors, read_json
 from ..training.runs import TRAIN_CONFIG, _is_fingerprint_of, run_fingerprint
 
 __all__ = ["stage1_build", "CENTER_FILE", "save_center", "load_center", "load_center_file"]
@@ -60,8 +60,7 @@ def stage1_build(run: str | os.PathLike) -> str | None:
 def save_center(run: str | os.PathLike, center: torch.Tensor) -> Path:
     """Write the client's public slot centre (``slot_center.safetensors``, one float32 tensor ``center``)."""
     path = Path(run) / CENTER_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_file({"center": center.detach().to("cpu", torch.float32).contiguous()}, str(path))
+    atomic_save_tensors(path, {"center": center.to(torch.float32)})
     return path
 
 

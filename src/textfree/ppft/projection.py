@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
+from ..atomic import atomic_save_tensors, atomic_write_text
 from ..data import normalize_answer, parse_options_block
 from ..heads.classifier import AttributeAttackConfig, AttributeClassifier, AttributeSpec
 
@@ -293,8 +294,8 @@ class Projection(torch.nn.Module):
     def save(self, directory: str | os.PathLike) -> Path:
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
-        (out / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
-        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}, str(out / WEIGHTS_NAME))
+        atomic_write_text(out / CONFIG_NAME, json.dumps(self.config.to_dict(), indent=2) + "\n")
+        atomic_save_tensors(out / WEIGHTS_NAME, self.state_dict())
         return out
 
     @classmethod

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..accel import is_main_process, wait_for_everyone
 from ..rng import secure_generator, seeded_generator
 from .batches import ClientCache, PayloadExample, require_payload_examples
 from .checkpoint import CENTER_FILE, load_center_file, save_center
@@ -51,7 +52,12 @@ def fit_center(
         )
         slots.append(l2_normalize(pooled[0]))
     mech = PrivateMean(float(cfg.center_mu))
-    if cfg.resume and (run / CENTER_FILE).is_file():
+    reuse = cfg.resume and (run / CENTER_FILE).is_file()
+    wait_for_everyone()  # every process has looked for the file before the main process may write it
+    draw = not reuse and is_main_process()  # under accelerate launch the main process draws it once
+    if not reuse and not draw:
+        wait_for_everyone()  # ... and the others read what it wrote
+    if not draw:
         center = load_center_file(run)  # a resume with other settings (subspace_epochs too) was refused before this
         log.info("slot centre: reused %s", run / CENTER_FILE)
     else:
@@ -62,6 +68,7 @@ def fit_center(
             released = _subspace_payloads(cfg, lm, cache, examples, k, noise_seed, family)  # client side
             center = torch.cat([center.unsqueeze(0), fit_class_subspace(released)])  # server side: payload rows only
         save_center(run, center)
+        wait_for_everyone()
     lm.center = center
     lm.server.config = lm.config.replace(center_mu=float(cfg.center_mu), center_sha256=center_sha256(center))
     loss = mech.privacy_loss(1)
@@ -188,7 +195,9 @@ def fit_answer_head(
         server.projection = server.projection.with_answer_head(
             head, class_vectors(server, head.specs[0].classes), options=cfg.answer_head_options
         )
-        server.projection.save(saved)
+        if is_main_process():  # the head is seeded: every process trained the same one; one writes it
+            server.projection.save(saved)
+        wait_for_everyone()
         log.info("answer head trained in %.1f s", time.time() - t0)
     accuracy = head_accuracy(server.projection, payloads(-1))
     log.info("answer head: %.3f of the training rows on a fresh draw", accuracy)

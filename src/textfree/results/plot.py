@@ -14,11 +14,11 @@ from __future__ import annotations
 import math
 import os
 import re
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from ..atomic import atomic_save_figure
 from .files import load_results
 
 __all__ = ["plot_results", "default_x_axis"]
@@ -51,14 +51,7 @@ def _safe(name: str) -> str:
 
 
 def _save_png(fig: Any, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", dpi=120)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    atomic_save_figure(fig, path, format="png", dpi=120)
 
 
 def _plot_metric(data: dict, metric: str, x_axis: str | None, out: Path) -> None:

@@ -2,8 +2,9 @@
 
 The server's core (``app.py``, the routes, the model table) reaches a system only through a :class:`ServedSystem`
 registered here, never through the system's own modules: a system's package registers itself when imported
-(``textfree.ppft.service`` registers ``"ppft"``), and whoever builds the app imports it first (``textfree serve``
-does; so do the test fixtures). Adding a system is one new module that calls :func:`register_system`.
+(``textfree.ppft.service`` registers ``"ppft"``), and the registry imports every system an installed package declares
+in the ``textfree.systems`` entry-point group on first lookup (pyproject.toml declares PPFT's). Adding a system is
+one new module that calls :func:`register_system`, declared there.
 
 A system's *handler* is the object the routes call for one served model (:class:`ServedModel`): its ``card``, its
 ``prepare`` (payload checks, 4xx :class:`~textfree.server.errors.ApiError`) and its ``run`` (one micro-batch).
@@ -141,20 +142,48 @@ def unregister_system(name: str) -> None:
         _SYSTEMS.pop(name, None)
 
 
+#: The entry-point group through which installed packages declare their systems (``name = "module.path"``; importing
+#: the module registers it). textfree's own: ``ppft = "textfree.ppft.service"`` in pyproject.toml.
+ENTRY_POINT_GROUP = "textfree.systems"
+_plugins_loaded = False
+
+
+def _load_installed_systems() -> None:
+    """Import, once, every module the installed packages declare in :data:`ENTRY_POINT_GROUP` (how a server finds
+    the systems without importing any of them by name); a declared module that fails to import is an error naming it."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        if point.name in _SYSTEMS:
+            continue
+        try:
+            point.load()
+        except Exception as exc:  # noqa: BLE001 - any import failure of a plugin is reported with its name
+            raise ImportError(f"served system {point.name!r} ({point.value}) failed to load: {exc}") from exc
+    _plugins_loaded = True
+
+
 def get_system(name: str) -> ServedSystem:
-    """The registered system ``name``; :class:`UnknownSystemError` names it and lists the registered ones."""
+    """The registered system ``name`` (installed systems are loaded on first need); :class:`UnknownSystemError` names
+    it and lists the registered ones."""
+    if name not in _SYSTEMS:
+        _load_installed_systems()
     with _LOCK:
         system = _SYSTEMS.get(name)
         known = sorted(_SYSTEMS)
     if system is None:
         raise UnknownSystemError(
             f"no served system {name!r} is registered (registered: {', '.join(known) or 'none'}); import the module "
-            "that registers it before creating the app (textfree serve imports the built-in systems)"
+            f"that registers it before creating the app, or declare it in the {ENTRY_POINT_GROUP!r} entry points"
         )
     return system
 
 
 def available_systems() -> list[str]:
-    """The names of the registered systems, sorted."""
+    """The names of the registered systems (the installed ones included), sorted."""
+    _load_installed_systems()
     with _LOCK:
         return sorted(_SYSTEMS)

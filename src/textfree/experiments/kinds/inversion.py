@@ -43,6 +43,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ...atomic import atomic_save_tensors, atomic_write_text
 from ...attacks.learned import (
     LEARNED_INVERSION_REQUIRES,
     RESTORATION_REQUIRES,
@@ -346,7 +347,7 @@ def _slot_model(cell: Any, p: dict[str, Any], context: RunContext):
     import time
 
     import torch
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
     from ...attacks.slot_tokens import SlotTokenConfig, SlotTokenInverter, slot_targets, train_slot_inverter
     from ...ppft.batches import ClientCache, TextExample
@@ -409,11 +410,12 @@ def _slot_model(cell: Any, p: dict[str, Any], context: RunContext):
             "train_wall_s": round(time.time() - t0, 2),
         }
         out.mkdir(parents=True, exist_ok=True)
-        save_file(
-            {n: t.contiguous() for n, t in model.state_dict().items() if n != "table"}, str(out / SLOT_TOKENS_FILE)
-        )
-        saved.write_text(
-            json.dumps({"settings": settings, "metrics": metrics, "texts": len(texts), "slots": len(targets)}, indent=1)
+        atomic_save_tensors(out / SLOT_TOKENS_FILE, {n: t for n, t in model.state_dict().items() if n != "table"})
+        atomic_write_text(
+            saved,
+            json.dumps(
+                {"settings": settings, "metrics": metrics, "texts": len(texts), "slots": len(targets)}, indent=1
+            ),
         )
         return model, metrics | {"reused": 0.0}
 

@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ...atomic import atomic_write_text
+
 __all__ = ["DecoderPretrainConfig", "PRESETS", "CONFIG_NAME", "RESUMABLE_FIELDS", "resolve_mixed_precision"]
 
 CONFIG_NAME = "pretrain_config.json"
@@ -246,7 +248,7 @@ class DecoderPretrainConfig:
     def save(self, directory: str | os.PathLike) -> Path:
         """Write ``pretrain_config.json`` into ``directory``."""
         path = Path(directory) / CONFIG_NAME
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
         return path
 
     @classmethod

@@ -47,7 +47,7 @@ from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ...accel import make_accelerator
-from ...atomic import read_json
+from ...atomic import atomic_write_text, read_json
 from ...training.checkpoint import (
     CHECKPOINTS_DIR,
     latest_checkpoint,
@@ -342,7 +342,7 @@ def _prepare_data(cfg: DecoderPretrainConfig, out: Path, texts: Sequence[str] | 
         tokens = _token_cache(out, tokenizer, train_texts, heldout_texts, key)
         if accelerator.is_main_process:
             manifest["tokens"] = {"train": int(len(tokens["train"])), "heldout": int(len(tokens["heldout"]))}
-            (out / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n")
+            atomic_write_text(out / MANIFEST_NAME, json.dumps(manifest, indent=1) + "\n")
     heldout = _blocks(tokens["heldout"], cfg.context_length)[: cfg.max_eval_blocks].astype(np.int64)
     return _Data(
         tokenizer=tokenizer,
@@ -656,7 +656,7 @@ class _Session:
             tokenizer.save_pretrained(self.out)
             self.cfg.save(self.out)
             metrics = self._metrics(stopped_by)
-            (self.out / METRICS_NAME).write_text(json.dumps(metrics, indent=1) + "\n")
+            atomic_write_text(self.out / METRICS_NAME, json.dumps(metrics, indent=1) + "\n")
             logger.info(
                 "done: step %d, train loss %.4f, held-out loss %.4f (ppl %.2f), %.0f tokens/s -> %s",
                 self.step,

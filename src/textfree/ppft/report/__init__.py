@@ -34,6 +34,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from ...atomic import atomic_write_text
 from .entries import (
     GDP_MATCHED,
     PAPER_ENCODER_DIM,
@@ -210,5 +211,5 @@ def write_report(paths: Iterable[str | Path], out: str | Path, *, figures_dir: s
             figs.append(str(fig.relative_to(out.parent)) if fig.is_relative_to(out.parent) else str(fig))
     out.parent.mkdir(parents=True, exist_ok=True)
     command = " ".join(["textfree ppft report", *(Path(p).as_posix() for p in paths), "--out", out.as_posix()])
-    out.write_text(build_report(paths, figures=figs, command=command))
+    atomic_write_text(out, build_report(paths, figures=figs, command=command))
     return out

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ...atomic import atomic_save_figure
 from ...metrics import seed_spread
 from .entries import (
     GDP_MATCHED,
@@ -55,8 +56,7 @@ def _two_panel_figure(
     if not drawn:
         return None
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    atomic_save_figure(fig, path, dpi=110)
     return path
 
 
