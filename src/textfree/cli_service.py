@@ -110,36 +110,15 @@ def serve(
     vllm_dtype: Optional[str] = typer.Option(None, "--vllm-dtype", help=_server_help("vllm_dtype")),
 ) -> None:
     """Serve text-free inference over HTTP (docs/server.md); or manage API keys with --add-key / --revoke-key."""
-    from textfree.server.auth import KeyStore, KeyStoreError
-
     if add_key is not None or revoke_key is not None:
-        store = KeyStore(keys)
-        try:
-            if add_key is not None:
-                key = store.add_key(add_key)
-                typer.echo(key)
-                err.print(
-                    f"added a key for tenant {add_key!r} to {keys}; it is shown only this once (the store keeps a "
-                    "salted hash)"
-                )
-            if revoke_key is not None:
-                if not store.revoke(revoke_key):
-                    _fail(f"no key {revoke_key!r} in {keys}")
-                err.print(f"revoked key {revoke_key}")
-        except KeyStoreError as exc:
-            _fail(str(exc))
+        _manage_keys(keys, add_key, revoke_key)
         return
     _quiet_transformers()
-    try:
-        import uvicorn
-
-        from textfree.server import ServerConfig, create_app
-        from textfree.server.store import StoreError
-
-        _register_builtin_systems()
-    except ImportError as exc:
-        _fail(f'textfree serve needs the server extra (pip install "textfree[server]"): {exc}')
-    overrides = {
+    uvicorn = _import_server()
+    fields = {
+        "host": host,
+        "device": device,
+        "backend": backend,
         "max_body_bytes": max_body_bytes,
         "max_batch_rows": max_batch_rows,
         "max_new_tokens": max_new_tokens,
@@ -150,14 +129,68 @@ def serve(
         "vllm_timeout_s": vllm_timeout_s,
         "vllm_max_concurrent_calls": vllm_max_concurrent_calls,
         "vllm_dtype": vllm_dtype,
-    }
-    overrides |= {
         "sqlite_path": None if db is None else str(db),
         "data_dir": None if data_dir is None else str(data_dir),
         "max_concurrent_jobs": max_concurrent_jobs,
         "max_jobs_per_tenant": max_jobs_per_tenant,
         "max_dataset_rows": max_dataset_rows,
     }
+    config, application = _server_app(keys, no_auth, model=model, embed_model=embed_model, system=system, fields=fields)
+    err.print(
+        f"serving {len(config.models) + len(config.embed_models)} model(s) on http://{host}:{port} "
+        f"(auth {'on' if config.auth else 'OFF'}); GET /v1/models lists their cards"
+    )
+    uvicorn.run(application, host=host, port=port, log_level="info")
+
+
+def _manage_keys(keys: Path, add_key: Optional[str], revoke_key: Optional[str]) -> None:
+    """--add-key (print the new key; stderr says where it went) and --revoke-key on the key store ``keys``."""
+    from textfree.server.auth import KeyStore, KeyStoreError
+
+    store = KeyStore(keys)
+    try:
+        if add_key is not None:
+            key = store.add_key(add_key)
+            typer.echo(key)
+            err.print(
+                f"added a key for tenant {add_key!r} to {keys}; it is shown only this once (the store keeps a "
+                "salted hash)"
+            )
+        if revoke_key is not None:
+            if not store.revoke(revoke_key):
+                _fail(f"no key {revoke_key!r} in {keys}")
+            err.print(f"revoked key {revoke_key}")
+    except KeyStoreError as exc:
+        _fail(str(exc))
+
+
+def _import_server():
+    """The ``uvicorn`` module, once the server extra and the built-in served systems are imported (else exit 2)."""
+    try:
+        import uvicorn
+
+        from textfree.server import ServerConfig, create_app  # noqa: F401  (the extra's FastAPI app)
+        from textfree.server.store import StoreError  # noqa: F401
+
+        _register_builtin_systems()
+    except ImportError as exc:
+        _fail(f'textfree serve needs the server extra (pip install "textfree[server]"): {exc}')
+    return uvicorn
+
+
+def _server_app(
+    keys: Path,
+    no_auth: bool,
+    *,
+    model: Optional[list[str]],
+    embed_model: Optional[list[str]],
+    system: Optional[list[str]],
+    fields: dict,
+):
+    """(ServerConfig, FastAPI app) of the serve flags; ``fields``: the other config fields (None: the default)."""
+    from textfree.server import ServerConfig, create_app
+    from textfree.server.store import StoreError
+
     if not no_auth and not keys.is_file():
         _fail(
             f"no key store at {keys}: create a key first (textfree serve --add-key TENANT --keys {keys}), or --no-auth "
@@ -170,19 +203,12 @@ def serve(
             systems=_id_systems(system),
             keys_path=None if no_auth else str(keys),
             auth=not no_auth,
-            host=host,
-            device=device,
-            backend=backend,
-            **{k: v for k, v in overrides.items() if v is not None},
+            **{k: v for k, v in fields.items() if v is not None},
         )
         application = create_app(config)
     except (ValueError, StoreError) as exc:
         _fail(str(exc))
-    err.print(
-        f"serving {len(config.models) + len(config.embed_models)} model(s) on http://{host}:{port} "
-        f"(auth {'on' if config.auth else 'OFF'}); GET /v1/models lists their cards"
-    )
-    uvicorn.run(application, host=host, port=port, log_level="info")
+    return config, application
 
 
 @app.command()
@@ -394,6 +420,44 @@ def finetune(
 
     Prints the adapter id (use it as textfree ask --adapter ID); progress goes to stderr."""
     _quiet_transformers()
+    _check_finetune_flags(epochs, lr, batch_size, max_steps, save_every, poll, train_seed, no_noise, epsilon)
+    _check_client_flags(epsilon, timeout, retries, max_epsilon=max_epsilon)
+    try:
+        from textfree.client import Client, ClientError, ModelMismatchError
+        from textfree.encoders import EncoderLoadError
+    except ImportError as exc:
+        _fail(f'textfree finetune needs the server extra (pip install "textfree[server]"): {exc}')
+    hp = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "seed": train_seed}
+    hp |= {k: v for k, v in (("max_steps", max_steps), ("save_every", save_every)) if v is not None}
+    try:
+        with Client(
+            url, api_key=api_key, timeout=timeout, retries=retries, encoder=encoder, max_epsilon=max_epsilon
+        ) as client:
+            upload = {"epsilon": epsilon, "seed": seed, "no_noise": no_noise}
+            job = _run_job(client, data, model=model, name=name, upload=upload, hp=hp, wait=wait, poll=poll)
+    except EncoderLoadError as exc:
+        _fail(f"--encoder: {exc}")
+    except (ClientError, ModelMismatchError, ValueError) as exc:
+        _fail(str(exc), code=1)
+    if job is None:
+        return
+    if job["status"] != "succeeded":
+        _fail(f"job {job['id']} {job['status']}" + (f": {job['error']}" if job.get("error") else ""), code=1)
+    typer.echo(job["adapter"])
+
+
+def _check_finetune_flags(
+    epochs: int,
+    lr: float,
+    batch_size: int,
+    max_steps: Optional[int],
+    save_every: Optional[int],
+    poll: float,
+    train_seed: int,
+    no_noise: bool,
+    epsilon: Optional[float],
+) -> None:
+    """The training and polling flags of ``textfree finetune``, the first bad one refused with one error line."""
     checks = [
         (epochs >= 1, f"--epochs must be >= 1, got {epochs}"),
         (math.isfinite(lr) and lr > 0, f"--lr must be a number > 0, got {lr}"),
@@ -407,35 +471,21 @@ def finetune(
     for ok, message in checks:
         if not ok:
             _fail(message)
-    _check_client_flags(epsilon, timeout, retries, max_epsilon=max_epsilon)
-    try:
-        from textfree.client import Client, ClientError, ModelMismatchError
-        from textfree.encoders import EncoderLoadError
-    except ImportError as exc:
-        _fail(f'textfree finetune needs the server extra (pip install "textfree[server]"): {exc}')
-    hp = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "seed": train_seed}
-    hp |= {k: v for k, v in (("max_steps", max_steps), ("save_every", save_every)) if v is not None}
-    try:
-        with Client(
-            url, api_key=api_key, timeout=timeout, retries=retries, encoder=encoder, max_epsilon=max_epsilon
-        ) as client:
-            ids = _dataset_ids(
-                client, data, model=model, name=name, upload={"epsilon": epsilon, "seed": seed, "no_noise": no_noise}
-            )
-            job = client.create_fine_tuning_job(model=model, datasets=ids, **hp)
-            err.print(f"job {job['id']}: {job['status']}, {job['progress']['total_steps']} steps", highlight=False)
-            if not wait:
-                typer.echo(job["id"])
-                return
-            job = client.wait_job(
-                job["id"],
-                poll=poll,
-                on_event=lambda e: err.print(f"  {e['type']}: {e['message']}", highlight=False, markup=False),
-            )
-    except EncoderLoadError as exc:
-        _fail(f"--encoder: {exc}")
-    except (ClientError, ModelMismatchError, ValueError) as exc:
-        _fail(str(exc), code=1)
-    if job["status"] != "succeeded":
-        _fail(f"job {job['id']} {job['status']}" + (f": {job['error']}" if job.get("error") else ""), code=1)
-    typer.echo(job["adapter"])
+
+
+def _run_job(
+    client, data: list[str], *, model: str, name: Optional[str], upload: dict, hp: dict, wait: bool, poll: float
+) -> dict | None:
+    """Upload the --data files, start the job and follow it to its end (the final job); None with --no-wait, after
+    printing the job id."""
+    ids = _dataset_ids(client, data, model=model, name=name, upload=upload)
+    job = client.create_fine_tuning_job(model=model, datasets=ids, **hp)
+    err.print(f"job {job['id']}: {job['status']}, {job['progress']['total_steps']} steps", highlight=False)
+    if not wait:
+        typer.echo(job["id"])
+        return None
+    return client.wait_job(
+        job["id"],
+        poll=poll,
+        on_event=lambda e: err.print(f"  {e['type']}: {e['message']}", highlight=False, markup=False),
+    )

@@ -122,20 +122,9 @@ def evaluate_qa(
     """Accuracy of ``lm`` (a :class:`TextFreeLM`) on ``records`` for ``task`` at ``epsilon`` (None: clean payloads)."""
     from tqdm.auto import tqdm
 
-    if task not in TASKS:
-        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
-    open_task = task.removesuffix("_rank").removesuffix("_head").endswith("open")
-    head = task.endswith("_head")
-    if head and not lm.server.projection.config.answer_classes:
-        raise ValueError(f"task {task!r} needs a model with an answer head (Stage2Config.answer_head)")
-    if open_task:
-        labels = list(labels) if labels is not None else task_labels(records)
-        missing = [r.answer for r in records if normalize_answer(r.answer) not in {normalize_answer(l) for l in labels}]
-        if missing:
-            raise ValueError(f"open-answer labels miss the gold answer {missing[0]!r}")
+    labels = _check_task(lm, records, task, labels)
+    open_task = _is_open(task)
     blind = task.startswith("blind")
-    rank = task.endswith("_rank")
-    length_only = task.startswith("length_")
     privatizer = None if blind else lm.privatizer(epsilon, k=k, mechanism=mechanism, match=match)
     gen = resolve_generator(None, seed) if (epsilon is not None and not blind) else None
     started = time.time()
@@ -143,59 +132,97 @@ def evaluate_qa(
     for start in tqdm(range(0, len(records), batch_size), desc=f"evaluate {task}", unit="batch", disable=not progress):
         chunk = records[start : start + batch_size]
         parts = [_parts(r, task) for r in chunk]
-        public = [p.public for p in parts]
         options = [list(labels) if open_task else list(r.options) for r in chunk]
-        if blind:  # nothing private is sent: zero slots
-            empty = torch.zeros(len(chunk), 0, lm.config.encoder_dim)
-            no_slots = torch.zeros(len(chunk), 0, dtype=torch.bool)
-            if rank:
-                answers = lm.server.rank_options(empty, no_slots, public=public, options=options)
-            else:
-                answers = lm.server.generate(empty, no_slots, public=public, max_new_tokens=max_new_tokens)
-        else:
-            payload = privatizer.privatize([p.private for p in parts], generator=gen, public=public)
-            if length_only:  # keep the slot count, drop the content
-                answers = lm.server.generate(
-                    random_unit_slots(payload.mask, lm.config.encoder_dim, gen),
-                    payload.mask,
-                    public=public,
-                    max_new_tokens=max_new_tokens,
-                )
-            elif head:
-                answers = head_answers(lm.server.projection, payload, None if open_task else options)
-            elif rank:
-                answers = lm.server.choose(payload, options)
-            else:
-                answers = lm.server.answer(payload, max_new_tokens=max_new_tokens, batch_size=batch_size)
-        for record, answer in zip(chunk, answers):
-            if open_task:
-                correct = exclusive = open_answer_correct(answer, record.answer, labels)
-            else:
-                correct, exclusive = is_correct(answer, record), is_correct(answer, record, exclusive=True)
-            predictions.append(
-                {
-                    "id": record.id,
-                    "answer": answer,
-                    "gold": record.answer,
-                    "correct": correct,
-                    "correct_exclusive": exclusive,
-                    "leaks": contains_answer(record),
-                }
-            )
-    n = len(predictions)
-    no_leak = [p for p in predictions if not p["leaks"]]
+        answers = _answers(
+            lm, task, parts, options, privatizer, gen, batch_size=batch_size, max_new_tokens=max_new_tokens
+        )
+        predictions += [_prediction(record, answer, open_task, labels) for record, answer in zip(chunk, answers)]
     return {
         "task": task,
-        "n": n,
-        "accuracy": sum(p["correct"] for p in predictions) / n if n else float("nan"),
-        "accuracy_exclusive": sum(p["correct_exclusive"] for p in predictions) / n if n else float("nan"),
-        "n_no_leak": len(no_leak),
-        "accuracy_no_leak": sum(p["correct"] for p in no_leak) / len(no_leak) if no_leak else float("nan"),
+        **_accuracies(predictions),
         "epsilon": None if blind else epsilon,
         "k": None if blind else (k or lm.config.k),
         "n_labels": len(labels) if open_task else None,
         "wall_s": round(time.time() - started, 2),
         "predictions": predictions,
+    }
+
+
+def _is_open(task: str) -> bool:
+    """Whether ``task`` shows no options and is scored against the task's whole label set."""
+    return task.removesuffix("_rank").removesuffix("_head").endswith("open")
+
+
+def _check_task(lm, records: Sequence[MCQARecord], task: str, labels: Sequence[str] | None) -> Sequence[str] | None:
+    """Refuse an unknown task, a head task on a model without an answer head, and open-answer labels that miss a gold
+    answer. Returns the labels an open task scores against (default: :func:`task_labels` of ``records``), else
+    ``labels`` as given."""
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    if task.endswith("_head") and not lm.server.projection.config.answer_classes:
+        raise ValueError(f"task {task!r} needs a model with an answer head (Stage2Config.answer_head)")
+    if _is_open(task):
+        labels = list(labels) if labels is not None else task_labels(records)
+        missing = [r.answer for r in records if normalize_answer(r.answer) not in {normalize_answer(l) for l in labels}]
+        if missing:
+            raise ValueError(f"open-answer labels miss the gold answer {missing[0]!r}")
+    return labels
+
+
+def _answers(
+    lm, task: str, parts, options: list[list[str]], privatizer, gen, *, batch_size: int, max_new_tokens: int
+) -> list[str]:
+    """One batch's answers: the client privatizes the private parts (a blind task sends nothing), the server answers
+    the way ``task`` says (generation, ranking ``options``, the answer head, or from the slot count alone)."""
+    public = [p.public for p in parts]
+    if task.startswith("blind"):  # nothing private is sent: zero slots
+        empty = torch.zeros(len(parts), 0, lm.config.encoder_dim)
+        no_slots = torch.zeros(len(parts), 0, dtype=torch.bool)
+        if task.endswith("_rank"):
+            return lm.server.rank_options(empty, no_slots, public=public, options=options)
+        return lm.server.generate(empty, no_slots, public=public, max_new_tokens=max_new_tokens)
+    payload = privatizer.privatize([p.private for p in parts], generator=gen, public=public)
+    if task.startswith("length_"):  # keep the slot count, drop the content
+        return lm.server.generate(
+            random_unit_slots(payload.mask, lm.config.encoder_dim, gen),
+            payload.mask,
+            public=public,
+            max_new_tokens=max_new_tokens,
+        )
+    if task.endswith("_head"):
+        return head_answers(lm.server.projection, payload, None if _is_open(task) else options)
+    if task.endswith("_rank"):
+        return lm.server.choose(payload, options)
+    return lm.server.answer(payload, max_new_tokens=max_new_tokens, batch_size=batch_size)
+
+
+def _prediction(record: MCQARecord, answer: str, open_task: bool, labels: Sequence[str] | None) -> dict[str, Any]:
+    """One record's scored answer: correct (and correct naming no other option), and whether its private text leaks
+    the answer."""
+    if open_task:
+        correct = exclusive = open_answer_correct(answer, record.answer, labels)
+    else:
+        correct, exclusive = is_correct(answer, record), is_correct(answer, record, exclusive=True)
+    return {
+        "id": record.id,
+        "answer": answer,
+        "gold": record.answer,
+        "correct": correct,
+        "correct_exclusive": exclusive,
+        "leaks": contains_answer(record),
+    }
+
+
+def _accuracies(predictions: list[dict[str, Any]]) -> dict[str, Any]:
+    """The counts and accuracies of scored predictions, overall and on the records that do not leak the answer."""
+    n = len(predictions)
+    no_leak = [p for p in predictions if not p["leaks"]]
+    return {
+        "n": n,
+        "accuracy": sum(p["correct"] for p in predictions) / n if n else float("nan"),
+        "accuracy_exclusive": sum(p["correct_exclusive"] for p in predictions) / n if n else float("nan"),
+        "n_no_leak": len(no_leak),
+        "accuracy_no_leak": sum(p["correct"] for p in no_leak) / len(no_leak) if no_leak else float("nan"),
     }
 
 

@@ -221,12 +221,7 @@ def _check_steps_below(stage_cfgs: dict[str, Any], decoder_done: bool, decoder: 
 
 def run_pipeline(cfg: PipelineConfig) -> dict[str, Any]:
     """Run (or resume) the pipeline; returns what it writes to ``<out>/pipeline.json``."""
-    from ..data import ppft_split
-    from ..lm.local import finished_pretraining, pretrain_decoder
-    from ..lm.local.corpus import load_text_file
-    from .evaluate import evaluate_qa, task_labels
-    from .model import TextFreeLM
-    from .train import train_stage1, train_stage2
+    from ..lm.local import finished_pretraining
 
     root = Path(cfg.out)
     steps: dict[str, dict[str, Any]] = {}
@@ -237,6 +232,34 @@ def run_pipeline(cfg: PipelineConfig) -> dict[str, Any]:
     pre = _pretrain_config(cfg)
     decoder_done = finished_pretraining(pre)
     stage_cfgs = {"stage1": _stage1_config(cfg, pre.output_dir), "stage2": _stage2_config(cfg, str(root / "stage1"))}
+    _check_settings(stage_cfgs)
+    _check_steps_below(stage_cfgs, decoder_done, pre.output_dir)
+    root.mkdir(parents=True, exist_ok=True)  # only once every setting has passed: a refused call leaves no directory
+
+    steps["pretrain"] = _pretrain_step(cfg, pre, decoder_done)
+    lm = _train_stages(stage_cfgs, steps)
+
+    # 4. evaluation on the held-out split, at the same noise, one noise seed
+    log.info("pipeline 4/4: evaluating %s on the held-out split of %s", steps["stage2"]["dir"], cfg.dataset)
+    evaluation, wall = _timed(lambda: _evaluate(cfg, lm, steps["stage2"]["dir"]))
+    write_json(root / "eval.json", evaluation)
+    steps["evaluate"] = {"dir": str(root / "eval.json"), "reused": False, "wall_s": wall}
+
+    result = {
+        "config": cfg.to_dict(),
+        "steps": steps,
+        "accuracy": evaluation["accuracy"],
+        "n_heldout": evaluation["n"],
+        "total_wall_s": round(sum(s["wall_s"] for s in steps.values()), 2),
+        "this_call_wall_s": round(time.perf_counter() - started, 2),
+        "measured_in_one_go": not any(s["reused"] for s in steps.values()),
+    }
+    write_json(root / PIPELINE_JSON, result)
+    return result
+
+
+def _check_settings(stage_cfgs: dict[str, Any]) -> None:
+    """Refuse a stage directory that holds a run of other settings (finished steps are never overwritten)."""
     for name, step_cfg in stage_cfgs.items():
         differ = differing_settings(step_cfg.out, step_cfg.to_dict(), _VOLATILE)
         if differ:
@@ -245,20 +268,27 @@ def run_pipeline(cfg: PipelineConfig) -> dict[str, Any]:
                 "use another out (finished steps are never overwritten)"
             )
 
-    _check_steps_below(stage_cfgs, decoder_done, pre.output_dir)
-    root.mkdir(parents=True, exist_ok=True)  # only once every setting has passed: a refused call leaves no directory
 
-    # 1. decoder pretraining (a time- or step-budgeted run of the local Llama decoder)
+def _pretrain_step(cfg: PipelineConfig, pre, decoder_done: bool) -> dict[str, Any]:
+    """Step 1, decoder pretraining (a time- or step-budgeted run of the local Llama decoder), or its finished run
+    reused; returns the step's record."""
+    from ..lm.local import pretrain_decoder
+    from ..lm.local.corpus import load_text_file
+
     if decoder_done:
         wall = read_json(Path(pre.output_dir) / "metrics.json").get("session_wall_seconds", float("nan"))
-        steps["pretrain"] = {"dir": pre.output_dir, "reused": True, "wall_s": wall}
-    else:
-        log.info("pipeline 1/4: pretraining the %s decoder in %s", cfg.preset, pre.output_dir)
-        texts = load_text_file(cfg.pretrain_texts) if cfg.pretrain_texts else None
-        _, wall = _timed(lambda: pretrain_decoder(pre, texts=texts, progress=cfg.progress))
-        steps["pretrain"] = {"dir": pre.output_dir, "reused": False, "wall_s": wall}
+        return {"dir": pre.output_dir, "reused": True, "wall_s": wall}
+    log.info("pipeline 1/4: pretraining the %s decoder in %s", cfg.preset, pre.output_dir)
+    texts = load_text_file(cfg.pretrain_texts) if cfg.pretrain_texts else None
+    _, wall = _timed(lambda: pretrain_decoder(pre, texts=texts, progress=cfg.progress))
+    return {"dir": pre.output_dir, "reused": False, "wall_s": wall}
 
-    # 2. stage 1 and 3. stage 2: reused when the directory holds a finished run of the same config
+
+def _train_stages(stage_cfgs: dict[str, Any], steps: dict[str, dict[str, Any]]):
+    """Steps 2 and 3, stage 1 and stage 2, each reused when its directory holds a finished run of the same config;
+    records each in ``steps``. Returns the stage-2 model when this call trained it, else None."""
+    from .train import train_stage1, train_stage2
+
     lm = None
     for name, train in (("stage1", train_stage1), ("stage2", train_stage2)):
         step_cfg = stage_cfgs[name]
@@ -281,48 +311,38 @@ def run_pipeline(cfg: PipelineConfig) -> dict[str, Any]:
                 "wall_s": wall,
                 "final_loss": summary.get("final_loss"),
             }
+    return lm
 
-    # 4. evaluation on the held-out split, at the same noise, one noise seed
-    def evaluate() -> dict[str, Any]:
-        model = lm if lm is not None else TextFreeLM.load(steps["stage2"]["dir"])
-        split = ppft_split(cfg.dataset)
-        records = split["heldout"][: cfg.eval_limit] if cfg.eval_limit else split["heldout"]
-        labels = task_labels(split["train"], split["heldout"])
-        out = {"n": len(records), "epsilon": cfg.epsilon, "k": cfg.k, "seed": cfg.eval_seed, "accuracy": {}}
-        for task in cfg.eval_tasks:
-            r = evaluate_qa(
-                model,
-                records,
-                task=task,
-                epsilon=cfg.epsilon,
-                k=cfg.k,
-                labels=labels,
-                seed=cfg.eval_seed,
-                progress=cfg.progress,
-            )
-            out["accuracy"][task] = r["accuracy"]
-            log.info(
-                "pipeline 4/4: held-out %s accuracy %.4f (n=%d, epsilon %g)",
-                task,
-                r["accuracy"],
-                len(records),
-                cfg.epsilon,
-            )
-        return out
 
-    log.info("pipeline 4/4: evaluating %s on the held-out split of %s", steps["stage2"]["dir"], cfg.dataset)
-    evaluation, wall = _timed(evaluate)
-    write_json(root / "eval.json", evaluation)
-    steps["evaluate"] = {"dir": str(root / "eval.json"), "reused": False, "wall_s": wall}
+def _evaluate(cfg: PipelineConfig, lm, stage2_dir: str) -> dict[str, Any]:
+    """Step 4: held-out accuracy per task of the stage-2 model (``lm``, or loaded from ``stage2_dir`` when None) at
+    the pipeline's noise, one noise seed."""
+    from ..data import ppft_split
+    from .evaluate import evaluate_qa, task_labels
+    from .model import TextFreeLM
 
-    result = {
-        "config": cfg.to_dict(),
-        "steps": steps,
-        "accuracy": evaluation["accuracy"],
-        "n_heldout": evaluation["n"],
-        "total_wall_s": round(sum(s["wall_s"] for s in steps.values()), 2),
-        "this_call_wall_s": round(time.perf_counter() - started, 2),
-        "measured_in_one_go": not any(s["reused"] for s in steps.values()),
-    }
-    write_json(root / PIPELINE_JSON, result)
-    return result
+    model = lm if lm is not None else TextFreeLM.load(stage2_dir)
+    split = ppft_split(cfg.dataset)
+    records = split["heldout"][: cfg.eval_limit] if cfg.eval_limit else split["heldout"]
+    labels = task_labels(split["train"], split["heldout"])
+    out = {"n": len(records), "epsilon": cfg.epsilon, "k": cfg.k, "seed": cfg.eval_seed, "accuracy": {}}
+    for task in cfg.eval_tasks:
+        r = evaluate_qa(
+            model,
+            records,
+            task=task,
+            epsilon=cfg.epsilon,
+            k=cfg.k,
+            labels=labels,
+            seed=cfg.eval_seed,
+            progress=cfg.progress,
+        )
+        out["accuracy"][task] = r["accuracy"]
+        log.info(
+            "pipeline 4/4: held-out %s accuracy %.4f (n=%d, epsilon %g)",
+            task,
+            r["accuracy"],
+            len(records),
+            cfg.epsilon,
+        )
+    return out

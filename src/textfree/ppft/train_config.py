@@ -353,6 +353,17 @@ class Stage2Config(LoopConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self._check_restore_text()
+        self._check_projection()
+        self._check_layout_flags()
+        self._check_data()
+        self._check_noise()
+        self._check_training_rows()
+        self._check_centring()
+        self._check_prompt_variants()
+
+    def _check_restore_text(self) -> None:
+        """restore_text: public sources, for the 'restore' task only."""
         if self.restore_text is not None:
             if (
                 not isinstance(self.restore_text, list)
@@ -365,6 +376,9 @@ class Stage2Config(LoopConfig):
                     "restore_text replaces the training rows of the 'restore' task only: tasks must be ['restore'], "
                     f"got {self.tasks!r}"
                 )
+
+    def _check_projection(self) -> None:
+        """The projection's extras: count-vector dropout and the answer head's settings."""
         if self.count_dropout is not None:
             check_dropout("count_dropout", self.count_dropout)
         if not isinstance(self.answer_head, bool):
@@ -394,6 +408,9 @@ class Stage2Config(LoopConfig):
             )
         if self.answer_head_hidden != 256 and not self.answer_head:
             raise ValueError("answer_head_hidden needs answer_head: true")
+
+    def _check_layout_flags(self) -> None:
+        """The slot-layout flags (true, false or null) and full fine-tuning, with what each needs."""
         for name in ("train_decoder", "fixed_slots", "repeat_mean", "summary_only"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true, false or null, got {getattr(self, name)!r}")
@@ -409,6 +426,9 @@ class Stage2Config(LoopConfig):
                 "train_decoder (full fine-tuning) is an inversion attacker's option: tasks must be ['restore'], got "
                 f"{self.tasks!r}"
             )
+
+    def _check_data(self) -> None:
+        """The optional sizes, the split fraction, the dataset and the training tasks."""
         for name, low in (
             ("restore_text_limit", 1),
             ("summary_slots", 0),
@@ -429,6 +449,9 @@ class Stage2Config(LoopConfig):
         tasks = list(self.tasks)
         if not tasks or len(set(tasks)) != len(tasks) or any(t not in STAGE2_TASKS for t in tasks):
             raise ValueError(f"tasks must be distinct names from {STAGE2_TASKS}, got {self.tasks!r}")
+
+    def _check_noise(self) -> None:
+        """The client's noise: matching, family and epsilon (none for a blind run)."""
         if self.noise_match not in ("budget", "norm"):
             raise ValueError(f"noise_match must be 'budget' or 'norm', got {self.noise_match!r}")
         if self.mechanism is not None:
@@ -444,6 +467,9 @@ class Stage2Config(LoopConfig):
             raise ValueError(f"epsilon must be a finite number > 0 or null, got {self.epsilon!r}")
         if self.blind and self.epsilon is not None:
             raise ValueError("a blind run sends no private prefix: set epsilon to null")
+
+    def _check_training_rows(self) -> None:
+        """The training rows held back (validation) and the server's slot-count augmentation of the rest."""
         _check_optional_int("slot_augment_epochs", self.slot_augment_epochs, 1)
         check_validation(self.validation, nullable=True)
         if self.validation is not None and self.restore_text is not None:
@@ -454,6 +480,9 @@ class Stage2Config(LoopConfig):
             raise ValueError(
                 "slot_insert / slot_drop blur the slot count of answer-training rows: not for blind or restore runs"
             )
+
+    def _check_centring(self) -> None:
+        """The client's slot centre (center_mu) and class subspace (subspace_epochs)."""
         if self.center_mu is not None:
             check_center_mu("center_mu", self.center_mu)
             if self.blind or self.restore_text is not None:
@@ -464,6 +493,8 @@ class Stage2Config(LoopConfig):
         if self.subspace_epochs is not None and self.center_mu is None:
             raise ValueError("subspace_epochs projects centred slots: it needs center_mu")
 
+    def _check_prompt_variants(self) -> None:
+        """The client's training-only prompt rewrites."""
         variants = self.variants()  # validates the three prompt_variant fields
         if variants.active:
             if self.blind or self.restore_text is not None or "restore" in self.tasks:

@@ -12,9 +12,10 @@ import asyncio
 import dataclasses
 import json
 import sqlite3
+from dataclasses import dataclass
 from typing import Any, Callable
 
-from fastapi import Depends, FastAPI, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -62,26 +63,42 @@ def _idempotency_key(request: Request) -> str | None:
 def add_fine_tuning_routes(
     app: FastAPI, *, config: ServerConfig, registry, tenant: Callable, store: Store | None, jobs: JobManager | None
 ) -> None:
-    from .app import JSON, _b64, _content_type, _parse_json, _read_body
-
+    """The dataset and fine-tuning job routes of ``app``, every one answering 501 when ``store`` is None (no --db)."""
     # the /v1/generate card checks, with the dataset row limit in place of the per-request one
     limits = dataclasses.replace(config, max_batch_rows=config.max_dataset_rows)
+    ft = _FineTuning(config, registry, store, jobs, limits)
+    for router in (_dataset_routes(ft, tenant), _job_routes(ft, tenant), _job_event_routes(ft, tenant)):
+        app.include_router(router)
 
-    def db() -> Store:
-        if store is None:
+
+@dataclass
+class _FineTuning:
+    """What the fine-tuning routes share: the config, the models, the store and job workers (None without --db)."""
+
+    config: ServerConfig
+    registry: Any
+    store: Store | None
+    jobs: JobManager | None
+    limits: ServerConfig
+
+    def db(self) -> Store:
+        """The store, or 501 on a server without a database."""
+        if self.store is None:
             raise ApiError(
                 501,
                 "fine_tuning_disabled",
                 "this server runs without a database: start it with --db "
                 "(ServerConfig.sqlite_path) to store datasets and run fine-tuning jobs",
             )
-        return store
+        return self.store
 
     def begin_post(
-        request: Request, response: Response, table: str, who: str
+        self, request: Request, response: Response, table: str, who: str
     ) -> tuple[str | None, dict[str, Any] | None]:
         """(Idempotency-Key, what an earlier POST with that key created: answered 200) of a JSON-only POST."""
-        st = db()
+        from .app import JSON, _content_type
+
+        st = self.db()
         if _content_type(request) != JSON:
             raise ApiError(415, "unsupported_media_type", f"{request.method} {request.url.path} takes {JSON}")
         key = _idempotency_key(request)
@@ -90,16 +107,18 @@ def add_fine_tuning_routes(
             response.status_code = 200
         return key, done
 
-    def dataset_or_404(who: str, dataset_id: str) -> dict[str, Any]:
-        row = db().get_dataset(who, dataset_id)
+    def dataset_or_404(self, who: str, dataset_id: str) -> dict[str, Any]:
+        """The tenant's dataset ``dataset_id`` (404 if it has none by that id)."""
+        row = self.db().get_dataset(who, dataset_id)
         if row is None:
             raise ApiError(
                 404, "dataset_not_found", f"no dataset {dataset_id!r} for this API key (GET /v1/datasets lists yours)"
             )
         return row
 
-    def job_or_404(who: str, job_id: str) -> dict[str, Any]:
-        row = db().get_job(who, job_id)
+    def job_or_404(self, who: str, job_id: str) -> dict[str, Any]:
+        """The tenant's job ``job_id`` (404 if it has none by that id)."""
+        row = self.db().get_job(who, job_id)
         if row is None:
             raise ApiError(
                 404,
@@ -108,22 +127,43 @@ def add_fine_tuning_routes(
             )
         return row
 
-    # ------------------------------------------------------------------ datasets
-    @app.post(
+
+def _list_and_get(
+    router: APIRouter, tenant: Callable, path: str, what: str, rows: Callable, one: Callable, view: Callable
+) -> None:
+    """GET ``path`` (the tenant's rows, newest first) and GET ``path/{item_id}`` (one of them, else 404)."""
+
+    @router.get(path, summary=f"Your {what}, newest first.", name=f"list {what}")
+    async def listing(who: str = Depends(tenant)) -> dict:
+        return {"object": "list", "data": [view(r) for r in rows(who)]}
+
+    @router.get(path + "/{item_id}", summary=f"One of your {what}.", name=f"get one of {what}")
+    async def item(item_id: str, who: str = Depends(tenant)) -> dict:
+        return view(one(who, item_id))
+
+
+def _dataset_routes(ft: _FineTuning, tenant: Callable) -> APIRouter:
+    """``POST /v1/datasets`` (upload), ``GET /v1/datasets`` and ``GET /v1/datasets/{id}``."""
+    router = APIRouter()
+    config = ft.config
+
+    @router.post(
         "/v1/datasets",
         status_code=201,
         summary="Upload a dataset: a privatized payload + one target text per row (JSON with base64).",
     )
     async def create_dataset(request: Request, response: Response, who: str = Depends(tenant)) -> dict:
-        key, done = begin_post(request, response, "datasets", who)
+        from .app import _b64, _parse_json, _read_body
+
+        key, done = ft.begin_post(request, response, "datasets", who)
         if done is not None:
             return dataset_view(done)
         upload = _parse_json(DatasetUpload, await _read_body(request, config.max_dataset_bytes))
         raw = _b64(upload.payload_b64, config.max_dataset_bytes)
-        model, payload, targets = await run_in_threadpool(validate_upload, upload, raw, registry, limits)
+        model, payload, targets = await run_in_threadpool(validate_upload, upload, raw, ft.registry, ft.limits)
         row = await run_in_threadpool(
             lambda: write_dataset(
-                db(),
+                ft.db(),
                 tenant=who,
                 model_id=model.id,
                 payload=payload,
@@ -134,107 +174,145 @@ def add_fine_tuning_routes(
         )
         return dataset_view(row)
 
-    def list_and_get(path: str, what: str, rows: Callable, one: Callable, view: Callable) -> None:
-        """GET ``path`` (the tenant's rows, newest first) and GET ``path/{item_id}`` (one of them, else 404)."""
+    _list_and_get(
+        router,
+        tenant,
+        "/v1/datasets",
+        "datasets",
+        lambda who: ft.db().list_datasets(who),
+        ft.dataset_or_404,
+        dataset_view,
+    )
+    return router
 
-        @app.get(path, summary=f"Your {what}, newest first.", name=f"list {what}")
-        async def listing(who: str = Depends(tenant)) -> dict:
-            return {"object": "list", "data": [view(r) for r in rows(who)]}
 
-        @app.get(path + "/{item_id}", summary=f"One of your {what}.", name=f"get one of {what}")
-        async def item(item_id: str, who: str = Depends(tenant)) -> dict:
-            return view(one(who, item_id))
+def _job_routes(ft: _FineTuning, tenant: Callable) -> APIRouter:
+    """``POST /v1/fine_tuning/jobs`` (create), list, get one and ``POST .../{job_id}/cancel``."""
+    router = APIRouter()
 
-    list_and_get("/v1/datasets", "datasets", lambda who: db().list_datasets(who), dataset_or_404, dataset_view)
-
-    # ------------------------------------------------------------------ jobs
-    @app.post(
+    @router.post(
         "/v1/fine_tuning/jobs",
         status_code=201,
         summary="Start a fine-tuning job (PPFT stage 2 on your datasets) -> job id.",
     )
     async def create_job(request: Request, response: Response, who: str = Depends(tenant)) -> dict:
-        key, done = begin_post(request, response, "jobs", who)
+        from .app import _parse_json, _read_body
+
+        key, done = ft.begin_post(request, response, "jobs", who)
         if done is not None:
             return job_view(done)
-        st = db()
-        req = _parse_json(JobRequest, await _read_body(request, config.max_body_bytes))
-        model = registry.get(req.model, "generate")
-        system = registry.system(model.id, config)
-        if not system.fine_tunes:
-            raise ApiError(
-                422,
-                "invalid_request",
-                f"model {model.id!r} is served by system {system.name!r}, which does not fine-tune",
-            )
-        if len(set(req.datasets)) != len(req.datasets):
-            raise ApiError(422, "invalid_request", "datasets: an id is listed twice")
-        rows = 0
-        for dataset_id in req.datasets:
-            ds = dataset_or_404(who, dataset_id)
-            if ds["model"] != model.id:
-                raise ApiError(
-                    400,
-                    "dataset_model_mismatch",
-                    f"dataset {dataset_id!r} was uploaded for model {ds['model']!r}, not {model.id!r}",
-                )
-            want = model.card.get("encoder_sha256")
-            if want and ds["encoder_sha256"] != want:
-                raise ApiError(
-                    400,
-                    "payload_mismatch",
-                    f"dataset {dataset_id!r} was made by another encoder than model {model.id!r} now takes "
-                    f"(sha256 {str(ds['encoder_sha256'])[:12]}... != {want[:12]}...)",
-                )
-            rows += ds["rows"]
-        hp = req.hyperparameters.model_dump()
-        steps = total_steps(rows, hp)
-        if steps > config.max_job_steps:
-            raise ApiError(
-                422,
-                "invalid_request",
-                f"this job would run {steps} steps ({rows} rows, {hp['epochs']} epochs, batch {hp['batch_size']}); "
-                f"the limit is {config.max_job_steps} (set hyperparameters.max_steps)",
-            )
-        if st.active_jobs(who) >= config.max_jobs_per_tenant:
-            raise ApiError(
-                429,
-                "too_many_jobs",
-                f"you have {config.max_jobs_per_tenant} queued or running jobs, the most this server allows; "
-                "wait for one to finish or cancel one",
-            )
-        values = {
-            "id": new_id("ftjob_"),
-            "tenant": who,
-            "model": model.id,
-            "datasets": list(req.datasets),
-            "hyperparameters": hp,
-            "total_steps": steps,
-            "idempotency_key": key,
-        }
-        try:
-            row = st.add_job(values)
-        except sqlite3.IntegrityError:  # a concurrent retry with the same Idempotency-Key won
-            row = st.by_idempotency_key("jobs", who, key) if key else None
-            if row is None:
-                raise
-            response.status_code = 200
-        if jobs is not None:
-            jobs.notify()
+        st = ft.db()
+        req = _parse_json(JobRequest, await _read_body(request, ft.config.max_body_bytes))
+        values = _job_values(ft, st, who, req, key)
+        row = _add_job(st, values, response)
+        if ft.jobs is not None:
+            ft.jobs.notify()
         return job_view(row)
 
     # a job: its status (queued, running, succeeded, failed, cancelled) and progress
-    list_and_get("/v1/fine_tuning/jobs", "fine-tuning jobs", lambda who: db().list_jobs(who), job_or_404, job_view)
+    _list_and_get(
+        router,
+        tenant,
+        "/v1/fine_tuning/jobs",
+        "fine-tuning jobs",
+        lambda who: ft.db().list_jobs(who),
+        ft.job_or_404,
+        job_view,
+    )
 
-    @app.post(
+    @router.post(
         "/v1/fine_tuning/jobs/{job_id}/cancel",
         summary="Cancel a job (a queued one at once, a running one after its current step).",
     )
     async def cancel_job(job_id: str, who: str = Depends(tenant)) -> dict:
-        job_or_404(who, job_id)
-        return job_view(db().request_cancel(who, job_id))
+        ft.job_or_404(who, job_id)
+        return job_view(ft.db().request_cancel(who, job_id))
 
-    @app.get(
+    return router
+
+
+def _job_values(ft: _FineTuning, st: Store, who: str, req: JobRequest, key: str | None) -> dict[str, Any]:
+    """The row of a new job, checked: a model that fine-tunes, the tenant's datasets of it, the step and job limits."""
+    config = ft.config
+    model = ft.registry.get(req.model, "generate")
+    system = ft.registry.system(model.id, config)
+    if not system.fine_tunes:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"model {model.id!r} is served by system {system.name!r}, which does not fine-tune",
+        )
+    rows = _dataset_rows(ft, who, model, req.datasets)
+    hp = req.hyperparameters.model_dump()
+    steps = total_steps(rows, hp)
+    if steps > config.max_job_steps:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"this job would run {steps} steps ({rows} rows, {hp['epochs']} epochs, batch {hp['batch_size']}); "
+            f"the limit is {config.max_job_steps} (set hyperparameters.max_steps)",
+        )
+    if st.active_jobs(who) >= config.max_jobs_per_tenant:
+        raise ApiError(
+            429,
+            "too_many_jobs",
+            f"you have {config.max_jobs_per_tenant} queued or running jobs, the most this server allows; "
+            "wait for one to finish or cancel one",
+        )
+    return {
+        "id": new_id("ftjob_"),
+        "tenant": who,
+        "model": model.id,
+        "datasets": list(req.datasets),
+        "hyperparameters": hp,
+        "total_steps": steps,
+        "idempotency_key": key,
+    }
+
+
+def _dataset_rows(ft: _FineTuning, who: str, model, datasets: list[str]) -> int:
+    """The rows of a job's datasets: each listed once, the tenant's, uploaded for ``model`` with its encoder."""
+    if len(set(datasets)) != len(datasets):
+        raise ApiError(422, "invalid_request", "datasets: an id is listed twice")
+    rows = 0
+    for dataset_id in datasets:
+        ds = ft.dataset_or_404(who, dataset_id)
+        if ds["model"] != model.id:
+            raise ApiError(
+                400,
+                "dataset_model_mismatch",
+                f"dataset {dataset_id!r} was uploaded for model {ds['model']!r}, not {model.id!r}",
+            )
+        want = model.card.get("encoder_sha256")
+        if want and ds["encoder_sha256"] != want:
+            raise ApiError(
+                400,
+                "payload_mismatch",
+                f"dataset {dataset_id!r} was made by another encoder than model {model.id!r} now takes "
+                f"(sha256 {str(ds['encoder_sha256'])[:12]}... != {want[:12]}...)",
+            )
+        rows += ds["rows"]
+    return rows
+
+
+def _add_job(st: Store, values: dict[str, Any], response: Response) -> dict[str, Any]:
+    """The stored job; a concurrent retry with the same Idempotency-Key that won gets its job, answered 200."""
+    try:
+        return st.add_job(values)
+    except sqlite3.IntegrityError:  # a concurrent retry with the same Idempotency-Key won
+        key = values["idempotency_key"]
+        row = st.by_idempotency_key("jobs", values["tenant"], key) if key else None
+        if row is None:
+            raise
+        response.status_code = 200
+        return row
+
+
+def _job_event_routes(ft: _FineTuning, tenant: Callable) -> APIRouter:
+    """``GET /v1/fine_tuning/jobs/{job_id}/events``: a page of events, or Server-Sent Events with ?stream=true."""
+    router = APIRouter()
+
+    @router.get(
         "/v1/fine_tuning/jobs/{job_id}/events",
         summary="A job's events (progress with loss, checkpoints, status changes); ?stream=true for Server-Sent "
         "Events.",
@@ -247,8 +325,8 @@ def add_fine_tuning_routes(
         limit: int = Query(100, ge=1, le=1000, description="At most this many events (not streaming)."),
         stream: bool = Query(False, description="Server-Sent Events until the job ends."),
     ) -> Any:
-        st = db()
-        job = job_or_404(who, job_id)
+        st = ft.db()
+        job = ft.job_or_404(who, job_id)
         if not stream:
             found = st.events(job_id, after=after, limit=limit + 1)
             return {
@@ -257,20 +335,27 @@ def add_fine_tuning_routes(
                 "has_more": len(found) > limit,
                 "status": job["status"],
             }
+        return StreamingResponse(
+            _event_stream(st, request, job_id, after),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache"},
+        )
 
-        async def sse():
-            last = after
-            while True:
-                status = st.job(job_id)["status"]  # read before the events: no event of a finished job is missed
-                found = st.events(job_id, after=last, limit=1000)
-                for e in found:
-                    last = e["seq"]
-                    yield f"id: {e['seq']}\nevent: {e['type']}\ndata: {json.dumps(_event_view(e))}\n\n"
-                if status in TERMINAL and len(found) < 1000:
-                    yield f"event: end\ndata: {json.dumps(job_view(st.job(job_id)))}\n\n"
-                    return
-                if await request.is_disconnected():
-                    return
-                await asyncio.sleep(STREAM_POLL_S)
+    return router
 
-        return StreamingResponse(sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+async def _event_stream(st: Store, request: Request, job_id: str, after: int):
+    """The job's events after ``after`` as Server-Sent Events, polled until the job ends or the client leaves."""
+    last = after
+    while True:
+        status = st.job(job_id)["status"]  # read before the events: no event of a finished job is missed
+        found = st.events(job_id, after=last, limit=1000)
+        for e in found:
+            last = e["seq"]
+            yield f"id: {e['seq']}\nevent: {e['type']}\ndata: {json.dumps(_event_view(e))}\n\n"
+        if status in TERMINAL and len(found) < 1000:
+            yield f"event: end\ndata: {json.dumps(job_view(st.job(job_id)))}\n\n"
+            return
+        if await request.is_disconnected():
+            return
+        await asyncio.sleep(STREAM_POLL_S)

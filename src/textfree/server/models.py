@@ -295,12 +295,10 @@ class EmbedModel:
 
     @torch.no_grad()
     def run(self, key: Hashable, items: list[Prepared]) -> list[list[list[float]]]:
+        from ..lm.embed import pooled_embeddings
+
         vectors, mask = pad_cat(items)
-        dev = next(self.model.parameters()).device
-        out = self.model(inputs_embeds=vectors.to(dev), attention_mask=mask.to(dev).long()).last_hidden_state.float()
-        m = mask.to(dev).unsqueeze(-1).float()
-        pooled = (out * m).sum(dim=1) / m.sum(dim=1).clamp_min(1.0)
-        return split_rows(pooled.cpu().tolist(), items)
+        return split_rows(pooled_embeddings(self.model, vectors, mask).cpu().tolist(), items)
 
 
 def _load_embed(model_id: str, source: str, config: ServerConfig) -> EmbedModel:

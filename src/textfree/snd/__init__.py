@@ -1,0 +1,6 @@
+"""Split-N-Denoise (Mai et al. 2023): the client runs only the token-embedding layer and adds clipped d_chi noise,
+the server runs the rest of the encoder, and the client denoises the answer with a small transformer that sees its
+own noise. See ``docs/snd.md``.
+
+* :mod:`.denoiser`: the denoiser model and its one-file format;
+"""
