@@ -22,6 +22,7 @@ from textfree.metrics import (
     rouge_l,
     score_gain,
 )
+from textfree.metrics.privacy import kl_mutual_information
 
 
 # ---------------------------------------------------------------------------------------------- tokenizer
@@ -362,3 +363,49 @@ def test_ksg_errors():
         ksg_mutual_information([1.0, float("nan"), 3.0], [1.0, 2.0, 3.0], k=1)
     with pytest.raises(ValueError, match="exact duplicates"):
         ksg_mutual_information([1.0, 1.0, 3.0], [2.0, 2.0, 5.0], k=1)
+
+
+# ------------------------------------------------------------------------- SnD's Kozachenko-Leonenko MI (A.6)
+@pytest.mark.parametrize(("d", "sx", "n"), [(1, 1.0, 20_000), (2, 2.0, 10_000), (4, 1.0, 10_000)])
+def test_kl_mi_gaussian_signal_plus_noise(d, sx, n):
+    # X ~ N(0, sx^2 I_d), Z ~ N(0, I_d) independent: I(X; X + Z) = 0.5 d log(1 + sx^2) nats
+    # (0.3466, 1.6094, 1.3863). Seed 0; over seeds 0-4 the estimates lie within 0.04 of the truth, so abs=0.08.
+    rng = np.random.default_rng(0)
+    x, z = rng.normal(scale=sx, size=(n, d)), rng.normal(size=(n, d))
+    truth = 0.5 * d * math.log(1 + sx**2)
+    assert kl_mutual_information(x + z, z, k=1) == pytest.approx(truth, abs=0.08)
+
+
+def test_kl_mi_is_eq22_by_hand():
+    # x_tilde = [0, 1, 3] (1-NN distances 1, 1, 2), z = [0, 2, 3] (2, 1, 1): d/N * (sum log eps_xt - sum log eps_z)
+    # = 1/3 * (log 2 - log 2) = 0; scale z by 1/2: eps_z halve, I rises by d * log 2.
+    assert kl_mutual_information([0.0, 1.0, 3.0], [0.0, 2.0, 3.0]) == pytest.approx(0.0, abs=1e-12)
+    assert kl_mutual_information([0.0, 1.0, 3.0], [0.0, 1.0, 1.5]) == pytest.approx(math.log(2))
+    # d = 2, k = 2 on the corners of squares of side 2 and 1: every 2nd-NN distance is 2 (resp. 1): I = 2 log 2
+    sq = np.array([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
+    assert kl_mutual_information(2 * sq, sq, k=2) == pytest.approx(2 * math.log(2))
+
+
+def test_kl_mi_independent_noise_only_is_about_zero():
+    # X = 0: x_tilde and z are both N(0, I_3) samples (independent draws), so I = 0; tolerance 0.1 at N = 5000
+    rng = np.random.default_rng(3)
+    assert abs(kl_mutual_information(rng.normal(size=(5000, 3)), rng.normal(size=(5000, 3)))) < 0.1
+
+
+def test_kl_mi_accepts_torch_and_errors():
+    t = torch.tensor([[0.0], [1.0], [3.0]])
+    assert kl_mutual_information(t, t) == pytest.approx(0.0)
+    with pytest.raises(ValueError, match=r"same number of samples and dimension, got shapes \(3, 1\) and \(2, 1\)"):
+        kl_mutual_information([1.0, 2.0, 3.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match=r"same number of samples and dimension"):
+        kl_mutual_information(np.zeros((3, 2)), np.zeros((3, 1)))
+    with pytest.raises(ValueError, match=r"k must be an integer in \[1, N - 1\] = \[1, 2\], got 3"):
+        kl_mutual_information([1.0, 2.0, 3.0], [1.0, 2.0, 4.0], k=3)
+    with pytest.raises(ValueError, match=r"k must be an integer"):
+        kl_mutual_information([1.0, 2.0, 3.0], [1.0, 2.0, 4.0], k=True)
+    with pytest.raises(ValueError, match="kl_mutual_information: x_tilde must be"):
+        kl_mutual_information(np.zeros((2, 2, 2)), np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="kl_mutual_information: z contains NaN"):
+        kl_mutual_information([1.0, 2.0, 3.0], [1.0, float("inf"), 3.0])
+    with pytest.raises(ValueError, match="samples of z have k=1 exact duplicates"):
+        kl_mutual_information([1.0, 2.0, 4.0], [2.0, 2.0, 5.0])

@@ -402,9 +402,11 @@ def plot(
 from textfree.cli_attacks import app as _attacks_app  # noqa: E402
 from textfree.cli_ppft import app as _ppft_app  # noqa: E402
 from textfree.cli_service import ask, finetune, serve  # noqa: E402,F401
+from textfree.cli_snd import app as _snd_app  # noqa: E402
 
 app.add_typer(_ppft_app, name="ppft")
 app.add_typer(_attacks_app, name="attacks")
+app.add_typer(_snd_app, name="snd")
 
 
 def main() -> None:  # pragma: no cover

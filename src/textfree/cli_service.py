@@ -1,4 +1,5 @@
-"""``textfree serve``, ``textfree ask`` and ``textfree finetune``: the HTTP service and its client commands.
+"""``textfree serve``, ``textfree ask``, ``textfree embed`` and ``textfree finetune``: the HTTP service and its client
+commands.
 
 They register on the top-level ``app`` of ``textfree.cli_common``; ``textfree.cli`` imports this module
 (after its own commands, so ``textfree --help`` lists them in order) before mounting ``ppft`` and ``attacks``.
@@ -32,6 +33,21 @@ def _id_dirs(values: Optional[list[str]], flag: str) -> dict[str, str]:
             _fail(f"{flag}: model id {name!r} given twice")
         if not Path(path).is_dir():
             _fail(f"{flag} {name}: no such directory {path!r}")
+        out[name] = path
+    return out
+
+
+def _id_files(values: Optional[list[str]], flag: str) -> dict[str, str]:
+    """ID=PATH pairs whose PATH is a file or a directory (the denoiser's file or its run directory)."""
+    out: dict[str, str] = {}
+    for v in values or []:
+        name, sep, path = v.partition("=")
+        if not sep or not name or not path:
+            _fail(f"{flag} takes ID=PATH, got {v!r}")
+        if name in out:
+            _fail(f"{flag}: model id {name!r} given twice")
+        if not Path(path).exists():
+            _fail(f"{flag} {name}: no such file or directory {path!r}")
         out[name] = path
     return out
 
@@ -70,6 +86,11 @@ def serve(
     ),
     system: Optional[list[str]] = typer.Option(
         None, "--system", help="ID=SYSTEM: the served system of a model (repeatable). " + _server_help("systems")
+    ),
+    denoiser: Optional[list[str]] = typer.Option(
+        None,
+        "--denoiser",
+        help="ID=PATH: the SnD client-side denoiser of embed model ID (repeatable). " + _server_help("denoisers"),
     ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
     port: int = typer.Option(8000, "--port", help="Port to bind."),
@@ -135,6 +156,7 @@ def serve(
         "max_jobs_per_tenant": max_jobs_per_tenant,
         "max_dataset_rows": max_dataset_rows,
     }
+    fields["denoisers"] = _id_files(denoiser, "--denoiser")
     config, application = _server_app(keys, no_auth, model=model, embed_model=embed_model, system=system, fields=fields)
     err.print(
         f"serving {len(config.models) + len(config.embed_models)} model(s) on http://{host}:{port} "
@@ -290,6 +312,121 @@ def ask(
         f"privacy: worst-case loss {_fmt_eps(result.privacy.epsilon)} ({result.privacy.notion}) for this prompt; "
         f"{result.payload_bytes} payload bytes sent",
         highlight=False,
+    )
+
+
+@app.command()
+def embed(
+    text: list[str] = typer.Argument(
+        ..., help="The PRIVATE text(s): privatized on this machine; only the noisy token embeddings are sent."
+    ),
+    url: str = typer.Option("http://127.0.0.1:8000", "--url", envvar="TEXTFREE_URL", help="The server's base URL."),
+    model: str = typer.Option(..., "--model", help="The embed model id (GET /v1/models)."),
+    api_key: Optional[str] = typer.Option(
+        None,
+        "--api-key",
+        envvar="TEXTFREE_API_KEY",
+        help="API key (prefer the TEXTFREE_API_KEY variable: arguments show in ps).",
+    ),
+    epsilon: Optional[float] = typer.Option(
+        None,
+        "--epsilon",
+        "-e",
+        help="Noise epsilon (eta). With --denoise it must lie in the denoiser's eta range (default: its eta_min).",
+    ),
+    denoise: Optional[bool] = typer.Option(
+        None,
+        "--denoise/--no-denoise",
+        help="Denoise the server's embedding here with the model's public denoiser (SnD). Default: when the model's "
+        "card names one.",
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print one JSON object: the embeddings, the raw ones, the bytes sent, the privacy."
+    ),
+    encoder: Optional[Path] = typer.Option(
+        None,
+        "--encoder",
+        help="The local encoder directory (default: all-MiniLM-L6-v2); its sha256 must match the card.",
+    ),
+    cache_dir: Optional[Path] = typer.Option(
+        None,
+        "--cache-dir",
+        help="Where downloaded denoisers are kept (default: $TEXTFREE_DENOISER_CACHE, else "
+        "~/.cache/textfree/denoisers).",
+    ),
+    seed: Optional[int] = typer.Option(None, help="Experiments only: reproducible noise (NOT private)."),
+    timeout: float = typer.Option(60.0, help="Seconds per HTTP attempt."),
+    retries: int = typer.Option(3, help="Retries on connection errors, 5xx and 429."),
+    max_epsilon: Optional[float] = typer.Option(
+        None, "--max-epsilon", envvar="TEXTFREE_MAX_EPSILON", help=MAX_EPSILON_HELP
+    ),
+) -> None:
+    """Embed TEXT through a textfree server: privatize it locally, send the noisy token embeddings, denoise the answer.
+
+    Prints a short summary per text (the full vectors with --json); bytes sent and privacy spent go to stderr."""
+    _quiet_transformers()
+    if not text or not all(t.strip() for t in text):
+        _fail("every TEXT must be non-empty")
+    _check_client_flags(epsilon, timeout, retries, max_epsilon=max_epsilon)
+    try:
+        from textfree.client import Client, ClientError, ModelMismatchError
+        from textfree.encoders import EncoderLoadError
+    except ImportError as exc:
+        _fail(f'textfree embed needs the server extra (pip install "textfree[server]"): {exc}')
+    try:
+        with Client(
+            url,
+            api_key=api_key,
+            timeout=timeout,
+            retries=retries,
+            encoder=encoder,
+            max_epsilon=max_epsilon,
+            cache_dir=cache_dir,
+        ) as client:
+            if denoise is None:
+                denoise = client.model_card(model).get("denoiser") is not None
+            result = client.embed(text, model=model, epsilon=epsilon, seed=seed, denoise=denoise)
+    except EncoderLoadError as exc:
+        _fail(f"--encoder: {exc}")
+    except (ClientError, ModelMismatchError, ValueError) as exc:
+        _fail(str(exc), code=1)
+    _print_embeddings(result, as_json)
+
+
+def _print_embeddings(result, as_json: bool) -> None:
+    """``textfree embed``'s output: one JSON object, or one summary line per text on stdout and the bytes sent and
+    privacy spent on stderr."""
+    privacy = result.privacy
+    if as_json:
+        out = {
+            "model": result.model,
+            "denoised": result.denoised,
+            "epsilon": result.epsilon,
+            "denoiser_sha256": result.denoiser_sha256,
+            "dim": len(result.embeddings[0]) if result.embeddings else 0,
+            "embeddings": result.embeddings,
+            "raw_embeddings": result.raw_embeddings,
+            "payload_bytes": result.payload_bytes,
+            "privacy": {
+                "epsilon": None if math.isinf(privacy.epsilon) else privacy.epsilon,
+                "delta": privacy.delta,
+                "notion": privacy.notion,
+            },
+            "usage": result.usage,
+        }
+        typer.echo(json.dumps(out))
+        return
+    kind = "denoised" if result.denoised else "raw (not denoised)"
+    for i, vec in enumerate(result.embeddings):
+        norm = math.sqrt(sum(v * v for v in vec))
+        head = ", ".join(f"{v:.4f}" for v in vec[:4])
+        typer.echo(f"[{i}] {kind} embedding, dim {len(vec)}, norm {norm:.4f}: [{head}, ...]")
+    level = "no noise" if result.epsilon is None else f"d_chi privacy at eta {result.epsilon:g} per unit L2 distance"
+    err.print(
+        f"privacy: {level} per token; worst-case loss {_fmt_eps(privacy.epsilon)} ({privacy.notion}) per text; "
+        f"{result.payload_bytes} payload bytes sent",
+        highlight=False,
+        soft_wrap=True,
     )
 
 

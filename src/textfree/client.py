@@ -13,16 +13,23 @@ or when the card asks for a payload shape it does not make; a server cannot talk
 Idempotent calls are retried with exponential backoff on connection errors, 5xx and 429 (``Retry-After`` is
 honoured). A retried ``generate`` resends the SAME payload: no fresh noise, so no extra privacy cost. Uploads and job
 submissions carry an ``Idempotency-Key``, so their retries never store a dataset or start a job twice.
+
+``embed(..., denoise=True)`` is Split-N-Denoise's client: it keeps the clean token embeddings X, the noisy ones X~
+and the noise Z = X~ - X in memory only, sends only the payload (X~), and denoises the server's e_n with the
+model's public denoiser, downloaded once into a cache (``cache_dir=``, else ``$TEXTFREE_DENOISER_CACHE``, else
+``~/.cache/textfree/denoisers``) and checked against the card's sha256 and encoder sha256 on every load.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import random
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 from urllib.parse import quote
 
@@ -31,6 +38,10 @@ __all__ = ["Client", "ClientError", "ServerError", "ModelMismatchError", "Genera
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 JOB_TERMINAL = ("succeeded", "failed", "cancelled")
 MAX_RETRY_AFTER_S = 30.0
+#: The environment variable naming the denoiser cache (``Client(cache_dir=...)`` overrides it).
+DENOISER_CACHE_ENV = "TEXTFREE_DENOISER_CACHE"
+#: The largest denoiser file the client downloads (whatever a card says).
+MAX_DENOISER_BYTES = 512 * 1024 * 1024
 
 
 class ClientError(RuntimeError):
@@ -60,11 +71,18 @@ class GenerateResult:
 
 @dataclass
 class EmbedResult:
+    """Sentence embeddings: the server's (``denoised`` False) or the client's denoising of them (``denoised`` True;
+    the server's raw ``e_n`` stay in ``raw_embeddings``). ``epsilon``: the noise level the payload was made at."""
+
     model: str
     embeddings: list[list[float]]
     usage: dict[str, Any]
     privacy: Any
     payload_bytes: int
+    denoised: bool = False
+    raw_embeddings: list[list[float]] | None = None
+    epsilon: float | None = None
+    denoiser_sha256: str | None = None
 
 
 def _httpx():
@@ -85,6 +103,8 @@ class Client:
     max_epsilon: the largest noise epsilon this client releases at (default ``$TEXTFREE_MAX_EPSILON``, else no cap):
     without an explicit epsilon the server's model card picks it, so a cap keeps a careless or hostile card from
     choosing a weak one; a release above the cap (or a clean one) is refused before anything is sent.
+    cache_dir: where downloaded denoisers are kept, one ``<sha256>.safetensors`` each (default
+    ``$TEXTFREE_DENOISER_CACHE``, else ``$XDG_CACHE_HOME/textfree/denoisers``, else ``~/.cache/textfree/denoisers``).
     """
 
     def __init__(
@@ -98,6 +118,7 @@ class Client:
         encoder: str | os.PathLike | None = None,
         http_client=None,
         max_epsilon: float | None = None,
+        cache_dir: str | os.PathLike | None = None,
     ):
         httpx = _httpx()
         if retries < 0 or backoff < 0 or timeout <= 0:
@@ -123,6 +144,8 @@ class Client:
         self._own_http = http_client is None
         self._encoders: dict[tuple[str, str], Any] = {}
         self._cards: dict[str, dict] = {}
+        self.cache_dir = _cache_dir(cache_dir)
+        self._denoisers: dict[str, Any] = {}  # sha256 -> Denoiser, each checked when it was loaded
 
     def close(self) -> None:
         if self._own_http:
@@ -136,26 +159,62 @@ class Client:
 
     # ------------------------------------------------------------------ HTTP
     def _request(self, method: str, path: str, **kwargs) -> Any:
-        httpx = _httpx()
-        headers = dict(kwargs.pop("headers", {}) or {})
+        """The JSON object the server answers to ``method path`` (retried: see the module docstring)."""
+        headers = self._headers(kwargs.pop("headers", None))
+
+        def once():
+            response = self._http.request(method, f"{self.url}{path}", headers=headers, **kwargs)
+            if response.status_code >= 400:
+                return None, response
+            try:
+                reply = response.json()
+            except ValueError:
+                raise ClientError(f"{method} {path}: the server's reply is not JSON") from None
+            if not isinstance(reply, dict):
+                raise ClientError(f"{method} {path}: the server's reply is not a JSON object")
+            return reply, None
+
+        return self._retrying(method, path, once)
+
+    def _download(self, path: str, *, limit: int) -> bytes:
+        """The bytes of ``GET path``, streamed and refused (:class:`ClientError`) past ``limit`` bytes; retried as
+        :meth:`_request`."""
+        headers = self._headers(None)
+
+        def once():
+            with self._http.stream("GET", f"{self.url}{path}", headers=headers) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    return None, response
+                data = bytearray()
+                for chunk in response.iter_bytes():
+                    data.extend(chunk)
+                    if len(data) > limit:
+                        raise ClientError(f"GET {path}: the server sent more than the {limit} bytes expected; refused")
+                return bytes(data), None
+
+        return self._retrying("GET", path, once)
+
+    def _headers(self, headers: dict | None) -> dict:
+        headers = dict(headers or {})
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+    def _retrying(self, method: str, path: str, once: Callable[[], tuple[Any, Any]]) -> Any:
+        """``once()`` -> (value, None), or (None, an error response); connection errors, 5xx and 429 are retried with
+        backoff (``Retry-After`` honoured), other errors raise :class:`ServerError` at once."""
+        httpx = _httpx()
         last: Exception | None = None
         for attempt in range(self.retries + 1):
             wait = self.backoff * (2**attempt) * (0.5 + random.random() / 2)
             try:
-                response = self._http.request(method, f"{self.url}{path}", headers=headers, **kwargs)
+                value, response = once()
             except httpx.TransportError as exc:
                 last = ClientError(f"{method} {path}: {type(exc).__name__}: {exc}")
             else:
-                if response.status_code < 400:
-                    try:
-                        reply = response.json()
-                    except ValueError:
-                        raise ClientError(f"{method} {path}: the server's reply is not JSON") from None
-                    if not isinstance(reply, dict):
-                        raise ClientError(f"{method} {path}: the server's reply is not a JSON object")
-                    return reply
+                if response is None:
+                    return value
                 last = _server_error(response)
                 if response.status_code not in RETRY_STATUSES:
                     raise last
@@ -308,21 +367,132 @@ class Client:
         epsilon: float | None = None,
         seed: int | None = None,
         no_noise: bool = False,
+        denoise: bool = False,
     ) -> EmbedResult:
-        """Noisy, clipped token embeddings (made locally) -> the server's sentence embeddings (SnD-style)."""
+        """Noisy, clipped token embeddings (made locally) -> the server's sentence embeddings (SnD-style).
+
+        ``denoise=True`` (Split-N-Denoise): the model's card must name a denoiser (else :class:`ClientError`);
+        ``epsilon`` defaults to the card's, else to the denoiser's ``eta_min`` (the most private level it was trained
+        for) and must lie in its ``[eta_min, eta_max]`` (else :class:`ClientError`, nothing sent: it was not trained
+        there). The denoiser is fetched (cached, checked) before anything is sent; then only the payload X~ is sent
+        and the server's e_n is denoised here with X~ and Z = X~ - X, which never leave this process."""
         texts = [private_text] if isinstance(private_text, str) else list(private_text)
+        if denoise:
+            return self._denoised_embed(texts, model=model, epsilon=epsilon, seed=seed, no_noise=no_noise)
         payload = self.privatizer(model, epsilon=epsilon, no_noise=no_noise).privatize(texts, seed=seed)
         del texts, private_text
         body = payload.to_bytes()
-        reply = self._request(
+        reply = self._post_embed(model, body)
+        embeddings = _reply_rows(reply, "embeddings", payload.batch_size, "/v1/embed", list)
+        eps = getattr(payload.privatization.noise, "epsilon", None) or getattr(
+            getattr(payload.privatization.noise, "inner", None), "epsilon", None
+        )
+        return EmbedResult(
+            reply["model"], embeddings, reply.get("usage", {}), payload.worst_case_loss(), len(body), epsilon=eps
+        )
+
+    def _post_embed(self, model: str, body: bytes) -> dict:
+        return self._request(
             "POST",
             "/v1/embed",
             content=body,
             params={"model": model},
             headers={"Content-Type": "application/octet-stream"},
         )
-        embeddings = _reply_rows(reply, "embeddings", payload.batch_size, "/v1/embed", list)
-        return EmbedResult(reply["model"], embeddings, reply.get("usage", {}), payload.worst_case_loss(), len(body))
+
+    def _denoised_embed(
+        self, texts: list[str], *, model: str, epsilon: float | None, seed: int | None, no_noise: bool
+    ) -> EmbedResult:
+        """:meth:`embed` with ``denoise=True``; every check runs before the payload is made and sent."""
+        import torch
+
+        card = self._cards.get(model) or self.model_card(model)
+        if card.get("task") != "embed":
+            raise ModelMismatchError(f"model {model!r} serves {card.get('task')!r}, not embed: nothing to denoise")
+        entry = _denoiser_entry(card, model)
+        if no_noise:
+            raise ClientError("denoise=True needs noise (it denoises the noise added here): drop no_noise")
+        eps = epsilon if epsilon is not None else (card.get("epsilon") or entry["eta_min"])
+        if not (isinstance(eps, (int, float)) and entry["eta_min"] <= eps <= entry["eta_max"]):
+            raise ClientError(
+                f"epsilon {eps!r} is outside [{entry['eta_min']:g}, {entry['eta_max']:g}], the noise levels the "
+                f"denoiser of model {model!r} was trained for; nothing was sent (pick an epsilon in that range, or "
+                "denoise=False)"
+            )
+        privatizer = self.privatizer(model, epsilon=float(eps))  # card, encoder and max_epsilon checks
+        denoiser = self.denoiser(model)
+        payload = privatizer.privatize(texts, seed=seed)
+        x = _clean_tokens(privatizer, texts, payload)  # X: the clean token embeddings, never sent
+        del texts
+        body = payload.to_bytes()  # X~ (and its header): all that leaves
+        reply = self._post_embed(model, body)
+        raw = _reply_rows(reply, "embeddings", payload.batch_size, "/v1/embed", list)
+        x_tilde, mask = payload.vectors.to(torch.float32), payload.mask.to(torch.bool)
+        z = (x_tilde - x) * mask.unsqueeze(-1)  # Z: the effective noise (after clipping), never sent
+        del x
+        try:
+            e_n = torch.tensor(raw, dtype=torch.float32)
+            denoised = denoiser.denoise(e_n, x_tilde, z, mask, eta=float(eps))
+        except (ValueError, RuntimeError) as exc:
+            raise ClientError(f"model {model!r}'s denoiser cannot read this answer: {exc}") from None
+        finally:
+            del z
+        return EmbedResult(
+            reply["model"],
+            denoised.tolist(),
+            reply.get("usage", {}),
+            payload.worst_case_loss(),
+            len(body),
+            denoised=True,
+            raw_embeddings=raw,
+            epsilon=float(eps),
+            denoiser_sha256=entry["sha256"],
+        )
+
+    def denoiser(self, model: str):
+        """The client-side denoiser of embed model ``model`` (a :class:`~textfree.snd.denoiser.Denoiser`): from this
+        client's memory, else the cache (``cache_dir/<sha256>.safetensors``), else downloaded once from
+        ``GET /v1/models/{id}/denoiser`` and cached. Its sha256 is checked against the card's on every load and its
+        ``encoder_sha256`` against the card's: a damaged or mismatched file is a :class:`ClientError`, removed from the
+        cache and never used; a denoiser of another model is refused."""
+        from .atomic import atomic_write_bytes
+        from .snd.denoiser import Denoiser, DenoiserError
+
+        card = self._cards.get(model) or self.model_card(model)
+        entry = _denoiser_entry(card, model)
+        sha = entry["sha256"]
+        if sha in self._denoisers:
+            return self._denoisers[sha]
+        path = self.cache_dir / f"{sha}.safetensors"
+        if path.is_file():
+            source = f"the cached denoiser {str(path)!r}"
+            if path.stat().st_size != entry["bytes"]:
+                path.unlink(missing_ok=True)
+                raise ClientError(
+                    f"{source} of model {model!r} has {entry['bytes']} bytes on the card but not on disk: it is "
+                    "damaged, was removed from the cache and was not used (call again to download it afresh)"
+                )
+            data = path.read_bytes()
+        else:
+            source = f"the denoiser the server sent for model {model!r}"
+            data = self._download(f"/v1/models/{quote(model, safe='')}/denoiser", limit=entry["bytes"])
+            got = hashlib.sha256(data).hexdigest()
+            if got != sha:
+                raise ClientError(
+                    f"{source} has sha256 {got[:16]}..., not the card's {sha[:16]}...: refused, not cached, not used"
+                )
+            atomic_write_bytes(path, data)
+        try:
+            loaded = Denoiser.from_bytes(data, expected_sha256=sha)
+        except DenoiserError as exc:
+            path.unlink(missing_ok=True)
+            raise ClientError(
+                f"{source} cannot be used: {exc}; it was removed from the cache and not used (call again to download "
+                "it afresh)"
+            ) from None
+        _check_denoiser(loaded.config, card, entry, model)
+        self._denoisers[sha] = loaded
+        return loaded
 
     # ------------------------------------------------------------------ datasets and fine-tuning jobs
     def upload_dataset(
@@ -413,6 +583,89 @@ class Client:
             if on_event is not None:
                 on_event(event)
         return self.job(job_id)
+
+
+def _cache_dir(cache_dir: str | os.PathLike | None) -> Path:
+    """Where downloaded denoisers go: ``cache_dir``, else ``$TEXTFREE_DENOISER_CACHE``, else the user's cache."""
+    if cache_dir is not None:
+        return Path(os.path.expanduser(os.fspath(cache_dir)))
+    if os.environ.get(DENOISER_CACHE_ENV):
+        return Path(os.path.expanduser(os.environ[DENOISER_CACHE_ENV]))
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+    return Path(os.path.expanduser(base)) / "textfree" / "denoisers"
+
+
+def _denoiser_entry(card: dict, model: str) -> dict:
+    """The card's ``denoiser`` entry, checked: a :class:`ClientError` naming the model without one or with one the
+    client cannot use (a bad sha256, size or eta range)."""
+    entry = card.get("denoiser")
+    if entry is None:
+        raise ClientError(
+            f"model {model!r} has no denoiser (its card's 'denoiser' is null): embed without denoise=True, or ask the "
+            "server to serve one (textfree serve --denoiser ID=PATH)"
+        )
+    if not isinstance(entry, dict):
+        raise ClientError(f"model {model!r}'s card: 'denoiser' is {entry!r}, not an object")
+    sha, size = entry.get("sha256"), entry.get("bytes")
+    if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+        raise ClientError(f"model {model!r}'s card: the denoiser's sha256 {sha!r} is not 64 hex digits")
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 < size <= MAX_DENOISER_BYTES:
+        raise ClientError(
+            f"model {model!r}'s card: the denoiser's size {size!r} is not a byte count in [1, {MAX_DENOISER_BYTES}]"
+        )
+    lo, hi = entry.get("eta_min"), entry.get("eta_max")
+    if not all(_positive_number(v) for v in (lo, hi)):
+        raise ClientError(f"model {model!r}'s card: the denoiser's eta range [{lo!r}, {hi!r}] is not two numbers > 0")
+    if lo > hi:
+        raise ClientError(f"model {model!r}'s card: the denoiser's eta_min {lo} is above its eta_max {hi}")
+    return entry
+
+
+def _positive_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _check_denoiser(config, card: dict, entry: dict, model: str) -> None:
+    """Refuse (:class:`ClientError`) a denoiser trained for another model than ``card``'s: another encoder (sha256),
+    other widths or another eta range than the card names."""
+    want = card.get("encoder_sha256")
+    if not want or config.encoder_sha256 != want:
+        raise ClientError(
+            f"the denoiser of model {model!r} was trained for the encoder with sha256 "
+            f"{str(config.encoder_sha256)[:16]}..., but the model serves the encoder with sha256 {str(want)[:16]}...: "
+            "a denoiser for another model is refused"
+        )
+    if config.token_dim != card.get("encoder_dim") or config.output_dim != card.get("output_dim"):
+        raise ClientError(
+            f"the denoiser of model {model!r} reads token width {config.token_dim} and output width "
+            f"{config.output_dim}; the model has {card.get('encoder_dim')} and {card.get('output_dim')}: refused"
+        )
+    if (config.eta_min, config.eta_max) != (entry["eta_min"], entry["eta_max"]):
+        raise ClientError(
+            f"the denoiser of model {model!r} was trained for eta [{config.eta_min:g}, {config.eta_max:g}], not the "
+            f"card's [{entry['eta_min']:g}, {entry['eta_max']:g}]: refused"
+        )
+
+
+def _clean_tokens(privatizer, texts: list[str], payload):
+    """X: the clean token embeddings the payload's rows were made from (the privatizer's own batches and k=1
+    slots), padded as the payload is; a :class:`ClientError` if they do not line up with its mask."""
+    import torch
+
+    from .mechanisms.transforms import k_pool
+
+    chunks = []
+    for start in range(0, len(texts), privatizer.batch_size):
+        batch = privatizer.encoder.encode(texts[start : start + privatizer.batch_size])
+        x, m = k_pool(batch.hidden.to(torch.float32), batch.mask, 1)
+        chunks.append((x * m.unsqueeze(-1).to(x.dtype)).cpu())
+    s = payload.vectors.shape[1]
+    if any(c.shape[1] > s for c in chunks):
+        raise ClientError("the clean token embeddings are longer than the payload's rows: cannot denoise")
+    x = torch.cat([torch.nn.functional.pad(c, (0, 0, 0, s - c.shape[1])) for c in chunks])
+    if x.shape != payload.vectors.shape:
+        raise ClientError(f"the clean token embeddings {tuple(x.shape)} do not match the payload's")
+    return x
 
 
 def _card_center(card: dict, model: str, dim: int):

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -365,7 +365,8 @@ def _limits(server: _Server) -> dict:
 
 
 def _model_routes(server: _Server, tenant: Callable) -> APIRouter:
-    """``GET /v1/models`` and ``GET /v1/models/{id}``: the cards, each built by its model's served system."""
+    """``GET /v1/models``, ``GET /v1/models/{id}`` (the cards, each built by its model's served system) and
+    ``GET /v1/models/{id}/denoiser`` (an embed model's public client-side denoiser file)."""
     router = APIRouter()
     registry = server.registry
 
@@ -379,6 +380,25 @@ def _model_routes(server: _Server, tenant: Callable) -> APIRouter:
         if model_id not in registry.models:
             raise ApiError(404, "model_not_found", f"no model {model_id!r} here; GET /v1/models lists them")
         return tenant_card(registry.card(model_id), who, server.store)
+
+    @router.get(
+        "/v1/models/{model_id}/denoiser",
+        summary="The embed model's client-side denoiser (safetensors; its sha256 is on the card).",
+        response_class=Response,
+        responses={200: {"content": {OCTET: {}}}, 304: {"description": "If-None-Match matched the ETag."}},
+    )
+    async def get_denoiser(model_id: str, request: Request, who: str = Depends(tenant)) -> Response:
+        if model_id not in registry.models:
+            raise ApiError(404, "model_not_found", f"no model {model_id!r} here; GET /v1/models lists them")
+        public = registry.denoisers.get(model_id)
+        if public is None:
+            raise ApiError(
+                404, "denoiser_not_found", f"model {model_id!r} is served without a denoiser (its card's 'denoiser')"
+            )
+        headers = {"ETag": public.etag, "Cache-Control": "private, max-age=86400"}
+        if public.etag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
+            return Response(status_code=304, headers=headers)
+        return Response(public.data, media_type=OCTET, headers=headers)
 
     return router
 

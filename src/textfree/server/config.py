@@ -44,6 +44,14 @@ class ServerConfig:
             "client's noisy token embeddings)."
         },
     )
+    denoisers: dict[str, str] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Client-side denoisers (SnD) published with embed models: embed model id -> denoiser file or "
+            "directory holding denoiser.safetensors. Its encoder_sha256 must be the model's weights' sha256; the card "
+            "names it and GET /v1/models/{id}/denoiser serves it (public weights: train it on public data only)."
+        },
+    )
     systems: dict[str, str] = field(
         default_factory=dict,
         metadata={
@@ -220,6 +228,7 @@ class ServerConfig:
                     f"ServerConfig.{attr} must map model ids (letters, digits, '._-', at most 64) to directories"
                 )
         self._check_systems()
+        self._check_denoisers()
         clash = set(self.models) & set(self.embed_models)
         if clash:
             raise ValueError(f"model id(s) {sorted(clash)} are both a generate and an embed model")
@@ -257,6 +266,20 @@ class ServerConfig:
         unknown = sorted(set(self.systems) - set(self.models) - set(self.embed_models))
         if unknown:
             raise ValueError(f"ServerConfig.systems names model id(s) {unknown} that are not served")
+
+    def _check_denoisers(self) -> None:
+        if not isinstance(self.denoisers, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and v for k, v in self.denoisers.items()
+        ):
+            raise ValueError(
+                f"ServerConfig.denoisers must map embed model ids to denoiser files, got {self.denoisers!r}"
+            )
+        unknown = sorted(set(self.denoisers) - set(self.embed_models))
+        if unknown:
+            raise ValueError(
+                f"ServerConfig.denoisers names model id(s) {unknown} that are not embed models (embed models: "
+                f"{sorted(self.embed_models) or 'none'}): a denoiser belongs to the embed model it was trained on"
+            )
 
     def system_of(self, model_id: str) -> str:
         """The name of the served system of ``model_id``: ``systems[model_id]``, else its table's default."""

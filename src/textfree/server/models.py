@@ -26,6 +26,7 @@ import torch
 from ..payload import FORMAT_VERSION, Payload
 from .config import ServerConfig
 from .errors import ApiError
+from .public_files import PublicFile, PublicFileError, load_denoiser
 from .registry import ServedModel, ServedSystem, UnknownSystemError, get_system, register_system
 
 __all__ = [
@@ -267,6 +268,7 @@ class EmbedModel:
             "max_slots": int(getattr(model.config, "max_position_embeddings", 512)),
             "output_dim": int(model.config.hidden_size),
             "pooling": "mean",
+            "denoiser": None,  # the card of a model served with one names it (ModelRegistry.attach_denoiser)
             "decoder": None,
             "adapters": [],
         }
@@ -309,11 +311,15 @@ EMBED_SYSTEM = register_system(ServedSystem(name="hf-embed", task="embed", paylo
 
 
 class ModelRegistry:
-    """Every served model by id, with the served system each came from (``systems``; empty for models passed in)."""
+    """Every served model by id, with the served system each came from (``systems``; empty for models passed in)
+    and the public client-side denoiser of each embed model served with one (``denoisers``: model id ->
+    :class:`~textfree.server.public_files.PublicFile`, named on the model's card)."""
 
     def __init__(self, models: dict[str, ServedModel], systems: dict[str, ServedSystem] | None = None):
         self.models = dict(models)
         self.systems = dict(systems or {})
+        self.denoisers: dict[str, PublicFile] = {}
+        self._denoiser_cards: dict[str, dict[str, Any]] = {}
 
     @classmethod
     def load(cls, config: ServerConfig) -> "ModelRegistry":
@@ -327,7 +333,24 @@ class ModelRegistry:
                     models[model_id] = system.load(model_id, path, config)
                 except (OSError, ValueError, RuntimeError) as exc:
                     raise ValueError(f"cannot load {task} model {model_id!r} from {path!r}: {exc}") from exc
-        return cls(models, systems)
+        registry = cls(models, systems)
+        for model_id, path in config.denoisers.items():
+            registry.attach_denoiser(model_id, path)
+        return registry
+
+    def attach_denoiser(self, model_id: str, path: str) -> dict[str, Any]:
+        """Publish the client-side denoiser at ``path`` with the embed model ``model_id``: its card names it and
+        ``GET /v1/models/{id}/denoiser`` serves it. ValueError (naming the model and the file) for a model that is
+        not an embed model, a damaged file, or a denoiser trained for another encoder. Returns the card entry."""
+        model = self.models.get(model_id)
+        if model is None or model.task != "embed":
+            raise ValueError(f"a denoiser was given for {model_id!r}, which is not a served embed model")
+        try:
+            public, entry = load_denoiser(path, self.card(model_id))
+        except (OSError, PublicFileError) as exc:
+            raise ValueError(f"cannot serve the denoiser of embed model {model_id!r}: {exc}") from None
+        self.denoisers[model_id], self._denoiser_cards[model_id] = public, entry
+        return entry
 
     def get(self, model_id: str | None, task: str):
         """The model a request names, serving ``task`` (422 unnamed, 404 unknown or of another route)."""
@@ -353,7 +376,10 @@ class ModelRegistry:
         """The public model card of ``model_id``, built by its system (its handler's own card without one)."""
         model = self.models[model_id]
         system = self.systems.get(model_id)
-        return system.card(model) if system is not None else model.card
+        card = system.card(model) if system is not None else model.card
+        if model.task == "embed":  # the denoiser entry (null without one), whatever system built the card
+            card = {**card, "denoiser": copy.deepcopy(self._denoiser_cards.get(model_id))}
+        return card
 
     def cards(self) -> list[dict[str, Any]]:
         """The card of every served model, in order."""

@@ -145,6 +145,12 @@ class Denoiser(torch.nn.Module):
         self.blocks = torch.nn.ModuleList(_Block(cfg) for _ in range(cfg.n_layers))
         for p in (self.segment.weight, self.position.weight):
             torch.nn.init.normal_(p, std=0.02)
+        # Start near the identity on e_n (where the widths agree): every block's residual branches and the eta input
+        # begin at zero, so an untrained denoiser returns ~e_n (TokEmbPriv) and training learns the correction.
+        # (A random read_eta added a vector of norm ~sqrt(d) * log10(eta) to the output at the start.)
+        for layer in [self.read_eta] + [m for block in self.blocks for m in (block.out, block.proj)]:
+            torch.nn.init.zeros_(layer.weight)
+            torch.nn.init.zeros_(layer.bias)
 
     # ------------------------------------------------------------------ the model
     def forward(
@@ -204,11 +210,13 @@ class Denoiser(torch.nn.Module):
 
     # ------------------------------------------------------------------ one file, one hash
     def to_bytes(self) -> bytes:
-        """The denoiser as one safetensors file: its tensors and, in the metadata, its config."""
+        """The denoiser as one safetensors file: its tensors and, in the metadata, its config. The same weights give
+        the same bytes (:func:`_canonical_header`), so :attr:`sha256` is the saved file's."""
         from safetensors.torch import save
 
         tensors = {k: v.detach().contiguous().cpu().float() for k, v in self.state_dict().items()}
-        return save(tensors, {"format": _FORMAT, "config": json.dumps(self.config.to_dict(), sort_keys=True)})
+        data = save(tensors, {"format": _FORMAT, "config": json.dumps(self.config.to_dict(), sort_keys=True)})
+        return _canonical_header(data)
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """Write ``denoiser.safetensors`` into ``directory`` (atomically); returns its path."""
@@ -267,6 +275,17 @@ def denoiser_sha256(path: str | os.PathLike) -> str:
     path = Path(path)
     file = path / DENOISER_FILE if path.is_dir() else path
     return hashlib.sha256(file.read_bytes()).hexdigest()
+
+
+def _canonical_header(data: bytes) -> bytes:
+    """A safetensors file with its JSON header's keys sorted (padded with spaces to a multiple of 8 bytes, as
+    safetensors pads it). safetensors writes the metadata map in a random order per call, so without this two saves of
+    one model could differ in bytes and in sha256; the tensors' offsets are relative to the data, which is unchanged."""
+    (size,) = struct.unpack("<Q", data[:8])
+    header = json.dumps(json.loads(data[8 : 8 + size].decode("utf-8")), sort_keys=True, separators=(",", ":"))
+    text = header.encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data[8 + size :]
 
 
 def _metadata_config(data: bytes) -> dict[str, Any]:
