@@ -403,7 +403,7 @@ def test_a_resumed_run_reports_the_whole_runs_first_loss_and_training_time(stage
     assert json.loads((cut / "summary.json").read_text())["total_wall_s"] == resumed["total_wall_s"]
 
     interrupted_again({k: v for k, v in state.items() if k not in ("elapsed_s", "first_loss")})  # an older checkpoint
-    with caplog.at_level("WARNING", logger="textfree.ppft"):
+    with caplog.at_level("WARNING", logger="textfree.training"):
         old = train_stage2(_stage2_cfg(cut, run1))
     assert any("records no training time or first loss" in r.getMessage() for r in caplog.records)
     assert old["steps"] == 9 and old["first_loss"] is None and old["wall_s"] is None and old["total_wall_s"] is None
@@ -443,7 +443,7 @@ def test_stage2_resumes_only_from_the_init_run_it_started_from(stage1_run, fixtu
     assert json.loads((cut / "train_config.json").read_text()) == saved  # nothing rewritten by the refusal
 
     (cut / "train_config.json").write_text(json.dumps({k: v for k, v in saved.items() if k != "init_fingerprint"}))
-    with caplog.at_level("WARNING", logger="textfree.ppft"):
+    with caplog.at_level("WARNING", logger="textfree.training"):
         resumed = train_stage2(_stage2_cfg(cut, init))
     assert resumed["resumed_from_step"] == 4 and resumed["init_fingerprint"] == run_fingerprint(init)
     assert any("records no fingerprint of its init run" in r.getMessage() for r in caplog.records)

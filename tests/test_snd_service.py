@@ -83,7 +83,8 @@ def _local_release(snd, card, texts, seed):
     """(payload, X, Z, mask) made here with the card's settings: what the client should have made and kept."""
     enc = load_encoder(snd["encoder"], "embedding_table")
     enc.name = card["encoder_id"]
-    priv = Privatizer(enc, Clipped(L2Laplace(EPS), max_norm=card["clip_norm"]), k=1, normalize=False, renormalize=False)
+    noise, clip = Clipped(L2Laplace(EPS), max_norm=card["clip_norm"]), card["clip_norm"]
+    priv = Privatizer(enc, noise, k=1, normalize=False, renormalize=False, sensitivity=2 * clip)
     payload = priv.privatize(texts, seed=seed)
     batch = enc.encode(texts)
     mask = payload.mask.bool()
@@ -187,6 +188,8 @@ def test_the_denoised_result_equals_the_denoiser_run_locally_on_the_same_noise(s
     assert result.denoised and result.epsilon == EPS and result.denoiser_sha256 == card["denoiser"]["sha256"]
     payload, _, z, mask = _local_release(snd, card, texts, seed=3)
     assert result.payload_bytes == len(payload.to_bytes())
+    # each token costs at most eta * 2C (the table's rows have norm <= C): a finite worst case, not an unbounded one
+    assert result.privacy.epsilon == pytest.approx(EPS * 2 * card["clip_norm"] * max(payload.lengths))
     # the server's e_n of this very payload
     with httpx.Client(base_url=snd["url"]) as http:
         r = http.post(
@@ -363,8 +366,12 @@ def test_embed_cli(snd, tmp_path):
     out = json.loads(result.stdout)
     assert out["denoised"] and out["dim"] == 32 and len(out["embeddings"]) == 1 and len(out["raw_embeddings"]) == 1
     assert out["epsilon"] == 100.0 and out["payload_bytes"] > 0
-    # d_chi privacy at eta = epsilon per unit L2 distance per token; no finite worst case without a sensitivity
-    assert out["privacy"] == {"epsilon": None, "delta": 0.0, "notion": "metric"}
+    # d_chi privacy at eta per unit L2 distance per token: at most eta * 2C per token, summed over the text's tokens
+    with _client(snd, tmp_path) as client:
+        clip = client.model_card("emb")["clip_norm"]
+    n_tokens = len(load_encoder(snd["encoder"], "embedding_table").tokenizer(PROMPT)["input_ids"])
+    assert out["privacy"]["delta"] == 0.0 and out["privacy"]["notion"] == "metric"
+    assert out["privacy"]["epsilon"] == pytest.approx(100 * 2 * clip * n_tokens)
     sent = proxy.sent.replace(snd["key"].encode(), b"")
     tokenizer = load_encoder(snd["encoder"], "embedding_table").tokenizer
     assert leaked_words(sent, PROMPT, tokenizer) == []

@@ -26,6 +26,10 @@ _FLAGS = {
     "lr": "--lr",
     "warmup_steps": "--warmup-steps",
     "n_layers": "--layers",
+    "d_model": "--d-model",
+    "d_ff": "--d-ff",
+    "d_kv": "--d-kv",
+    "n_head": "--heads",
     "encoder": "--model",
     "out": "--out",
 }
@@ -94,6 +98,10 @@ def train_denoiser_cmd(
     max_tokens: int = typer.Option(64, help="Cut every text to this many tokens."),
     val_size: int = typer.Option(256, help="Held-out validation texts."),
     layers: int = typer.Option(3, "--layers", help="Denoiser blocks (Table 8's L)."),
+    d_model: Optional[int] = typer.Option(None, "--d-model", help="Denoiser width (default: the encoder's)."),
+    d_ff: Optional[int] = typer.Option(None, "--d-ff", help="Feed-forward width (default: the encoder's)."),
+    d_kv: int = typer.Option(240, "--d-kv", help="Width of each attention head (Table 8's d_kv)."),
+    heads: int = typer.Option(6, "--heads", help="Attention heads (Table 8's n_head)."),
     noise_input: bool = typer.Option(
         True, "--noise-input/--no-noise-input", help="The denoiser reads the noise Z (off: ablation)."
     ),
@@ -132,6 +140,10 @@ def train_denoiser_cmd(
             max_tokens=max_tokens,
             val_size=val_size,
             n_layers=layers,
+            d_model=d_model,
+            d_ff=d_ff,
+            d_kv=d_kv,
+            n_head=heads,
             use_noise=noise_input,
             use_tokens=token_input,
             clip=clip,
@@ -162,3 +174,41 @@ def train_denoiser_cmd(
             f"{fmt(summary['total_wall_s'], '.0f')} s; "
             f"{out / summary['denoiser_file']} (sha256 {summary['denoiser_sha256'][:16]})"
         )
+
+
+def _parse_roles(values: list[str]) -> dict[str, str]:
+    """``PATH_OR_SHA=full|small`` flags -> the report's denoiser roles."""
+    roles = {}
+    for value in values:
+        key, sep, role = value.rpartition("=")
+        if not sep or not key or role not in ("full", "small"):
+            _fail(f"--denoiser-role must be PATH_OR_SHA256=full or PATH_OR_SHA256=small, got {value!r}")
+        roles[key] = role
+    return roles
+
+
+@app.command("report")
+def report_cmd(
+    results: list[Path] = typer.Argument(
+        ...,
+        help="Result JSON files of the snd_downstream cells (and, optionally, clipped token_inversion results and "
+        "the client-cost benchmark's JSON), or directories holding them (e.g. results/snd).",
+    ),
+    out: Path = typer.Option(
+        Path("docs/results/snd.md"), "--out", help="The Markdown report to write (figures go to <out stem>/)."
+    ),
+    denoiser_role: list[str] = typer.Option(
+        [],
+        "--denoiser-role",
+        help="Which denoiser is the full and which the small one: PATH_OR_SHA256=full|small (repeatable; default: "
+        "a path containing 'small' is the small one).",
+    ),
+) -> None:
+    """Write SnD's result tables (docs/results/snd.md) and figures from result files; nothing is recomputed."""
+    from functools import partial
+
+    from textfree.results.report_command import run_report_command
+    from textfree.snd.report import write_report
+
+    roles = _parse_roles(denoiser_role)
+    typer.echo(f"wrote {run_report_command(results, out, partial(write_report, roles=roles or None), _fail)}")

@@ -299,7 +299,10 @@ class Client:
                     f"this client makes l2_laplace token payloads; model {model!r} asks for {card['mechanism']!r}"
                 )
             noise = None if eps is None else Clipped(L2Laplace(eps), max_norm=float(card["clip_norm"]))
-            privatizer = Privatizer(enc, noise, k=1, normalize=False, renormalize=False)
+            # each token is eta d_chi-private; two tokens lie at most 2C apart (every row of the table has norm <= C),
+            # so a token costs at most eta * 2C: the payload states that worst case instead of an unbounded one
+            clip = float(card["clip_norm"])
+            privatizer = Privatizer(enc, noise, k=1, normalize=False, renormalize=False, sensitivity=2 * clip)
         else:
             from .mechanisms.factory import make_noise
 

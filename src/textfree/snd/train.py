@@ -33,7 +33,7 @@ from ..rng import seeded_generator
 from ..training.config import LoopConfig, _check_int, _check_optional_int
 from ..training.loop import fit, param_groups
 from ..training.runs import check_run_dir, prepare_run_dir, total_wall_s, write_summary
-from .corpus import CORPUS_SOURCES, build_corpus
+from .corpus import CORPUS_SOURCES, Corpus, build_corpus
 from .denoiser import DENOISER_FILE, Denoiser, DenoiserConfig
 from .noise import check_eta, privatize_tokens
 
@@ -86,6 +86,13 @@ class DenoiserTrainConfig(LoopConfig):
     clip: bool = field(
         default=True, metadata={"help": "Clip noisy token embeddings to the largest clean norm C (SnD eq. 3)."}
     )
+    init: str | None = field(
+        default=None,
+        metadata={
+            "help": "A denoiser run (directory with denoiser.safetensors) to continue training from, e.g. for an "
+            "updated encoder (SnD 4.4.4); its architecture replaces d_model .. use_tokens. Null: a fresh denoiser."
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -115,6 +122,8 @@ class DenoiserTrainConfig(LoopConfig):
         for name in ("use_noise", "use_tokens", "clip"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.init is not None and (not isinstance(self.init, str) or not self.init.strip()):
+            raise ValueError(f"init must be the path of a denoiser run or null, got {self.init!r}")
 
     @property
     def effective_noise_seed(self) -> int:
@@ -272,30 +281,45 @@ def validation_figures(
 def train_denoiser(
     cfg: DenoiserTrainConfig,
     *,
-    texts: Sequence[str] | None = None,
+    texts: Sequence[str] | Corpus | None = None,
     on_step: Callable[[int, float], None] | None = None,
 ) -> dict[str, Any]:
     """Train a denoiser (see the module docstring); returns the summary written to summary.json plus ``"model"``: the
-    trained :class:`Denoiser`. ``texts`` replaces the public corpus (tests). The encoder and the corpus load before
-    ``cfg.out`` is written: a run that cannot start leaves it as it was."""
+    trained :class:`Denoiser`. ``texts`` replaces the public corpus (tests), or is the :class:`Corpus` itself (its
+    ``train`` and ``val`` as given). With ``cfg.init`` the denoiser starts from that run's (its widths must be the
+    encoder's; its card then names this encoder). The encoder and the corpus load before ``cfg.out`` is written: a run
+    that cannot start leaves it as it was."""
     from ..accel import make_accelerator
 
     if not isinstance(cfg, DenoiserTrainConfig):
         raise TypeError(f"cfg must be a DenoiserTrainConfig, got {type(cfg).__name__}")
-    check_run_dir(cfg)
+    init_fingerprint = check_run_dir(cfg, init=cfg.init)
     accelerator = make_accelerator(cpu=cfg.cpu)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     t0 = time.time()
 
     sides = _Sides(cfg.encoder, cfg.max_tokens, accelerator.device)
-    corpus = build_corpus(
-        cfg.sources, limit_per_source=cfg.limit_per_source, val_size=cfg.val_size, seed=cfg.seed, texts=texts
-    )
-    denoiser = Denoiser(
-        cfg.denoiser_config(sides.table.dim, sides.output_dim, encoder_id=sides.name, encoder_sha256=sides.sha256)
-    )
-    run = prepare_run_dir(cfg)
+    if isinstance(texts, Corpus):
+        corpus = texts
+    else:
+        corpus = build_corpus(
+            cfg.sources, limit_per_source=cfg.limit_per_source, val_size=cfg.val_size, seed=cfg.seed, texts=texts
+        )
+    card = dict(encoder_id=sides.name, encoder_sha256=sides.sha256)
+    if cfg.init is None:
+        denoiser = Denoiser(cfg.denoiser_config(sides.table.dim, sides.output_dim, **card))
+    else:
+        denoiser = Denoiser.from_pretrained(cfg.init)
+        widths = (denoiser.config.token_dim, denoiser.config.output_dim)
+        if widths != (sides.table.dim, sides.output_dim) or cfg.max_tokens > denoiser.config.max_tokens:
+            raise ValueError(
+                f"init {cfg.init!r} denoises (token, output) widths {widths} up to {denoiser.config.max_tokens} "
+                f"tokens; encoder {sides.name!r} has {(sides.table.dim, sides.output_dim)}, max_tokens "
+                f"{cfg.max_tokens}"
+            )
+        denoiser.config = denoiser.config.replace(**card)
+    run = prepare_run_dir(cfg, init=cfg.init, fingerprint=init_fingerprint)
     optimizer = torch.optim.AdamW(param_groups([(list(denoiser.parameters()), cfg.lr)], cfg.weight_decay))
     examples = corpus.train
     log.info(

@@ -36,7 +36,7 @@ from .schedule import lr_multiplier
 
 __all__ = ["fit", "param_groups"]
 
-log = logging.getLogger("textfree.ppft")
+log = logging.getLogger("textfree.training")
 
 
 def _epoch_order(n: int, seed: int, epoch: int) -> list[int]:
