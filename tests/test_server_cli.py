@@ -97,3 +97,16 @@ def test_textfree_serve_process_answers_on_loopback(tmp_path, tiny_encoder_dir):
     finally:
         proc.terminate()
         proc.wait(20)
+
+
+def test_embed_model_default_names_the_packaged_encoder_and_a_run_flag_does_not():
+    """``--embed-model ID=default`` serves the packaged all-MiniLM-L6-v2 (the README's SnD command); ``--model``
+    takes run directories only, so ``default`` there is no such directory."""
+    import typer
+
+    from textfree.cli_service import _id_dirs
+    from textfree.encoders.loading import resolve_encoder_path
+
+    assert _id_dirs(["m=default"], "--embed-model", default_encoder=True) == {"m": resolve_encoder_path(None)}
+    with pytest.raises(typer.Exit):
+        _id_dirs(["m=default"], "--model")

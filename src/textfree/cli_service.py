@@ -23,7 +23,8 @@ MAX_EPSILON_HELP = (
 )
 
 
-def _id_dirs(values: Optional[list[str]], flag: str) -> dict[str, str]:
+def _id_dirs(values: Optional[list[str]], flag: str, *, default_encoder: bool = False) -> dict[str, str]:
+    """``ID=DIRECTORY`` flags; with ``default_encoder``, ``ID=default`` names the packaged all-MiniLM-L6-v2."""
     out: dict[str, str] = {}
     for v in values or []:
         name, sep, path = v.partition("=")
@@ -31,6 +32,10 @@ def _id_dirs(values: Optional[list[str]], flag: str) -> dict[str, str]:
             _fail(f"{flag} takes ID=DIRECTORY, got {v!r}")
         if name in out:
             _fail(f"{flag}: model id {name!r} given twice")
+        if default_encoder and path == "default":
+            from textfree.encoders.loading import resolve_encoder_path
+
+            path = resolve_encoder_path(None)
         if not Path(path).is_dir():
             _fail(f"{flag} {name}: no such directory {path!r}")
         out[name] = path
@@ -82,7 +87,9 @@ def serve(
         help="ID=RUN_DIR: a PPFT run served at /v1/generate (repeatable). Only its server part is loaded.",
     ),
     embed_model: Optional[list[str]] = typer.Option(
-        None, "--embed-model", help="ID=ENCODER_DIR: an encoder served at /v1/embed (repeatable)."
+        None,
+        "--embed-model",
+        help="ID=ENCODER_DIR: an encoder served at /v1/embed (repeatable; ID=default: all-MiniLM-L6-v2).",
     ),
     system: Optional[list[str]] = typer.Option(
         None, "--system", help="ID=SYSTEM: the served system of a model (repeatable). " + _server_help("systems")
@@ -221,7 +228,7 @@ def _server_app(
     try:
         config = ServerConfig(
             models=_id_dirs(model, "--model"),
-            embed_models=_id_dirs(embed_model, "--embed-model"),
+            embed_models=_id_dirs(embed_model, "--embed-model", default_encoder=True),
             systems=_id_systems(system),
             keys_path=None if no_auth else str(keys),
             auth=not no_auth,
