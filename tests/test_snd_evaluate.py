@@ -324,12 +324,17 @@ def test_cell_validation_names_the_field(tiny_encoder_dir):
     assert field(_cell(tiny_encoder_dir) | {"metrics": ["rouge"]}) == "metrics"
 
 
-@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+#: The downstream cells (the folder also holds the model-update and the attack cells, of other kinds).
+DOWNSTREAM = sorted(p for p in EXAMPLES.glob("*.yaml") if load_cell(p).kind == "snd_downstream")
+
+
+@pytest.mark.parametrize("path", DOWNSTREAM, ids=lambda p: p.name)
 def test_example_cells_load(path):
     cell = load_cell(path)
-    assert cell.kind == "snd_downstream" and cell.params["task"] in ev.TASKS
+    assert cell.params["task"] in ev.TASKS
     assert cell.grid.get("params.eta") == [50, 100, 500] or cell.params["pipeline"] == "clean"
 
 
 def test_example_cells_cover_every_task():
-    assert {load_cell(p).params["task"] for p in EXAMPLES.glob("*.yaml")} == set(ev.TASKS)
+    assert len(DOWNSTREAM) >= 15
+    assert {load_cell(p).params["task"] for p in DOWNSTREAM} == set(ev.TASKS)

@@ -5,8 +5,9 @@ The input sequence is ``H_0 = [e_n; x~_1 .. x~_n; z_1 .. z_n]`` (eq. 7): ``e_n``
 ``x~_t`` the clipped noisy token embeddings the client sent, ``z_t = x~_t - x_t`` the effective noise (after
 clipping). Each block is eq. 8-9, ``h <- h + a + m`` with ``a = attn(LN(h))`` over every real position (padding
 masked) and ``m = W_proj GELU(W_fc LN(a + h))``; attention has ``n_head`` heads of width ``d_kv`` (Table 8 sets it
-apart from ``d_model``). The denoised embedding is the final state at ``e_n``'s position (eq. 10): ``e_d = h_0^L``,
-through linear maps where the model's width differs from the output's. ``x~_t`` and ``z_t`` carry a learned position
+apart from ``d_model``). The denoised embedding is the final state at ``e_n``'s position (eq. 10): ``e_d = h_0^L``;
+a model narrower than the output reads e_n through a linear map and adds its correction to e_n (``e_d = e_n +
+W h_0^L``), since a narrow bottleneck alone could not return e_n. ``x~_t`` and ``z_t`` carry a learned position
 ``t`` and a segment (output / token / noise); with ``eta_input`` the noise level ``log eta`` is an input too, so one
 model serves a range of eta (the paper trains one model per group of two etas).
 
@@ -148,7 +149,10 @@ class Denoiser(torch.nn.Module):
         # Start near the identity on e_n (where the widths agree): every block's residual branches and the eta input
         # begin at zero, so an untrained denoiser returns ~e_n (TokEmbPriv) and training learns the correction.
         # (A random read_eta added a vector of norm ~sqrt(d) * log10(eta) to the output at the start.)
-        for layer in [self.read_eta] + [m for block in self.blocks for m in (block.out, block.proj)]:
+        # A model narrower than the output adds its correction to e_n (write_output starts at zero): through a
+        # d_model-wide bottleneck alone it could not even return e_n at low noise.
+        zeroed = [self.read_eta] + [m for block in self.blocks for m in (block.out, block.proj)]
+        for layer in zeroed + ([] if same else [self.write_output]):
             torch.nn.init.zeros_(layer.weight)
             torch.nn.init.zeros_(layer.bias)
 
@@ -180,7 +184,8 @@ class Denoiser(torch.nn.Module):
         h, keep = torch.cat(parts, dim=1), torch.cat(keep, dim=1)
         for block in self.blocks:
             h = block(h, keep)
-        return self.write_output(h[:, 0])
+        out = self.write_output(h[:, 0])
+        return out if cfg.output_dim == cfg.d_model else e_n.float() + out
 
     def _check_inputs(self, e_n, x_tilde, z, mask) -> None:
         cfg = self.config

@@ -70,6 +70,9 @@ PAPER_ACC: dict[str, dict[str, dict[float, float]]] = {
 }
 #: The etas of Table 1 for BERT models (besides infinity): the ACC-loss target is averaged over these.
 PAPER_ACC_ETAS = (100.0, 500.0)
+#: A clean probe's AUC below this reads as chance: its task's ACC loss measures little.
+CHANCE_AUC = 0.55
+
 #: Section 4.4.2: BERT models' average relative ACC loss over the chosen etas and the four tasks.
 PAPER_AVG_ACC_LOSS = 0.0431
 #: Table 5 (AUC on QQP, BERT family): model -> pipeline -> eta -> AUC.
@@ -446,23 +449,28 @@ def _acc_target(res: SndResults) -> Target:
     )
 
 
-def cost_ratios(cost: Mapping[str, Any] | None) -> dict[str, float]:
-    """Denoiser role (or name) -> median ratio client total / local MiniLM at the 128-token prompt."""
+def cost_ratios(cost: Mapping[str, Any] | None) -> tuple[dict[str, float], str]:
+    """(denoiser role (or name) -> median ratio client total / local MiniLM, the prompt it was timed at): the
+    128-token prompt where the denoisers read it, else the longest prompt at which they were timed."""
     if not cost:
-        return {}
-    entry = next((e for e in cost["lengths"] if int(e.get("tokens", 0)) == 128), None)
+        return {}, ""
+    timed = [e for e in cost["lengths"] if e.get("ratio_to_local")]
+    entry = next((e for e in timed if int(e.get("tokens", 0)) == 128), None) or max(
+        timed, key=lambda e: int(e.get("tokens", 0)), default=None
+    )
     if entry is None:
-        return {}
+        return {}, ""
     names = {d["name"]: d.get("role") or d["name"] for d in cost["denoisers"]}
-    return {names.get(k, k): float(v) for k, v in (entry.get("ratio_to_local") or {}).items()}
+    ratios = {names.get(k, k): float(v) for k, v in entry["ratio_to_local"].items()}
+    return ratios, f"{entry.get('label', '')}, {int(entry.get('tokens', 0))} tokens"
 
 
 def _small_cost_target(res: SndResults) -> Target:
-    ratios = cost_ratios(res.cost)
+    ratios, where = cost_ratios(res.cost)
     small = ratios.get("small", math.nan)
     verdict = "not measured" if math.isnan(small) else "met" if small <= SMALL_COST_MAX else "not met"
     return Target(
-        "Client cost with the small denoiser <= 25% of running all-MiniLM-L6-v2 locally (128 tokens)",
+        f"Client cost with the small denoiser <= 25% of running all-MiniLM-L6-v2 locally ({where or '128 tokens'})",
         "– (the paper has no small denoiser; Table 14: 0.026 s per sample, DistilBERT)",
         "–" if math.isnan(small) else f"{100 * small:.1f}% (median of per-round ratios)",
         verdict,
@@ -541,6 +549,11 @@ def _acc_section(res: SndResults) -> list[str]:
     if got:
         lines += ["", "Relative ACC loss vs clean, `(clean - SnD) / clean`: " + ", ".join(
             f"{TASK_TITLES[t]} {_eta(e)}: {100 * v:.2f}%" for (t, e), v in got.items()) + "."]  # fmt: skip
+    chance = [t for t in tasks if (row := res.find(t, "clean", INF)) is not None and row.mean("auc") < CHANCE_AUC]
+    if chance:
+        lines += ["", f"Read the ACC loss with care: on {', '.join(TASK_TITLES.get(t, t) for t in chance)} the clean "
+                  f"embeddings' probe is near chance (AUC below {CHANCE_AUC}), so its accuracy is the majority "
+                  "class's and a loss against it measures little (the averaged target includes them)."]  # fmt: skip
     return lines
 
 
