@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -118,21 +118,31 @@ def _check_params(params: dict) -> tuple[str, str] | None:
     return None
 
 
-def _validate(cell: Any, points: list[dict]) -> None:
+def validate_own_inputs(
+    cell: Any, points: list[dict], *, why: str, limit_hint: str, check: Callable[[dict], tuple[str, str] | None]
+) -> None:
+    """The SnD kinds' cell checks: no `dataset`/`texts`/`mechanism` (``why``: what the kind reads instead), no
+    `limit` (``limit_hint``), and every grid point's params through ``check`` (a CellError naming the field)."""
     for name in ("dataset", "texts", "mechanism"):
         if getattr(cell, name) is not None:
-            raise CellError(
-                f"the snd_downstream kind reads its task from params.task and draws SnD's own noise at params.eta; "
-                f"remove `{name}`",
-                field=name,
-            )
+            raise CellError(f"the {cell.kind} kind {why}; remove `{name}`", field=name)
     if cell.limit is not None:
-        raise CellError("use params.train_limit and params.test_limit instead of `limit`", field="limit")
+        raise CellError(f"use {limit_hint} instead of `limit`", field="limit")
     for point in points:
-        problem = _check_params(cell.resolve(point).params)
+        problem = check(cell.resolve(point).params)
         if problem:
             name, message = problem
             raise CellError(message, field=f"grid.params.{name}" if f"params.{name}" in point else f"params.{name}")
+
+
+def _validate(cell: Any, points: list[dict]) -> None:
+    validate_own_inputs(
+        cell,
+        points,
+        why="reads its task from params.task and draws SnD's own noise at params.eta",
+        limit_hint="params.train_limit and params.test_limit",
+        check=_check_params,
+    )
 
 
 def _param(params: dict, name: str) -> Any:

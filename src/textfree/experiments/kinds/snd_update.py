@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ...results.cell import CellError
 from ..registry import RunContext, register_cell_kind
+from .snd import validate_own_inputs
 
 __all__ = ["snd_model_update", "UPDATE_METRICS", "UPDATE_PARAMS"]
 
@@ -92,20 +92,13 @@ def _check_params(params: dict) -> tuple[str, str] | None:
 
 
 def _validate(cell: Any, points: list[dict]) -> None:
-    for name in ("dataset", "texts", "mechanism"):
-        if getattr(cell, name) is not None:
-            raise CellError(
-                f"the snd_model_update kind trains on SST-2 and public text and draws SnD's own noise at params.eta; "
-                f"remove `{name}`",
-                field=name,
-            )
-    if cell.limit is not None:
-        raise CellError("use params.val_size instead of `limit`", field="limit")
-    for point in points:
-        problem = _check_params(cell.resolve(point).params)
-        if problem:
-            name, message = problem
-            raise CellError(message, field=f"grid.params.{name}" if f"params.{name}" in point else f"params.{name}")
+    validate_own_inputs(
+        cell,
+        points,
+        why="trains on SST-2 and public text and draws SnD's own noise at params.eta",
+        limit_hint="params.val_size",
+        check=_check_params,
+    )
 
 
 @register_cell_kind(
