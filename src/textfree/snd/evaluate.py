@@ -160,13 +160,11 @@ def tokenize(tokenizer: Any, texts: Sequence[str], max_tokens: int) -> list[list
 
 
 def nearest_tokens(vectors: torch.Tensor, table: torch.Tensor, *, chunk: int = 1024) -> torch.Tensor:
-    """Index of the L2-nearest row of ``table`` [V, d] for each of ``vectors`` [..., d] (Text2Text's step, A.5.5)."""
-    flat = vectors.reshape(-1, vectors.shape[-1]).to(table.dtype)
-    sq = (table * table).sum(dim=1)
-    out = [
-        (sq.unsqueeze(0) - 2.0 * flat[i : i + chunk] @ table.T).argmin(dim=1) for i in range(0, flat.shape[0], chunk)
-    ]
-    return (torch.cat(out) if out else torch.zeros(0, dtype=torch.long)).reshape(vectors.shape[:-1])
+    """Index of the L2-nearest row of ``table`` [V, d] for each of ``vectors`` [..., d] (Text2Text's step, A.5.5):
+    the attack suite's exact nearest-neighbour search."""
+    from ..attacks.nearest import nearest_token_ids
+
+    return nearest_token_ids(vectors.to(torch.float32), table, metric="l2", chunk_size=chunk)
 
 
 def expected_noise_norm(eta: float, d: int) -> float:
