@@ -17,10 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..tensorfile import SafetensorsError
+from ..tensorfile import safetensors_metadata as _read_metadata
 
 __all__ = [
     "DENOISER_FILE",
@@ -34,8 +36,6 @@ __all__ = [
 DENOISER_FILE = "denoiser.safetensors"
 #: The largest public file a server publishes (the client's own limit on a denoiser is the same).
 MAX_PUBLIC_FILE_BYTES = 512 * 1024 * 1024
-_MAX_HEADER_BYTES = 10_000_000
-_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 
 
 class PublicFileError(ValueError):
@@ -61,44 +61,12 @@ class PublicFile:
 
 
 def safetensors_metadata(data: bytes) -> dict[str, str]:
-    """The ``__metadata__`` of a safetensors file's header, after checking its framing: a JSON header whose tensors
-    (known dtypes, shapes of non-negative ints) fill the data section exactly, in order. :class:`PublicFileError`
-    names what is wrong."""
-    if len(data) < 8:
-        raise PublicFileError(f"{len(data)} bytes is too short for a safetensors file")
-    (size,) = struct.unpack("<Q", data[:8])
-    if size > min(len(data) - 8, _MAX_HEADER_BYTES):
-        raise PublicFileError(f"the safetensors header declares {size} bytes; the file has {len(data) - 8} after it")
+    """The ``__metadata__`` of a safetensors file's header, its framing checked
+    (:func:`textfree.tensorfile.safetensors_metadata`); :class:`PublicFileError` names what is wrong."""
     try:
-        header = json.loads(data[8 : 8 + size].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise PublicFileError(f"the safetensors header is not JSON: {exc}") from None
-    if not isinstance(header, dict):
-        raise PublicFileError("the safetensors header is not a JSON object")
-    meta = header.pop("__metadata__", None) or {}
-    if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
-        raise PublicFileError("the safetensors metadata is not a map of strings")
-    spans = []
-    for name, entry in header.items():
-        try:
-            width = _DTYPE_BYTES[entry["dtype"]]
-            shape, (start, end) = entry["shape"], entry["data_offsets"]
-            ok = all(isinstance(n, int) and n >= 0 for n in [*shape, start, end])
-        except (KeyError, TypeError, ValueError):
-            raise PublicFileError(f"safetensors tensor {name!r} has no valid dtype, shape and data_offsets") from None
-        if not ok or end - start != width * math.prod(shape):
-            raise PublicFileError(f"safetensors tensor {name!r}: its offsets do not fit its dtype and shape")
-        spans.append((start, end))
-    position = 0
-    for start, end in sorted(spans):
-        if start != position:
-            raise PublicFileError("the safetensors tensors do not tile the data section (a gap or an overlap)")
-        position = end
-    if position != len(data) - 8 - size:
-        raise PublicFileError(
-            f"the safetensors tensors hold {position} bytes; the data section has {len(data) - 8 - size}"
-        )
-    return meta
+        return _read_metadata(data)
+    except SafetensorsError as exc:
+        raise PublicFileError(str(exc)) from None
 
 
 def _positive(value: Any) -> bool:

@@ -25,12 +25,13 @@ import hashlib
 import json
 import math
 import os
-import struct
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from ..tensorfile import SafetensorsError, canonical_header, safetensors_metadata
 
 __all__ = ["DENOISER_FILE", "MAX_DENOISER_BYTES", "DenoiserConfig", "Denoiser", "DenoiserError", "denoiser_sha256"]
 
@@ -216,12 +217,12 @@ class Denoiser(torch.nn.Module):
     # ------------------------------------------------------------------ one file, one hash
     def to_bytes(self) -> bytes:
         """The denoiser as one safetensors file: its tensors and, in the metadata, its config. The same weights give
-        the same bytes (:func:`_canonical_header`), so :attr:`sha256` is the saved file's."""
+        the same bytes (:func:`~textfree.tensorfile.canonical_header`), so :attr:`sha256` is the saved file's."""
         from safetensors.torch import save
 
         tensors = {k: v.detach().contiguous().cpu().float() for k, v in self.state_dict().items()}
         data = save(tensors, {"format": _FORMAT, "config": json.dumps(self.config.to_dict(), sort_keys=True)})
-        return _canonical_header(data)
+        return canonical_header(data)
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """Write ``denoiser.safetensors`` into ``directory`` (atomically); returns its path."""
@@ -282,34 +283,18 @@ def denoiser_sha256(path: str | os.PathLike) -> str:
     return hashlib.sha256(file.read_bytes()).hexdigest()
 
 
-def _canonical_header(data: bytes) -> bytes:
-    """A safetensors file with its JSON header's keys sorted (padded with spaces to a multiple of 8 bytes, as
-    safetensors pads it). safetensors writes the metadata map in a random order per call, so without this two saves of
-    one model could differ in bytes and in sha256; the tensors' offsets are relative to the data, which is unchanged."""
-    (size,) = struct.unpack("<Q", data[:8])
-    header = json.dumps(json.loads(data[8 : 8 + size].decode("utf-8")), sort_keys=True, separators=(",", ":"))
-    text = header.encode("utf-8")
-    text += b" " * (-len(text) % 8)
-    return struct.pack("<Q", len(text)) + text + data[8 + size :]
-
-
 def _metadata_config(data: bytes) -> dict[str, Any]:
-    """The config in a safetensors file's header metadata (read here, before any tensor is loaded)."""
-    if len(data) < 8:
-        raise DenoiserError("the denoiser file is too short to be a safetensors file")
-    (size,) = struct.unpack("<Q", data[:8])
-    if size > min(len(data) - 8, 10_000_000):
-        raise DenoiserError(f"the denoiser file's header declares {size} bytes; the file has {len(data) - 8}")
+    """The config in a denoiser file's header metadata, its framing checked before any tensor is loaded."""
     try:
-        header = json.loads(data[8 : 8 + size].decode("utf-8"))
-        meta = header.get("__metadata__") or {}
-        if meta.get("format") != _FORMAT:
-            raise DenoiserError(f"not a denoiser file (format {meta.get('format')!r}, expected {_FORMAT!r})")
-        return json.loads(meta["config"])
-    except DenoiserError:
-        raise
-    except (UnicodeDecodeError, ValueError, KeyError, AttributeError, TypeError) as exc:
+        meta = safetensors_metadata(data)
+    except SafetensorsError as exc:
         raise DenoiserError(f"the denoiser file's header cannot be read: {exc}") from None
+    if meta.get("format") != _FORMAT:
+        raise DenoiserError(f"not a denoiser file (format {meta.get('format')!r}, expected {_FORMAT!r})")
+    try:
+        return json.loads(meta["config"])
+    except (KeyError, ValueError) as exc:
+        raise DenoiserError(f"the denoiser file's header holds no readable config: {exc}") from None
 
 
 def _log_eta(eta: torch.Tensor | float | None, b: int, device: torch.device) -> torch.Tensor:
