@@ -316,7 +316,9 @@ def test_substitute_t2t_and_pct2t_with_a_glove_table():
         0,
     )
     assert r.exit_code == 0 and first_line(r.stdout) == "the cat sat on the mat"
-    assert "same part-of-speech category only" in " ".join(r.output.split())  # PCT2T's bound says what it covers
+    said = " ".join(r.output.split())  # PCT2T's bound says what it covers and which words were sent as they are
+    assert "between words of the same part-of-speech category" in said and "[the] [cat] [sat] [on]" in said
+    assert "Not covered: the 6 word(s) sent unchanged" in said
     import inspect
 
     from textfree.cli import substitute

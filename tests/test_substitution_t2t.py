@@ -8,6 +8,7 @@ import torch
 
 from textfree.mechanisms import PrivacyLoss
 from textfree.substitution import (
+    ALL_POS_CATEGORIES,
     DEFAULT_POS_CATEGORIES,
     SubwordEmbedder,
     TextBlobTagger,
@@ -18,6 +19,7 @@ from textfree.substitution import (
     split_text,
     words_of,
 )
+from textfree.substitution.cli_support import parse_pos
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "substitution" / "tiny_glove.txt"
 DATA = Path(os.environ.get("TEXTFREE_DATA") or Path(__file__).resolve().parents[1] / ".." / "shared" / "data")
@@ -94,22 +96,50 @@ def test_replacement_rate_decreases_monotonically_in_eta(minilm_table, random_ta
 
 
 @pytest.mark.parametrize("search", ["exact", "approximate"])
-def test_pct2t_keeps_the_category_of_selected_words(minilm_table, search):
+def test_pct2t_follows_rapt_rule(minilm_table, search):
+    # RAPT III-A2: a word outside the selected categories is never changed (even at a tiny eta that replaces nearly
+    # every privatized word); a word inside one is replaced only by a table word of its own category.
     tagger = TextBlobTagger()
-    mech = pct2t(minilm_table, 40, tagger=tagger, search=search)
-    assert mech.pos_categories == DEFAULT_POS_CATEGORIES
-    result = mech.privatize_detailed(SENTENCES, generator=gen(5))
-    checked = 0
-    for text, out_words in zip(SENTENCES, result.output_words):
-        in_words = words_of(split_text(text))
-        assert len(out_words) == len(in_words)
-        for w_in, tag, w_out in zip(in_words, tagger.tag(in_words), out_words):
-            if tag in DEFAULT_POS_CATEGORIES:
-                assert tagger.tag_isolated([w_out]) == [tag], (w_in, tag, w_out)
-                checked += w_out != w_in
-    assert checked >= 15  # enough words were actually replaced for the check to mean something
-    vocab_tags = mech.vocabulary_tags()
-    assert len(vocab_tags) == len(minilm_table)
+    for eta in (40, 1e-3):
+        mech = pct2t(minilm_table, eta, tagger=tagger, search=search)
+        assert mech.pos_categories == DEFAULT_POS_CATEGORIES
+        result = mech.privatize_detailed(SENTENCES, generator=gen(5))
+        replaced = outside = 0
+        for text, out_words, privatized in zip(SENTENCES, result.output_words, result.privatized):
+            in_words = words_of(split_text(text))
+            assert len(out_words) == len(in_words) == len(privatized)
+            for w_in, tag, w_out, priv in zip(in_words, tagger.tag(in_words), out_words, privatized):
+                if tag in DEFAULT_POS_CATEGORIES:
+                    assert priv and tagger.tag_isolated([w_out]) == [tag], (w_in, tag, w_out)
+                    replaced += w_out != w_in
+                else:
+                    assert not priv and w_out == w_in, (w_in, tag, w_out)
+                    outside += 1
+        assert replaced >= 15 and outside >= 20  # both rules were exercised
+        assert result.n_outside_pos == outside and result.n_kept == outside
+        assert result.n_substituted == sum(map(sum, result.privatized)) == sum(result.substituted_per_text)
+        if eta < 1:
+            assert result.replacement_rate > 0.9  # the privatized words did move: the kept ones were spared
+    assert len(mech.vocabulary_tags()) == len(minilm_table)
+
+
+def test_pct2t_all_categories_privatizes_every_word(minilm_table):
+    # --pos all (RAPT: clinical or legal text): no word is sent unchanged; the per-text count is every word.
+    mech = pct2t(minilm_table, 1e-3, categories=ALL_POS_CATEGORIES)
+    result = mech.privatize_detailed(SENTENCES, generator=gen(8))
+    assert result.n_outside_pos == 0 and result.n_kept == 0
+    assert result.substituted_per_text == tuple(len(words_of(split_text(t))) for t in SENTENCES)
+    assert result.replacement_rate > 0.9
+    assert parse_pos("all") == ALL_POS_CATEGORIES and parse_pos("default") == DEFAULT_POS_CATEGORIES
+    assert parse_pos("noun,prep") == ("NOUN", "ADP")
+
+
+def test_pct2t_accounts_only_privatized_words(minilm_table):
+    mech = pct2t(minilm_table, 75, categories=["NOUN"])
+    result = mech.privatize_detailed(["the cat sat on the mat ."], generator=gen(9))
+    assert result.privatized == [[False, True, False, False, False, True, False]]
+    assert result.substituted_per_text == (2,)
+    assert mech.privacy_loss(2).epsilon == pytest.approx(2 * 75 * mech.input_diameter())
 
 
 def test_output_keeps_word_count_and_layout(minilm_table):
@@ -252,7 +282,9 @@ def test_real_glove_with_nltk_tagger():
     assert result.n_kept > 0  # punctuation is not in this GloVe subset
     for text, out_words in zip(SENTENCES, result.output_words):
         in_words = words_of(split_text(text))
-        for tag, w_out in zip(tagger.tag(in_words), out_words):
+        for tag, w_in, w_out in zip(tagger.tag(in_words), in_words, out_words):
             if tag in DEFAULT_POS_CATEGORIES:
                 assert tagger.tag_isolated([w_out]) == [tag]
+            else:
+                assert w_out == w_in
     assert TextToText(table, 1e9).privatize(SENTENCES, generator=gen()) == SENTENCES

@@ -250,7 +250,10 @@ def substitute(
     text: Optional[str] = typer.Argument(None, help="Text to privatize by word substitution."),
     eta: float = typer.Option(100.0, help="Metric-DP parameter per unit of embedding distance."),
     pos: Optional[str] = typer.Option(
-        None, help="PCT2T: comma-separated POS categories kept (e.g. noun,verb,pron,adp)."
+        None,
+        help="PCT2T: privatize only words of these POS categories, each within its category (e.g. "
+        "noun,verb,pron,adp; 'default' = those four; 'all' = every category, for clinical or legal text); other words "
+        "are sent unchanged.",
     ),
     tagger: str = typer.Option("textblob", help="POS tagger: textblob (bundled) or nltk (needs --nltk-data)."),
     nltk_data: Optional[Path] = typer.Option(
@@ -280,7 +283,8 @@ def substitute(
     from textfree.encoders import EncoderLoadError
     from textfree.rng import resolve_generator
     from textfree.substitution.cli_support import build_t2t, default_corpus, parse_pos, replacement_rows
-    from textfree.substitution.pos import TAGGERS
+    from textfree.substitution.pos import TAGGERS, UNIVERSAL_TAGS
+    from textfree.substitution.text import split_text
 
     if eta <= 0:
         _fail(f"--eta must be > 0, got {eta}")
@@ -354,15 +358,31 @@ def substitute(
             t.add_row(f"{e:g}", f"{rate:.3f}")
         console.print(t)
         return
-    out = mech.privatize([text], generator=gen)[0]
-    console.print(out, markup=False, highlight=False)
-    caveat = (
-        "; PCT2T: between words of the same part-of-speech category only (the category itself is revealed: words "
-        "of two categories are told apart for certain)"
-        if mech.pos_categories
-        else ""
-    )
-    err.print(f"privacy: {mech.privacy_loss_per_word().epsilon:g} per word (eta * D_max), metric DP{caveat}")
+    result = mech.privatize_detailed([text], generator=gen)
+    console.print(result.texts[0], markup=False, highlight=False)
+    eps = mech.privacy_loss_per_word().epsilon
+    if mech.pos_categories:
+        words = split_text(text)[1::2]
+        cats = "all" if set(mech.pos_categories) == set(UNIVERSAL_TAGS) else ",".join(mech.pos_categories)
+        shown = " ".join(w if p else f"[{w}]" for w, p in zip(words, result.privatized[0]))
+        err.print(
+            f"privatized (PCT2T {cats}; [bracketed] words, outside the categories or the table, sent unchanged): "
+            f"{shown}",
+            markup=False,
+            highlight=False,
+        )
+        err.print(
+            f"privacy: {eps:g} per privatized word (eta * D_max), metric DP between words of the same part-of-speech "
+            f"category; {result.n_substituted} privatized word(s) compose to {eps * result.n_substituted:g}. Not "
+            f"covered: the {result.n_kept} word(s) sent unchanged and each privatized word's category (outputs stay "
+            "in it)."
+        )
+    else:
+        err.print(
+            f"privacy: {eps:g} per word (eta * D_max), metric DP; {result.n_substituted} word(s) compose to "
+            f"{eps * result.n_substituted:g}"
+            + (f"; {result.n_kept} word(s) outside the table sent unchanged" if result.n_kept else "")
+        )
 
 
 @app.command()

@@ -26,10 +26,11 @@ from .pos import (
     get_tagger,
     ptb_to_universal,
 )
-from .t2t import DEFAULT_POS_CATEGORIES, OOV_POLICIES, T2TResult, TextToText, pct2t
+from .t2t import ALL_POS_CATEGORIES, DEFAULT_POS_CATEGORIES, OOV_POLICIES, T2TResult, TextToText, pct2t
 from .text import rejoin, split_text, words_of
 
 __all__ = [
+    "ALL_POS_CATEGORIES",
     "AUTO_FAISS_MIN_QUERIES",
     "BACKENDS",
     "COMMON_PUNCTUATION",

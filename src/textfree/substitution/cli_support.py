@@ -9,8 +9,8 @@ import torch
 
 from .embeddings import WordEmbeddingTable
 from .nn import DEFAULT_SHORTLIST
-from .pos import get_tagger
-from .t2t import TextToText
+from .pos import UNIVERSAL_TAGS, get_tagger
+from .t2t import DEFAULT_POS_CATEGORIES, TextToText
 
 __all__ = ["build_t2t", "default_corpus", "replacement_rows", "parse_pos"]
 
@@ -44,9 +44,14 @@ FALLBACK_CORPUS = [
 
 
 def parse_pos(pos: str | None) -> tuple[str, ...] | None:
-    """'noun,verb,pron,adp' -> ('NOUN', 'VERB', 'PRON', 'ADP'); None or '' -> None (plain T2T)."""
+    """'noun,verb,pron,adp' -> ('NOUN', 'VERB', 'PRON', 'ADP'); 'all' -> every universal category (RAPT's rule for
+    clinical or legal text); 'default' -> RAPT's NOUN, VERB, PRON, ADP; None or '' -> None (plain T2T)."""
     if not pos:
         return None
+    if pos.strip().lower() == "all":
+        return tuple(UNIVERSAL_TAGS)
+    if pos.strip().lower() == "default":
+        return tuple(DEFAULT_POS_CATEGORIES)
     out = []
     for item in (p.strip() for p in pos.split(",")):
         if not item:

@@ -28,14 +28,15 @@ What the guarantee does not cover, by construction:
   outputs (off by default: outputs are table words as spelled in the table);
 * PCT2T only: the part-of-speech category of each word (see below).
 
-PCT2T: ``pos_categories`` (default for :func:`pct2t`: ``DEFAULT_POS_CATEGORIES`` = NOUN, VERB, PRON, ADP). The
-input text is tagged in context; a word whose tag is a selected category is replaced only by table words of that
-category (the table is tagged once, each word in isolation); a word whose tag is not selected is substituted over
-the whole table, as in T2T (our choice: RAPT's own rule for these words could not be checked). For two words of the same
-category the guarantee above holds unchanged (the candidate set
-is the same public set); the category itself is revealed, since outputs stay in it. Limitation of tagging the
-table in isolation: a word used in a category other than its context-free one ("run" as a noun) is not among
-its own candidates, so it is replaced even for very large eta.
+PCT2T (RAPT section III-A2): ``pos_categories`` (default for :func:`pct2t`: ``DEFAULT_POS_CATEGORIES`` = NOUN, VERB,
+PRON, ADP; ``ALL_POS_CATEGORIES`` for clinical or legal text, where the paper privatizes every category). The input
+text is tagged in context. Only a word whose tag is a selected category is privatized, and it is replaced only by
+table words of that category (the table is tagged once, each word in isolation). Every other word is released
+unchanged: it goes through no mechanism, is not counted in the text's privacy loss and is sent in clear (counted in
+:attr:`T2TResult.n_outside_pos`; :attr:`T2TResult.privatized` marks which words were eligible). For two words of the
+same category the guarantee above holds unchanged (the candidate set is the same public set); the category itself is
+revealed, since outputs stay in it. Limitation of tagging the table in isolation: a word used in a category other than
+its context-free one ("run" as a noun) is not among its own candidates, so it is replaced even for very large eta.
 """
 
 from __future__ import annotations
@@ -57,11 +58,14 @@ from .nn import BACKENDS, DEFAULT_SHORTLIST, SEARCH_MODES, NearestNeighbors
 from .pos import UNIVERSAL_TAGS, Tagger, TextBlobTagger, category_masks
 from .text import rejoin, split_text
 
-__all__ = ["TextToText", "T2TResult", "DEFAULT_POS_CATEGORIES", "OOV_POLICIES", "pct2t"]
+__all__ = ["TextToText", "T2TResult", "DEFAULT_POS_CATEGORIES", "ALL_POS_CATEGORIES", "OOV_POLICIES", "pct2t"]
 
-#: The default PCT2T categories: nouns, verbs, pronouns, adpositions (the categories our brief gives for RAPT's
-#: PCT2T; not checked against the paper, whose full text we could not retrieve).
+#: The default PCT2T categories: nouns, verbs, pronouns, adpositions (RAPT, section V-E: nouns and verbs carry the
+#: identifying content; the issue's command line adds pronouns and prepositions).
 DEFAULT_POS_CATEGORIES = ("NOUN", "VERB", "PRON", "ADP")
+#: Every universal category (``--pos all``): RAPT section III-A2 for clinical or legal text, where sensitive content
+#: spans all categories; every word is privatized, within its own category.
+ALL_POS_CATEGORIES = UNIVERSAL_TAGS
 OOV_POLICIES = ("keep", "subtokens", "error")
 
 
@@ -73,9 +77,11 @@ class T2TResult:
     output_words: list[list[str]]  # each text's words after substitution, aligned one to one with its input words
     n_words: int  # words found by the splitter
     n_substituted: int  # words that went through the mechanism (in the table, or embedded via sub-tokens)
-    n_kept: int  # words outside the table released unchanged (oov="keep"); not covered by the guarantee
+    n_kept: int  # words released unchanged without the mechanism (n_outside_pos included); not covered
     n_replaced: int  # substituted words whose output differs from the input word
     substituted_per_text: tuple[int, ...]  # n of each text, for privacy_loss(n)
+    privatized: list[list[bool]]  # per text and word: did this word go through the mechanism
+    n_outside_pos: int = 0  # PCT2T: words whose in-context category is not selected (released unchanged)
 
     @property
     def replacement_rate(self) -> float:
@@ -158,8 +164,7 @@ class TextToText:
                     f"TextToText: no table word is tagged {empty} by {self.tagger.name}; drop the category"
                 )
             self._state["vocab_tags"] = tuple(vocab_tags)
-            everything = torch.ones(len(self.table), dtype=torch.bool)
-            self._state["sets"] = torch.stack([masks[c] for c in cats] + [everything])
+            self._state["sets"] = torch.stack([masks[c] for c in cats])
         self._state["words"] = np.array(self.table.words, dtype=object)
 
     # ------------------------------------------------------------------ accounting
@@ -218,9 +223,15 @@ class TextToText:
         words_in = np.array(flat, dtype=object)
         rows = self.table.lookup(flat)
         active = rows >= 0
+        tags = self._tags(per_text) if self.is_pct2t else None
+        selected = None
+        if tags is not None:  # RAPT: only words of a selected category are privatized; the rest are sent as they are
+            selected = torch.from_numpy(np.isin(tags, np.array(self.pos_categories, dtype=object)))
+            active &= selected
         oov_vectors = None
-        if self.oov != "keep" and not bool(active.all()):
-            missing = torch.nonzero(~active).flatten()
+        missing_mask = (rows < 0) if selected is None else (rows < 0) & selected
+        if self.oov != "keep" and bool(missing_mask.any()):
+            missing = torch.nonzero(missing_mask).flatten()
             if self.oov == "error":
                 shown = sorted(set(words_in[missing.numpy()].tolist()))[:5]
                 raise ValueError(f"TextToText: {len(missing)} word(s) not in table {self.table.name!r}, e.g. {shown}")
@@ -235,7 +246,7 @@ class TextToText:
             x[~in_table] = oov_vectors[1].to(torch.float64)
         q = x + L2Laplace(self.eta).noise(len(idx), self.table.dim, generator=generator)
         del x
-        out_rows = self._nearest(q, idx, per_text)
+        out_rows = self._nearest(q, idx, tags)
         new_words = self._state["words"][out_rows.numpy()]
         if self.preserve_case and len(idx):
             new_words = _copy_case(words_in[idx.numpy()], new_words)
@@ -244,6 +255,7 @@ class TextToText:
         out_texts = rejoin(parts, words_out.tolist())
         bounds = np.cumsum([0] + [len(w) for w in per_text])
         output_words = [words_out[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:])]
+        privatized = [active[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:])]
         counts = torch.zeros(len(texts), dtype=torch.int64)
         if len(idx):
             text_of_word = torch.repeat_interleave(torch.arange(len(texts)), torch.tensor([len(w) for w in per_text]))
@@ -256,24 +268,31 @@ class TextToText:
             n_kept=int(n - len(idx)),
             n_replaced=int((out_rows != rows[idx]).sum()),
             substituted_per_text=tuple(int(c) for c in counts),
+            privatized=privatized,
+            n_outside_pos=0 if selected is None else int((~selected).sum()),
         )
 
-    def _nearest(self, q: torch.Tensor, idx: torch.Tensor, per_text: list[list[str]]) -> torch.Tensor:
-        nn: NearestNeighbors = self._state["nn"]
-        if len(idx) == 0:
-            return torch.empty(0, dtype=torch.int64)
-        if not self.is_pct2t:
-            return nn.search(q, 1)[:, 0]
-        # Tag each text in context (the one loop over words: taggers are sequential), keep active words' tags.
+    def _tags(self, per_text: list[list[str]]) -> np.ndarray:
+        """PCT2T: the in-context universal tag of every word, texts concatenated (taggers are sequential)."""
         tags = np.array(list(itertools.chain.from_iterable(self.tagger.tag(w) for w in per_text)), dtype=object)
         if len(tags) != sum(map(len, per_text)):
             raise RuntimeError(f"TextToText: tagger {self.tagger.name} returned {len(tags)} tags for the words given")
-        tags = tags[idx.numpy()]
-        # Candidate set per word: its category's table words if the category is selected, else the whole table.
-        sets: torch.Tensor = self._state["sets"]  # [len(categories) + 1, V]; the last row is all True
-        set_index = np.full(len(idx), len(self.pos_categories), dtype=np.int64)
+        return tags
+
+    def _nearest(self, q: torch.Tensor, idx: torch.Tensor, tags: np.ndarray | None) -> torch.Tensor:
+        nn: NearestNeighbors = self._state["nn"]
+        if len(idx) == 0:
+            return torch.empty(0, dtype=torch.int64)
+        if tags is None:
+            return nn.search(q, 1)[:, 0]
+        # Candidate set per privatized word: the table words of its (selected) category.
+        sets: torch.Tensor = self._state["sets"]  # [len(categories), V]
+        word_tags = tags[idx.numpy()]
+        set_index = np.full(len(idx), -1, dtype=np.int64)
         for i, cat in enumerate(self.pos_categories):
-            set_index[tags == cat] = i
+            set_index[word_tags == cat] = i
+        if (set_index < 0).any():  # pragma: no cover - idx holds selected words only
+            raise RuntimeError("TextToText: a privatized word has no selected category")
         return nn.search(q, 1, candidate_mask=sets, set_index=torch.from_numpy(set_index))[:, 0]
 
     # ------------------------------------------------------------------ evaluation
