@@ -50,6 +50,9 @@ def _gen(seed: int = 0) -> torch.Generator:
 def models(tiny_encoder_dir):
     table = EmbeddingTableEncoder.from_pretrained(tiny_encoder_dir)
     _, server, _, _ = load_hf_encoder(tiny_encoder_dir)
+    from textfree.substitution.cli_support import build_t2t
+
+    _PCT2T["mechanism"] = build_t2t(table=str(tiny_encoder_dir), eta=1.0, pos="default")
     return table, server.eval()
 
 
@@ -59,9 +62,20 @@ def _denoiser(pipeline: str, seed: int = 0) -> Denoiser:
     return Denoiser(cfg.replace(**_SETTINGS[pipeline])).eval()
 
 
+#: The pipeline ``pct2t``'s mechanism over the tiny encoder's word table, built by the ``models`` fixture.
+_PCT2T: dict = {}
+
+
+@pytest.fixture(scope="module")
+def pct2t_mechanism(models):
+    return _PCT2T["mechanism"]
+
+
 def _embed(models, pipeline, eta, seed=0, texts=TEXTS, **kw):
     table, server = models
     denoiser = _denoiser(pipeline) if pipeline in ev.DENOISING_PIPELINES else None
+    if pipeline == "pct2t":
+        kw.setdefault("text_mechanism", _PCT2T["mechanism"])
     return ev.embed_texts(texts, pipeline=pipeline, eta=eta, table_encoder=table, server_model=server,
                           denoiser=denoiser, generator=_gen(seed), batch_size=3, max_tokens=16, **kw)  # fmt: skip
 
@@ -128,6 +142,26 @@ def test_text2text_returns_table_tokens(models):
     # at a small eta tokens are swapped for other table rows: a real token sequence, not a noisy vector
     emb, clean = _embed(models, "text2text", 5.0)
     assert ev.similarity(emb, clean)["cos"] < 0.999
+
+
+def test_pct2t_pipeline_embeds_the_privatized_text(models, pct2t_mechanism, monkeypatch):
+    # at a huge eta PCT2T changes no word: the clean embedding; at a small one the server embeds other words, and the
+    # text it receives keeps every word outside RAPT's categories (the, on, a, ...)
+    emb, clean = _embed(models, "pct2t", 1e9)
+    assert torch.allclose(emb, clean, atol=1e-6)
+    seen = []
+    real = ev.tokenize
+    monkeypatch.setattr(ev, "tokenize", lambda tok, texts, n: seen.append(list(texts)) or real(tok, texts, n))
+    stats = {}
+    emb, clean = _embed(models, "pct2t", 0.5, stats=stats)
+    assert ev.similarity(emb, clean)["cos"] < 0.999
+    sent = seen[0]
+    assert sent != TEXTS and [t.split()[0] for t in sent][0] == "the"  # "the cat sat ...": "the" is a DET: kept
+    assert stats["words_replaced"] > 0 and stats["words_privatized"] < sum(len(t.split()) for t in TEXTS)
+    with pytest.raises(ValueError, match="needs a PCT2T TextToText"):
+        _embed(models, "pct2t", 1.0, text_mechanism=None)
+    with pytest.raises(ValueError, match="privatizes no text"):
+        _embed(models, "tokembpriv", 1.0, text_mechanism=pct2t_mechanism)
 
 
 def test_server_denoiser_never_sees_the_noise(models, monkeypatch):
@@ -288,6 +322,15 @@ def test_cell_kind_with_a_denoiser_and_clean(tiny_encoder_dir, tmp_path, monkeyp
     (clean,) = _metrics(run_cell(cell, tmp_path, progress=False))
     assert clean["cos"] == pytest.approx(1.0) and clean["mse"] == pytest.approx(0.0, abs=1e-9)
     assert clean["noise_to_signal"] == 0.0 and clean["mi_kl"] is None  # NaN is written as null
+
+
+def test_cell_kind_runs_pct2t(tiny_encoder_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("TEXTFREE_DATA", str(FIXTURES))
+    cell = _cell(tiny_encoder_dir, pipeline="pct2t")
+    cell["grid"] = {"params.eta": [1e9]}
+    (row,) = _metrics(run_cell(cell, tmp_path, progress=False))
+    assert row["cos"] == pytest.approx(1.0) and row["n_train"] == 3
+    assert row["mi_kl"] is None and row["effective_noise_to_signal"] is None  # word noise: no token-level figures
 
 
 @pytest.mark.shared_data

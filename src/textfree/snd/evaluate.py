@@ -11,6 +11,9 @@ state, :func:`textfree.lm.embed.pooled_embeddings`):
 * ``snd``: the server's answer to the clipped noisy tokens, denoised by a client-side denoiser that reads X~ and Z;
 * ``text2text`` (A.5.5): each noisy token (unclipped noise, as the paper's baseline) replaced by the nearest row of the
   embedding table (L2), and the clean embedding of that token sequence;
+* ``pct2t`` (A.5.5's RAPT row): the text privatized word by word on the client with RAPT's PCT2T (only nouns,
+  verbs, pronouns and prepositions, each within its category, :mod:`textfree.substitution`; the word table is the
+  mean sub-token embedding of the same model), then the clean embedding of the privatized text;
 * ``server_denoiser`` (A.12, Proposition 3.4's limit): a denoiser trained without Z (``use_noise=False``), which the
   server itself could run; it is given zeros for Z so nothing of the noise reaches it;
 * ablations: ``no_clip`` (unclipped noise, a denoiser trained on unclipped noise, ``clip=False``), ``snd_no_noise``
@@ -81,6 +84,7 @@ _PIPELINE_SPECS = {
     "tokembpriv": (True, True, False),
     "snd": (True, True, True),
     "text2text": (True, False, False),
+    "pct2t": (True, False, False),
     "server_denoiser": (True, True, True),
     "no_clip": (True, False, True),
     "snd_no_noise": (True, True, True),
@@ -194,6 +198,7 @@ def embed_texts(
     max_tokens: int = 128,
     return_clean: bool = True,
     stats: dict | None = None,
+    text_mechanism: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(embeddings [N, out], clean [N, out])``: each text's embedding through ``pipeline`` at ``eta``, and its clean
     embedding (None with ``return_clean=False``), float32 on the CPU, in the order of ``texts``.
@@ -203,9 +208,19 @@ def embed_texts(
     ``max_tokens`` tokens (special tokens included) and run ``batch_size`` at a time, shortest first (less padding);
     noise is drawn from ``generator`` (required for a noisy pipeline) in that order, so the same generator state gives
     the same embeddings. ``stats``, when a dict, is filled with ``n_tokens`` (real tokens), ``token_norm_sum`` (of
-    ||x||) and ``noise_norm_sum`` (of the effective ||z||, after clipping) summed over the texts.
+    ||x||) and ``noise_norm_sum`` (of the effective ||z||, after clipping) summed over the texts. ``text_mechanism``:
+    the :class:`~textfree.substitution.TextToText` PCT2T mechanism of pipeline ``pct2t`` (its eta is replaced by
+    ``eta``); ``stats`` then also gets ``words_privatized`` and ``words_replaced``.
     """
     check_pipeline(pipeline)
+    if pipeline == "pct2t":
+        return _embed_pct2t(
+            texts, eta=eta, text_mechanism=text_mechanism, generator=generator, table_encoder=table_encoder,
+            server_model=server_model, batch_size=batch_size, max_tokens=max_tokens, return_clean=return_clean,
+            stats=stats,
+        )  # fmt: skip
+    if text_mechanism is not None:
+        raise ValueError(f"pipeline {pipeline!r} privatizes no text; pass text_mechanism=None")
     add_noise, clip, denoise = _PIPELINE_SPECS[pipeline]
     if add_noise:
         check_eta(eta)
@@ -255,6 +270,28 @@ def embed_texts(
     if not return_clean:
         return embeddings, None
     return embeddings, torch.stack(clean_out) if clean_out else torch.zeros(0, width)
+
+
+def _embed_pct2t(
+    texts: Sequence[str], *, eta: float, text_mechanism: Any, generator: Any, stats: dict | None, **kwargs: Any
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Pipeline ``pct2t``: the texts privatized by ``text_mechanism`` at ``eta``, then embedded as clean text."""
+    from ..substitution import TextToText
+
+    check_eta(eta)
+    if not isinstance(text_mechanism, TextToText) or not text_mechanism.is_pct2t:
+        raise ValueError(f"pipeline 'pct2t' needs a PCT2T TextToText as text_mechanism, got {text_mechanism!r}")
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"pipeline 'pct2t' draws noise: pass a torch.Generator, got {generator!r}")
+    private = text_mechanism.with_eta(eta).privatize_detailed(list(texts), generator=generator)
+    return_clean = kwargs.pop("return_clean")
+    emb, _ = embed_texts(private.texts, pipeline="clean", eta=None, generator=None, return_clean=False, stats=stats,
+                         **kwargs)  # fmt: skip
+    clean = embed_texts(texts, pipeline="clean", eta=None, generator=None, return_clean=False, **kwargs)[0]
+    if stats is not None:
+        stats["words_privatized"] = stats.get("words_privatized", 0) + private.n_substituted
+        stats["words_replaced"] = stats.get("words_replaced", 0) + private.n_replaced
+    return emb, clean if return_clean else None
 
 
 def _output_width(model: torch.nn.Module) -> int:

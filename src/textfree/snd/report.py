@@ -121,6 +121,7 @@ ROW_TITLES = {
     ("clean", None): "clean (eta = inf)",
     ("tokembpriv", None): "TokEmbPriv (clipped)",
     ("text2text", None): "Text2Text",
+    ("pct2t", None): "PCT2T text (RAPT's privatization)",
     ("server_denoiser", "full"): "server-side denoiser (no Z)",
     ("server_denoiser", "small"): "server-side denoiser (no Z), small",
     ("snd", "full"): "SnD",

@@ -56,7 +56,8 @@ SND_METRICS = (
 
 SND_PARAMS = {
     "task": "GLUE task: cola, sst2, mrpc, rte or qqp (required)",
-    "pipeline": "clean, tokembpriv, snd, text2text, server_denoiser, no_clip, snd_no_noise or snd_no_tokens (required)",
+    "pipeline": "clean, tokembpriv, snd, text2text, pct2t, server_denoiser, no_clip, snd_no_noise or snd_no_tokens "
+    "(required)",
     "eta": "privacy level eta > 0 (required except for clean; usually a grid: params.eta: [50, 100, 500])",
     "denoiser": "path of a denoiser run (directory with denoiser.safetensors) for a denoising pipeline, else absent",
     "denoiser_sha256": "the denoiser file's expected sha256 (optional)",
@@ -164,6 +165,17 @@ def _models(cell: Any, context: RunContext) -> tuple[Any, torch.nn.Module]:
     return context.cached("snd_models", load)
 
 
+def _pct2t(cell: Any, context: RunContext) -> Any:
+    """RAPT's PCT2T (default categories, TextBlob tagger) over the word table of ``cell.encoder``, built once."""
+
+    def build():
+        from ...substitution.cli_support import build_t2t
+
+        return build_t2t(table=cell.encoder, eta=1.0, pos="default")
+
+    return context.cached("snd_pct2t", build)
+
+
 def _denoiser(params: dict, context: RunContext) -> Any:
     from ...snd.denoiser import Denoiser
 
@@ -208,6 +220,8 @@ def snd_downstream(cell: Any, point: dict, seed: int, context: RunContext) -> di
     generator = seeded_generator(seed, warn=False)  # experiments only: the seed is recorded with the results
     common = dict(pipeline=pipeline, eta=eta, table_encoder=table_encoder, server_model=server, denoiser=denoiser,
                   generator=generator, batch_size=_param(params, "batch_size"), max_tokens=max_tokens)  # fmt: skip
+    if pipeline == "pct2t":
+        common["text_mechanism"] = _pct2t(cell, context)
     train_stats, test_stats = {}, {}
     train_x, _, _, _ = ev.embed_task_texts(data.train_texts, return_clean=False, stats=train_stats, **common)
     test_x, _, test_sent, test_clean = ev.embed_task_texts(data.test_texts, stats=test_stats, **common)
@@ -225,12 +239,18 @@ def snd_downstream(cell: Any, point: dict, seed: int, context: RunContext) -> di
     d = table_encoder.dim
     nsr = ev.noise_to_signal(eta, d, mean_norm)
     effective = (train_stats["noise_norm_sum"] + test_stats["noise_norm_sum"]) / n_tokens / mean_norm
+    if pipeline == "pct2t":  # word-level noise: no token noise reaches the server; log the words' replacement rate
+        words = train_stats["words_privatized"] + test_stats["words_privatized"]
+        replaced = train_stats["words_replaced"] + test_stats["words_replaced"]
+        context.logger.info("snd_downstream %s pct2t eta=%s: %d of %d privatized words replaced (%.3f)",
+                            task, eta, replaced, words, replaced / max(words, 1))  # fmt: skip
+        effective = math.nan
     context.logger.info(
         "snd_downstream %s %s eta=%s: noise_to_signal E||z||/mean||x|| = %.4g (d=%d, mean||x||=%.4g), effective %.4g",
         task, pipeline, eta, nsr, d, mean_norm, effective,
     )  # fmt: skip
     mi = math.nan
-    if eta is not None:
+    if eta is not None and pipeline != "pct2t":  # token-level MI; PCT2T's noise is on words
         tokens = context.cached(
             ("snd_mi_tokens", task, train_limit, test_limit, data_seed, max_tokens, _param(params, "mi_samples")),
             lambda: _token_sample(data, table_encoder, max_tokens, _param(params, "mi_samples"), data_seed),
