@@ -255,3 +255,47 @@ def test_benchmark_smoke_and_report_reads_it(tmp_path, monkeypatch):
     directory = _result_set(tmp_path / "results")
     text = build_report(collect([directory, out]))
     assert f"{data['request_bytes']['bytes']:,} bytes" in text
+
+
+def _update_file(directory, cos):
+    """An snd_model_update result file: ``cos`` {(base, denoiser): cos_denoised}."""
+    results = [
+        {
+            "point": {"params.base_samples": b, "params.denoiser_samples": d, "params.eta": 100},
+            "resolved": {
+                "mechanism": None,
+                "params": {"base_samples": b, "denoiser_samples": d, "eta": 100},
+                "attack": None,
+            },  # fmt: skip
+            "metrics": {
+                "cos_denoised": {"mean": c, "stderr": None, "values": [c]},
+                "mse_denoised": {"mean": 1 - c, "stderr": None, "values": [1 - c]},
+                "cos_noisy": {"mean": 0.2 + b / 1e5, "stderr": None, "values": [0.2]},
+                "mse_noisy": {"mean": 0.5, "stderr": None, "values": [0.5]},
+            },
+        }
+        for (b, d), c in cos.items()
+    ]
+    bases, dens = sorted({b for b, _ in cos}), sorted({d for _, d in cos})
+    grid = {"params.base_samples": bases, "params.denoiser_samples": dens, "params.eta": [100]}
+    cell = {"name": "snd_model_update", "kind": "snd_model_update", "encoder": "default", "params": {}, "grid": grid,
+            "seeds": [0]}  # fmt: skip
+    data = {"format": "textfree.results", "format_version": 1, "cell": cell, "cell_source": None,
+            "kind": "snd_model_update", "grid_axes": list(grid), "seeds": [0], "results": results, "versions": {},
+            "git": None, "date": "2026-01-02T00:00:00+00:00", "host": {}}  # fmt: skip
+    (Path(directory) / "snd_model_update-20260102T000000Z.json").write_text(json.dumps(data))
+
+
+def test_report_model_update_table(tmp_path):
+    directory = _result_set(tmp_path)
+    text = build_report(collect([directory]))
+    assert "No `snd_model_update` result file" in text
+    _update_file(directory, {(0, 0): 0.56, (4000, 0): 0.49, (0, 100): 0.55, (4000, 100): 0.52})
+    res = collect([directory])
+    assert len(res.updates) == 4 and any(f.kind == "snd_model_update" for f in res.files)
+    text = build_report(res)
+    assert "| cos (MSE) | base 0 | base 4000 |" in text
+    assert "| denoiser fine-tuned on 0 | 0.560 (0.4400) | 0.490 (0.5100) |" in text
+    assert "| denoiser fine-tuned on 100 | 0.550 (0.4500) | 0.520 (0.4800) |" in text
+    assert "| no denoising (e_n) | 0.200 (0.5000) | 0.240 (0.5000) |" in text
+    assert "| 1000 | 0.642 | 0.635 | 0.644 | 0.631 |" in text  # the paper's Table 10 beside

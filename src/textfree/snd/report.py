@@ -48,6 +48,7 @@ __all__ = [
 ]
 
 KIND = "snd_downstream"
+UPDATE_KIND = "snd_model_update"
 #: The ``format`` of the client-cost benchmark's JSON (benchmarks/bench_snd_client_cost.py).
 COST_FORMAT = "textfree.snd.client_cost"
 INF = math.inf
@@ -102,6 +103,12 @@ PAPER_SIM: dict[str, dict[str, dict[str, dict[float, float]]]] = {
         "text2text": {"mse": {50: 0.248, 100: 0.248, 500: 0.248}, "cos": {50: 0.470, 100: 0.470, 500: 0.470}},
         "snd": {"mse": {50: 0.060, 100: 0.075, 500: 0.035}, "cos": {50: 0.870, 100: 0.862, 500: 0.935}},
     },
+}
+#: Table 10 (A.8): MRPC AUC at eta 100 of BERT-base, denoiser fine-tuning samples -> base-model samples -> AUC.
+PAPER_UPDATE_AUC = {
+    0: {1000: 0.621, 10000: 0.612, 30000: 0.589, 60000: 0.575},
+    100: {1000: 0.629, 10000: 0.627, 30000: 0.592, 60000: 0.614},
+    1000: {1000: 0.642, 10000: 0.635, 30000: 0.644, 60000: 0.631},
 }
 #: Table 14 (A.11): SnD's client computation per sample (s, 128 tokens, their GPU server) and communication (MB).
 PAPER_COST = {"DistilBERT": {"comp_s": 0.026, "comm_mb": 0.00014}, "BERT-base": {"comp_s": 0.031, "comm_mb": 0.00014}}
@@ -192,6 +199,7 @@ class SndResults:
     cost: dict[str, Any] | None
     files: list[SourceFile]
     encoders: set[str] = field(default_factory=set)
+    updates: list[dict[str, Any]] = field(default_factory=list)  # snd_model_update points: params and metric means
 
     def find(self, task: str, pipeline: str, eta: float, role: str | None = "auto") -> SndRow | None:
         """The row of ``task``/``pipeline`` at ``eta`` (the clean row for ``eta`` inf); ``role`` "auto": the full
@@ -286,6 +294,7 @@ def collect(paths: Iterable[str | os.PathLike], roles: Mapping[str, str] | None 
     from ..results.files import load_results
 
     newest: dict[str, tuple[dict, Path]] = {}
+    update: tuple[dict, Path] | None = None
     attack_files: list[Path] = []
     costs: list[dict] = []
     for f in _json_files(paths):
@@ -301,6 +310,8 @@ def collect(paths: Iterable[str | os.PathLike], roles: Mapping[str, str] | None 
                 newest[name] = (data, f)
         elif kind == "token_inversion" and (data["cell"].get("mechanism") or {}).get("name") == "clipped":
             attack_files.append(f)
+        elif kind == UPDATE_KIND and (update is None or data["date"] >= update[0]["date"]):
+            update = (data, f)
     rows: list[SndRow] = []
     files: list[SourceFile] = []
     encoders: set[str] = set()
@@ -319,13 +330,23 @@ def collect(paths: Iterable[str | os.PathLike], roles: Mapping[str, str] | None 
             rows.append(
                 SndRow(name, str(params.get("task")), pipeline, eta, path, sha, _role(path, sha, roles), r["metrics"])
             )
+    updates = []
+    if update is not None:
+        data, f = update
+        commit = (data.get("git") or {}).get("commit")
+        files.append(SourceFile(f, data["cell"]["name"], UPDATE_KIND, data["date"], commit, data["seeds"]))
+        for r in data["results"]:
+            params = _row_params(data["cell"], r)
+            means = {k: (v or {}).get("mean") for k, v in r["metrics"].items()}
+            updates.append({"base": int(params["base_samples"]), "denoiser": int(params["denoiser_samples"]),
+                            "eta": float(params["eta"]), **means})  # fmt: skip
     attacks = collect_attacks(attack_files) if attack_files else []
     for c in attacks:
         files.append(SourceFile(Path(c.source), c.name, "token_inversion", c.date, c.git, c.seeds))
     cost = max(costs, key=lambda c: str(c.get("date", ""))) if costs else None
     if cost is not None:
         files.append(SourceFile(Path(cost["_path"]), "client cost benchmark", "benchmark", str(cost.get("date")), None))
-    return SndResults(rows, attacks, cost, files, encoders)
+    return SndResults(rows, attacks, cost, files, encoders, updates)
 
 
 # ------------------------------------------------------------------------------------------------------ formatting
@@ -726,6 +747,44 @@ def _mi_section(res: SndResults, figure: str | None) -> list[str]:
     return lines
 
 
+def _update_section(res: SndResults) -> list[str]:
+    lines = ["## After the server updates its model (Table 10 shape)", ""]
+    if not res.updates:
+        return lines + ["No `snd_model_update` result file was given (`examples/cells/snd/model_update.yaml`)."]
+    bases = sorted({u["base"] for u in res.updates})
+    dens = sorted({u["denoiser"] for u in res.updates})
+    etas = sorted({u["eta"] for u in res.updates})
+    lines += [
+        "The server's encoder fine-tuned on `base` SST-2 sentences (one epoch, its word-embedding table frozen), then",
+        "the stale denoiser fine-tuned on `denoiser` public texts (one epoch; 0: unchanged); cosine (MSE) of the",
+        "denoised embedding to the UPDATED encoder's clean one on held-out public texts, eta "
+        f"{', '.join(map(_eta, etas))}.",
+        "The paper's Table 10 reports MRPC AUC for BERT-base instead (a downstream figure): compare the pattern, a",
+        "loss that grows with `base` at 0 denoiser samples and a recovery with 100-1,000 of them.",
+        "",
+    ]  # fmt: skip
+    find = {(u["base"], u["denoiser"]): u for u in res.updates}
+    body = []
+    for d in dens:
+        cells = []
+        for b in bases:
+            u = find.get((b, d))
+            cells.append("—" if u is None else f"{_f(u.get('cos_denoised'))} ({_f(u.get('mse_denoised'), '.4f')})")
+        body.append([f"denoiser fine-tuned on {d}"] + cells)
+    noisy = [find.get((b, dens[0])) for b in bases]
+    body.append(["no denoising (e_n)"] + ["—" if u is None else f"{_f(u.get('cos_noisy'))} "
+                                          f"({_f(u.get('mse_noisy'), '.4f')})" for u in noisy])  # fmt: skip
+    lines += _table(["cos (MSE)"] + [f"base {b}" for b in bases], body)
+    lines += [
+        "",
+        "Paper, Table 10 (BERT-base, MRPC AUC at eta 100; rows: denoiser samples, columns: base samples):",
+        "",
+    ]
+    lines += _table(["denoiser samples"] + [f"base {b}" for b in PAPER_UPDATE_AUC[0]],
+                    [[str(d)] + [_f(v) for v in row.values()] for d, row in PAPER_UPDATE_AUC.items()])  # fmt: skip
+    return lines
+
+
 def _attack_section(res: SndResults) -> list[str]:
     lines = ["## Attacks on SnD's payload (clipped token noise)", ""]
     if not res.attacks:
@@ -790,6 +849,7 @@ def build_report(
     lines += [""] + _nsr_section(res)
     lines += [""] + _cost_section(res)
     lines += [""] + _mi_section(res, figures.get("mi"))
+    lines += [""] + _update_section(res)
     lines += [""] + _attack_section(res)
     lines += [""] + _files_section(res, paths, out)
     return "\n".join(lines) + "\n"
