@@ -8,6 +8,7 @@
 * ``substitution_identity`` / ``substitution_channel``: readers of T2T / PCT2T text (:mod:`.substitution`);
   ``substitution_learned``: a decoder trained to rewrite it (:mod:`.substitution_learned`, trained by
   :mod:`.substitution_training`, which is loaded only where it is imported: it needs transformers).
+* ``ner``: a token classifier trained on clean annotated text, run on T2T / PCT2T text (:mod:`.ner`).
 * ``beamclean``: beam search with a re-estimated surrogate noise model and a token prior (:mod:`.beamclean`,
   priors in :mod:`.priors`).
 
@@ -109,6 +110,9 @@ _SOURCES = {
             "vocab_topk",
         ],
         "nearest",
+    ),
+    **dict.fromkeys(
+        ["NER_REQUIRES", "NerTagger", "NerTrainConfig", "ner_attack", "score_entities", "train_ner_tagger"], "ner"
     ),
     **dict.fromkeys(["BigramPrior", "CausalLMPrior", "TokenPrior", "UniformPrior", "surface_strings"], "priors"),
     **dict.fromkeys(
@@ -214,6 +218,12 @@ __all__ = [
     "run_attack",
     "surface_strings",
     "vocab_topk",
+    "NER_REQUIRES",
+    "NerTagger",
+    "NerTrainConfig",
+    "ner_attack",
+    "score_entities",
+    "train_ner_tagger",
 ]
 
 

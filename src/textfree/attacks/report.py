@@ -46,7 +46,7 @@ __all__ = [
 
 KIND = "token_inversion"
 #: The cell kinds whose result files the report reads (every other kind's files are skipped).
-ATTACK_KINDS = ("token_inversion", "attribute_inference", "learned_inversion", "substitution_inversion")
+ATTACK_KINDS = ("token_inversion", "attribute_inference", "learned_inversion", "substitution_inversion", "ner_attack")
 #: The issue-4 target: where nearest neighbour recovers at most this fraction of tokens ...
 TARGET_NN_MAX = 0.20
 #: ... BeamClean (estimated noise) recovers at least this many times as many.
@@ -384,15 +384,17 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = ()) ->
 
 def _payload_sections(paths: list, matrix_figure: str | None = None) -> str:
     from .report_matrix import collect_matrix, matrix_section
+    from .report_ner import ner_section
     from .report_payloads import attribute_section, collect_kind, files_section, inversion_section, substitution_section
 
     cells = {
         kind: collect_kind(paths, kind)
-        for kind in ("attribute_inference", "learned_inversion", "substitution_inversion")
+        for kind in ("attribute_inference", "learned_inversion", "substitution_inversion", "ner_attack")
     }
     lines = attribute_section(cells["attribute_inference"])
     lines += inversion_section(cells["learned_inversion"])
     lines += substitution_section(cells["substitution_inversion"])
+    lines += ner_section(cells["ner_attack"])
     lines += matrix_section(collect_matrix(paths), matrix_figure)
     lines += files_section([c for found in cells.values() for c in found])
     return "\n".join(lines) + "\n"

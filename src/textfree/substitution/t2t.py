@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import numbers
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -321,6 +322,30 @@ class TextToText:
                 raise ValueError("replacement_rate: the texts have no word that the table can substitute")
             rates[eta] = result.replacement_rate
         return rates
+
+    def eta_for_replacement_rate(
+        self, texts: list[str], rate: float, *, generator: torch.Generator, low: float = 1.0, high: float = 1e4,
+        steps: int = 16,
+    ) -> float:  # fmt: skip
+        """The eta at which the replacement rate on ``texts`` is ``rate`` (RAPT Table III on another table): bisection
+        in log eta with common random numbers (one seed from ``generator``), so the rate is monotone in eta and the
+        answer is within a factor (high / low) ** (2 ** -steps) of the crossing."""
+        if not isinstance(generator, torch.Generator):
+            raise TypeError("eta_for_replacement_rate: pass a torch.Generator")
+        if not 0 < rate < 1:
+            raise ValueError(f"eta_for_replacement_rate: rate must be in (0, 1), got {rate!r}")
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+
+        def measured(eta: float) -> float:
+            return self.replacement_rate(texts, [eta], generator=torch.Generator().manual_seed(seed))[eta]
+
+        if not measured(low) >= rate >= measured(high):
+            raise ValueError(f"eta_for_replacement_rate: rate {rate} is not reached between eta {low:g} and {high:g}")
+        lo, hi = math.log(low), math.log(high)
+        for _ in range(steps):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if measured(math.exp(mid)) > rate else (lo, mid)
+        return math.exp((lo + hi) / 2)
 
 
 def pct2t(
