@@ -120,3 +120,21 @@ def train_cmd(
             f"{summary['steps']} steps, {summary['total_wall_s']} s; privacy: {bound}, "
             f"{summary['mean_privatized_words']:.1f} privatized words per test example; run in {out}"
         )
+
+
+@app.command("report")
+def report_cmd(
+    results: list[Path] = typer.Argument(
+        ...,
+        help="Result JSON files of the rapt_finetune cells (and, optionally, ner_attack results and the matched-eta "
+        "JSON of benchmarks/rapt_matched_eta.py), or directories holding them (e.g. results/rapt results/attacks).",
+    ),
+    out: Path = typer.Option(
+        Path("docs/results/rapt.md"), "--out", help="The Markdown report to write (its figure goes to <out stem>/)."
+    ),
+) -> None:
+    """Write RAPT's result tables (docs/results/rapt.md) and figure from result files; nothing is recomputed."""
+    from textfree.rapt.report import write_report
+    from textfree.results.report_command import run_report_command
+
+    typer.echo(f"wrote {run_report_command(results, out, write_report, _fail)}")

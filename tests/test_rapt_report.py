@@ -1,0 +1,114 @@
+"""docs/results/rapt.md from synthetic result files: Table II with the paper's rows at matched etas, the targets'
+verdicts (worked out by hand below), Table VIII, the matched-eta and NER sections, and refusal of an empty folder."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from textfree.rapt.report import build_report, collect, write_report
+from textfree.results.files import ResultsError
+
+
+def _result(directory, name, kind, base, points, metric_rows):
+    """A result file in the runner's format: ``points`` [{param: value}], ``metric_rows`` [{metric: mean}]."""
+    axes = sorted({k for p in points for k in p})
+    grid = {f"params.{a}": [p[a] for p in points] for a in axes}
+    results = [{"point": {f"params.{k}": v for k, v in p.items()}, "resolved": {"mechanism": None,
+                "params": base | p, "attack": None}, "metrics": {m: {"mean": v, "stderr": None, "values": [v]}
+                for m, v in mr.items()}} for p, mr in zip(points, metric_rows)]  # fmt: skip
+    data = {"format": "textfree.results", "format_version": 1, "cell": {"name": name, "kind": kind,
+            "encoder": "default", "params": base, "grid": grid, "seeds": [0]}, "cell_source": None, "kind": kind,
+            "grid_axes": list(grid), "seeds": [0], "results": results, "versions": {}, "git": None,
+            "date": "2026-01-01T00:00:00+00:00", "host": {}}  # fmt: skip
+    (Path(directory) / f"{name}-20260101T000000Z.json").write_text(json.dumps(data))
+
+
+def _results(directory, rapt_accs=(0.60, 0.75, 0.85)):
+    etas = [38.0, 62.7, 85.5]
+    lora = {"task": "sst2", "method": "lora"}
+    _result(
+        directory,
+        "t2t",
+        "rapt_finetune",
+        lora | {"pos": None, "plain_length": 0, "reconstruction": False},
+        [{"eta": None}] + [{"eta": e} for e in etas],
+        [{"acc": a} for a in (0.90, 0.52, 0.60, 0.70)],
+    )
+    _result(
+        directory,
+        "pct2t",
+        "rapt_finetune",
+        lora | {"pos": "default", "plain_length": 0, "reconstruction": False},
+        [{"eta": e} for e in etas],
+        [{"acc": a} for a in (0.55, 0.70, 0.80)],
+    )
+    _result(
+        directory,
+        "rapt",
+        "rapt_finetune",
+        lora | {"pos": "default", "plain_length": 40},
+        [{"eta": None}] + [{"eta": e} for e in etas],
+        [{"acc": a} for a in (0.91, *rapt_accs)],
+    )
+    _result(
+        directory,
+        "norec",
+        "rapt_finetune",
+        lora | {"pos": "default", "plain_length": 40, "reconstruction": False},
+        [{"eta": 62.7}],
+        [{"acc": 0.65}],
+    )
+    rows = [
+        {"mechanism": "pct2t", "paper_eta": p, "paper_rate": r, "rate_at_paper_eta": 0.1, "matched_eta": e}
+        for p, r, e in ((75, 0.85, 38.0), (125, 0.45, 62.7), (150, 0.14, 85.5))
+    ]
+    (Path(directory) / "matched_eta.json").write_text(
+        json.dumps({"format": "textfree.rapt.matched_eta", "table": "default", "sentences": 872, "rows": rows})
+    )
+    return directory
+
+
+def test_tables_and_verdicts(tmp_path):
+    res = collect([_results(tmp_path)])
+    text = build_report(res)
+    # Table II: our rows, the paper's rows at the matched etas (paper 75 / 125 / 150 and inf)
+    assert "| row | eta 38 (paper 75) | eta 62.7 (paper 125) | eta 85.5 (paper 150) | eta = inf |" in text
+    assert "| +T2T | 52.0 | 60.0 | 70.0 | 90.0 |" in text
+    assert "| +PCT2T | 55.0 | 70.0 | 80.0 | 90.0 |" in text  # no privatization: PCT2T is T2T
+    assert "| +Reconstruction (RAPT) | 60.0 | 75.0 | 85.0 | 91.0 |" in text
+    assert "| *paper, BERT-base: +T2T* | 53.1 | 68.9 | 76.9 | 91.4 |" in text
+    # ordering holds at every eta: met; gain over T2T at eta 62.7 (paper 125): 75 - 60 = +15.0 >= +12.2: met
+    assert "T2T < PCT2T < +Reconstruction at every eta | eta 38: 52.0 / 55.0 / 60.0" in text
+    assert "| +15.0 points | +12.2 (BERT-base) | met |" in text
+    # at eta 38 (paper 75): 60 - 52 = +8.0 >= 62.4 - 53.1 = +9.3? no: not met
+    assert "| +8.0 points | +9.3 (BERT-base) | not met |" in text
+    # Table VIII at 62.7: RAPT 75 > without plain tokens (PCT2T) 70 > without reconstruction 65: met
+    assert "| 75.0 / 70.0 / 65.0 | 85.1 / 82.7 / 80.8 (Qwen2.5-3B, eta 75) | met |" in text
+    assert "## eta across embedding tables (Table III)" in text and "No `ner_attack` result files" in text
+
+
+def test_ordering_broken_is_not_met(tmp_path):
+    text = build_report(collect([_results(tmp_path, rapt_accs=(0.60, 0.69, 0.85))]))
+    assert "at every eta | eta 38: 52.0 / 55.0 / 60.0; eta 62.7: 60.0 / 70.0 / 69.0" in text
+    line = next(l for l in text.splitlines() if "at every eta" in l)
+    assert line.endswith("| not met |")
+
+
+def test_write_report_cli_and_refusal(tmp_path):
+    from textfree.cli import app
+
+    (tmp_path / "results").mkdir()
+    directory = _results(tmp_path / "results")
+    out = tmp_path / "docs" / "rapt.md"
+    r = CliRunner().invoke(app, ["rapt", "report", str(directory), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert (
+        out.read_text().startswith("# RAPT: results") and (tmp_path / "docs" / "rapt" / "acc.png").stat().st_size > 1000
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ResultsError, match="no rapt_finetune result files"):
+        write_report([empty], tmp_path / "x.md")
+    assert not (tmp_path / "x.md").exists()
