@@ -14,7 +14,7 @@ from textfree.results.files import ResultsError
 def _result(directory, name, kind, base, points, metric_rows):
     """A result file in the runner's format: ``points`` [{param: value}], ``metric_rows`` [{metric: mean}]."""
     axes = sorted({k for p in points for k in p})
-    grid = {f"params.{a}": [p[a] for p in points] for a in axes}
+    grid = {f"params.{a}": list(dict.fromkeys(p[a] for p in points)) for a in axes}
     results = [{"point": {f"params.{k}": v for k, v in p.items()}, "resolved": {"mechanism": None,
                 "params": base | p, "attack": None}, "metrics": {m: {"mean": v, "stderr": None, "values": [v]}
                 for m, v in mr.items()}} for p, mr in zip(points, metric_rows)]  # fmt: skip
@@ -112,3 +112,21 @@ def test_write_report_cli_and_refusal(tmp_path):
     with pytest.raises(ResultsError, match="no rapt_finetune result files"):
         write_report([empty], tmp_path / "x.md")
     assert not (tmp_path / "x.md").exists()
+
+
+def test_plain_length_rows_stay_out_of_table_ii(tmp_path):
+    directory = _results(tmp_path)
+    base = {"task": "sst2", "method": "lora", "pos": "default"}
+    _result(
+        directory,
+        "plainlen",
+        "rapt_finetune",
+        base,
+        [{"eta": 62.7, "plain_length": m} for m in (5, 80)],
+        [{"acc": 0.71}, {"acc": 0.78}],
+    )
+    text = build_report(collect([directory]))
+    assert "| +Reconstruction (RAPT) | 60.0 | 75.0 | 85.0 | 91.0 |" in text  # the 40-token row, unchanged
+    section = text[text.index("## Plain-token length") :]
+    for m, acc in ((0, "70.0"), (5, "71.0"), (40, "75.0"), (80, "78.0")):
+        assert f"| sst2 LoRA, eta 62.7 (paper 125) | {m} | {acc} |" in section

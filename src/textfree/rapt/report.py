@@ -67,6 +67,7 @@ class RaptRow:
     eta: float  # INF without privatization
     acc: float
     metrics: dict[str, Any]
+    plain: int = 40  # plain tokens (Fig. 5b varies it; the tables use the paper's 40)
 
 
 @dataclass
@@ -76,9 +77,11 @@ class RaptResults:
     ner: list[dict[str, Any]]
     files: list[tuple[str, str, str, str]] = field(default_factory=list)  # (file, cell, kind, date)
 
-    def acc(self, task: str, method: str, row: str, eta: float) -> float:
+    def acc(self, task: str, method: str, row: str, eta: float, plain: int = 40) -> float:
+        """The accuracy of one Table II row (plain-token rows at ``plain`` tokens)."""
         for r in self.rows:
-            if (r.task, r.method, r.row) == (task, method, row) and _same(r.eta, eta):
+            same_plain = r.row in ("t2t", "pct2t") or r.plain == plain
+            if (r.task, r.method, r.row) == (task, method, row) and _same(r.eta, eta) and same_plain:
                 return r.acc
         return math.nan
 
@@ -311,6 +314,30 @@ def _ner_section(res: RaptResults) -> list[str]:
     return lines + _table(["release", "eta", "entity F1", "empirical privacy", "clean-text F1"], body)
 
 
+def _plain_length_section(res: RaptResults) -> list[str]:
+    lines = ["## Plain-token length (Fig. 5b shape)", ""]
+    groups = sorted({(r.task, r.method, r.eta) for r in res.rows if r.row == "rapt" and r.plain != 40})
+    if not groups:
+        return lines + ["No plain-length cell given (`examples/cells/rapt/sst2_lora_plain_length.yaml`)."]
+    body = []
+    for task, method, eta in groups:
+        lengths = sorted(
+            {r.plain for r in res.rows if (r.task, r.method, r.row) == (task, method, "rapt") and _same(r.eta, eta)}
+            | {0}
+        )
+        for m in lengths:
+            value = res.acc(task, method, "pct2t", eta) if m == 0 else res.acc(task, method, "rapt", eta, plain=m)
+            body.append(
+                [f"{task} {METHOD_TITLES.get(method, method)}, {_eta_title(res, eta)}", str(m), _f(100 * value)]
+            )
+    lines += [
+        "RAPT's accuracy against the number of plain tokens (0: the PCT2T row, no plain tokens). The paper",
+        "(Fig. 5b, BERT-base, SST-2): longer plain tokens score higher.",
+        "",
+    ]
+    return lines + _table(["setting", "plain tokens", "accuracy"], body)
+
+
 def _table_viii(res: RaptResults) -> list[str]:
     lines = ["## Ablation (Table VIII shape)", ""]
     etas = sorted({r.eta for r in res.rows if r.row == "no_rec"})
@@ -345,7 +372,16 @@ def build_report(res: RaptResults, figure: str | None = None) -> str:
     lines += _summary(res) + [""] + _utility_section(res)
     if figure:
         lines += ["", f"![accuracy per eta]({figure})"]
-    lines += [""] + _table_viii(res) + [""] + _matched_section(res) + [""] + _ner_section(res)
+    lines += (
+        [""]
+        + _table_viii(res)
+        + [""]
+        + _plain_length_section(res)
+        + [""]
+        + _matched_section(res)
+        + [""]
+        + _ner_section(res)
+    )
     lines += ["", "## Files", "", "| file | cell | kind | date |", "|---|---|---|---|"]
     lines += [f"| `{f}` | `{c}` | {k} | {d} |" for f, c, k, d in res.files]
     return "\n".join(lines) + "\n"
