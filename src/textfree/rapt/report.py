@@ -148,7 +148,14 @@ def collect(paths: Iterable[str | os.PathLike]) -> RaptResults:
             acc = math.nan if means.get("acc") is None else float(means["acc"])
             rows.append(
                 RaptRow(
-                    name, params.get("task", "sst2"), params.get("method", "lora"), _row_kind(params), eta, acc, means
+                    name,
+                    params.get("task", "sst2"),
+                    params.get("method", "lora"),
+                    _row_kind(params),
+                    eta,
+                    acc,
+                    means,
+                    int(params.get("plain_length", 40)),
                 )
             )
     ner_rows = []
