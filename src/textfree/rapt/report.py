@@ -22,6 +22,9 @@ KIND = "rapt_finetune"
 NER_KIND = "ner_attack"
 MATCHED_FORMAT = "textfree.rapt.matched_eta"
 INF = math.inf
+#: A cell's eta stands for the paper's eta whose matched eta is within this fraction of it (the cells' etas were
+#: measured on 300 SST-2 dev sentences, the matched-eta file on all 872: they agree within 1.4%).
+MATCH_TOLERANCE = 0.02
 #: Table II, SST-2, BERT-base: method -> row -> accuracy at paper eta 25, 75, 125, 150, 175, inf.
 PAPER_ETAS = (25, 75, 125, 150, 175, INF)
 PAPER_SST2 = {
@@ -91,7 +94,7 @@ class RaptResults:
     def paper_eta(self, eta: float) -> int | None:
         """The paper's eta whose replacement rate our ``eta`` matches (PCT2T), from the matched-eta measurement."""
         for row in (self.matched or {}).get("rows", []):
-            if row["mechanism"] == "pct2t" and abs(row["matched_eta"] - eta) <= 0.01 * eta:
+            if row["mechanism"] == "pct2t" and abs(row["matched_eta"] - eta) <= MATCH_TOLERANCE * eta:
                 return int(row["paper_eta"])
         return None
 
