@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from safetensors.torch import save as st_save
 
 from textfree.mechanisms import Clipped, Gaussian, L2Laplace, SlotPrivatization
-from textfree.payload import EncoderInfo, Payload, PayloadError
+from textfree.payload import MAX_ROWS, EncoderInfo, Payload, PayloadError, PayloadTooLarge
 
 ENC = EncoderInfo("tiny/encoder", "a" * 64, 8, "contextual")
 
@@ -218,3 +218,68 @@ def test_fuzz_only_payload_errors(data):
         return
     # A corruption that still parses must still be a fully valid payload.
     p.validate()
+
+
+# ---------------------------------------------------------------------------------------------- cost of many rows
+def _many_rows(rows: int, noise=Gaussian(1.0)) -> bytes:
+    """A valid payload of ``rows`` one-slot rows of width 1, framed by hand (building it with Payload would compute
+    its privacy the way the parser does)."""
+    one = Payload(
+        torch.ones(1, 1, 1), torch.ones(1, 1, dtype=torch.bool), EncoderInfo("x", None, 1), SlotPrivatization(noise)
+    )
+    header = {**one.header(), "shape": [rows, 1, 1], "lengths": [1] * rows}
+    tensors = {"vectors": torch.ones(rows, 1, 1), "mask": torch.ones(rows, 1, dtype=torch.bool)}
+    return st_save(tensors, metadata={"textfree": json.dumps(header)})
+
+
+def _count_privacy_maps(monkeypatch) -> list[float]:
+    calls = []
+    real = Gaussian.privacy_loss
+
+    def counted(self, d_in):
+        calls.append(d_in)
+        return real(self, d_in)
+
+    monkeypatch.setattr(Gaussian, "privacy_loss", counted)
+    return calls
+
+
+def test_too_many_rows_is_refused_from_the_safetensors_header_before_any_per_row_work(monkeypatch):
+    data = _many_rows(100_000)
+    calls = _count_privacy_maps(monkeypatch)
+    with pytest.raises(PayloadTooLarge, match="100000 rows; at most 32") as info:
+        Payload.from_bytes(data, max_rows=32)
+    assert (info.value.rows, info.value.limit) == (100_000, 32)
+    assert isinstance(info.value, PayloadError) and calls == []  # no privacy loss was computed
+    with pytest.raises(PayloadTooLarge):
+        Payload.from_bytes(_many_rows(MAX_ROWS + 1))  # the format's own bound, whatever max_rows asks
+
+
+def test_the_privacy_loss_of_many_rows_is_computed_once_per_parameter_set(monkeypatch):
+    """100,000 one-slot Gaussian rows: the mechanism's privacy map (a bisection) runs a bounded number of times, not
+    once per row, and the rows' losses are the mechanism's."""
+    data = _many_rows(100_000)
+    calls = _count_privacy_maps(monkeypatch)
+    p = Payload.from_bytes(data)
+    assert p.batch_size == 100_000
+    assert len(calls) <= 4, len(calls)  # the slot loss and the worst row's, each parse or header pass
+    losses = p.row_losses()
+    assert len(losses) == 100_000 and losses[0] == losses[-1] == p.privatization.prompt_loss(1)
+    mixed = make_payload(noise=Gaussian(0.5), lengths=(3, 1, 3, 2))
+    assert mixed.row_losses() == [mixed.privatization.prompt_loss(n) for n in (3, 1, 3, 2)]
+    assert mixed.worst_case_loss() == mixed.privatization.prompt_loss(3)
+
+
+def test_shape_limits_are_read_from_the_safetensors_header():
+    v, m = torch.ones(1, 1, 1), torch.ones(1, 1, dtype=torch.bool)
+    one = Payload(v, m, EncoderInfo("x", None, 1), SlotPrivatization(L2Laplace(10.0)))
+    header = json.dumps(one.header())
+    with pytest.raises(PayloadError, match="outside limits"):  # zero rows
+        Payload.from_bytes(
+            st_save(
+                {"vectors": torch.ones(0, 1, 1), "mask": torch.ones(0, 1, dtype=torch.bool)},
+                metadata={"textfree": header},
+            )
+        )
+    with pytest.raises(PayloadError, match="outside limits"):  # width 0
+        Payload.from_bytes(st_save({"vectors": torch.ones(1, 1, 0), "mask": m}, metadata={"textfree": header}))

@@ -2,17 +2,24 @@
 embed, micro-batching of concurrent requests, metrics."""
 
 import base64
+import json
+import shutil
 import threading
+from pathlib import Path
 
 import pytest
 import torch
 from fastapi.testclient import TestClient
+from openapi_spec_validator import validate as validate_spec
+from prometheus_client.parser import text_string_to_metric_families
 
 from textfree.encoders import EmbeddingTableEncoder
 from textfree.mechanisms import Clipped, L2Laplace
+from textfree.ppft.testing import make_tiny_run
 from textfree.privatizer import Privatizer
 from textfree.server import ServerConfig, create_app
 from textfree.server.auth import KeyStore
+from textfree.server.metrics import Metrics
 from textfree.server.models import ModelRegistry
 
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
@@ -56,7 +63,8 @@ def test_model_cards_state_what_a_client_needs(setup, tiny_lm):
     assert card["task"] == "generate" and card["payload_kind"] == "pooled"
     assert card["encoder_sha256"] == tiny_lm.encoder.sha256 == tiny_lm.config.encoder_sha256
     assert card["encoder_dim"] == 32 and card["k"] == 4 and card["mechanism"] == "l2_laplace"
-    assert card["epsilon"] == 75.0 and card["stage"] == "stage2" and card["encoder_id"] == tiny_lm.config.encoder_id
+    assert card["epsilon"] == 75.0 and card["stage"] == "stage2"
+    assert card["encoder_id"] == Path(tiny_lm.config.encoder_id).name  # the encoder's name, not the server's path
     assert card["decoder"]["sha256"] == tiny_lm.server.decoder_ref["sha256"] and card["decoder"]["name"] == "decoder"
     assert "/" not in card["decoder"]["name"]  # no server file paths in a card
     embed = cards["tiny-embed"]
@@ -181,17 +189,102 @@ def test_metrics_count_requests_by_route_and_status(setup):
         and snap["latency_s"]["/v1/models"]["p99"] >= snap["latency_s"]["/v1/models"]["p50"] > 0
     )
     assert snap["in_flight"] == 1 and snap["queue_depth"] == 0  # the /metrics request itself
-    assert 'textfree_requests_total{route="/v1/models",method="GET",status="401"} 1' in text
-    assert 'textfree_request_latency_seconds{route="/health",quantile="0.99"}' in text
-    assert "textfree_batch_queue_depth 0" in text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
+    assert samples[("textfree_requests_total", (("method", "GET"), ("route", "/v1/models"), ("status", "401")))] == 1
+    assert ("textfree_request_latency_seconds", (("quantile", "0.99"), ("route", "/health"))) in samples
+    assert families["textfree_batch_queue_depth"].samples[0].value == 0
 
 
-def test_openapi_schema_is_published(setup):
+def test_prometheus_text_parses_and_the_latency_summary_counts_since_start():
+    """A summary's _count and _sum are running totals (Prometheus' summary type); the quantiles cover the window."""
+    metrics = Metrics(window=2)
+    for seconds in (0.1, 0.2, 0.4):
+        metrics.begin()
+        metrics.end("/v1/generate", "POST", 200, seconds)
+    families = {f.name: f for f in text_string_to_metric_families(metrics.prometheus())}
+    summary = families["textfree_request_latency_seconds"]
+    assert summary.type == "summary"
+    values = {(s.name, s.labels.get("quantile")): s.value for s in summary.samples}
+    assert values[("textfree_request_latency_seconds_count", None)] == 3  # all three, not the window of two
+    assert values[("textfree_request_latency_seconds_sum", None)] == pytest.approx(0.7)
+    assert values[("textfree_request_latency_seconds", "0.5")] == 0.2  # the window: 0.2 and 0.4
+    histogram = families["textfree_request_duration_seconds"]
+    buckets = {s.labels["le"]: s.value for s in histogram.samples if s.name.endswith("_bucket")}
+    assert histogram.type == "histogram" and buckets["0.25"] == 2 and buckets["+Inf"] == 3
+    assert families["textfree_requests"].type == "counter"
+
+
+def test_openapi_schema_is_valid_and_declares_auth_and_every_answer(setup):
+    """The schema validates (OpenAPI 3.1); the key is a declared security scheme on every /v1 route; every route
+    declares its 2xx answer with a schema and its errors with the one error shape (never FastAPI's default 422)."""
     with client_for(setup) as c:
         spec = c.get("/openapi.json").json()
+    validate_spec(spec)
     body = spec["paths"]["/v1/generate"]["post"]["requestBody"]["content"]
     assert {"application/octet-stream", "application/json"} <= set(body)
-    assert "/v1/embed" in spec["paths"] and "/v1/models" in spec["paths"]
+    schemes = spec["components"]["securitySchemes"]
+    assert schemes["bearerKey"] == {**schemes["bearerKey"], "type": "http", "scheme": "bearer"}
+    assert schemes["apiKeyHeader"] == {**schemes["apiKeyHeader"], "type": "apiKey", "in": "header", "name": "X-API-Key"}
+    assert "HTTPValidationError" not in json.dumps(spec)
+    error_ref = "#/components/schemas/ErrorResponse"
+    operations = [(path, method, op) for path, item in spec["paths"].items() for method, op in item.items()]
+    assert len(operations) >= 15
+    for path, method, op in operations:
+        where = f"{method.upper()} {path}"
+        answers = op["responses"]
+        ok = [code for code in answers if code.startswith("2")]
+        assert ok, where
+        for code in ok:
+            assert any("schema" in media for media in answers[code]["content"].values()), (where, code)
+        for code, answer in answers.items():
+            if code[0] in "45":
+                assert answer["content"]["application/json"]["schema"] == {"$ref": error_ref}, (where, code)
+        if path.startswith("/v1/"):
+            assert {"401", "429"} <= set(answers), where
+            assert op["security"] == [{"bearerKey": []}, {"apiKeyHeader": []}], where
+        else:
+            assert "security" not in op, where
+    post = spec["paths"]["/v1/generate"]["post"]["responses"]
+    assert post["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/GenerateResponse"}
+    assert {"400", "404", "413", "415", "422"} <= set(post)
+
+
+def test_cards_of_models_loaded_from_deep_local_paths_carry_names_and_hashes_only(tmp_path, tiny_encoder_dir):
+    """No field of any card holds the server's path of a model, its encoder or its decoder, or any absolute path."""
+    deep = tmp_path / "srv" / "models" / "tenant-a" / "2024" / "ppft"
+    encoder = shutil.copytree(tiny_encoder_dir, deep / "encoders" / "enc-v1")
+    run = make_tiny_run(deep / "runs", encoder)
+    config = ServerConfig(models={"deep": str(run)}, embed_models={"deep-embed": str(encoder)}, auth=False)
+    with TestClient(create_app(config)) as c:
+        cards = c.get("/v1/models").json()["data"] + [c.get(f"/v1/models/{m}").json() for m in ("deep", "deep-embed")]
+    assert {card["id"] for card in cards} == {"deep", "deep-embed"}
+    assert {card["encoder_id"] for card in cards} == {"enc-v1"}
+    for card in cards:
+        for where, value in _leaves(card):
+            text = str(value)
+            assert str(tmp_path) not in text and "/srv/models" not in text, (card["id"], where, text)
+            if where.endswith((".route", ".url")):  # the server's own URL paths (/v1/...)
+                assert text.startswith("/v1/"), (card["id"], where, text)
+                continue
+            assert not (isinstance(value, str) and (text.startswith(("/", "~", "\\")) or text[1:3] == ":\\")), (
+                card["id"],
+                where,
+                text,
+            )
+
+
+def _leaves(value, where=""):
+    """(path, leaf) of every value of a JSON object, keys included."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield f"{where}.{k} (key)", k
+            yield from _leaves(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _leaves(v, f"{where}[{i}]")
+    else:
+        yield where, value
 
 
 def test_sampling_options_are_validated_and_a_seed_reproduces_the_answers(setup, tiny_lm):

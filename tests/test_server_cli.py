@@ -56,7 +56,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(90)
 def test_textfree_serve_process_answers_on_loopback(tmp_path, tiny_encoder_dir):
     run = make_tiny_run(tmp_path, tiny_encoder_dir)
     keys = tmp_path / "keys.json"
@@ -94,6 +94,13 @@ def test_textfree_serve_process_answers_on_loopback(tmp_path, tiny_encoder_dir):
         cards = httpx.get(f"http://127.0.0.1:{port}/v1/models", headers={"Authorization": f"Bearer {key}"}).json()
         assert [c["id"] for c in cards["data"]] == ["tiny"]
         assert httpx.get(f"http://127.0.0.1:{port}/v1/models").status_code == 401
+        # a partial request head is answered 408 and closed (the default head_timeout_s: 10 s), not held forever
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            start, got = time.monotonic(), b""
+            while chunk := sock.recv(4096):
+                got += chunk
+        assert got.startswith(b"HTTP/1.1 408") and time.monotonic() - start < 25, (got, time.monotonic() - start)
     finally:
         proc.terminate()
         proc.wait(20)

@@ -142,7 +142,7 @@ def serve(
         _manage_keys(keys, add_key, revoke_key)
         return
     _quiet_transformers()
-    uvicorn = _import_server()
+    _import_server()
     fields = {
         "host": host,
         "device": device,
@@ -169,7 +169,9 @@ def serve(
         f"serving {len(config.models) + len(config.embed_models)} model(s) on http://{host}:{port} "
         f"(auth {'on' if config.auth else 'OFF'}); GET /v1/models lists their cards"
     )
-    uvicorn.run(application, host=host, port=port, log_level="info")
+    from textfree.server.transport import run_server  # uvicorn with deadlines on request heads and bodies
+
+    run_server(application, host=host, port=port, log_level="info")
 
 
 def _manage_keys(keys: Path, add_key: Optional[str], revoke_key: Optional[str]) -> None:

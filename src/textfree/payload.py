@@ -9,12 +9,15 @@ Layout (safetensors, no pickle anywhere):
 :func:`Payload.from_bytes` treats its input as hostile: size limits first, then the safetensors header is
 parsed and checked by hand (dtype, shape, offsets) before any tensor is built, then the JSON header is checked
 against the tensors, then the values (finite, norms in range). Every failure is a :class:`PayloadError` that
-says what is wrong.
+says what is wrong. The shape limits (``max_rows``: :class:`PayloadTooLarge`; slots, width) are read from the
+safetensors header before anything per row runs, and the privacy loss of the rows is computed once per distinct row
+length from one evaluation of the mechanism's privacy map, so a payload of many rows costs what its bytes cost.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import math
@@ -32,7 +35,16 @@ from .atomic import atomic_write_bytes
 from .mechanisms.base import PrivacyLoss
 from .mechanisms.slots import SlotPrivatization
 
-__all__ = ["Payload", "PayloadError", "EncoderInfo", "FORMAT", "FORMAT_VERSION", "DEFAULT_MAX_BYTES"]
+__all__ = [
+    "Payload",
+    "PayloadError",
+    "PayloadTooLarge",
+    "EncoderInfo",
+    "FORMAT",
+    "FORMAT_VERSION",
+    "DEFAULT_MAX_BYTES",
+    "MAX_ROWS",
+]
 
 FORMAT = "textfree.payload"
 FORMAT_VERSION = 1
@@ -50,6 +62,38 @@ KINDS = ("pooled", "token")
 
 class PayloadError(ValueError):
     """A payload is malformed, truncated, oversized, inconsistent or holds bad values."""
+
+
+class PayloadTooLarge(PayloadError):
+    """A payload has more rows than the reader takes (``rows`` > ``limit``), found from its safetensors header."""
+
+    def __init__(self, rows: int, limit: int):
+        super().__init__(f"the payload has {rows} rows; at most {limit} are taken per payload")
+        self.rows = rows
+        self.limit = limit
+
+
+class _LossOnce:
+    """A mechanism whose privacy map is evaluated once per input distance: some take a bisection, and every row of a
+    payload asks for the same one."""
+
+    def __init__(self, mechanism: Any):
+        self.mechanism = mechanism
+        self._losses: dict[float, PrivacyLoss] = {}
+
+    def privacy_loss(self, d_in: float) -> PrivacyLoss:
+        if d_in not in self._losses:
+            self._losses[d_in] = self.mechanism.privacy_loss(d_in)
+        return self._losses[d_in]
+
+
+def _losses_by_length(privatization: SlotPrivatization, lengths: list[int]) -> dict[int, PrivacyLoss]:
+    """The worst-case loss of a row of each distinct length, through ``privatization.prompt_loss`` with the
+    mechanism's privacy map evaluated once."""
+    once = privatization
+    if privatization.noise is not None:
+        once = dataclasses.replace(privatization, noise=_LossOnce(privatization.noise))
+    return {n: once.prompt_loss(n) for n in sorted(set(lengths))}
 
 
 @dataclass(frozen=True)
@@ -110,12 +154,14 @@ class Payload:
         return int(self.vectors.shape[0])
 
     def row_losses(self) -> list[PrivacyLoss]:
-        """Worst-case privacy loss of each row: every slot of the row may differ."""
-        return [self.privatization.prompt_loss(n) for n in self.lengths]
+        """Worst-case privacy loss of each row: every slot of the row may differ (computed once per row length)."""
+        lengths = self.lengths
+        table = _losses_by_length(self.privatization, lengths)
+        return [table[n] for n in lengths]
 
     def worst_case_loss(self) -> PrivacyLoss:
         """The largest per-row loss (each row is one user's prompt)."""
-        losses = self.row_losses()
+        losses = _losses_by_length(self.privatization, self.lengths).values()
         return max(losses, key=lambda p: (p.epsilon, p.delta)) if losses else PrivacyLoss(0.0)
 
     # ------------------------------------------------------------------ validation
@@ -217,7 +263,9 @@ class Payload:
         return atomic_write_bytes(path, self.to_bytes())
 
     @classmethod
-    def load(cls, path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> "Payload":
+    def load(
+        cls, path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_BYTES, max_rows: int = MAX_ROWS
+    ) -> "Payload":
         path = Path(path)
         try:
             size = path.stat().st_size
@@ -229,28 +277,30 @@ class Payload:
             data = path.read_bytes()
         except OSError as exc:  # a directory, a file gone or unreadable since the stat
             raise PayloadError(f"cannot read payload file {str(path)!r}: {exc.strerror}") from None
-        return cls.from_bytes(data, max_bytes=max_bytes)
+        return cls.from_bytes(data, max_bytes=max_bytes, max_rows=max_rows)
 
     def to_base64(self) -> str:
         return base64.b64encode(self.to_bytes()).decode("ascii")
 
     @classmethod
-    def from_base64(cls, text: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> "Payload":
+    def from_base64(cls, text: str, *, max_bytes: int = DEFAULT_MAX_BYTES, max_rows: int = MAX_ROWS) -> "Payload":
         if not isinstance(text, str) or len(text) > (max_bytes * 4) // 3 + 4:
             raise PayloadError("base64 payload missing or above the size limit")
         try:
             data = base64.b64decode(text, validate=True)
         except (ValueError, TypeError):
             raise PayloadError("payload is not valid base64") from None
-        return cls.from_bytes(data, max_bytes=max_bytes)
+        return cls.from_bytes(data, max_bytes=max_bytes, max_rows=max_rows)
 
     @classmethod
-    def from_bytes(cls, data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> "Payload":
+    def from_bytes(cls, data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES, max_rows: int = MAX_ROWS) -> "Payload":
+        """The payload in ``data``, checked (:class:`PayloadError` says what is wrong). ``max_rows`` (at most
+        ``MAX_ROWS``) is enforced from the safetensors header, before any tensor is built: :class:`PayloadTooLarge`."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise PayloadError(f"payload must be bytes, got {type(data).__name__}")
         data = bytes(data)
         try:
-            tensors_meta, header = _parse_container(data, max_bytes)
+            tensors_meta, header = _parse_container(data, max_bytes, min(max_rows, MAX_ROWS))
             try:
                 tensors = st_load(data)
             except Exception as exc:  # safetensors raises its own error type; never let it escape unexplained
@@ -264,8 +314,9 @@ class Payload:
             raise PayloadError(f"payload header is malformed ({type(exc).__name__}: {exc})"[:400]) from None
 
 
-def _parse_container(data: bytes, max_bytes: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Check the safetensors framing and return (tensor entries, textfree header) before loading anything."""
+def _parse_container(data: bytes, max_bytes: int, max_rows: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Check the safetensors framing and the shape limits, and return (tensor entries, textfree header) before
+    loading anything."""
     n = len(data)
     if n > max_bytes:
         raise PayloadError(f"payload is {n} bytes, above the limit of {max_bytes}")
@@ -312,6 +363,7 @@ def _parse_container(data: bytes, max_bytes: int) -> tuple[dict[str, Any], dict[
         raise PayloadError(
             f"vectors must be [B, S, d] and mask [B, S]; got {meta['vectors']['shape']} and {meta['mask']['shape']}"
         )
+    _check_shape_limits(meta["vectors"]["shape"], max_rows)
     spans.sort()
     if spans[0][0] != 0 or spans[-1][1] != body or spans[0][1] != spans[1][0]:
         raise PayloadError("payload data section has gaps, overlaps or trailing bytes")
@@ -322,6 +374,18 @@ def _parse_container(data: bytes, max_bytes: int) -> tuple[dict[str, Any], dict[
     if not isinstance(header, dict):
         raise PayloadError("the textfree header must be a JSON object")
     return meta, header
+
+
+def _check_shape_limits(shape: list[int], max_rows: int) -> None:
+    """The limits on [B, S, d], read from the safetensors header: too many rows is :class:`PayloadTooLarge`."""
+    b, s, d = shape
+    if b > max_rows:
+        raise PayloadTooLarge(b, max_rows)
+    if b < 1 or s > MAX_SLOTS or not 1 <= d <= MAX_DIM:
+        raise PayloadError(
+            f"vectors shape {tuple(shape)} outside limits (rows 1..{max_rows}, slots <= {MAX_SLOTS}, width "
+            f"1..{MAX_DIM})"
+        )
 
 
 def _payload_from_parts(meta: dict[str, Any], header: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Payload:

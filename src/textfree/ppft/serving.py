@@ -90,7 +90,7 @@ class GenerateModel:
             "route": "/v1/generate",
             "payload_format_version": FORMAT_VERSION,
             "payload_kind": "pooled",
-            "encoder_id": c.encoder_id,
+            "encoder_id": public_name(c.encoder_id),  # a name, never the server's path of the run's encoder
             "encoder_sha256": c.encoder_sha256,
             "encoder_dim": c.encoder_dim,
             "encoder_kind": "contextual",

@@ -4,6 +4,10 @@ Nothing from a request is ever unpickled or passed to ``torch.load``: payloads g
 :meth:`textfree.payload.Payload.from_bytes` (hand-checked safetensors framing, then the JSON header, then the
 values), JSON through pydantic. Every failure is an :class:`~textfree.server.errors.ApiError` answered as
 ``{"error": {"type", "message"}}`` with a 4xx status; an unexpected exception is a bare 500 and the server stays up.
+
+Every route is on an ``APIRouter`` and declares its answer (``response_model``, :mod:`textfree.server.schemas`) and
+its errors; the API key is a declared security scheme (``Authorization: Bearer`` or ``X-API-Key``), so
+``/openapi.json`` describes auth and every response.
 """
 
 from __future__ import annotations
@@ -16,23 +20,24 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, Response
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from .. import __version__
-from ..payload import Payload, PayloadError
 from .auth import KeyStore, KeyStoreError, RateLimiter
 from .batching import MicroBatcher
 from .config import ServerConfig
 from .errors import ApiError, error_body
 from .finetune import add_fine_tuning_routes, tenant_card
-from .metrics import ASGIMetrics, Metrics
-from .models import Decoding, ModelRegistry
+from .metrics import PROMETHEUS_CONTENT_TYPE, ASGIMetrics, Metrics
+from .models import Decoding, ModelRegistry, read_payload
+from .schemas import EmbedResponse, GenerateResponse, Health, ModelCard, ModelList, error_responses
 
 __all__ = ["create_app", "GenerateRequest", "EmbedRequest"]
 
@@ -40,6 +45,16 @@ log = logging.getLogger("textfree.server")
 
 OCTET = "application/octet-stream"
 JSON = "application/json"
+
+#: The API key, either way a client may send it (docs/server.md, "Routes"); declared so /openapi.json shows auth.
+BEARER = HTTPBearer(
+    auto_error=False, scheme_name="bearerKey", description="`Authorization: Bearer tf_...` (textfree serve --add-key)."
+)
+API_KEY = APIKeyHeader(
+    name="X-API-Key", auto_error=False, scheme_name="apiKeyHeader", description="`X-API-Key: tf_...` (the same key)."
+)
+#: The errors every keyed route may answer: no or a bad key, over the rate limit, key store unreadable.
+AUTH_ERRORS = (401, 429, 503)
 
 
 class GenerateRequest(BaseModel):
@@ -278,13 +293,13 @@ def _add_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body("invalid_request", _describe(list(exc.errors()))), status_code=422)
 
 
-def _tenant_dependency(config: ServerConfig) -> Callable[[Request], str]:
-    """The dependency of every ``/v1`` route: the request's tenant (401 without a valid key), rate-limited (429)."""
+def _tenant_dependency(config: ServerConfig) -> Callable[..., str]:
+    """The dependency of every ``/v1`` route: the request's tenant (401 without a valid key), rate-limited (429).
+    With auth on it reads the key through the declared schemes (:data:`BEARER`, :data:`API_KEY`)."""
     keys = KeyStore(config.keys_file) if config.auth else None
     limiter = RateLimiter(config.rate_limit_per_minute)
 
-    def tenant(request: Request) -> str:
-        name = "anonymous" if keys is None else _verified_tenant(request, keys)
+    def admit(request: Request, name: str) -> str:
         wait = limiter.acquire(name)
         if wait > 0:
             raise ApiError(
@@ -296,13 +311,26 @@ def _tenant_dependency(config: ServerConfig) -> Callable[[Request], str]:
         request.state.tenant = name
         return name
 
+    if keys is None:
+
+        def anonymous(request: Request) -> str:
+            return admit(request, "anonymous")
+
+        return anonymous
+
+    def tenant(
+        request: Request,
+        bearer: HTTPAuthorizationCredentials | None = Security(BEARER),
+        api_key: str | None = Security(API_KEY),
+    ) -> str:
+        key = bearer.credentials.strip() if bearer is not None else api_key
+        return admit(request, _verified_tenant(key, keys))
+
     return tenant
 
 
-def _verified_tenant(request: Request, keys: KeyStore) -> str:
-    """The tenant of the request's API key (``Authorization: Bearer`` or ``X-API-Key``): 401 or 503 otherwise."""
-    auth = request.headers.get("authorization", "")
-    key = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("x-api-key")
+def _verified_tenant(key: str | None, keys: KeyStore) -> str:
+    """The tenant of an API key (``Authorization: Bearer`` first, else ``X-API-Key``): 401 or 503 otherwise."""
     if not key:
         raise ApiError(
             401,
@@ -322,20 +350,28 @@ def _verified_tenant(request: Request, keys: KeyStore) -> str:
 
 def _health_routes(server: _Server) -> APIRouter:
     """``/health`` and ``/metrics`` (no auth)."""
-    router = APIRouter()
+    router = APIRouter(tags=["service"])
 
-    @router.get("/health", summary="Liveness (no auth).")
+    @router.get("/health", summary="Liveness (no auth).", response_model=Health)
     async def health() -> dict:
         return {"status": "ok", "version": __version__, "models": len(server.registry.models)}
 
     @router.get(
         "/metrics",
-        summary="Request counts, latency p50/p99, in-flight, queue depth (Prometheus text; ?format=json for JSON).",
+        summary="Request counts, latency, in-flight, queue depth (Prometheus text; ?format=json for JSON).",
+        response_class=Response,
+        responses={
+            200: {
+                "description": "Prometheus text exposition, or the same figures as JSON with ?format=json.",
+                "content": {"text/plain": {"schema": {"type": "string"}}, JSON: {"schema": {"type": "object"}}},
+            },
+            **error_responses(422),
+        },
     )
-    async def metrics_route(format: str = Query("prometheus", pattern="^(prometheus|json)$")):
+    async def metrics_route(format: str = Query("prometheus", pattern="^(prometheus|json)$")) -> Response:
         if format == "json":
-            return server.metrics.snapshot()
-        return PlainTextResponse(server.metrics.prometheus(), media_type="text/plain; version=0.0.4")
+            return JSONResponse(server.metrics.snapshot())
+        return Response(server.metrics.prometheus(), media_type=PROMETHEUS_CONTENT_TYPE)
 
     return router
 
@@ -367,15 +403,27 @@ def _limits(server: _Server) -> dict:
 def _model_routes(server: _Server, tenant: Callable) -> APIRouter:
     """``GET /v1/models``, ``GET /v1/models/{id}`` (the cards, each built by its model's served system) and
     ``GET /v1/models/{id}/denoiser`` (an embed model's public client-side denoiser file)."""
-    router = APIRouter()
+    router = APIRouter(tags=["models"])
     registry = server.registry
 
-    @router.get("/v1/models", summary="The model card of every served model.")
+    @router.get(
+        "/v1/models",
+        summary="The model card of every served model.",
+        response_model=ModelList,
+        response_model_exclude_unset=True,
+        responses=error_responses(*AUTH_ERRORS),
+    )
     async def list_models(who: str = Depends(tenant)) -> dict:
         data = [tenant_card(c, who, server.store) for c in registry.cards()]
         return {"object": "list", "data": data, "limits": _limits(server)}
 
-    @router.get("/v1/models/{model_id}", summary="One model card.")
+    @router.get(
+        "/v1/models/{model_id}",
+        summary="One model card.",
+        response_model=ModelCard,
+        response_model_exclude_unset=True,
+        responses=error_responses(*AUTH_ERRORS, 404, 422),
+    )
     async def get_model(model_id: str, who: str = Depends(tenant)) -> dict:
         if model_id not in registry.models:
             raise ApiError(404, "model_not_found", f"no model {model_id!r} here; GET /v1/models lists them")
@@ -385,7 +433,14 @@ def _model_routes(server: _Server, tenant: Callable) -> APIRouter:
         "/v1/models/{model_id}/denoiser",
         summary="The embed model's client-side denoiser (safetensors; its sha256 is on the card).",
         response_class=Response,
-        responses={200: {"content": {OCTET: {}}}, 304: {"description": "If-None-Match matched the ETag."}},
+        responses={
+            200: {
+                "description": "The denoiser file (safetensors), ETag its sha256.",
+                "content": {OCTET: {"schema": {"type": "string", "format": "binary"}}},
+            },
+            304: {"description": "If-None-Match matched the ETag."},
+            **error_responses(*AUTH_ERRORS, 404, 422),
+        },
     )
     async def get_denoiser(model_id: str, request: Request, who: str = Depends(tenant)) -> Response:
         if model_id not in registry.models:
@@ -415,10 +470,9 @@ async def _payload(server: _Server, request: Request, task: str, schema: type[Ba
     else:
         options, raw = dict(query), body
     model = server.registry.get(options.get("model"), task)
-    try:
-        payload = await run_in_threadpool(Payload.from_bytes, raw, max_bytes=config.max_body_bytes)
-    except PayloadError as exc:
-        raise ApiError(400, "invalid_payload", str(exc)) from None
+    payload = await run_in_threadpool(
+        read_payload, raw, max_bytes=config.max_body_bytes, max_rows=config.max_batch_rows
+    )
     prepared = model.prepare(payload, options.get("public"), config)
     return model, payload, prepared, options, len(raw)
 
@@ -444,12 +498,14 @@ async def _generate_answers(server: _Server, who: str, served, prepared, decodin
 
 def _inference_routes(server: _Server, tenant: Callable) -> APIRouter:
     """``POST /v1/generate`` and ``POST /v1/embed``."""
-    router = APIRouter()
+    router = APIRouter(tags=["inference"])
 
     @router.post(
         "/v1/generate",
         summary="Answers from a payload (+ public text).",
         openapi_extra=_body_doc(GenerateRequest, "GenerateRequest"),
+        response_model=GenerateResponse,
+        responses=error_responses(*AUTH_ERRORS, 400, 404, 413, 415, 422, 500, 502, 504),
     )
     async def generate(
         request: Request,
@@ -488,6 +544,8 @@ def _inference_routes(server: _Server, tenant: Callable) -> APIRouter:
         "/v1/embed",
         summary="Sentence embeddings from noisy token embeddings (SnD-style).",
         openapi_extra=_body_doc(EmbedRequest, "EmbedRequest"),
+        response_model=EmbedResponse,
+        responses=error_responses(*AUTH_ERRORS, 400, 404, 413, 415, 422, 500),
     )
     async def embed(
         request: Request,

@@ -98,6 +98,21 @@ class ServerConfig:
             "with Retry-After."
         },
     )
+    head_timeout_s: float = field(
+        default=10.0,
+        metadata={
+            "help": "Seconds a client has to send a whole request head, from the connection's start (or the first byte "
+            "of a kept-alive connection's next request); then 408 and the connection is closed "
+            "(textfree.server.transport)."
+        },
+    )
+    body_timeout_s: float = field(
+        default=30.0,
+        metadata={
+            "help": "Seconds a client has to send a request body after its head, plus one second per 64 KiB received "
+            "(a client that keeps sending at 64 KiB/s is never cut off); then the connection is closed."
+        },
+    )
     batch_wait_ms: float = field(
         default=5.0,
         metadata={
@@ -242,8 +257,10 @@ class ServerConfig:
             raise ValueError(
                 f"backend 'vllm' needs vllm_url, the vLLM server's http(s):// base URL, got {self.vllm_url!r}"
             )
-        if not isinstance(self.vllm_timeout_s, (int, float)) or not 0 < self.vllm_timeout_s <= 3600:
-            raise ValueError(f"ServerConfig.vllm_timeout_s must lie in (0, 3600], got {self.vllm_timeout_s!r}")
+        for name in ("vllm_timeout_s", "head_timeout_s", "body_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
+                raise ValueError(f"ServerConfig.{name} must lie in (0, 3600] seconds, got {value!r}")
         _positive_int("vllm_max_concurrent_calls", self.vllm_max_concurrent_calls)
         if self.vllm_dtype not in VLLM_DTYPES:
             raise ValueError(f"ServerConfig.vllm_dtype must be one of {VLLM_DTYPES}, got {self.vllm_dtype!r}")

@@ -28,9 +28,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..atomic import atomic_write_bytes
-from ..payload import Payload, PayloadError
+from ..payload import Payload
 from .config import ServerConfig
 from .errors import ApiError
+from .models import read_payload
 from .registry import TrainingRow
 from .store import Store, new_id
 
@@ -82,10 +83,7 @@ def validate_upload(
     ``limits`` is the server config with ``max_batch_rows`` set to ``max_dataset_rows`` (the card checks of
     ``/v1/generate`` then apply unchanged)."""
     model = registry.get(upload.model, "generate")
-    try:
-        payload = Payload.from_bytes(raw, max_bytes=limits.max_dataset_bytes)
-    except PayloadError as exc:
-        raise ApiError(400, "invalid_payload", str(exc)) from None
+    payload = read_payload(raw, max_bytes=limits.max_dataset_bytes, max_rows=limits.max_batch_rows)
     prepared = model.prepare(payload, upload.public, limits)
     targets = upload.targets
     if len(targets) != payload.batch_size:

@@ -23,11 +23,21 @@ from .config import ServerConfig
 from .datasets import DatasetUpload, dataset_view, validate_upload, write_dataset
 from .errors import ApiError
 from .jobs import JobManager, JobRequest, job_view, total_steps
+from .schemas import DatasetList, DatasetView, JobEventList, JobList, JobView, error_responses
 from .store import TERMINAL, Store, new_id
 
 __all__ = ["add_fine_tuning_routes", "tenant_card", "STREAM_POLL_S"]
 
 STREAM_POLL_S = 0.5
+#: What every fine-tuning route may answer besides its own errors: auth, rate limit, no database (501).
+COMMON_ERRORS = (401, 429, 501, 503)
+
+
+def _repeated(model: type) -> dict[int, dict[str, Any]]:
+    """The 200 of a POST repeated with the same Idempotency-Key (what the first one created)."""
+    return {
+        200: {"model": model, "description": "A POST with this Idempotency-Key created it earlier: the same object."}
+    }
 
 
 def tenant_card(card: dict[str, Any], tenant: str, store: Store | None) -> dict[str, Any]:
@@ -129,28 +139,50 @@ class _FineTuning:
 
 
 def _list_and_get(
-    router: APIRouter, tenant: Callable, path: str, what: str, rows: Callable, one: Callable, view: Callable
+    router: APIRouter,
+    tenant: Callable,
+    path: str,
+    what: str,
+    rows: Callable,
+    one: Callable,
+    view: Callable,
+    models: tuple[type, type],
 ) -> None:
-    """GET ``path`` (the tenant's rows, newest first) and GET ``path/{item_id}`` (one of them, else 404)."""
+    """GET ``path`` (the tenant's rows, newest first) and GET ``path/{item_id}`` (one of them, else 404);
+    ``models``: the response models of the list and of one item."""
 
-    @router.get(path, summary=f"Your {what}, newest first.", name=f"list {what}")
+    @router.get(
+        path,
+        summary=f"Your {what}, newest first.",
+        name=f"list {what}",
+        response_model=models[0],
+        responses=error_responses(*COMMON_ERRORS),
+    )
     async def listing(who: str = Depends(tenant)) -> dict:
         return {"object": "list", "data": [view(r) for r in rows(who)]}
 
-    @router.get(path + "/{item_id}", summary=f"One of your {what}.", name=f"get one of {what}")
+    @router.get(
+        path + "/{item_id}",
+        summary=f"One of your {what}.",
+        name=f"get one of {what}",
+        response_model=models[1],
+        responses=error_responses(*COMMON_ERRORS, 404, 422),
+    )
     async def item(item_id: str, who: str = Depends(tenant)) -> dict:
         return view(one(who, item_id))
 
 
 def _dataset_routes(ft: _FineTuning, tenant: Callable) -> APIRouter:
     """``POST /v1/datasets`` (upload), ``GET /v1/datasets`` and ``GET /v1/datasets/{id}``."""
-    router = APIRouter()
+    router = APIRouter(tags=["fine-tuning"])
     config = ft.config
 
     @router.post(
         "/v1/datasets",
         status_code=201,
         summary="Upload a dataset: a privatized payload + one target text per row (JSON with base64).",
+        response_model=DatasetView,
+        responses={**_repeated(DatasetView), **error_responses(*COMMON_ERRORS, 400, 404, 413, 415, 422)},
     )
     async def create_dataset(request: Request, response: Response, who: str = Depends(tenant)) -> dict:
         from .app import _b64, _parse_json, _read_body
@@ -182,18 +214,21 @@ def _dataset_routes(ft: _FineTuning, tenant: Callable) -> APIRouter:
         lambda who: ft.db().list_datasets(who),
         ft.dataset_or_404,
         dataset_view,
+        (DatasetList, DatasetView),
     )
     return router
 
 
 def _job_routes(ft: _FineTuning, tenant: Callable) -> APIRouter:
     """``POST /v1/fine_tuning/jobs`` (create), list, get one and ``POST .../{job_id}/cancel``."""
-    router = APIRouter()
+    router = APIRouter(tags=["fine-tuning"])
 
     @router.post(
         "/v1/fine_tuning/jobs",
         status_code=201,
         summary="Start a fine-tuning job (PPFT stage 2 on your datasets) -> job id.",
+        response_model=JobView,
+        responses={**_repeated(JobView), **error_responses(*COMMON_ERRORS, 400, 404, 413, 415, 422)},
     )
     async def create_job(request: Request, response: Response, who: str = Depends(tenant)) -> dict:
         from .app import _parse_json, _read_body
@@ -218,11 +253,14 @@ def _job_routes(ft: _FineTuning, tenant: Callable) -> APIRouter:
         lambda who: ft.db().list_jobs(who),
         ft.job_or_404,
         job_view,
+        (JobList, JobView),
     )
 
     @router.post(
         "/v1/fine_tuning/jobs/{job_id}/cancel",
         summary="Cancel a job (a queued one at once, a running one after its current step).",
+        response_model=JobView,
+        responses=error_responses(*COMMON_ERRORS, 404, 422),
     )
     async def cancel_job(job_id: str, who: str = Depends(tenant)) -> dict:
         ft.job_or_404(who, job_id)
@@ -310,12 +348,20 @@ def _add_job(st: Store, values: dict[str, Any], response: Response) -> dict[str,
 
 def _job_event_routes(ft: _FineTuning, tenant: Callable) -> APIRouter:
     """``GET /v1/fine_tuning/jobs/{job_id}/events``: a page of events, or Server-Sent Events with ?stream=true."""
-    router = APIRouter()
+    router = APIRouter(tags=["fine-tuning"])
 
     @router.get(
         "/v1/fine_tuning/jobs/{job_id}/events",
         summary="A job's events (progress with loss, checkpoints, status changes); ?stream=true for Server-Sent "
         "Events.",
+        response_model=JobEventList,
+        responses={
+            200: {
+                "description": "A page of events; with ?stream=true, Server-Sent Events until the job ends.",
+                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            },
+            **error_responses(*COMMON_ERRORS, 404, 422),
+        },
     )
     async def job_events(
         request: Request,

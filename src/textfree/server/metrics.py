@@ -1,6 +1,16 @@
-"""Request counters, latency quantiles, in-flight requests and batch-queue depth, as Prometheus text or JSON.
+"""Request counters, latency, in-flight requests and batch-queue depth, as Prometheus text (``prometheus_client``) or
+JSON.
 
-Latency quantiles are computed over each route's last ``window`` requests (a sliding window, not since start).
+Prometheus (``GET /metrics``, each app its own ``CollectorRegistry``):
+
+* ``textfree_requests_total{route, method, status}``: a counter;
+* ``textfree_request_latency_seconds{route}``: a summary, its ``quantile`` 0.5 / 0.99 over each route's last
+  ``window`` requests (a sliding window, as Prometheus client summaries compute theirs), its ``_count`` and ``_sum``
+  running totals since start;
+* ``textfree_request_duration_seconds{route}``: a histogram of the same latencies (aggregatable across replicas);
+* gauges ``textfree_requests_in_flight``, ``textfree_batch_queue_depth``, ``textfree_uptime_seconds`` and counters
+  ``textfree_batches_total``, ``textfree_batched_requests_total``, ``textfree_batched_rows_total``.
+
 Routes are the matched route templates (``/v1/generate``); requests that match no route count as ``other``,
 so a scan of random paths cannot grow the label set; nor can invented methods (they count as ``other``). Nothing is
 labelled by tenant.
@@ -12,11 +22,24 @@ import math
 import threading
 import time
 from collections import Counter, deque
-from typing import Callable
+from typing import Callable, Iterator
 
-__all__ = ["Metrics", "ASGIMetrics"]
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
+
+__all__ = ["Metrics", "ASGIMetrics", "PROMETHEUS_CONTENT_TYPE"]
 
 QUANTILES = (0.5, 0.99)
+#: The content type of the Prometheus text that ``prometheus_client.generate_latest`` writes.
+PROMETHEUS_CONTENT_TYPE = CONTENT_TYPE_LATEST
+#: Upper bounds (seconds) of the latency histogram's buckets (+Inf is added).
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
 def _quantile(sorted_values: list[float], q: float) -> float:
@@ -30,11 +53,9 @@ def _quantile(sorted_values: list[float], q: float) -> float:
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
 class Metrics:
+    """The counters of one server process; :meth:`prometheus` and :meth:`snapshot` read them."""
+
     def __init__(self, *, window: int = 2048, queue_depth: Callable[[], int] | None = None):
         self.window = window
         self.queue_depth = queue_depth or (lambda: 0)
@@ -42,10 +63,17 @@ class Metrics:
         self._lock = threading.Lock()
         self.requests: Counter[tuple[str, str, int]] = Counter()
         self._latency: dict[str, deque[float]] = {}
+        self._latency_count: Counter[str] = Counter()
+        self._latency_sum: dict[str, float] = {}
+        self._buckets: dict[
+            str, list[int]
+        ] = {}  # per route: requests at most each LATENCY_BUCKETS bound (not cumulative)
         self.in_flight = 0
         self.batches = 0
         self.batched_requests = 0
         self.batched_rows = 0
+        self.registry = CollectorRegistry()
+        self.registry.register(_Collector(self))
 
     def begin(self) -> None:
         with self._lock:
@@ -56,6 +84,10 @@ class Metrics:
             self.in_flight -= 1
             self.requests[(route, method, status)] += 1
             self._latency.setdefault(route, deque(maxlen=self.window)).append(seconds)
+            self._latency_count[route] += 1
+            self._latency_sum[route] = self._latency_sum.get(route, 0.0) + seconds
+            buckets = self._buckets.setdefault(route, [0] * (len(LATENCY_BUCKETS) + 1))
+            buckets[next((i for i, le in enumerate(LATENCY_BUCKETS) if seconds <= le), len(LATENCY_BUCKETS))] += 1
 
     def batch(self, requests: int, rows: int) -> None:
         with self._lock:
@@ -64,6 +96,8 @@ class Metrics:
             self.batched_rows += rows
 
     def snapshot(self) -> dict:
+        """Everything as JSON (``GET /metrics?format=json``): latency quantiles over the window, counts and sums
+        since start."""
         with self._lock:
             latency = {r: sorted(v) for r, v in self._latency.items()}
             reqs = [
@@ -73,7 +107,14 @@ class Metrics:
                 "uptime_s": time.time() - self.started,
                 "requests": reqs,
                 "latency_s": {
-                    r: {"p50": _quantile(v, 0.5), "p99": _quantile(v, 0.99), "window": len(v)}
+                    r: {
+                        "p50": _quantile(v, 0.5),
+                        "p99": _quantile(v, 0.99),
+                        "window": len(v),
+                        "count": self._latency_count[r],
+                        "sum": self._latency_sum[r],
+                        "buckets": list(self._buckets[r]),
+                    }
                     for r, v in latency.items()
                 },
                 "in_flight": self.in_flight,
@@ -83,42 +124,70 @@ class Metrics:
         return out
 
     def prometheus(self) -> str:
-        snap = self.snapshot()
-        lines = [
-            "# HELP textfree_requests_total HTTP requests by route template, method and status.",
-            "# TYPE textfree_requests_total counter",
-        ]
+        """The Prometheus text exposition of this process's metrics."""
+        return generate_latest(self.registry).decode("utf-8")
+
+
+class _Collector:
+    """The counters and gauges of a :class:`Metrics`, as Prometheus metric families (read at scrape time)."""
+
+    def __init__(self, metrics: Metrics):
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self.metrics.snapshot()
+        requests = CounterMetricFamily(
+            "textfree_requests",
+            "HTTP requests by route template, method and status.",
+            labels=["route", "method", "status"],
+        )
         for r in snap["requests"]:
-            lines.append(
-                f'textfree_requests_total{{route="{_label(r["route"])}",method="{r["method"]}",'
-                f'status="{r["status"]}"}} {r["count"]}'
-            )
-        lines += [
-            "# HELP textfree_request_latency_seconds Request latency over each route's last requests (sliding window).",
-            "# TYPE textfree_request_latency_seconds summary",
-        ]
-        for route, lat in snap["latency_s"].items():
+            requests.add_metric([r["route"], r["method"], str(r["status"])], r["count"])
+        yield requests
+        yield self._latency(snap["latency_s"])
+        yield self._histogram(snap["latency_s"])
+        yield _gauge("textfree_requests_in_flight", "Requests being handled now.", snap["in_flight"])
+        yield _gauge("textfree_batch_queue_depth", "Requests waiting for a model call.", snap["queue_depth"])
+        yield _gauge("textfree_uptime_seconds", "Seconds since the server started.", round(snap["uptime_s"], 3))
+        batches = snap["batches"]
+        yield CounterMetricFamily("textfree_batches", "Model calls made by the micro-batcher.", value=batches["calls"])
+        yield CounterMetricFamily(
+            "textfree_batched_requests", "Requests served by those calls.", value=batches["requests"]
+        )
+        yield CounterMetricFamily("textfree_batched_rows", "Payload rows served by those calls.", value=batches["rows"])
+
+    @staticmethod
+    def _latency(latency: dict[str, dict]) -> Metric:
+        """The summary: window quantiles, running count and sum, per route."""
+        family = SummaryMetricFamily(
+            "textfree_request_latency_seconds",
+            "Request latency: quantiles over each route's last requests (sliding window); count and sum since start.",
+            labels=["route"],
+        )
+        for route, lat in latency.items():
             for q, key in zip(QUANTILES, ("p50", "p99")):
-                lines.append(
-                    f'textfree_request_latency_seconds{{route="{_label(route)}",quantile="{q}"}} {lat[key]:.6g}'
-                )
-            lines.append(f'textfree_request_latency_seconds_count{{route="{_label(route)}"}} {lat["window"]}')
-        gauges = [
-            ("textfree_requests_in_flight", "gauge", "Requests being handled now.", snap["in_flight"]),
-            ("textfree_batch_queue_depth", "gauge", "Requests waiting for a model call.", snap["queue_depth"]),
-            ("textfree_batches_total", "counter", "Model calls made by the micro-batcher.", snap["batches"]["calls"]),
-            (
-                "textfree_batched_requests_total",
-                "counter",
-                "Requests served by those calls.",
-                snap["batches"]["requests"],
-            ),
-            ("textfree_batched_rows_total", "counter", "Payload rows served by those calls.", snap["batches"]["rows"]),
-            ("textfree_uptime_seconds", "gauge", "Seconds since the server started.", round(snap["uptime_s"], 3)),
-        ]
-        for name, kind, text, value in gauges:
-            lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f"{name} {value}"]
-        return "\n".join(lines) + "\n"
+                family.add_sample("textfree_request_latency_seconds", {"route": route, "quantile": str(q)}, lat[key])
+            family.add_metric([route], lat["count"], lat["sum"])
+        return family
+
+    @staticmethod
+    def _histogram(latency: dict[str, dict]) -> Metric:
+        """The same latencies since start, in cumulative buckets per route."""
+        family = HistogramMetricFamily(
+            "textfree_request_duration_seconds", "Request latency by route template (since start).", labels=["route"]
+        )
+        bounds = [str(b) for b in LATENCY_BUCKETS] + ["+Inf"]
+        for route, lat in latency.items():
+            total, cumulative = 0, []
+            for bound, n in zip(bounds, lat["buckets"]):
+                total += n
+                cumulative.append((bound, total))
+            family.add_metric([route], cumulative, lat["sum"])
+        return family
+
+
+def _gauge(name: str, text: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, text, value=value)
 
 
 class ASGIMetrics:

@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any, Hashable, Sequence
 
 import torch
+from pydantic import ValidationError
 
-from ..payload import FORMAT_VERSION, Payload
+from ..payload import FORMAT_VERSION, Payload, PayloadError, PayloadTooLarge
 from .config import ServerConfig
 from .errors import ApiError
 from .public_files import PublicFile, PublicFileError, load_denoiser
 from .registry import ServedModel, ServedSystem, UnknownSystemError, get_system, register_system
+from .schemas import ModelCard
 
 __all__ = [
     "Decoding",
@@ -36,11 +38,13 @@ __all__ = [
     "ModelRegistry",
     "Prepared",
     "PublicTokenCounter",
+    "check_card",
     "check_common",
     "check_public",
     "mismatch",
     "pad_cat",
     "public_name",
+    "read_payload",
     "row_generators",
     "split_rows",
     "trimmed",
@@ -50,11 +54,15 @@ NORM_TOLERANCE = 1e-3
 
 
 def public_name(name_or_path: str | None) -> str | None:
-    """A name safe to publish: a hub id as is, a local directory by its last component (no server paths)."""
+    """A name safe to publish on a card: a hub id (``name`` or ``org/name``) as is; anything that is or looks like a
+    local path (absolute, ``~`` or ``.`` first, a backslash, more than one ``/``, or a path that exists here) by its
+    last component only, so a card never reveals the server's file system."""
     if not name_or_path:
         return None
-    path = Path(name_or_path)
-    return path.name if path.is_absolute() or path.exists() else str(name_or_path)
+    text = str(name_or_path)
+    path = Path(text)
+    local = path.is_absolute() or text.startswith(("~", ".")) or "\\" in text or text.count("/") > 1 or path.exists()
+    return (path.name or None) if local else text
 
 
 @dataclass
@@ -97,6 +105,21 @@ def row_generators(items: Sequence[Prepared]) -> list[torch.Generator]:
 def mismatch(message: str) -> ApiError:
     """A 400 ``payload_mismatch``: the payload is well formed but not one this model reads."""
     return ApiError(400, "payload_mismatch", message)
+
+
+def read_payload(raw: bytes, *, max_bytes: int, max_rows: int) -> Payload:
+    """The payload in ``raw`` (400 ``invalid_payload``); more than ``max_rows`` rows is 413 ``too_many_rows``, found
+    from the safetensors header before any per-row work."""
+    try:
+        return Payload.from_bytes(raw, max_bytes=max_bytes, max_rows=max_rows)
+    except PayloadTooLarge as exc:
+        raise ApiError(
+            413,
+            "too_many_rows",
+            f"the payload has {exc.rows} rows; this server takes at most {exc.limit} per payload",
+        ) from None
+    except PayloadError as exc:
+        raise ApiError(400, "invalid_payload", str(exc)) from None
 
 
 def check_common(payload: Payload, card: dict[str, Any], config: ServerConfig) -> None:
@@ -162,9 +185,23 @@ def check_common(payload: Payload, card: dict[str, Any], config: ServerConfig) -
             else f"model {card['id']!r} takes uncentred slots, got a payload centred on "
             f"{str(priv.center_sha256)[:12]}..."
         )
-    if payload.vectors.shape[1] and max(payload.lengths) > card["max_slots"]:
+    _check_rows_have_slots(payload, card)
+    if max(payload.lengths) > card["max_slots"]:
         raise mismatch(
             f"a row has {max(payload.lengths)} vectors; model {card['id']!r} takes at most {card['max_slots']}"
+        )
+
+
+def _check_rows_have_slots(payload: Payload, card: dict[str, Any]) -> None:
+    """400 for a row with no private slot (token): one rule for every route (docs/server.md, "Rows without a private
+    slot"): such a row carries no prompt, so there is nothing private to answer or embed."""
+    lengths = payload.lengths
+    empty = next((i for i, n in enumerate(lengths) if n < 1), None)
+    if empty is not None:
+        unit = "token" if card["payload_kind"] == "token" else "slot"
+        raise mismatch(
+            f"row {empty} has no private {unit}: every row of a payload for model {card['id']!r} needs at least one "
+            f"(a row without one carries no prompt)"
         )
 
 
@@ -284,8 +321,6 @@ class EmbedModel:
         check_common(payload, self.card, config)
         if payload.public is not None or public is not None:
             raise ApiError(422, "invalid_request", "/v1/embed takes no public text")
-        if min(payload.lengths) < 1:
-            raise mismatch("every row of an embed payload needs at least one token")
         vectors, mask = trimmed(payload)
         worst = float(vectors[mask].norm(dim=-1).max())
         if worst > self.clip_norm * (1 + NORM_TOLERANCE):
@@ -320,6 +355,8 @@ class ModelRegistry:
         self.systems = dict(systems or {})
         self.denoisers: dict[str, PublicFile] = {}
         self._denoiser_cards: dict[str, dict[str, Any]] = {}
+        for model_id in self.models:
+            check_card(self.card(model_id))
 
     @classmethod
     def load(cls, config: ServerConfig) -> "ModelRegistry":
@@ -384,6 +421,18 @@ class ModelRegistry:
     def cards(self) -> list[dict[str, Any]]:
         """The card of every served model, in order."""
         return [self.card(model_id) for model_id in self.models]
+
+
+def check_card(card: dict[str, Any]) -> None:
+    """ValueError naming the model and the fields when a card lacks what the routes and clients read
+    (:class:`~textfree.server.schemas.ModelCard`): found when the model loads, never as a 500 on a request."""
+    try:
+        ModelCard.model_validate(card)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False)[:5]
+        )
+        raise ValueError(f"model {card.get('id')!r} has a card the server cannot publish ({problems})") from None
 
 
 def _system_for(config: ServerConfig, model_id: str, task: str) -> ServedSystem:

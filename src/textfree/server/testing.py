@@ -33,14 +33,22 @@ __all__ = [
 
 @contextlib.contextmanager
 def serve_in_thread(app, *, host: str = "127.0.0.1", timeout: float = 20.0) -> Iterator[str]:
-    """Yield the base URL (``http://127.0.0.1:PORT``) of ``app`` served by uvicorn; stop it on exit."""
+    """Yield the base URL (``http://127.0.0.1:PORT``) of ``app`` served by uvicorn; stop it on exit. An app of
+    :func:`~textfree.server.create_app` is served as ``textfree serve`` serves it (its head and body deadlines,
+    :mod:`textfree.server.transport`); any other ASGI app by plain uvicorn."""
     import uvicorn
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False))
+    options = {"log_level": "warning", "lifespan": "on", "access_log": False}
+    if getattr(getattr(app, "state", None), "config", None) is not None:
+        from .transport import uvicorn_config
+
+        server = uvicorn.Server(uvicorn_config(app, **options))
+    else:
+        server = uvicorn.Server(uvicorn.Config(app, **options))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="textfree-uvicorn")
     thread.start()
     deadline = time.monotonic() + timeout
