@@ -92,3 +92,146 @@ def test_generate_text_greedy_equals_hf_generate_and_sampling_follows_its_genera
     assert generate_text(model, tok, prompts, max_new_tokens=0) == ["", ""]
     with pytest.raises(ValueError, match="temperature=0.7"):
         generate_text(model, tok, prompts, temperature=0.7)
+
+
+@torch.no_grad()
+def _full_logits_generate(model, embeds, attention, *, max_new_tokens, eos_token_id, temperature=0.0, generators=None):
+    """The loop as it was before ``logits_to_keep``: every forward call computes logits for all its positions and
+    the last one is used (the reference the lean loop must match token for token)."""
+    from textfree.lm.generate import next_tokens
+
+    b = embeds.shape[0]
+    out = [[] for _ in range(b)]
+    attention = attention.long()
+    positions = (attention.cumsum(dim=1) - 1).clamp_min(0)
+    finished = torch.zeros(b, dtype=torch.bool)
+    result = model(inputs_embeds=embeds, attention_mask=attention, position_ids=positions, use_cache=True)
+    assert result.logits.shape[1] == embeds.shape[1]  # really the full computation
+    for step in range(max_new_tokens):
+        ids = next_tokens(result.logits[:, -1, :], temperature=temperature, top_p=0.9, generators=generators)
+        ids = torch.where(finished, torch.full_like(ids, eos_token_id if eos_token_id is not None else 0), ids)
+        for i in range(b):
+            if not finished[i] and (eos_token_id is None or int(ids[i]) != eos_token_id):
+                out[i].append(int(ids[i]))
+        if eos_token_id is not None:
+            finished |= ids == eos_token_id
+        if bool(finished.all()) or step == max_new_tokens - 1:
+            break
+        attention = torch.cat([attention, attention.new_ones(b, 1)], dim=1)
+        positions = positions[:, -1:] + 1
+        result = model(
+            inputs_embeds=model.get_input_embeddings()(ids.unsqueeze(1)),
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=result.past_key_values,
+            use_cache=True,
+        )
+    return out
+
+
+def _left_padded_batch(model, tok, prompts):
+    rows = [tok(p, return_tensors="pt").input_ids[0] for p in prompts]
+    length = max(len(r) for r in rows)
+    ids = torch.full((len(rows), length), tok.pad_token_id, dtype=torch.int64)
+    attention = torch.zeros(len(rows), length, dtype=torch.int64)
+    for i, r in enumerate(rows):
+        ids[i, length - len(r) :], attention[i, length - len(r) :] = r, 1
+    with torch.no_grad():
+        return model.get_input_embeddings()(ids), attention
+
+
+@pytest.mark.parametrize("eos", [True, False])
+def test_last_position_logits_give_the_same_tokens_as_the_full_computation(eos):
+    """The loop asks every forward call for the last position's logits alone (``logits_to_keep=1``); greedy and
+    sampled tokens are those of the full-logits loop, on a left-padded batch of unequal prompts."""
+    from textfree.lm.generate import greedy_generate, last_logits_kwargs
+
+    model, tok = _tiny_decoder()
+    model.eval()
+    assert last_logits_kwargs(model) == {"logits_to_keep": 1}
+    embeds, attention = _left_padded_batch(model, tok, ["The cat sat on", "A dog", "The park", "A cat ran in the"])
+    eos_id = tok.eos_token_id if eos else None
+    kept = []
+    hook = model.register_forward_hook(lambda _m, _a, out: kept.append(out.logits.shape[1]))
+    try:
+        ours = greedy_generate(model, embeds, attention, max_new_tokens=20, eos_token_id=eos_id)
+    finally:
+        hook.remove()
+    assert kept and set(kept) == {1}  # the prefill too: one position of logits per row
+    assert ours == _full_logits_generate(model, embeds, attention, max_new_tokens=20, eos_token_id=eos_id)
+    assert sum(map(len, ours)) > 0
+    for seed in range(3):
+        gens = lambda: [torch.Generator().manual_seed(seed * 10 + i) for i in range(4)]  # noqa: E731
+        sampled = greedy_generate(
+            model,
+            embeds,
+            attention,
+            max_new_tokens=20,
+            eos_token_id=eos_id,
+            temperature=1.3,
+            top_p=0.9,
+            generators=gens(),
+        )
+        ref = _full_logits_generate(
+            model, embeds, attention, max_new_tokens=20, eos_token_id=eos_id, temperature=1.3, generators=gens()
+        )
+        assert sampled == ref
+
+
+def test_greedy_batch_equals_hf_generate_and_models_without_logits_to_keep_still_run():
+    """Row by row, the lean loop's greedy tokens on a left-padded batch are Hugging Face ``generate``'s (which also
+    keeps one position of logits); a model whose forward has no ``logits_to_keep`` gets full logits, same tokens."""
+    from textfree.lm.generate import greedy_generate, last_logits_kwargs
+
+    model, tok = _tiny_decoder()
+    model.eval()
+    prompts = ["The cat sat on", "A dog", "The park"]
+    embeds, attention = _left_padded_batch(model, tok, prompts)
+    ours = greedy_generate(model, embeds, attention, max_new_tokens=15, eos_token_id=None)
+    for prompt, row in zip(prompts, ours):
+        ids = tok(prompt, return_tensors="pt").input_ids
+        ref = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=15,
+            min_new_tokens=15,
+            do_sample=False,
+            pad_token_id=tok.pad_token_id,
+        )
+        assert row == ref[0, ids.shape[1] :].tolist()
+
+    class Plain(torch.nn.Module):  # a causal LM whose forward knows nothing of logits_to_keep
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def get_input_embeddings(self):
+            return self.inner.get_input_embeddings()
+
+        def forward(self, inputs_embeds, attention_mask, position_ids, past_key_values=None, use_cache=False):
+            return self.inner(
+                inputs_embeds=inputs_embeds,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=past_key_values,
+                use_cache=use_cache,
+            )
+
+    plain = Plain(model)
+    assert last_logits_kwargs(plain) == {}
+    assert greedy_generate(plain, embeds, attention, max_new_tokens=15, eos_token_id=None) == ours
+
+
+def test_a_peft_wrapped_decoder_keeps_one_position_of_logits():
+    from peft import LoraConfig, get_peft_model
+
+    from textfree.lm.generate import greedy_generate, last_logits_kwargs
+
+    model, tok = _tiny_decoder()
+    wrapped = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    wrapped.eval()
+    assert last_logits_kwargs(wrapped) == {"logits_to_keep": 1}
+    embeds, attention = _left_padded_batch(model, tok, ["The cat sat on", "A dog"])
+    assert greedy_generate(wrapped, embeds, attention, max_new_tokens=10, eos_token_id=None) == _full_logits_generate(
+        wrapped, embeds, attention, max_new_tokens=10, eos_token_id=None
+    )

@@ -10,6 +10,7 @@ from textfree.substitution.nn import (
     SINGLE_PASS_MAX_QUERIES,
     NearestNeighbors,
     bf16_score_error,
+    choose_backend,
     resolve_backend,
 )
 
@@ -104,13 +105,74 @@ def test_auto_backend_resolution(monkeypatch):
     assert resolve_backend("matmul", 10**6) == "matmul"
     assert resolve_backend("faiss", 1) == "faiss"
     assert resolve_backend("bf16", 1) == "bf16"
-    monkeypatch.setattr(nn_module, "amx_bf16_available", lambda: True)
+    monkeypatch.setattr(nn_module, "bf16_native", lambda: True)
     assert resolve_backend("auto", 1) == resolve_backend("auto", 10**6) == "bf16"
-    monkeypatch.setattr(nn_module, "amx_bf16_available", lambda: False)
+    monkeypatch.setattr(nn_module, "bf16_native", lambda: False)
     assert resolve_backend("auto", AUTO_FAISS_MIN_QUERIES - 1) == "matmul"
     assert resolve_backend("auto", AUTO_FAISS_MIN_QUERIES) == "faiss"
     monkeypatch.setattr(nn_module, "faiss_available", lambda: False)
     assert resolve_backend("auto", 10**6) == "matmul"
+
+
+def test_the_decision_function_on_each_kind_of_cpu():
+    """choose_backend is a plain function of the measured capabilities: native bfloat16 -> bf16 at every size."""
+    for n in (1, AUTO_FAISS_MIN_QUERIES - 1, AUTO_FAISS_MIN_QUERIES, 10**6):
+        assert choose_backend(n, bf16=True, faiss=True) == choose_backend(n, bf16=True, faiss=False) == "bf16"
+        assert choose_backend(n, bf16=False, faiss=False) == "matmul"
+        assert choose_backend(n, bf16=False, faiss=True) == ("faiss" if n >= AUTO_FAISS_MIN_QUERIES else "matmul")
+
+
+# torch's capability report on three machine kinds the project has run on (the flags that matter here)
+AMX = {"avx2": True, "avx512_f": True, "avx512_bf16": True, "amx_bf16": True, "amx_tile": True, "cpu_name": "Xeon"}
+AVX512_BF16 = {"avx2": True, "avx512_f": True, "avx512_bf16": True, "amx_bf16": False, "num_logical_cores": 2}
+AVX2 = {"avx2": True, "avx512_f": False, "avx512_bf16": False, "amx_bf16": False, "cpu_name": "AMD EPYC"}
+
+
+@pytest.mark.parametrize(
+    "report, cpuinfo, mkldnn, native",
+    [
+        (AMX, "", True, True),  # Intel Sapphire Rapids: AMX (the only case the old rule caught)
+        (AVX512_BF16, "", True, True),  # AVX512-BF16 without AMX (AMD Zen 4): measured faster than faiss there
+        (AVX2, "", True, False),  # emulated bfloat16: 14x slower than float32
+        (AVX512_BF16, "", False, False),  # no oneDNN in this torch build: nothing runs the native kernels
+        (None, "flags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n", True, True),  # torch cannot tell: cpuinfo does
+        (None, "flags\t\t: fpu sse2 avx2\n", True, False),
+        (None, None, True, False),  # neither can tell: the float32 engines
+    ],
+)
+def test_native_bfloat16_is_read_from_the_cpu_flags(monkeypatch, tmp_path, report, cpuinfo, mkldnn, native):
+    import types
+
+    def capability():
+        if report is None:
+            raise AttributeError("_get_cpu_capability")  # an older torch build
+        return report
+
+    monkeypatch.setattr(torch._C, "_cpu", types.SimpleNamespace(_get_cpu_capability=capability))
+    path = tmp_path / "cpuinfo"
+    if cpuinfo is not None:
+        path.write_text("processor\t: 0\n" + cpuinfo)
+    read_cpuinfo = nn_module._cpuinfo_flags
+    monkeypatch.setattr(nn_module, "_cpuinfo_flags", lambda: read_cpuinfo(str(path)))
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: mkldnn)
+    for fn in (nn_module.cpu_flags, nn_module.bf16_native):
+        fn.cache_clear()
+    try:
+        assert nn_module.bf16_native() is native
+        assert nn_module.amx_bf16_available() is (report is AMX)
+        assert resolve_backend("auto", 1) == ("bf16" if native else "matmul")
+        assert resolve_backend("auto", 10**6) == ("bf16" if native else "faiss")
+    finally:
+        for fn in (nn_module.cpu_flags, nn_module.bf16_native):
+            fn.cache_clear()  # the real machine's answer again for the tests after this one
+
+
+def test_auto_returns_what_every_exact_backend_returns():
+    """Whatever auto picks on this machine, the answer is the exact one (the choice changes the speed only)."""
+    table, queries = make_data(seed=11, v=2000, dim=32, n=50, noise=3.0)
+    expected = brute_force(queries, table, 2)
+    for backend in ("auto", *BACKENDS):
+        assert torch.equal(NearestNeighbors(table, backend).search(queries, 2), expected), backend
 
 
 @pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])

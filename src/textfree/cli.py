@@ -72,6 +72,12 @@ def privatize(
         None, help="Ledger budget of delta (total delta per key; Gaussian releases add theirs)."
     ),
     on_exceed: str = typer.Option("refuse", help="Past the budget: refuse (nothing is written) or warn."),
+    accountant: Optional[str] = typer.Option(
+        None,
+        help="With --ledger: how a key's releases compose against the budget: basic (default; epsilons and deltas "
+        "add), gdp (Gaussian releases composed exactly), pld or rdp (Gaussian releases by Google's dp-accounting: pip "
+        "install 'textfree[accounting]'); every other release adds. Each ledger entry records the accountant.",
+    ),
 ) -> None:
     """Encode text locally, pool and noise it, and write a payload file (no text inside)."""
     texts = list(text or [])
@@ -86,6 +92,10 @@ def privatize(
         _fail(f"--k must be >= 1, got {k}")
     if pad_to is not None and pad_to < 1:
         _fail(f"--pad-to must be >= 1, got {pad_to}")
+    if accountant is not None and ledger is None:
+        _fail("--accountant applies to --ledger (it says how the ledger composes a key's releases)")
+    if ledger is not None and not ledger_key:
+        _fail("--ledger-key must be a non-empty string")
     if out.is_dir() or not out.parent.is_dir():  # checked before anything is charged to a ledger
         _fail(
             f"--out {str(out)!r} is a directory"
@@ -99,7 +109,11 @@ def privatize(
 
     try:
         noise = _build_noise(mechanism, epsilon, sigma, delta)
-        led = PrivacyLedger(ledger, budget, on_exceed, delta_budget=delta_budget) if ledger else None
+        led = (
+            PrivacyLedger(ledger, budget, on_exceed, delta_budget=delta_budget, accountant=accountant or "basic")
+            if ledger
+            else None
+        )
     except ValueError as exc:
         _fail(str(exc))
     if noise is None:
@@ -108,9 +122,12 @@ def privatize(
         enc = ContextualEncoder.from_pretrained(None if encoder == "default" else encoder)
     except EncoderLoadError as exc:
         _fail(str(exc))
-    priv = Privatizer(enc, noise, k, pad_to=pad_to, ledger=led, ledger_key=ledger_key if led else None)
+    priv = Privatizer(enc, noise, k, pad_to=pad_to)
     try:
         payload = priv.privatize(texts, seed=seed)
+        # charged before the payload is written (it leaves the process only then), with its slot releases, so
+        # that the ledger's accountant sees each Gaussian release
+        total = led.charge_payload(ledger_key, payload) if led else None
     except BudgetExceeded as exc:
         _fail(str(exc), code=3)
     except ValueError as exc:  # a prompt longer than --pad-to slots: nothing is written
@@ -125,24 +142,55 @@ def privatize(
         f"width {payload.encoder.dim}; worst-case privacy loss per prompt: eps = {_fmt_eps(worst.epsilon)}"
         + (f", delta = {worst.delta:g}" if worst.delta else "")
     )
+    if led is not None:
+        plain = led.spent(ledger_key, accountant="basic")
+        console.print(
+            f"ledger {led.path}: key {ledger_key!r} has now spent eps = {_fmt_eps(total.epsilon)}"
+            + (f", delta = {total.delta:g}" if total.delta else "")
+            + f" (accountant: {led.describe_accountant()})"
+            + ("" if led.accountant == "basic" else f"; plain sum eps = {_fmt_eps(plain.epsilon)}"),
+            markup=False,
+            highlight=False,
+        )
 
 
 @app.command()
 def inspect(
     path: Path = typer.Argument(..., help="A payload file (.safetensors)."),
     as_json: bool = typer.Option(False, "--json", help="Print the header as JSON."),
+    accountant: str = typer.Option(
+        "basic",
+        help="How a prompt's slot releases compose: basic (epsilons and deltas add), gdp (Gaussian releases composed "
+        "exactly), pld or rdp (Google's dp-accounting: pip install 'textfree[accounting]').",
+    ),
 ) -> None:
     """Print what a payload holds: shapes, encoder, mechanism, privacy loss. Never any text."""
+    from textfree.mechanisms.accountants import compose, create_accountant, slot_releases
     from textfree.payload import Payload, PayloadError
 
+    try:
+        acc = create_accountant(accountant)
+    except ValueError as exc:
+        _fail(str(exc))
     try:
         p = Payload.load(path)
     except PayloadError as exc:
         _fail(f"{path}: {exc}")
     h = p.header()
+    pr = p.privatization
+    # the longest prompt's slots (the worst case), composed under the accountant, beside their plain sum
+    releases = slot_releases(pr, [max(p.lengths, default=0)])
+    worst = compose(releases, accountant)
+    plain = compose(releases, "basic")
     if as_json:
         h = dict(h)
         h["public"] = None if h["public"] is None else f"{len(h['public'])} public string(s) (not shown)"
+        h["accounting"] = {
+            "accountant": accountant,
+            "description": acc.description,
+            "worst_case_row": worst.to_dict(),
+            "plain_sum": plain.to_dict(),
+        }
         console.print_json(json.dumps(h, default=str))
         return
     t = Table(title=f"payload {path}", show_header=False)
@@ -151,7 +199,6 @@ def inspect(
     t.add_row("slots per prompt", str(h["lengths"]))
     t.add_row("encoder", f"{p.encoder.id} ({p.encoder.kind}, d={p.encoder.dim})")
     t.add_row("encoder sha256", str(p.encoder.sha256))
-    pr = p.privatization
     noise = "none (clean: no privacy)" if pr.noise is None else json.dumps(h["privatization"]["noise"])
     t.add_row("mechanism", noise)
     t.add_row("pipeline", f"k={pr.k}, normalize={pr.normalize}, renormalize={pr.renormalize}")
@@ -168,13 +215,19 @@ def inspect(
         "privacy loss per slot",
         f"eps = {_fmt_eps(slot.epsilon)} ({slot.notion}" + (f", delta={slot.delta:g})" if slot.delta else ")"),
     )
-    worst = p.worst_case_loss()
-    t.add_row("worst-case loss per prompt", f"eps = {_fmt_eps(worst.epsilon)} (all slots of the longest prompt differ)")
+    t.add_row("accountant", acc.describe())
+    t.add_row(
+        "worst-case loss per prompt",
+        f"eps = {_fmt_eps(worst.epsilon)}"
+        + (f", delta = {worst.delta:g}" if worst.delta else "")
+        + " (all slots of the longest prompt differ)"
+        + ("" if accountant == "basic" else f"; plain sum eps = {_fmt_eps(plain.epsilon)} at the same delta"),
+    )
     if pr.count_hidden:
+        pair = compose(slot_releases(pr, [pr.pad_to]), accountant)
         t.add_row(
             "slot count",
-            f"hidden: every prompt padded to {pr.pad_to} slots; any two prompts: "
-            f"eps = {_fmt_eps(pr.pair_loss().epsilon)}",
+            f"hidden: every prompt padded to {pr.pad_to} slots; any two prompts: eps = {_fmt_eps(pair.epsilon)}",
         )
     else:
         t.add_row("slot count", "released: ceil(tokens / k) tells the length (--pad-to hides it)")
@@ -263,7 +316,8 @@ def substitute(
     search: str = typer.Option(
         "exact",
         help="Nearest-word search: exact (default) or approximate (int8 pass + float64 re-rank of a short list: faster "
-        "on CPUs without AMX-BF16, where exact search has no bfloat16 pass; same privacy guarantee; may release "
+        "on CPUs without native bfloat16 (AMX-BF16 or AVX512-BF16), where exact search has no bfloat16 pass; same "
+        "privacy guarantee; may release "
         "another word when the exact one misses the list; see docs/substitution.md).",
     ),
     shortlist: int = typer.Option(

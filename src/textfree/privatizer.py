@@ -7,7 +7,6 @@ from typing import Sequence
 
 import torch
 
-from .mechanisms.base import PrivacyLoss
 from .mechanisms.slots import SlotPrivatization
 from .payload import EncoderInfo, Payload
 from .rng import resolve_generator
@@ -110,13 +109,8 @@ class Privatizer:
             kind=kind,
             public=None if public is None else list(public),
         )
-        if self.ledger is not None:
-            total = PrivacyLoss(0.0, 0.0, "metric")
-            for loss in payload.row_losses():
-                total = total + loss
-            self.ledger.charge(
-                self.ledger_key, total, note=f"{payload.batch_size} prompt(s)", releases=payload.batch_size
-            )
+        if self.ledger is not None:  # every row's loss, with its slot releases for a tight accountant
+            self.ledger.charge_payload(self.ledger_key, payload)
         return payload
 
 

@@ -10,15 +10,24 @@ A manual loop rather than ``model.generate``: the inputs are left-padded embeddi
 ourselves (``cumsum(attention_mask) - 1``), so a padded row decodes exactly as it would alone, with any causal LM
 that accepts ``inputs_embeds``, ``position_ids`` and ``past_key_values`` (PEFT-wrapped or not).
 ``tests/test_ppft_model.py`` checks it against ``generate(inputs_embeds=...)`` of transformers 5.23.
+
+Every forward call asks for the last position's logits only (``logits_to_keep=1``, as ``model.generate`` does),
+where the model takes that argument: the prefill would otherwise project every prompt position onto the whole
+vocabulary and keep one row (with the served decoder's shape, hidden 256 x 6 layers and a 30,522-token
+vocabulary, that projection is about 60% of the prefill's multiply-adds; docs/benchmarks.md has the speed-up). The
+tokens are the same: ``tests/test_lm_generate.py`` compares them with the full-logits computation, greedy and
+sampled, and with Hugging Face ``generate``.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Sequence
 
 import torch
 
-__all__ = ["greedy_generate", "generate_text", "next_tokens"]
+__all__ = ["greedy_generate", "generate_text", "next_tokens", "last_logits_kwargs"]
 
 
 def next_tokens(
@@ -52,6 +61,19 @@ def next_tokens(
     return torch.cat(picks)
 
 
+@functools.lru_cache(maxsize=None)
+def _takes_logits_to_keep(forward_class: type) -> bool:
+    return "logits_to_keep" in inspect.signature(forward_class.forward).parameters
+
+
+def last_logits_kwargs(model) -> dict:
+    """``{"logits_to_keep": 1}`` where ``model`` (or, PEFT-wrapped, its base model) names that argument in its
+    ``forward``, else ``{}``: the keyword arguments that make a forward call compute the last position's logits
+    alone. Decided per model class, once."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return {"logits_to_keep": 1} if _takes_logits_to_keep(type(base)) else {}
+
+
 @torch.no_grad()
 def greedy_generate(
     model,
@@ -82,8 +104,9 @@ def greedy_generate(
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp_min(0)
     finished = torch.zeros(b, dtype=torch.bool, device=inputs_embeds.device)
     filler = pad_token_id if pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
+    last = last_logits_kwargs(model)  # every call below needs the last position's logits only
     result = model(
-        inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=position_ids, use_cache=True
+        inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, **last
     )
     past = result.past_key_values
     for step in range(max_new_tokens):
@@ -104,6 +127,7 @@ def greedy_generate(
             position_ids=position_ids,
             past_key_values=past,
             use_cache=True,
+            **last,
         )
         past = result.past_key_values
     return out

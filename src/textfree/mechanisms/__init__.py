@@ -1,5 +1,17 @@
 """Privacy mechanisms, each a small frozen object with ``sample(x, *, generator)`` and ``privacy_loss(d_in)``."""
 
+from .accountants import (
+    DEFAULT_ACCOUNTANT,
+    Accountant,
+    Release,
+    available_accountants,
+    compose,
+    create_accountant,
+    get_accountant_class,
+    register_accountant,
+    release_of,
+    slot_releases,
+)
 from .base import (
     Mechanism,
     PrivacyLoss,
@@ -29,6 +41,16 @@ from .subspace import check_basis, class_subspace, project_slots
 from .transforms import k_pool, l2_normalize, n_slots
 
 __all__ = [
+    "Accountant",
+    "Release",
+    "DEFAULT_ACCOUNTANT",
+    "available_accountants",
+    "compose",
+    "create_accountant",
+    "get_accountant_class",
+    "register_accountant",
+    "release_of",
+    "slot_releases",
     "Mechanism",
     "PrivacyLoss",
     "available_mechanisms",

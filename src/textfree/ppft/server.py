@@ -162,7 +162,8 @@ class ServerModel(torch.nn.Module):
         model.to(device)
         proj = Projection.load(run / PROJECTION_DIR, device=device)
         proj.requires_grad_(trainable)
-        return cls(proj, model, tokenizer, config, {**ref, "name_or_path": location})
+        # eval unless loaded for training: a served model must never run with dropout
+        return cls(proj, model, tokenizer, config, {**ref, "name_or_path": location}).train(trainable)
 
     def save(self, run_dir: str | os.PathLike) -> Path:
         """Write projection/, adapter/, decoder_ref.json and textfree_config.json. The base decoder is not copied,

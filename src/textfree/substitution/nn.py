@@ -8,11 +8,15 @@ Exact search. Two backends find a short list of ``k + rerank`` candidates per qu
   removes its rounding error, which would grow with the noise (``||q||`` is large when eta is small).
 * ``"faiss"``: exhaustive ``faiss.IndexFlatIP`` over rows augmented to ``[t, ||t||^2]`` and queries ``[2q, -1]``,
   whose inner product is minus the same score (the same work as ``IndexFlatL2``, without the ``||q||^2`` term).
-* ``"bf16"``: torch, a bfloat16 matmul against a bfloat16 copy of the table (Intel AMX runs it several times
-  faster than the float32 one), short list of ``k + BF16_SHORTLIST`` rows, certified with the bfloat16 error
-  bound (:func:`bf16_score_error`); queries it cannot certify go through the float32 path below.
-* ``"auto"`` (default): ``"bf16"`` where the CPU has AMX-BF16 (:func:`amx_bf16_available`); elsewhere, per call,
-  faiss for large batches and matmul for small ones (:data:`AUTO_FAISS_MIN_QUERIES`, with the measurement behind it).
+* ``"bf16"``: torch, a bfloat16 matmul against a bfloat16 copy of the table (Intel AMX, or the AVX512-BF16 dot
+  product instructions, run it several times faster than the float32 one), short list of ``k + BF16_SHORTLIST``
+  rows, certified with the bfloat16 error bound (:func:`bf16_score_error`); queries it cannot certify go through
+  the float32 path below.
+* ``"auto"`` (default): ``"bf16"`` where the CPU multiplies bfloat16 natively (:func:`bf16_native`: AMX-BF16 or
+  AVX512-BF16 in the CPU's flags, and torch's oneDNN to use them); elsewhere, per call, faiss for large batches and
+  matmul for small ones (:data:`AUTO_FAISS_MIN_QUERIES`, with the measurement behind it). :func:`choose_backend` is
+  that decision as a plain function of the measured capabilities. The backend changes the speed only, never a
+  result: every exact backend returns the exact nearest neighbours.
 
 Then both re-rank the short list in float64 and *certify* it: every float32 score is within a proven bound E
 (:func:`textfree.substitution.distances.gamma`) of the real one, so a row outside the list cannot beat the
@@ -71,6 +75,10 @@ __all__ = [
     "resolve_backend",
     "faiss_available",
     "amx_bf16_available",
+    "bf16_native",
+    "choose_backend",
+    "cpu_flags",
+    "BF16_NATIVE_FLAGS",
     "int8_native",
     "bf16_score_error",
     "BF16_SHORTLIST",
@@ -108,14 +116,50 @@ BF16_SHORTLIST = 15
 BF16_UNIT_ROUNDOFF = 2.0**-8
 
 
-@functools.lru_cache(maxsize=1)
-def amx_bf16_available() -> bool:
-    """True where torch reports AMX-BF16 on this CPU (Intel Sapphire Rapids and later): ``backend="auto"`` then uses
-    the bfloat16 pass. False where the build or the CPU cannot tell."""
+#: CPU flags under which torch's bfloat16 matmul runs on native instructions (through oneDNN): Intel AMX's tile
+#: unit, or the AVX512-BF16 dot products (Intel Cooper Lake and later, AMD Zen 4 and later). Without either, the
+#: bfloat16 product is emulated and far slower than float32 (14x on an AVX2-only AMD EPYC, docs/benchmarks.md).
+BF16_NATIVE_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})
+
+
+def _cpuinfo_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The ``flags`` of the first CPU in Linux's cpuinfo (empty where there is none)."""
     try:
-        return bool(torch._C._cpu._get_cpu_capability().get("amx_bf16", False))
+        with open(path, encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """This CPU's capability flags, once per process: those torch reports true
+    (``torch._C._cpu._get_cpu_capability()``: amx_bf16, avx512_bf16, avx512_vnni, ...), with Linux's cpuinfo flags
+    where torch cannot tell (an older build); empty where neither can."""
+    flags: set[str] = set()
+    try:
+        flags |= {name for name, value in torch._C._cpu._get_cpu_capability().items() if value is True}
     except (AttributeError, RuntimeError):
-        return False
+        pass
+    if not flags & BF16_NATIVE_FLAGS:
+        flags |= _cpuinfo_flags()
+    return frozenset(flags)
+
+
+def amx_bf16_available() -> bool:
+    """True where this CPU has AMX-BF16 (Intel Sapphire Rapids and later). False where the build or the CPU cannot
+    tell. ``backend="auto"`` asks :func:`bf16_native`, which also counts AVX512-BF16."""
+    return "amx_bf16" in cpu_flags()
+
+
+@functools.lru_cache(maxsize=1)
+def bf16_native() -> bool:
+    """Whether torch's bfloat16 matmul runs natively here: AMX-BF16 or AVX512-BF16 among :func:`cpu_flags`, and
+    torch's oneDNN (mkldnn), which carries those kernels, available. Measured once per process (cached)."""
+    return bool(cpu_flags() & BF16_NATIVE_FLAGS) and torch.backends.mkldnn.is_available()
 
 
 def int8_native() -> bool:
@@ -161,13 +205,30 @@ AUTO_FAISS_MIN_QUERIES = 400
 SINGLE_PASS_MAX_QUERIES = AUTO_FAISS_MIN_QUERIES
 
 
+def choose_backend(n_queries: int, *, bf16: bool, faiss: bool) -> str:
+    """What ``backend="auto"`` runs for a batch of ``n_queries`` queries, given the measured capabilities: ``bf16``,
+    whether bfloat16 products run natively (:func:`bf16_native`); ``faiss``, whether faiss is installed.
+
+    * native bfloat16: "bf16" at every batch size. Measured with benchmarks/bench_nn_search.py (``--threads 1
+      --repeats 7``) on a 2-core AMD EPYC with AVX512-BF16 and no AMX, torch 2.13, load average 5-6.6 from other
+      jobs, L2-Laplace queries at eta 100, no wrong neighbour anywhere: on MiniLM's 30,522 x 384 table the bf16
+      search took 0.65 of faiss IndexFlatL2's time and 0.44 of the float32 matmul search's at 1000 queries, 0.11
+      and 0.46 at 100 queries; on a random 30,522 x 768 table 0.39 and 0.30 at 1000, 0.07 and 0.30 at 100. On an
+      Intel CPU with AMX 0.55-0.70 of faiss's at 1000 queries (docs/benchmarks.md). Without either, bfloat16 is
+      emulated, 14x slower than float32;
+    * otherwise "faiss" from :data:`AUTO_FAISS_MIN_QUERIES` queries on where faiss is installed, else "matmul".
+    """
+    if bf16:
+        return "bf16"
+    return "faiss" if n_queries >= AUTO_FAISS_MIN_QUERIES and faiss else "matmul"
+
+
 def resolve_backend(backend: str, n_queries: int) -> str:
-    """The backend that serves a batch of ``n_queries`` queries: "matmul" or "faiss"."""
+    """The backend that serves a batch of ``n_queries`` queries: ``backend`` itself, or for "auto" the choice of
+    :func:`choose_backend` on this machine's capabilities ("bf16", "faiss" or "matmul")."""
     if backend != "auto":
         return backend
-    if amx_bf16_available():
-        return "bf16"
-    return "faiss" if n_queries >= AUTO_FAISS_MIN_QUERIES and faiss_available() else "matmul"
+    return choose_backend(n_queries, bf16=bf16_native(), faiss=faiss_available())
 
 
 class NearestNeighbors:
