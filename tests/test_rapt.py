@@ -116,6 +116,9 @@ def test_batch_points_at_the_plain_tokens(tiny_encoder_dir, mechanism):
         ids = batch["input_ids"][i, batch["plain_positions"][i]].tolist()
         assert tok.convert_ids_to_tokens(ids) == list(ex.plain)
         assert batch["plain_targets"][i].tolist() == plain.targets(ex.sequence)
+    # the task head's mean runs over the input's own tokens: not [CLS]/[SEP], not the plain tokens
+    own = [tok.convert_ids_to_tokens(batch["input_ids"][i, batch["input_mask"][i]].tolist()) for i in range(2)]
+    assert own == [["a", "fine", "film"], ["terrible"]]
     short = encode_examples(tok, examples, plain, max_length=3)  # [CLS] house [SEP]: two plain words cut off
     assert short["plain_targets"][0].tolist() == [0, -100, -100]
     with pytest.raises(ValueError, match="disagree"):
@@ -160,15 +163,21 @@ def test_every_method_trains_with_the_head_and_serves_without_it(method, tiny_en
     assert summary["steps"] == 10 and summary["n_train"] == 40 and 0 <= summary["acc"] <= 1
     model = summary["model"]
     trained = {n for n, p in model.named_parameters() if p.requires_grad}
-    assert any(n.startswith("head.") for n in trained)
+    assert any(n.startswith("head.") for n in trained) and any(n.startswith("task_head.") for n in trained)
     if method != "full":  # a PEFT method trains its adapter (and the classifier), not the encoder's own weights
         assert not any("attention.self.query.weight" in n and "lora" not in n for n in trained)
     run = tmp_path / method
     assert (run / ("model" if method == "full" else "adapter")).is_dir() and (run / "plain_tokens.json").is_file()
     saved = " ".join(p.name for p in run.rglob("*") if p.is_file() and "checkpoints" not in p.parts)
     served, tok, plain, config = load_classifier(run)
-    assert served.head is None and "head" not in saved
+    assert served.head is None and "reconstruction" not in saved
     assert not any(n.startswith("head.") for n, _ in served.named_parameters())
+    from safetensors import safe_open
+
+    assert sorted(safe_open(str(run / "task_head.safetensors"), "pt").keys()) == ["bias", "weight"]
+    for file in run.rglob("*.safetensors"):
+        if "checkpoints" not in file.parts:  # no tensor of the reconstruction head (up / down) is served
+            assert not [k for k in safe_open(str(file), "pt").keys() if k.split(".")[-2:-1] in (["up"], ["down"])], file
     examples = privatize_examples(data.test_texts, data.test_labels, build_mechanism(str(tiny_encoder_dir), 50.0,
                                   "default"), plain, generator=gen(9))  # fmt: skip
     batch = encode_examples(tok, examples, plain, max_length=cfg.max_length)

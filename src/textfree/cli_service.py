@@ -71,6 +71,7 @@ def _id_systems(values: Optional[list[str]]) -> dict[str, str]:
 def _register_builtin_systems() -> None:
     """Import the modules that register the built-in served systems with the server (the one list of them)."""
     import textfree.ppft.service  # noqa: F401  (registers "ppft")
+    import textfree.rapt.service  # noqa: F401  (registers "rapt")
 
 
 def _server_help(name: str) -> str:
@@ -84,7 +85,8 @@ def serve(
     model: Optional[list[str]] = typer.Option(
         None,
         "--model",
-        help="ID=RUN_DIR: a PPFT run served at /v1/generate (repeatable). Only its server part is loaded.",
+        help="ID=RUN_DIR: a PPFT run served at /v1/generate (only its server part is loaded), or a RAPT run served "
+        "at /v1/classify; the run's system is detected from its files (repeatable).",
     ),
     embed_model: Optional[list[str]] = typer.Option(
         None,
@@ -119,6 +121,8 @@ def serve(
     ),
     max_body_bytes: Optional[int] = typer.Option(None, help=_server_help("max_body_bytes")),
     max_batch_rows: Optional[int] = typer.Option(None, help=_server_help("max_batch_rows")),
+    max_classify_examples: Optional[int] = typer.Option(None, help=_server_help("max_classify_examples")),
+    max_classify_words: Optional[int] = typer.Option(None, help=_server_help("max_classify_words")),
     max_new_tokens: Optional[int] = typer.Option(None, help=_server_help("max_new_tokens")),
     rate_limit: Optional[int] = typer.Option(None, "--rate-limit", help=_server_help("rate_limit_per_minute")),
     batch_wait_ms: Optional[float] = typer.Option(None, help=_server_help("batch_wait_ms")),
@@ -149,6 +153,8 @@ def serve(
         "backend": backend,
         "max_body_bytes": max_body_bytes,
         "max_batch_rows": max_batch_rows,
+        "max_classify_examples": max_classify_examples,
+        "max_classify_words": max_classify_words,
         "max_new_tokens": max_new_tokens,
         "rate_limit_per_minute": rate_limit,
         "batch_wait_ms": batch_wait_ms,
@@ -242,9 +248,22 @@ def _server_app(
     return config, application
 
 
+ASK_SYSTEMS = ("ppft", "rapt")
+
+
 @app.command()
 def ask(
-    prompt: str = typer.Argument(..., help="The PRIVATE prompt: privatized on this machine; only the payload is sent."),
+    prompt: str = typer.Argument(
+        ...,
+        help="The PRIVATE prompt: privatized on this machine; only the payload (ppft) or the privatized text (rapt) is "
+        "sent.",
+    ),
+    system: str = typer.Option(
+        "ppft",
+        "--system",
+        help="ppft: a generate model (payload); rapt: a classify model (the text is privatized here with T2T / PCT2T, "
+        "and the label is printed).",
+    ),
     url: str = typer.Option("http://127.0.0.1:8000", "--url", envvar="TEXTFREE_URL", help="The server's base URL."),
     model: str = typer.Option(..., "--model", help="The model id (GET /v1/models)."),
     api_key: Optional[str] = typer.Option(
@@ -283,11 +302,52 @@ def ask(
     max_epsilon: Optional[float] = typer.Option(
         None, "--max-epsilon", envvar="TEXTFREE_MAX_EPSILON", help=MAX_EPSILON_HELP
     ),
+    eta: Optional[float] = typer.Option(
+        None, "--eta", help="--system rapt: the T2T / PCT2T eta (default: the eta the model was trained at)."
+    ),
+    pos: Optional[str] = typer.Option(
+        None,
+        "--pos",
+        help="--system rapt: the categories to privatize ('noun,verb,pron,adp', 'all'; default: the model's). Words "
+        "outside them are sent in clear.",
+    ),
+    pair: Optional[str] = typer.Option(
+        None, "--pair", help="--system rapt: the second sentence of a sentence-pair example (also privatized here)."
+    ),
+    cache_dir: Optional[Path] = typer.Option(
+        None,
+        "--cache-dir",
+        help="--system rapt: where downloaded plain tokens are kept (default: $TEXTFREE_DENOISER_CACHE, else "
+        "~/.cache/textfree/denoisers).",
+    ),
 ) -> None:
-    """Privatize PROMPT locally and ask a textfree server; prints the answer (privacy loss on stderr)."""
+    """Privatize PROMPT locally and ask a textfree server; prints the answer (privacy loss on stderr).
+
+    With --system rapt the model classifies: PROMPT is privatized here with T2T / PCT2T and the label is printed."""
     _quiet_transformers()
     if not prompt.strip():
         _fail("the prompt is empty")
+    if system not in ASK_SYSTEMS:
+        _fail(f"--system must be one of {', '.join(ASK_SYSTEMS)}, got {system!r}")
+    if system == "rapt":
+        given = {
+            "--public": public,
+            "--epsilon": epsilon,
+            "--k": k,
+            "--max-new-tokens": max_new_tokens,
+            "--adapter": adapter,
+            "--temperature": temperature,
+            "--top-p": top_p,
+            "--sampling-seed": sampling_seed,
+            "--no-noise": no_noise or None,
+        }
+        client_args = {"url": url, "api_key": api_key, "timeout": timeout, "retries": retries, "encoder": encoder}
+        client_args |= {"max_epsilon": max_epsilon, "cache_dir": cache_dir}
+        _ask_rapt(prompt, pair, model=model, eta=eta, pos=pos, seed=seed, client_args=client_args, other=given)
+        return
+    for flag, value in (("--eta", eta), ("--pos", pos), ("--pair", pair), ("--cache-dir", cache_dir)):
+        if value is not None:
+            _fail(f"{flag} is for --system rapt" + (" (ppft takes --epsilon)" if flag == "--eta" else ""))
     _check_client_flags(epsilon, timeout, retries, k, max_epsilon)
     try:
         from textfree.client import Client, ClientError, ModelMismatchError
@@ -321,6 +381,60 @@ def ask(
         f"privacy: worst-case loss {_fmt_eps(result.privacy.epsilon)} ({result.privacy.notion}) for this prompt; "
         f"{result.payload_bytes} payload bytes sent",
         highlight=False,
+    )
+
+
+def _ask_rapt(
+    prompt: str,
+    pair: Optional[str],
+    *,
+    model: str,
+    eta: Optional[float],
+    pos: Optional[str],
+    seed: Optional[int],
+    client_args: dict,
+    other: dict,
+) -> None:
+    """``textfree ask --system rapt``: privatize PROMPT (and --pair) here, print the label; the class probabilities,
+    the text sent and the privacy spent go to stderr."""
+    for flag, value in other.items():
+        if value is not None:
+            _fail(f"{flag} is not for --system rapt" + (" (it takes --eta)" if flag == "--epsilon" else ""))
+    if eta is not None and not (math.isfinite(eta) and eta > 0):
+        _fail(f"--eta must be a number > 0, got {eta}")
+    if pair is not None and not pair.strip():
+        _fail("--pair is empty")
+    _check_client_flags(None, client_args["timeout"], client_args["retries"], max_epsilon=client_args["max_epsilon"])
+    try:
+        from textfree.client import Client, ClientError, ModelMismatchError
+        from textfree.encoders import EncoderLoadError
+    except ImportError as exc:
+        _fail(f'textfree ask needs the server extra (pip install "textfree[server]"): {exc}')
+    example = prompt if pair is None else [(prompt, pair)]
+    try:
+        url = client_args.pop("url")
+        with Client(url, **client_args) as client:
+            result = client.classify(example, model=model, eta=eta, pos=pos, seed=seed)
+    except EncoderLoadError as exc:
+        _fail(f"--encoder: {exc}")
+    except ValueError as exc:
+        flag = "--pos" if str(exc).startswith("pos ") else "--eta" if str(exc).startswith("eta ") else None
+        _fail(f"{flag}: {exc}" if flag else str(exc), code=2 if flag else 1)
+    except (ClientError, ModelMismatchError) as exc:
+        _fail(str(exc), code=1)
+    typer.echo(result.labels[0])
+    sent = result.examples[0]
+    categories = "every word (T2T)" if result.pos_categories is None else ", ".join(result.pos_categories)
+    err.print(
+        f"probabilities: {', '.join(f'{p:.4f}' for p in result.probabilities[0])}\n"
+        f"sent: {' | '.join(sent['parts'])}"
+        + (f" (plain tokens: {' '.join(sent['plain'])})" if sent["plain"] else "")
+        + f"\nprivacy: {result.words_privatized[0]} word(s) privatized at eta {result.eta:g} ({categories}); "
+        f"worst-case loss {_fmt_eps(result.privacy.epsilon)} ({result.privacy.notion}); {result.bytes_sent} bytes "
+        "sent",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
     )
 
 

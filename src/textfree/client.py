@@ -14,6 +14,11 @@ Idempotent calls are retried with exponential backoff on connection errors, 5xx 
 honoured). A retried ``generate`` resends the SAME payload: no fresh noise, so no extra privacy cost. Uploads and job
 submissions carry an ``Idempotency-Key``, so their retries never store a dataset or start a job twice.
 
+``classify(texts, model=..., eta=..., pos=...)`` is RAPT's client: it privatizes every example HERE with T2T / PCT2T
+over its own copy of the card's encoder word table (checked against the card's sha256), prepends the model's public
+plain tokens (downloaded once into the same cache, checked against the card's sha256), and sends only the privatized
+text; words outside PCT2T's categories are sent unchanged, by PCT2T's design (``pos="all"`` privatizes every word).
+
 ``embed(..., denoise=True)`` is Split-N-Denoise's client: it keeps the clean token embeddings X, the noisy ones X~
 and the noise Z = X~ - X in memory only, sends only the payload (X~), and denoises the server's e_n with the
 model's public denoiser, downloaded once into a cache (``cache_dir=``, else ``$TEXTFREE_DENOISER_CACHE``, else
@@ -22,7 +27,9 @@ model's public denoiser, downloaded once into a cache (``cache_dir=``, else ``$T
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import math
 import os
 import random
@@ -33,7 +40,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 from urllib.parse import quote
 
-__all__ = ["Client", "ClientError", "ServerError", "ModelMismatchError", "GenerateResult", "EmbedResult"]
+__all__ = [
+    "Client",
+    "ClientError",
+    "ServerError",
+    "ModelMismatchError",
+    "GenerateResult",
+    "EmbedResult",
+    "ClassifyResult",
+]
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 JOB_TERMINAL = ("succeeded", "failed", "cancelled")
@@ -42,6 +57,9 @@ MAX_RETRY_AFTER_S = 30.0
 DENOISER_CACHE_ENV = "TEXTFREE_DENOISER_CACHE"
 #: The largest denoiser file the client downloads (whatever a card says).
 MAX_DENOISER_BYTES = 512 * 1024 * 1024
+#: The largest plain-token file (RAPT) the client downloads (whatever a card says).
+MAX_PLAIN_TOKENS_BYTES = 64 * 1024 * 1024
+PLAIN_TOKENS_FORMAT = "textfree-rapt-plain-tokens"
 
 
 class ClientError(RuntimeError):
@@ -85,6 +103,24 @@ class EmbedResult:
     denoiser_sha256: str | None = None
 
 
+@dataclass
+class ClassifyResult:
+    """Labels of examples privatized here (RAPT). ``examples``: exactly what was sent, one ``{"parts", "plain",
+    "sequence"}`` per example (the privatized text); ``words_privatized``: each example's own words that went through
+    the mechanism; ``privacy``: the worst-case loss of one example (words x eta x D_max, metric privacy)."""
+
+    model: str
+    labels: list[int]
+    probabilities: list[list[float]]
+    usage: dict[str, Any]
+    examples: list[dict[str, Any]]
+    words_privatized: list[int]
+    eta: float
+    pos_categories: list[str] | None
+    privacy: Any
+    bytes_sent: int
+
+
 def _httpx():
     try:
         import httpx
@@ -103,8 +139,9 @@ class Client:
     max_epsilon: the largest noise epsilon this client releases at (default ``$TEXTFREE_MAX_EPSILON``, else no cap):
     without an explicit epsilon the server's model card picks it, so a cap keeps a careless or hostile card from
     choosing a weak one; a release above the cap (or a clean one) is refused before anything is sent.
-    cache_dir: where downloaded denoisers are kept, one ``<sha256>.safetensors`` each (default
-    ``$TEXTFREE_DENOISER_CACHE``, else ``$XDG_CACHE_HOME/textfree/denoisers``, else ``~/.cache/textfree/denoisers``).
+    cache_dir: where downloaded public files are kept: denoisers (SnD), one ``<sha256>.safetensors`` each, and plain
+    tokens (RAPT), one ``<sha256>.plain_tokens.json`` each (default ``$TEXTFREE_DENOISER_CACHE``, else
+    ``$XDG_CACHE_HOME/textfree/denoisers``, else ``~/.cache/textfree/denoisers``).
     """
 
     def __init__(
@@ -146,6 +183,7 @@ class Client:
         self._cards: dict[str, dict] = {}
         self.cache_dir = _cache_dir(cache_dir)
         self._denoisers: dict[str, Any] = {}  # sha256 -> Denoiser, each checked when it was loaded
+        self._plain: dict[str, list[list[str]]] = {}  # sha256 -> plain-token sequences, each checked when loaded
 
     def close(self) -> None:
         if self._own_http:
@@ -259,6 +297,11 @@ class Client:
 
         card = self._cards.get(model) or self.model_card(model)
         task = card.get("task")
+        if task == "classify":
+            raise ModelMismatchError(
+                f"model {model!r} classifies privatized text (system {card.get('system')!r}): use classify() "
+                "(textfree ask --system rapt), not a payload"
+            )
         if task not in ("generate", "embed"):
             raise ModelMismatchError(f"model {model!r} has task {task!r}; this client knows generate and embed")
         _check_card(card, model)
@@ -497,6 +540,133 @@ class Client:
         self._denoisers[sha] = loaded
         return loaded
 
+    # ------------------------------------------------------------------ RAPT: text privatized here
+    def classify(
+        self,
+        texts: str | Sequence[str] | Sequence[Sequence[str]],
+        *,
+        model: str,
+        eta: float | None = None,
+        pos: str | None = None,
+        seed: int | None = None,
+    ) -> ClassifyResult:
+        """Privatize ``texts`` locally (RAPT: T2T / PCT2T at ``eta``, the model's plain tokens prepended and
+        privatized with each example), send only the privatized text, return the labels.
+
+        ``texts``: one text, a list of texts, or (a sentence-pair model, the card's ``sentences`` 2) a list of
+        pairs. ``eta`` defaults to the eta the model was trained at (a model trained on clear text has none: pass
+        one); ``max_epsilon`` caps it. ``pos`` (``"noun,verb"``, ``"all"``, ...) defaults to the card's categories
+        and may only add to them: words outside the categories are sent unchanged, so fewer categories than the
+        model's would send in clear words it was trained on privatized. ``seed`` makes the noise reproducible
+        (experiments only: NOT private); otherwise it comes from OS entropy. Everything is checked, the word table
+        and plain tokens loaded and the text privatized before anything is sent."""
+        card = self._cards.get(model) or self.model_card(model)
+        examples = _classify_examples(texts, card, model)
+        rate = self._rapt_eta(card, model, eta)
+        categories = _rapt_categories(card, model, pos)
+        mechanism = self._rapt_mechanism(card, model, categories).with_eta(rate)
+        sequences = self.plain_tokens(model)
+        from .rng import secure_generator, seeded_generator
+
+        generator = secure_generator() if seed is None else seeded_generator(seed)
+        sent, counts = _rapt_privatize(examples, mechanism, sequences, generator)
+        del texts, examples  # from here on only the privatized text exists
+        body = json.dumps({"model": model, "examples": sent}).encode("utf-8")
+        reply = self._request("POST", "/v1/classify", content=body, headers={"Content-Type": "application/json"})
+        labels = _reply_rows(reply, "labels", len(sent), "/v1/classify", int)
+        probabilities = _reply_rows(reply, "probabilities", len(sent), "/v1/classify", list)
+        return ClassifyResult(
+            reply["model"],
+            labels,
+            probabilities,
+            reply.get("usage", {}),
+            sent,
+            counts,
+            rate,
+            None if categories is None else list(categories),
+            mechanism.privacy_loss(max(counts)),
+            len(body),
+        )
+
+    def _rapt_eta(self, card: dict, model: str, eta: float | None) -> float:
+        """The eta to privatize at: the caller's, else the card's; refused above ``max_epsilon``."""
+        rate = eta if eta is not None else card.get("eta")
+        if rate is None:
+            raise ModelMismatchError(
+                f"model {model!r} was trained without privatization, so there is no default eta: pass eta=..."
+            )
+        if not _positive_number(rate):
+            raise ValueError(f"eta must be a finite number > 0, got {rate!r}")
+        if self.max_epsilon is not None and rate > self.max_epsilon:
+            chosen = f"eta {rate:g}" + ("" if eta is not None else " (the model card's)")
+            raise ClientError(
+                f"refused: {chosen} is above this client's max_epsilon {self.max_epsilon:g}; nothing was sent"
+            )
+        return float(rate)
+
+    def _rapt_mechanism(self, card: dict, model: str, categories: tuple[str, ...] | None):
+        """T2T / PCT2T (eta 1) over this client's copy of the card's encoder word table (``encoder=``, else the
+        card's ``encoder_id``): its weights' sha256 must be the card's (:class:`ModelMismatchError`)."""
+        from .encoders.loading import resolve_encoder_path, weights_sha256
+
+        source = self.encoder_path if self.encoder_path is not None else card.get("encoder_id")
+        if not source:
+            raise ClientError(f"model {model!r}'s card names no encoder: pass encoder=<its encoder's directory>")
+        resolved = resolve_encoder_path(os.fspath(source))
+        want = card.get("encoder_sha256")
+        if want is not None:
+            got = weights_sha256(resolved)
+            if got != want:
+                raise ModelMismatchError(
+                    f"the local encoder ({str(got)[:12]}...) is not the one model {model!r} was trained with "
+                    f"({card.get('encoder_id')}, sha256 {str(want)[:12]}...): its word table would privatize "
+                    "differently; pass encoder=<that encoder's directory>"
+                )
+        return _word_mechanism(resolved, want, categories)
+
+    def plain_tokens(self, model: str) -> list[list[str]] | None:
+        """The public plain-token sequences of classify model ``model`` (None: it has none): from this client's
+        memory, else the cache (``cache_dir/<sha256>.plain_tokens.json``), else downloaded once from
+        ``GET /v1/models/{id}/plain_tokens`` and cached. Their sha256 is checked against the card's on every load: a
+        damaged or mismatched file is a :class:`ClientError`, removed from the cache and never used."""
+        from .atomic import atomic_write_bytes
+
+        card = self._cards.get(model) or self.model_card(model)
+        entry = _plain_entry(card, model)
+        if entry is None:
+            return None
+        sha = entry["sha256"]
+        if sha in self._plain:
+            return self._plain[sha]
+        path = self.cache_dir / f"{sha}.plain_tokens.json"
+        cached = path.is_file()
+        if cached:
+            source = f"the cached plain tokens {str(path)!r}"
+            data = path.read_bytes()
+        else:
+            source = f"the plain tokens the server sent for model {model!r}"
+            data = self._download(f"/v1/models/{quote(model, safe='')}/plain_tokens", limit=entry["bytes"])
+        got = hashlib.sha256(data).hexdigest()
+        if got != sha:
+            if cached:
+                path.unlink(missing_ok=True)
+                raise ClientError(
+                    f"{source} of model {model!r} have sha256 {got[:16]}..., not the card's {sha[:16]}...: damaged, "
+                    "removed from the cache and not used (call again to download them afresh)"
+                )
+            raise ClientError(
+                f"{source} have sha256 {got[:16]}..., not the card's {sha[:16]}...: refused, not cached, not used"
+            )
+        try:
+            sequences = _plain_sequences(data, entry)
+        except ValueError as exc:
+            path.unlink(missing_ok=True)
+            raise ClientError(f"{source} cannot be used: {exc}; not used") from None
+        if not cached:
+            atomic_write_bytes(path, data)
+        self._plain[sha] = sequences
+        return sequences
+
     # ------------------------------------------------------------------ datasets and fine-tuning jobs
     def upload_dataset(
         self,
@@ -622,6 +792,130 @@ def _denoiser_entry(card: dict, model: str) -> dict:
     if lo > hi:
         raise ClientError(f"model {model!r}'s card: the denoiser's eta_min {lo} is above its eta_max {hi}")
     return entry
+
+
+@functools.lru_cache(maxsize=4)
+def _word_mechanism(encoder: str, sha256: str | None, categories: tuple[str, ...] | None):
+    """T2T / PCT2T at eta 1 over ``encoder``'s word table (its table and the tags of its words are costly: built once
+    per process and (encoder, weights, categories); ``with_eta`` shares them)."""
+    from .substitution.cli_support import build_t2t
+
+    return build_t2t(table=encoder, eta=1.0, pos=None if categories is None else ",".join(categories))
+
+
+def _classify_examples(texts: Any, card: dict, model: str) -> list[tuple[str, ...]]:
+    """``texts`` as examples of the card's number of sentences (ValueError naming the problem)."""
+    if card.get("task") != "classify":
+        raise ModelMismatchError(f"model {model!r} serves {card.get('task')!r}, not classify")
+    n = card.get("sentences")
+    if n not in (1, 2):
+        raise ClientError(f"model {model!r}'s card: 'sentences' is {n!r}, not 1 or 2")
+    items = [texts] if isinstance(texts, str) else list(texts)
+    examples = [(t,) if isinstance(t, str) else tuple(t) for t in items]
+    if not examples:
+        raise ValueError("give at least one text to classify")
+    for i, ex in enumerate(examples):
+        if len(ex) != n or not all(isinstance(p, str) and p.strip() for p in ex):
+            raise ValueError(
+                f"text {i}: model {model!r} takes {'one non-empty text' if n == 1 else 'pairs of non-empty texts'} "
+                "per example"
+            )
+    return examples
+
+
+def _rapt_categories(card: dict, model: str, pos: str | None) -> tuple[str, ...] | None:
+    """The categories to privatize: ``pos`` (parsed), else the card's; None: plain T2T (every word). ``pos`` may add
+    categories, never drop one of the card's (a ValueError: those words would be sent in clear)."""
+    want = card.get("pos_categories")
+    if want is not None and not (isinstance(want, list) and all(isinstance(c, str) and c for c in want)):
+        raise ClientError(f"model {model!r}'s card: 'pos_categories' is {want!r}, not a list of categories")
+    if pos is None:
+        return None if want is None else tuple(want)
+    from .substitution.cli_support import parse_pos
+    from .substitution.pos import UNIVERSAL_TAGS
+
+    chosen = parse_pos(pos)
+    if chosen is None:
+        raise ValueError(f"pos {pos!r} names no category (e.g. 'noun,verb' or 'all')")
+    unknown = sorted(set(chosen) - set(UNIVERSAL_TAGS))
+    if unknown:
+        raise ValueError(f"pos {pos!r}: unknown categories {unknown} (known: {', '.join(UNIVERSAL_TAGS)}, or 'all')")
+    dropped = ["every category (T2T)"] if want is None else sorted(set(want) - set(chosen))
+    if dropped:
+        raise ValueError(
+            f"pos {pos!r} privatizes fewer words than model {model!r} was trained on (it privatizes "
+            f"{', '.join(dropped)}): the words left out would be sent in clear; add them, or pos='all'"
+        )
+    return tuple(chosen)
+
+
+def _plain_entry(card: dict, model: str) -> dict | None:
+    """The card's ``plain_tokens`` entry, checked (None: the model takes no plain tokens)."""
+    entry = card.get("plain_tokens")
+    if entry is None:
+        return None
+    if not isinstance(entry, dict):
+        raise ClientError(f"model {model!r}'s card: 'plain_tokens' is {entry!r}, not an object")
+    sha, size = entry.get("sha256"), entry.get("bytes")
+    if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+        raise ClientError(f"model {model!r}'s card: the plain tokens' sha256 {sha!r} is not 64 hex digits")
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 < size <= MAX_PLAIN_TOKENS_BYTES:
+        raise ClientError(
+            f"model {model!r}'s card: the plain tokens' size {size!r} is not a byte count in [1, "
+            f"{MAX_PLAIN_TOKENS_BYTES}]"
+        )
+    for name in ("length", "sequences"):
+        value = entry.get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ClientError(f"model {model!r}'s card: the plain tokens' {name!r} is {value!r}, not a count >= 1")
+    return entry
+
+
+def _plain_sequences(data: bytes, entry: dict) -> list[list[str]]:
+    """The plain-token sequences of a plain-token file (ValueError when it is not one, or not the card's shape)."""
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise ValueError("not a JSON file") from None
+    if not isinstance(obj, dict) or obj.get("format") != PLAIN_TOKENS_FORMAT:
+        raise ValueError(f"not a {PLAIN_TOKENS_FORMAT} file")
+    sequences = obj.get("sequences")
+    if not isinstance(sequences, list) or len(sequences) != entry["sequences"]:
+        raise ValueError(f"it does not hold the card's {entry['sequences']} sequence(s)")
+    for seq in sequences:
+        if not isinstance(seq, list) or len(seq) != entry["length"]:
+            raise ValueError(f"a sequence is not {entry['length']} words long, as the card says")
+        if not all(isinstance(w, str) and w and not any(c.isspace() for c in w) for w in seq):
+            raise ValueError("a plain token is not one non-empty word")
+    return [list(seq) for seq in sequences]
+
+
+def _rapt_privatize(
+    examples: list[tuple[str, ...]], mechanism, sequences: list[list[str]] | None, generator
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """(what is sent, each example's privatized words): every example's sentence(s) and a plain-token sequence
+    drawn for it, privatized in one mechanism call, exactly as :func:`textfree.rapt.client.privatize_examples`
+    does (``tests/test_rapt_service.py`` checks the two agree)."""
+    import torch
+
+    width = len(examples[0])
+    picks = (
+        [None] * len(examples)
+        if sequences is None
+        else torch.randint(len(sequences), (len(examples),), generator=generator).tolist()
+    )
+    texts = [s for e in examples for s in e]
+    plain_texts = [] if sequences is None else [" ".join(sequences[k]) for k in picks]
+    result = mechanism.privatize_detailed(texts + plain_texts, generator=generator)
+    out_texts, out_plain = result.texts[: len(texts)], result.output_words[len(texts) :]
+    per_text = result.substituted_per_text[: len(texts)]
+    sent, counts = [], []
+    for i in range(len(examples)):
+        span = slice(i * width, (i + 1) * width)
+        plain = None if sequences is None else list(out_plain[i])
+        sent.append({"parts": list(out_texts[span]), "plain": plain, "sequence": picks[i]})
+        counts.append(int(sum(per_text[span])))
+    return sent, counts
 
 
 def _positive_number(value: Any) -> bool:

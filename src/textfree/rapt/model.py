@@ -1,12 +1,17 @@
-"""RAPT's server side for classification: a (PEFT-wrapped) sequence classifier trained on privatized text with the
-privatized-token reconstruction loss (Li et al., section III-B2, eq. 3-5).
+"""RAPT's server side for classification: a (PEFT-wrapped) encoder with the paper's task head, trained on privatized
+text with the privatized-token reconstruction loss (Li et al., section III-B2, eq. 4-8).
 
 :func:`encode_examples` turns :class:`~.client.PrivatizedExample` rows into a batch: the privatized plain tokens
 prepended to the first sentence (``[CLS] k^_1 .. k^_m w^_1 .. [SEP] (second sentence [SEP])``), the position of each
-plain word's first sub-token, and the plain tokens' indices in the reconstruction vocabulary (the targets).
-:class:`RaptClassifier` adds ``rec_weight`` x the head's loss to the task loss; the head reads the last hidden states
-at the plain tokens' positions (shifted past the virtual tokens of prompt tuning, which come first). At inference the
-head is not used; :func:`save_classifier` never writes it, so a served model has none.
+plain word's first sub-token, the plain tokens' indices in the reconstruction vocabulary (the targets), and the mask
+of the input's own tokens (neither special nor plain).
+
+:class:`RaptClassifier` (eq. 7-8): the task head is a linear layer over the MEAN of the last hidden states at the
+input's own positions (the paper's ``q = softmax(W_head (1/n) sum_i g_{l+m+i})``: plain tokens and special tokens
+excluded); the loss is the task's cross-entropy plus ``rec_weight`` x the reconstruction loss (eq. 6: the sum over the
+m plain tokens, averaged over the batch). Prompt tuning's virtual tokens come first in the hidden states: positions
+shift past them. At inference the reconstruction head is not used; :func:`save_classifier` never writes it, so a
+served model (:func:`load_classifier`) has none.
 """
 
 from __future__ import annotations
@@ -21,16 +26,14 @@ from ..heads.reconstruction import ReconstructionHead
 from .client import PrivatizedExample
 from .plain import PlainTokens
 
-__all__ = ["encode_examples", "RaptClassifier", "load_classifier"]
+__all__ = ["TASK_HEAD_FILE", "encode_examples", "RaptClassifier", "save_classifier", "load_classifier"]
+
+TASK_HEAD_FILE = "task_head.safetensors"
 
 
-def encode_examples(
-    tokenizer: Any, examples: Sequence[PrivatizedExample], plain: PlainTokens | None, *, max_length: int
-) -> dict[str, torch.Tensor]:
-    """The batch of ``examples`` (see the module docstring): ``input_ids``, ``attention_mask`` (and
-    ``token_type_ids`` where the tokenizer makes them), ``labels`` and, with plain tokens, ``plain_positions`` and
-    ``plain_targets`` [B, m] (a plain word cut off by ``max_length`` gets target -100)."""
-    firsts, seconds, starts = [], [], []
+def _texts(examples: Sequence[PrivatizedExample], plain: PlainTokens | None) -> tuple[list, list, list, list]:
+    """(first texts with the plain tokens prepended, second texts or None, plain word starts, prefix lengths)."""
+    firsts, seconds, starts, prefixes = [], [], [], []
     for ex in examples:
         if (ex.plain is None) != (plain is None):
             raise ValueError("encode_examples: the examples' plain tokens and the model's plain-token table disagree")
@@ -42,6 +45,18 @@ def encode_examples(
         firsts.append(prefix + ex.parts[0])
         seconds.append(ex.parts[1] if len(ex.parts) > 1 else None)
         starts.append(word_starts)
+        prefixes.append(len(prefix))
+    return firsts, seconds, starts, prefixes
+
+
+def encode_examples(
+    tokenizer: Any, examples: Sequence[PrivatizedExample], plain: PlainTokens | None, *, max_length: int
+) -> dict[str, torch.Tensor]:
+    """The batch of ``examples`` (see the module docstring): ``input_ids``, ``attention_mask`` (and
+    ``token_type_ids`` where the tokenizer makes them), ``labels``, ``input_mask`` [B, T] (the input's own tokens)
+    and, with plain tokens, ``plain_positions`` and ``plain_targets`` [B, m] (a plain word cut off by ``max_length``
+    gets target -100)."""
+    firsts, seconds, starts, prefixes = _texts(examples, plain)
     pair = seconds[0] is not None
     enc = tokenizer(
         firsts,
@@ -50,64 +65,101 @@ def encode_examples(
         max_length=max_length,
         padding=True,
         return_tensors="pt",
-        return_offsets_mapping=plain is not None,
+        return_offsets_mapping=True,
     )
     batch = {k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc}
     batch["labels"] = torch.tensor([int(ex.label) for ex in examples], dtype=torch.long)
-    if plain is None:
-        return batch
-    m = plain.length
+    offsets = enc["offset_mapping"].tolist()
+    input_mask = torch.zeros_like(batch["input_ids"], dtype=torch.bool)
+    m = 0 if plain is None else plain.length
     positions = torch.zeros(len(examples), m, dtype=torch.long)
     targets = torch.full((len(examples), m), -100, dtype=torch.long)
     for i, ex in enumerate(examples):
         seq_ids = enc.sequence_ids(i)
-        first_token = {}
-        for t, (a, _b) in enumerate(enc["offset_mapping"][i].tolist()):
-            if seq_ids[t] == 0 and a not in first_token:
+        first_token: dict[int, int] = {}
+        for t, (a, b) in enumerate(offsets[i]):
+            if seq_ids[t] is None or b <= a:
+                continue  # special or padding
+            if seq_ids[t] == 1 or a >= prefixes[i]:
+                input_mask[i, t] = True
+            elif a not in first_token:
                 first_token[a] = t
-        truth = plain.targets(ex.sequence)
-        for j, start in enumerate(starts[i]):
-            if start in first_token:
-                positions[i, j], targets[i, j] = first_token[start], truth[j]
-    batch["plain_positions"], batch["plain_targets"] = positions, targets
+        if plain is not None:
+            truth = plain.targets(ex.sequence)
+            for j, start in enumerate(starts[i]):
+                if start in first_token:
+                    positions[i, j], targets[i, j] = first_token[start], truth[j]
+    batch["input_mask"] = input_mask
+    if plain is not None:
+        batch["plain_positions"], batch["plain_targets"] = positions, targets
     return batch
 
 
 class RaptClassifier(torch.nn.Module):
-    """A sequence classifier (HF or PEFT) plus, while training, RAPT's reconstruction head."""
+    """An encoder (HF ``AutoModel`` or its PEFT wrapper), the task head of eq. 7 and, while training, RAPT's
+    reconstruction head."""
 
-    def __init__(self, model: torch.nn.Module, head: ReconstructionHead | None = None, rec_weight: float = 1.0):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        task_head: torch.nn.Linear,
+        head: ReconstructionHead | None = None,
+        rec_weight: float = 1.0,
+    ):
         super().__init__()
         if not (isinstance(rec_weight, (int, float)) and rec_weight >= 0):
             raise ValueError(f"RaptClassifier: rec_weight must be a number >= 0, got {rec_weight!r}")
         self.model = model
+        self.task_head = task_head
         self.head = head
         self.rec_weight = float(rec_weight)
+
+    def _hidden(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
+        hidden = self.model(**inputs).last_hidden_state
+        return hidden, hidden.shape[1] - batch["input_ids"].shape[1]  # prompt tuning's virtual tokens come first
+
+    def _logits(self, hidden: torch.Tensor, shift: int, input_mask: torch.Tensor) -> torch.Tensor:
+        mask = input_mask.to(hidden.dtype).unsqueeze(-1)
+        pooled = (hidden[:, shift:] * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        return self.task_head(pooled)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``loss`` (task + rec_weight x reconstruction), ``task_loss``, ``rec_loss`` (0 without a head) and
         ``logits``."""
-        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids", "labels") if k in batch}
-        reconstruct = self.head is not None and "plain_positions" in batch
-        out = self.model(**inputs, output_hidden_states=reconstruct)
-        rec = out.loss.new_zeros(())
-        if reconstruct:
-            hidden = out.hidden_states[-1]
-            shift = hidden.shape[1] - batch["input_ids"].shape[1]  # prompt tuning's virtual tokens come first
-            rec = self.head.loss(hidden, batch["plain_positions"] + shift, batch["plain_targets"])
-        return {"loss": out.loss + self.rec_weight * rec, "task_loss": out.loss, "rec_loss": rec, "logits": out.logits}
+        hidden, shift = self._hidden(batch)
+        logits = self._logits(hidden, shift, batch["input_mask"])
+        task = torch.nn.functional.cross_entropy(logits, batch["labels"])
+        rec = task.new_zeros(())
+        if self.head is not None and "plain_positions" in batch:
+            per_token = self.head.loss(hidden, batch["plain_positions"] + shift, batch["plain_targets"])
+            rec = per_token * (batch["plain_targets"] != -100).sum(1).float().mean()  # eq. 6: a sum over the m tokens
+        return {"loss": task + self.rec_weight * rec, "task_loss": task, "rec_loss": rec, "logits": logits}
 
     @torch.no_grad()
     def predict(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Class indices; the reconstruction head is not used."""
-        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
-        return self.model(**inputs).logits.argmax(-1)
+        hidden, shift = self._hidden(batch)
+        return self._logits(hidden, shift, batch["input_mask"]).argmax(-1)
+
+
+def save_classifier(run: str | os.PathLike, classifier: RaptClassifier) -> None:
+    """The served weights: ``adapter/`` (a PEFT method) or ``model/`` (full fine-tuning) and ``task_head.safetensors``;
+    never the reconstruction head."""
+    from ..atomic import atomic_save_tensors
+
+    run = Path(run)
+    model = classifier.model
+    model.save_pretrained(run / ("adapter" if hasattr(model, "peft_config") else "model"))
+    head = {k: v.detach().cpu().contiguous() for k, v in classifier.task_head.state_dict().items()}
+    atomic_save_tensors(run / TASK_HEAD_FILE, head)
 
 
 def load_classifier(run: str | os.PathLike) -> tuple[RaptClassifier, Any, PlainTokens | None, dict[str, Any]]:
-    """``(classifier without a head, tokenizer, plain tokens or None, train config)`` of a finished RAPT run directory
-    (``adapter/`` on the base encoder named in its config, or ``model/`` for full fine-tuning)."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    """``(classifier without a reconstruction head, tokenizer, plain tokens or None, train config)`` of a finished
+    RAPT run directory (``adapter/`` on the base encoder named in its config, or ``model/`` for full fine-tuning)."""
+    from safetensors.torch import load_file
+    from transformers import AutoModel, AutoTokenizer
 
     from ..atomic import read_json
     from ..lm.loading import load_encoder
@@ -117,17 +169,20 @@ def load_classifier(run: str | os.PathLike) -> tuple[RaptClassifier, Any, PlainT
     try:
         config = read_json(run / "train_config.json")["config"]
         labels = int(read_json(run / "summary.json")["num_labels"])
+        head_state = load_file(str(run / TASK_HEAD_FILE))
     except (OSError, KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{str(run)!r} is not a finished RAPT run: {exc}") from exc
     tokenizer = AutoTokenizer.from_pretrained(run / "tokenizer")
     if (run / "adapter").is_dir():
         from peft import PeftModel
 
-        base, _ = load_encoder(config["encoder"], head="sequence", num_labels=labels)
+        base, _ = load_encoder(config["encoder"])
         model = PeftModel.from_pretrained(base, run / "adapter")
     elif (run / "model").is_dir():
-        model = AutoModelForSequenceClassification.from_pretrained(run / "model")
+        model = AutoModel.from_pretrained(run / "model")
     else:
         raise ValueError(f"{str(run)!r} holds neither adapter/ nor model/")
+    task_head = torch.nn.Linear(int(head_state["weight"].shape[1]), labels)
+    task_head.load_state_dict(head_state)
     plain = PlainTokens.load(run) if (run / PLAIN_FILE).is_file() else None
-    return RaptClassifier(model.eval()), tokenizer, plain, config
+    return RaptClassifier(model.eval(), task_head.eval()), tokenizer, plain, config

@@ -11,8 +11,13 @@ One run (:func:`train_rapt`) plays both sides for an experiment:
 3. the test examples are privatized the same way (fresh noise, plain tokens prepended) and classified; the head is not
    used and not saved.
 
+The task head is the paper's (eq. 7): a linear layer over the mean of the last hidden states at the input's own
+positions (not the plain tokens), so the model is loaded without a task head of its own (``AutoModel``) and wrapped
+for feature extraction.
+
 The loop is :func:`textfree.training.loop.fit` (Accelerate, resumable checkpoints that include the head, progress
-bar). The run directory holds the trained weights (``adapter/`` or ``model/``, ``save_pretrained``), the tokenizer,
+bar). The run directory holds the trained weights (``adapter/`` or ``model/``, ``save_pretrained``, and
+``task_head.safetensors``), the tokenizer,
 ``plain_tokens.json`` (public), ``train_config.json`` and ``summary.json`` (accuracy, losses, the mean privatized words
 per example and the per-word bound).
 """
@@ -22,7 +27,6 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
@@ -35,7 +39,7 @@ from ..training.loop import fit, param_groups
 from ..training.runs import check_run_dir, prepare_run_dir, total_wall_s, write_summary
 from .client import PrivatizedExample, privatize_examples
 from .config import RaptTrainConfig
-from .model import RaptClassifier, encode_examples
+from .model import RaptClassifier, encode_examples, save_classifier
 from .plain import PlainTokens
 
 __all__ = ["RaptTrainConfig", "train_rapt", "build_mechanism", "evaluate_classifier"]
@@ -113,12 +117,11 @@ def train_rapt(
     train_examples = _privatize(data, cfg, mechanism, plain, "train")
     test_examples = _privatize(data, cfg, mechanism, plain, "test")
     n_labels = max(2, max(data.train_labels) + 1)
-    base, tokenizer = load_encoder(cfg.encoder, head="sequence", num_labels=n_labels)
-    model = apply_adapter(base, cfg.adapter(), "SEQ_CLS")
-    head = None
-    if cfg.reconstruction:
-        head = ReconstructionHead(int(base.config.hidden_size), len(plain.vocabulary), cfg.rec_hidden)
-    classifier = RaptClassifier(model, head, cfg.rec_weight)
+    base, tokenizer = load_encoder(cfg.encoder)
+    model = apply_adapter(base, cfg.adapter(), "FEATURE_EXTRACTION")
+    hidden = int(base.config.hidden_size)
+    head = ReconstructionHead(hidden, len(plain.vocabulary), cfg.rec_hidden) if cfg.reconstruction else None
+    classifier = RaptClassifier(model, torch.nn.Linear(hidden, n_labels), head, cfg.rec_weight)
     run = prepare_run_dir(cfg)
     trainable = [p for p in classifier.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(param_groups([(trainable, cfg.lr)], cfg.weight_decay))
@@ -137,7 +140,10 @@ def train_rapt(
     classifier = accelerator.unwrap_model(summary["model"]).cpu()
     scores = evaluate_classifier(classifier, tokenizer, test_examples, plain, max_length=cfg.max_length)
     if accelerator.is_main_process:
-        _save(run, classifier, tokenizer, plain)
+        save_classifier(run, classifier)
+        tokenizer.save_pretrained(run / "tokenizer")
+        if plain is not None:
+            plain.save(run)
     accelerator.wait_for_everyone()
     per_word = None if mechanism is None else mechanism.privacy_loss_per_word().epsilon
     words = [ex.words_privatized for ex in test_examples]
@@ -160,12 +166,3 @@ def train_rapt(
     log.info("RAPT %s %s eta %s: accuracy %.4f on %d privatized test examples", cfg.method, cfg.task, cfg.eta,
              scores["acc"], len(test_examples))  # fmt: skip
     return write_summary(run, summary, extra) | {"model": classifier}
-
-
-def _save(run: Path, classifier: RaptClassifier, tokenizer: Any, plain: PlainTokens | None) -> None:
-    """The served weights (``adapter/`` for a PEFT method, ``model/`` for full fine-tuning; never the head), the
-    tokenizer and the public plain tokens."""
-    classifier.model.save_pretrained(run / ("adapter" if hasattr(classifier.model, "peft_config") else "model"))
-    tokenizer.save_pretrained(run / "tokenizer")
-    if plain is not None:
-        plain.save(run)

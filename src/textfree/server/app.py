@@ -37,9 +37,18 @@ from .errors import ApiError, error_body
 from .finetune import add_fine_tuning_routes, tenant_card
 from .metrics import PROMETHEUS_CONTENT_TYPE, ASGIMetrics, Metrics
 from .models import Decoding, ModelRegistry, read_payload
-from .schemas import EmbedResponse, GenerateResponse, Health, ModelCard, ModelList, error_responses
+from .schemas import (
+    ClassifyRequest,
+    ClassifyResponse,
+    EmbedResponse,
+    GenerateResponse,
+    Health,
+    ModelCard,
+    ModelList,
+    error_responses,
+)
 
-__all__ = ["create_app", "GenerateRequest", "EmbedRequest"]
+__all__ = ["create_app", "GenerateRequest", "EmbedRequest", "ClassifyRequest"]
 
 log = logging.getLogger("textfree.server")
 
@@ -91,6 +100,26 @@ class EmbedRequest(BaseModel):
     payload_b64: str = Field(description="A token-level payload (kind 'token'), standard base64.")
 
 
+def _inline_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schema of ``schema`` with its nested models inlined: a request body declared by hand
+    (``openapi_extra``) cannot point into pydantic's ``$defs``, which /openapi.json does not hold."""
+    found = schema.model_json_schema()
+    defs = found.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                rest = {k: v for k, v in node.items() if k != "$ref"}
+                return resolve({**defs[ref.rsplit("/", 1)[1]], **rest})
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    return resolve(found)
+
+
 def _body_doc(schema: type[BaseModel], what: str) -> dict[str, Any]:
     return {
         "requestBody": {
@@ -98,7 +127,7 @@ def _body_doc(schema: type[BaseModel], what: str) -> dict[str, Any]:
             "description": f"Either the raw payload bytes ({OCTET}; options as query parameters) or JSON ({what}).",
             "content": {
                 OCTET: {"schema": {"type": "string", "format": "binary"}},
-                JSON: {"schema": schema.model_json_schema()},
+                JSON: {"schema": _inline_schema(schema)},
             },
         }
     }
@@ -384,6 +413,8 @@ def _limits(server: _Server) -> dict:
         "max_batch_rows": config.max_batch_rows,
         "max_new_tokens": config.max_new_tokens,
         "max_public_chars": config.max_public_chars,
+        "max_classify_examples": config.max_classify_examples,
+        "max_classify_words": config.max_classify_words,
         "rate_limit_per_minute": config.rate_limit_per_minute,
         **(
             {
@@ -400,9 +431,18 @@ def _limits(server: _Server) -> dict:
     }
 
 
+def _public_file_response(public, request: Request, media_type: str) -> Response:
+    """A published file's bytes (``ETag`` its sha256; ``If-None-Match`` matching it: 304)."""
+    headers = {"ETag": public.etag, "Cache-Control": "private, max-age=86400"}
+    if public.etag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
+        return Response(status_code=304, headers=headers)
+    return Response(public.data, media_type=media_type, headers=headers)
+
+
 def _model_routes(server: _Server, tenant: Callable) -> APIRouter:
-    """``GET /v1/models``, ``GET /v1/models/{id}`` (the cards, each built by its model's served system) and
-    ``GET /v1/models/{id}/denoiser`` (an embed model's public client-side denoiser file)."""
+    """``GET /v1/models``, ``GET /v1/models/{id}`` (the cards, each built by its model's served system),
+    ``GET /v1/models/{id}/denoiser`` (an embed model's public client-side denoiser file) and
+    ``GET /v1/models/{id}/plain_tokens`` (a classify model's public plain tokens, RAPT)."""
     router = APIRouter(tags=["models"])
     registry = server.registry
 
@@ -450,10 +490,33 @@ def _model_routes(server: _Server, tenant: Callable) -> APIRouter:
             raise ApiError(
                 404, "denoiser_not_found", f"model {model_id!r} is served without a denoiser (its card's 'denoiser')"
             )
-        headers = {"ETag": public.etag, "Cache-Control": "private, max-age=86400"}
-        if public.etag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
-            return Response(status_code=304, headers=headers)
-        return Response(public.data, media_type=OCTET, headers=headers)
+        return _public_file_response(public, request, OCTET)
+
+    @router.get(
+        "/v1/models/{model_id}/plain_tokens",
+        summary="The classify model's public plain tokens (JSON; its sha256 is on the card).",
+        response_class=Response,
+        responses={
+            200: {
+                "description": "The plain-token file (JSON: format, categories, sequences, vocabulary); ETag: its "
+                "sha256.",
+                "content": {JSON: {"schema": {"type": "object"}}},
+            },
+            304: {"description": "If-None-Match matched the ETag."},
+            **error_responses(*AUTH_ERRORS, 404, 422),
+        },
+    )
+    async def get_plain_tokens(model_id: str, request: Request, who: str = Depends(tenant)) -> Response:
+        if model_id not in registry.models:
+            raise ApiError(404, "model_not_found", f"no model {model_id!r} here; GET /v1/models lists them")
+        public = registry.public_file(model_id, "plain_tokens")
+        if public is None:
+            raise ApiError(
+                404,
+                "plain_tokens_not_found",
+                f"model {model_id!r} is served without plain tokens (its card's 'plain_tokens')",
+            )
+        return _public_file_response(public, request, JSON)
 
     return router
 
@@ -497,7 +560,7 @@ async def _generate_answers(server: _Server, who: str, served, prepared, decodin
 
 
 def _inference_routes(server: _Server, tenant: Callable) -> APIRouter:
-    """``POST /v1/generate`` and ``POST /v1/embed``."""
+    """``POST /v1/generate``, ``POST /v1/embed`` and ``POST /v1/classify``."""
     router = APIRouter(tags=["inference"])
 
     @router.post(
@@ -566,6 +629,50 @@ def _inference_routes(server: _Server, tenant: Callable) -> APIRouter:
                 "payload_bytes": n_bytes,
                 "batch_rows": info.rows,
                 "batch_requests": info.requests,
+            },
+        }
+
+    @router.post(
+        "/v1/classify",
+        summary="Labels of examples privatized to text on the client (RAPT).",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "description": "ClassifyRequest (JSON): the privatized examples.",
+                "content": {JSON: {"schema": _inline_schema(ClassifyRequest)}},
+            }
+        },
+        response_model=ClassifyResponse,
+        responses=error_responses(*AUTH_ERRORS, 400, 404, 413, 415, 422, 500),
+    )
+    async def classify(request: Request, _: str = Depends(tenant)) -> dict:
+        config = server.config
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype != JSON:
+            raise ApiError(
+                415, "unsupported_media_type", f"/v1/classify takes {JSON} (a ClassifyRequest), got {ctype or 'none'!r}"
+            )
+        body = await _read_body(request, config.max_body_bytes)
+        req = _parse_json(ClassifyRequest, body)
+        served = server.registry.get(req.model, "classify")
+        prepared = served.prepare(req.examples, None, config)  # checked against the card (check_examples)
+        (labels, probabilities), info = await server.batchers[served.id].submit(
+            "classify", prepared, rows=prepared.rows
+        )
+        words = sum(len(p.split()) for ex in req.examples for p in ex.parts) + sum(
+            len(ex.plain or ()) for ex in req.examples
+        )
+        return {
+            "model": served.id,
+            "labels": labels,
+            "probabilities": probabilities,
+            "usage": {
+                "examples": len(req.examples),
+                "words": words,
+                "batch_rows": info.rows,
+                "batch_requests": info.requests,
+                "queue_ms": round(info.queue_s * 1000, 3),
+                "compute_ms": round(info.compute_s * 1000, 3),
             },
         }
 

@@ -33,8 +33,9 @@ class ServerConfig:
     models: dict[str, str] = field(
         default_factory=dict,
         metadata={
-            "help": "PPFT models for /v1/generate: model id -> run directory (what TextFreeLM.save writes; only its "
-            "server part is loaded, never encoder/)."
+            "help": "Run directories: model id -> run directory, served by the system that recognises the run's files "
+            "(or the one named in systems): a PPFT run at /v1/generate (what TextFreeLM.save writes; only its server "
+            "part is loaded, never encoder/), a RAPT run at /v1/classify (textfree rapt train --out)."
         },
     )
     embed_models: dict[str, str] = field(
@@ -56,7 +57,8 @@ class ServerConfig:
         default_factory=dict,
         metadata={
             "help": "Served system per model id (textfree.server.registry), for models not of the default one: "
-            "'ppft' for models, 'hf-embed' for embed_models."
+            "'ppft' for models (unless a registered system recognises the run's files, e.g. 'rapt'), 'hf-embed' for "
+            "embed_models."
         },
     )
     keys_path: str | None = field(
@@ -89,7 +91,21 @@ class ServerConfig:
         },
     )
     max_public_chars: int = field(
-        default=16384, metadata={"help": "Longest public text per row, in characters (422 above it)."}
+        default=16384,
+        metadata={
+            "help": "Longest public text per row, and longest privatized example of /v1/classify, in characters (422 "
+            "above it)."
+        },
+    )
+    max_classify_examples: int = field(
+        default=64, metadata={"help": "Most privatized examples in one POST /v1/classify (413 above it)."}
+    )
+    max_classify_words: int = field(
+        default=512,
+        metadata={
+            "help": "Most words (whitespace-separated, plain tokens included) in one privatized example of "
+            "/v1/classify (422 above it)."
+        },
     )
     rate_limit_per_minute: int = field(
         default=600,
@@ -222,6 +238,8 @@ class ServerConfig:
             "max_batch_rows",
             "max_new_tokens",
             "max_public_chars",
+            "max_classify_examples",
+            "max_classify_words",
             "batch_max_rows",
             *FINE_TUNING_LIMITS,
         ):

@@ -28,7 +28,7 @@ from ..payload import FORMAT_VERSION, Payload, PayloadError, PayloadTooLarge
 from .config import ServerConfig
 from .errors import ApiError
 from .public_files import PublicFile, PublicFileError, load_denoiser
-from .registry import ServedModel, ServedSystem, UnknownSystemError, get_system, register_system
+from .registry import ServedModel, ServedSystem, UnknownSystemError, detect_system, get_system, register_system
 from .schemas import ModelCard
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "PublicTokenCounter",
     "check_card",
     "check_common",
+    "check_examples",
     "check_public",
     "mismatch",
     "pad_cat",
@@ -223,6 +224,90 @@ def check_public(public: Sequence[str] | None, rows: int, config: ServerConfig) 
     return list(public)
 
 
+def check_examples(examples: Sequence[Any], card: dict[str, Any], config: ServerConfig) -> None:
+    """Refuse (413/422) a ``/v1/classify`` request the card's model cannot read, before any per-example work: more
+    examples than ``max_classify_examples`` (413), and per example (422, naming it) another number of sentences
+    than the card's ``sentences``, an empty sentence, text that is not valid Unicode, more than
+    ``max_classify_words`` words or ``max_public_chars`` characters (plain tokens included), and plain tokens that
+    do not match the card's ``plain_tokens`` (missing, or given to a model without them, another length, a
+    sequence index out of range, a token that is not one word)."""
+    model_id = card["id"]
+    if len(examples) > config.max_classify_examples:
+        raise ApiError(
+            413,
+            "too_many_rows",
+            f"the request has {len(examples)} examples; this server takes at most {config.max_classify_examples} per "
+            "request",
+        )
+    sentences, plain = card["sentences"], card.get("plain_tokens")
+    for i, ex in enumerate(examples):
+        where = f"examples[{i}]"
+        words = list(ex.plain or ())
+        if len(ex.parts) != sentences:
+            raise ApiError(
+                422,
+                "invalid_request",
+                f"{where} has {len(ex.parts)} sentence(s); model {model_id!r} takes {sentences} per example",
+            )
+        if not all(part.strip() for part in ex.parts):
+            raise ApiError(422, "invalid_request", f"{where} has an empty sentence")
+        try:
+            for text in (*ex.parts, *words):
+                text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ApiError(422, "invalid_request", f"{where} is not valid Unicode (lone surrogate)") from None
+        n_words = sum(len(part.split()) for part in ex.parts) + len(words)
+        if n_words > config.max_classify_words:
+            raise ApiError(
+                422,
+                "invalid_request",
+                f"{where} has {n_words} words (plain tokens included); this server takes at most "
+                f"{config.max_classify_words} per example",
+            )
+        n_chars = sum(len(part) for part in ex.parts) + sum(len(w) + 1 for w in words)
+        if n_chars > config.max_public_chars:
+            raise ApiError(
+                422,
+                "invalid_request",
+                f"{where} has {n_chars} characters; this server takes at most {config.max_public_chars} per example",
+            )
+        _check_plain(ex, plain, where, model_id)
+
+
+def _check_plain(ex: Any, plain: dict[str, Any] | None, where: str, model_id: str) -> None:
+    """422 for an example whose plain tokens do not match the card's ``plain_tokens`` entry."""
+    if plain is None:
+        if ex.plain is not None or ex.sequence is not None:
+            raise ApiError(
+                422,
+                "invalid_request",
+                f"{where} carries plain tokens, but model {model_id!r} takes none (its card's plain_tokens is null)",
+            )
+        return
+    if ex.plain is None or ex.sequence is None:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"{where} needs its privatized plain tokens and their sequence index ('plain', 'sequence'): model "
+            f"{model_id!r} reads them (GET /v1/models/{model_id}/plain_tokens)",
+        )
+    if len(ex.plain) != plain["length"]:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"{where} has {len(ex.plain)} plain tokens; model {model_id!r} takes {plain['length']}",
+        )
+    if not 0 <= ex.sequence < plain["sequences"]:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"{where}: sequence {ex.sequence} is not one of model {model_id!r}'s {plain['sequences']} plain-token "
+            "sequences",
+        )
+    if not all(w and not any(c.isspace() for c in w) for w in ex.plain):
+        raise ApiError(422, "invalid_request", f"{where}: every plain token must be one non-empty word")
+
+
 class PublicTokenCounter:
     """The number of tokens a model's tokenizer makes of each public text, with its own copy of that tokenizer under
     a lock: requests are checked on the event loop while the batcher's thread runs the model's own tokenizer, and a
@@ -369,7 +454,10 @@ class ModelRegistry:
                 try:
                     models[model_id] = system.load(model_id, path, config)
                 except (OSError, ValueError, RuntimeError) as exc:
-                    raise ValueError(f"cannot load {task} model {model_id!r} from {path!r}: {exc}") from exc
+                    raise ValueError(
+                        f"cannot load {system.task} model {model_id!r} (served system {system.name!r}) from {path!r}: "
+                        f"{exc}"
+                    ) from exc
         registry = cls(models, systems)
         for model_id, path in config.denoisers.items():
             registry.attach_denoiser(model_id, path)
@@ -422,6 +510,12 @@ class ModelRegistry:
         """The card of every served model, in order."""
         return [self.card(model_id) for model_id in self.models]
 
+    def public_file(self, model_id: str, name: str) -> PublicFile | None:
+        """The public file ``name`` a served model publishes beside its card (its handler's ``public_files``), or
+        None."""
+        files = getattr(self.models[model_id], "public_files", None) or {}
+        return files.get(name)
+
 
 def check_card(card: dict[str, Any]) -> None:
     """ValueError naming the model and the fields when a card lacks what the routes and clients read
@@ -435,13 +529,22 @@ def check_card(card: dict[str, Any]) -> None:
         raise ValueError(f"model {card.get('id')!r} has a card the server cannot publish ({problems})") from None
 
 
+#: The tasks a model of each table of :class:`~textfree.server.config.ServerConfig` may serve: ``models`` holds run
+#: directories (generate: PPFT; classify: RAPT), ``embed_models`` encoders.
+_TABLE_TASKS = {"generate": ("generate", "classify"), "embed": ("embed",)}
+
+
 def _system_for(config: ServerConfig, model_id: str, task: str) -> ServedSystem:
-    """The registered system ``config`` names for a model, checked to serve ``task`` (ValueError naming both)."""
+    """The registered system of a model: the one ``config`` names, else (a run directory of ``models``) the one that
+    recognises the run's files (:func:`~textfree.server.registry.detect_system`), else the table's default; checked
+    to serve a task of the model's table (ValueError naming both)."""
     name = config.system_of(model_id)
+    if model_id not in config.systems and model_id in config.models:
+        name = detect_system(config.models[model_id]) or name
     try:
         system = get_system(name)
     except UnknownSystemError as exc:
         raise ValueError(f"cannot load {task} model {model_id!r}: {exc}") from None
-    if system.task != task:
+    if system.task not in _TABLE_TASKS.get(task, (task,)):
         raise ValueError(f"model {model_id!r} is a {task} model but served system {name!r} serves {system.task}")
     return system

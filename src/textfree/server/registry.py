@@ -3,11 +3,14 @@
 The server's core (``app.py``, the routes, the model table) reaches a system only through a :class:`ServedSystem`
 registered here, never through the system's own modules: a system's package registers itself when imported
 (``textfree.ppft.service`` registers ``"ppft"``), and the registry imports every system an installed package declares
-in the ``textfree.systems`` entry-point group on first lookup (pyproject.toml declares PPFT's). Adding a system is
-one new module that calls :func:`register_system`, declared there.
+in the ``textfree.systems`` entry-point group on first lookup (pyproject.toml declares PPFT's and RAPT's). Adding a
+system is one new module that calls :func:`register_system`, declared there.
 
 A system's *handler* is the object the routes call for one served model (:class:`ServedModel`): its ``card``, its
 ``prepare`` (payload checks, 4xx :class:`~textfree.server.errors.ApiError`) and its ``run`` (one micro-batch).
+
+A run directory given without a system (``textfree serve --model ID=RUN_DIR``) is served by the one registered system
+whose ``detect`` recognises its files (:func:`detect_system`), else by the table's default (``ppft``).
 """
 
 from __future__ import annotations
@@ -31,24 +34,33 @@ __all__ = [
     "TrainingRow",
     "UnknownSystemError",
     "available_systems",
+    "detect_system",
     "get_system",
     "register_system",
     "unregister_system",
 ]
 
-TASKS = ("generate", "embed")
+#: The routes a served model may answer: ``/v1/generate`` and ``/v1/embed`` take payloads (docs/payload.md);
+#: ``/v1/classify`` takes examples privatized to text on the client (RAPT).
+TASKS = ("generate", "embed", "classify")
 
 
 @runtime_checkable
 class ServedModel(Protocol):
-    """What the routes call for one served model (a system's handler)."""
+    """What the routes call for one served model (a system's handler).
+
+    A handler may also publish public files beside its card (``public_files``: name -> a
+    :class:`~textfree.server.public_files.PublicFile`; ``plain_tokens`` is served at
+    ``GET /v1/models/{id}/plain_tokens``)."""
 
     id: str
-    task: str  # "generate" or "embed": the route it answers
+    task: str  # "generate", "embed" or "classify": the route it answers
     card: dict[str, Any]
 
     def prepare(self, payload: "Payload", public: Sequence[str] | None, config: "ServerConfig") -> Any:
-        """A validated request (rows, mask, public text) for :meth:`run`, or a 4xx ``ApiError``."""
+        """A validated request (rows, mask, public text) for :meth:`run`, or a 4xx ``ApiError``. For a ``classify``
+        model, ``payload`` is the request's list of :class:`~textfree.server.schemas.ClassifyExample` (privatized
+        text, schema-checked) and ``public`` is None; the prepared request has ``rows`` (its number of examples)."""
 
     def run(self, key: Hashable, items: list[Any]) -> list[Any]:
         """One model call for every prepared request of a micro-batch: one result per item."""
@@ -88,7 +100,8 @@ class ServedSystem:
     ``config``: the :class:`~textfree.server.config.ServerConfig`, for the device and backend). ``card(handler)``
     is the public model card (default: the handler's ``card``). ``fine_tune(job)`` runs a fine-tuning job and
     ``load_adapter(model_id, run_dir, device)`` loads what a finished job wrote, in this process; a system without
-    them serves no fine-tuning."""
+    them serves no fine-tuning. ``detect(source)`` says whether a run directory is one of this system's (read from
+    its files, never raising): a ``--model`` given without a system is served by the system that recognises it."""
 
     name: str
     task: str
@@ -97,6 +110,7 @@ class ServedSystem:
     card: Callable[[ServedModel], dict[str, Any]] = field(default=lambda handler: handler.card)
     fine_tune: Callable[[FineTuneJob], dict[str, Any]] | None = None
     load_adapter: Callable[[str, str, str], ServedModel] | None = None
+    detect: Callable[[str], bool] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or not self.name.replace("-", "").isalnum():
@@ -143,7 +157,8 @@ def unregister_system(name: str) -> None:
 
 
 #: The entry-point group through which installed packages declare their systems (``name = "module.path"``; importing
-#: the module registers it). textfree's own: ``ppft = "textfree.ppft.service"`` in pyproject.toml.
+#: the module registers it). textfree's own: ``ppft = "textfree.ppft.service"`` and
+#: ``rapt = "textfree.rapt.service"`` in pyproject.toml.
 ENTRY_POINT_GROUP = "textfree.systems"
 _plugins_loaded = False
 
@@ -180,6 +195,27 @@ def get_system(name: str) -> ServedSystem:
             f"that registers it before creating the app, or declare it in the {ENTRY_POINT_GROUP!r} entry points"
         )
     return system
+
+
+def detect_system(source: str) -> str | None:
+    """The name of the one registered system (the installed ones included) whose ``detect`` recognises the run at
+    ``source``; None when none does. ValueError naming them when several do (name one with ``systems``)."""
+    _load_installed_systems()
+    with _LOCK:
+        candidates = [s for s in _SYSTEMS.values() if s.detect is not None]
+    found = []
+    for system in candidates:
+        try:
+            if system.detect(source):
+                found.append(system.name)
+        except Exception:  # noqa: BLE001 - a detector that fails does not recognise the run
+            continue
+    if len(found) > 1:
+        raise ValueError(
+            f"the run at {source!r} is recognised by several served systems ({', '.join(sorted(found))}): name one "
+            "(--system ID=NAME)"
+        )
+    return found[0] if found else None
 
 
 def available_systems() -> list[str]:

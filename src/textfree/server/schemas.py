@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "AdapterEntry",
+    "ClassifyExample",
+    "ClassifyRequest",
+    "ClassifyResponse",
+    "ClassifyUsage",
     "DatasetList",
     "DatasetView",
     "DecoderInfo",
@@ -34,6 +38,7 @@ __all__ = [
     "Limits",
     "ModelCard",
     "ModelList",
+    "PlainTokensEntry",
     "error_responses",
 ]
 
@@ -52,7 +57,7 @@ class ErrorResponse(BaseModel):
 ERROR_DESCRIPTIONS = {
     400: "Malformed body or payload (invalid_payload, invalid_json, payload_mismatch, bad_request).",
     401: "No API key or an invalid one (missing_api_key, invalid_api_key).",
-    404: "Unknown model, adapter, dataset, job or denoiser (each id of another tenant answers the same).",
+    404: "Unknown model, adapter, dataset, job, denoiser or plain tokens (each id of another tenant answers the same).",
     408: "The request head did not arrive in time (request_timeout; the connection is closed).",
     413: "Body over max_body_bytes, or more payload rows than the server takes (body_too_large, too_many_rows).",
     415: "Neither application/octet-stream nor application/json (unsupported_media_type).",
@@ -106,25 +111,52 @@ class DenoiserEntry(_Open):
     url: str
 
 
+class PlainTokensEntry(_Open):
+    sha256: str = Field(description="sha256 of the plain-token file (GET url).")
+    bytes: int
+    length: int = Field(description="Words per plain-token sequence (m).")
+    sequences: int = Field(description="How many public sequences; an example names the one it privatized.")
+    url: str
+
+
+#: The fields a card of a payload route (generate, embed) must carry: what a client privatizes from.
+PAYLOAD_CARD_FIELDS = (
+    "payload_format_version",
+    "encoder_sha256",
+    "encoder_dim",
+    "encoder_kind",
+    "k",
+    "normalize",
+    "renormalize",
+    "mechanism",
+    "max_slots",
+)
+#: The fields a card of /v1/classify must carry.
+CLASSIFY_CARD_FIELDS = ("num_labels", "sentences", "mechanism", "eta", "pos_categories", "plain_tokens")
+
+
 class ModelCard(_Open):
     """What a client needs to privatize for a model (docs/server.md, "The model card"): names and hashes, never a
-    path of the server's file system."""
+    path of the server's file system. A payload model's card (generate, embed) carries the payload fields
+    (encoder, k, mechanism, ...); a classify model's card (RAPT) the text privatization's (mechanism, eta,
+    categories, plain tokens) and its labels."""
 
     id: str
     object: Literal["model"]
-    task: Literal["generate", "embed"]
+    task: Literal["generate", "embed", "classify"]
     route: str
-    payload_format_version: int
+    payload_format_version: int | None = None
     payload_kind: str
+    system: str | None = Field(None, description="The served system (ppft, rapt, hf-embed, ...).")
     encoder_id: str | None = Field(None, description="The client encoder's hub id or directory name.")
-    encoder_sha256: str | None
-    encoder_dim: int
-    encoder_kind: str
-    k: int
-    normalize: bool
-    renormalize: bool
-    mechanism: str | None
-    max_slots: int
+    encoder_sha256: str | None = None
+    encoder_dim: int | None = None
+    encoder_kind: str | None = None
+    k: int | None = None
+    normalize: bool | None = None
+    renormalize: bool | None = None
+    mechanism: str | None = None
+    max_slots: int | None = None
     epsilon: float | None = Field(None, description="The noise level the model was trained at (null: no noise).")
     stage: str | None = None
     decoder: DecoderInfo | None = None
@@ -141,6 +173,27 @@ class ModelCard(_Open):
     output_dim: int | None = None
     pooling: str | None = None
     denoiser: DenoiserEntry | None = None
+    eta: float | None = Field(None, description="classify: the T2T / PCT2T eta the model was trained at (null: none).")
+    pos_categories: list[str] | None = Field(
+        None, description="classify: the PCT2T categories privatized (null: plain T2T, every word)."
+    )
+    num_labels: int | None = Field(None, description="classify: how many classes the model answers.")
+    sentences: int | None = Field(None, description="classify: sentences per example (1, or 2 for a pair task).")
+    plain_tokens: PlainTokensEntry | None = Field(
+        None, description="classify: the public plain tokens every example is privatized with (null: none)."
+    )
+
+    @model_validator(mode="after")
+    def _task_fields(self) -> "ModelCard":
+        wanted = CLASSIFY_CARD_FIELDS if self.task == "classify" else PAYLOAD_CARD_FIELDS
+        missing = [name for name in wanted if name not in self.model_fields_set]
+        if missing:
+            raise ValueError(f"a {self.task} card needs {', '.join(missing)}")
+        required = ("num_labels", "sentences") if self.task == "classify" else PAYLOAD_CARD_FIELDS
+        nulls = [n for n in required if getattr(self, n) is None and n not in ("encoder_sha256", "mechanism")]
+        if nulls:
+            raise ValueError(f"a {self.task} card needs a value for {', '.join(nulls)}")
+        return self
 
 
 class Limits(_Open):
@@ -188,6 +241,45 @@ class EmbedResponse(BaseModel):
     embeddings: list[list[float]]
     dim: int
     usage: EmbedUsage
+
+
+class ClassifyExample(BaseModel):
+    """One example privatized to text on the client (RAPT): its sentence(s) and the privatized plain tokens."""
+
+    model_config = ConfigDict(extra="forbid")
+    parts: list[str] = Field(
+        min_length=1, max_length=2, description="The privatized sentence (two for a sentence-pair task)."
+    )
+    plain: list[str] | None = Field(
+        None, description="The privatized plain tokens (one word each; null for a model without plain tokens)."
+    )
+    sequence: int | None = Field(
+        None, ge=0, description="Which public plain-token sequence 'plain' privatizes (its index in the file)."
+    )
+
+
+class ClassifyRequest(BaseModel):
+    """``POST /v1/classify``: examples privatized on the client; the server never sees the original text."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(max_length=64, description="Model id (GET /v1/models; task 'classify').")
+    examples: list[ClassifyExample] = Field(min_length=1, description="The privatized examples, in order.")
+
+
+class ClassifyUsage(BaseModel):
+    examples: int
+    words: int = Field(description="Words received (sentences and plain tokens).")
+    batch_rows: int = Field(description="Examples of the model call that served this request.")
+    batch_requests: int = Field(description="Requests that shared that call.")
+    queue_ms: float
+    compute_ms: float
+
+
+class ClassifyResponse(BaseModel):
+    model: str
+    labels: list[int] = Field(description="The predicted class of each example.")
+    probabilities: list[list[float]] = Field(description="Each example's class probabilities (softmax), per label.")
+    usage: ClassifyUsage
 
 
 class DatasetView(BaseModel):
