@@ -187,12 +187,12 @@ def test_every_method_trains_with_the_head_and_serves_without_it(method, tiny_en
 
 def test_ablations_and_config_checks(tiny_encoder_dir, data, tmp_path):
     no_rec = RaptTrainConfig(out=str(tmp_path / "norec"), encoder=str(tiny_encoder_dir), eta=50.0, plain_length=4,
-                             reconstruction=False, batch_size=8, progress=False)  # fmt: skip
+                             reconstruction=False, batch_size=8, epochs=1, progress=False)  # fmt: skip
     summary = train_rapt(no_rec, data=data)
     assert not any(n.startswith("head.") for n, _ in summary["model"].named_parameters())
     assert (tmp_path / "norec" / "plain_tokens.json").is_file()  # plain tokens kept: "without reconstruction"
     none = RaptTrainConfig(out=str(tmp_path / "none"), encoder=str(tiny_encoder_dir), eta=None, plain_length=0,
-                           reconstruction=False, batch_size=8, progress=False)  # fmt: skip
+                           reconstruction=False, batch_size=8, epochs=1, progress=False)  # fmt: skip
     summary = train_rapt(none, data=data)
     assert summary["epsilon_per_word"] is None and summary["mean_privatized_words"] == 0
     assert not (tmp_path / "none" / "plain_tokens.json").exists()

@@ -78,7 +78,7 @@ def train_cmd(
     train_limit: Optional[int] = typer.Option(2000, help="A seeded subset of the training split."),
     test_limit: Optional[int] = typer.Option(872, help="A seeded subset of the test split."),
     max_length: int = typer.Option(128, help="Tokens per example, plain tokens included."),
-    epochs: int = typer.Option(1, help="Passes over the privatized training set."),
+    epochs: int = typer.Option(4, help="Passes over the privatized training set (the paper: 4)."),
     max_steps: Optional[int] = typer.Option(None, help="Stop after this many optimizer steps."),
     batch_size: int = typer.Option(16, help="Examples per step."),
     lr: float = typer.Option(5e-4, help="Peak learning rate (AdamW)."),

@@ -19,6 +19,7 @@ PAPER_VIRTUAL_TOKENS = {"prompt_tuning": 150, "prefix_tuning": 10}
 class RaptTrainConfig(LoopConfig):
     """A RAPT classification run: the loop's settings, the model and method, the privatization and the head."""
 
+    epochs: int = field(default=4, metadata={"help": "Passes over the privatized training set (the paper: 4)."})
     batch_size: int = field(default=16, metadata={"help": "Examples per optimizer step and process."})
     lr: float = field(default=5e-4, metadata={"help": "Peak learning rate (AdamW)."})
     warmup_steps: int = field(default=10, metadata={"help": "Linear warm-up steps."})
