@@ -71,3 +71,15 @@ def _fail(message: str, code: int = 2) -> None:
 
 def _fmt_eps(x: float) -> str:
     return "inf (no formal guarantee)" if math.isinf(x) else f"{x:g}"
+
+
+def flag_message(message: str, flags: dict[str, str]) -> str:
+    """``message`` with the config field it starts with (or names first) replaced by the flag a CLI user types
+    (``flags``: field -> flag)."""
+    for name, flag in flags.items():
+        if message.startswith(f"{name} "):
+            return flag + message[len(name) :]
+    for name, flag in flags.items():
+        if f" {name} " in f" {message} ":
+            return f"{flag}: {message}"
+    return message

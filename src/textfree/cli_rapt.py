@@ -46,14 +46,9 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def _flag_message(message: str) -> str:
-    """``message`` with the config field it starts with (or names first) replaced by its flag."""
-    for name, flag in _FLAGS.items():
-        if message.startswith(f"{name} "):
-            return flag + message[len(name) :]
-    for name, flag in _FLAGS.items():
-        if f" {name} " in f" {message} ":
-            return f"{flag}: {message}"
-    return message
+    from textfree.cli_common import flag_message
+
+    return flag_message(message, _FLAGS)
 
 
 @app.command("train")
