@@ -16,6 +16,7 @@ from typing import Optional
 import typer
 
 from textfree.cli_common import _fail, _fmt_eps, _quiet_transformers, app, err
+from textfree.lm.hub import is_hub_id
 
 MAX_EPSILON_HELP = (
     "Refuse to release at an epsilon above this (and refuse clean payloads): without --epsilon the server's "
@@ -36,8 +37,8 @@ def _id_dirs(values: Optional[list[str]], flag: str, *, default_encoder: bool = 
             from textfree.encoders.loading import resolve_encoder_path
 
             path = resolve_encoder_path(None)
-        if not Path(path).is_dir():
-            _fail(f"{flag} {name}: no such directory {path!r}")
+        if not Path(path).is_dir() and (default_encoder or not is_hub_id(path)):
+            _fail(f"{flag} {name}: no such directory {path!r} (nor a hub id owner/name)")
         out[name] = path
     return out
 
@@ -51,8 +52,8 @@ def _id_files(values: Optional[list[str]], flag: str) -> dict[str, str]:
             _fail(f"{flag} takes ID=PATH, got {v!r}")
         if name in out:
             _fail(f"{flag}: model id {name!r} given twice")
-        if not Path(path).exists():
-            _fail(f"{flag} {name}: no such file or directory {path!r}")
+        if not Path(path).exists() and not is_hub_id(path):
+            _fail(f"{flag} {name}: no such file or directory {path!r} (nor a hub id owner/name)")
         out[name] = path
     return out
 
@@ -85,8 +86,9 @@ def serve(
     model: Optional[list[str]] = typer.Option(
         None,
         "--model",
-        help="ID=RUN_DIR: a PPFT run served at /v1/generate (only its server part is loaded), or a RAPT run served "
-        "at /v1/classify; the run's system is detected from its files (repeatable).",
+        help="ID=RUN_DIR or ID=OWNER/NAME (a Hugging Face hub id; the local cache when HF_HUB_OFFLINE=1): a PPFT run "
+        "served at /v1/generate (only its server part is loaded), or a RAPT run served at /v1/classify; the run's "
+        "system is detected from its files (repeatable).",
     ),
     embed_model: Optional[list[str]] = typer.Option(
         None,

@@ -16,10 +16,11 @@ from typing import Sequence
 
 import torch
 
-from ..atomic import read_json
+from ..atomic import read_json, write_json
 from ..encoders import ContextualEncoder, weights_sha256
 from ..encoders.loading import encoder_id
 from ..lm.adapters import AdapterSettings
+from ..lm.hub import copy_tree, local_ref, push_saved, replace_dir, resolve_pretrained
 from ..mechanisms.base import get_mechanism_class
 from ..mechanisms.factory import make_noise
 from ..mechanisms.transforms import k_pool, l2_normalize
@@ -28,11 +29,38 @@ from ..privatizer import Privatizer
 from .checkpoint import load_center, save_center
 from .config import PromptTemplate, TextFreeConfig
 from .projection import ProjectionConfig
-from .server import CONFIG_NAME, ServerModel, ServerOutput
+from .server import CONFIG_NAME, DECODER_DIR, DECODER_REF, ServerModel, ServerOutput
 
-__all__ = ["TextFreeLM", "ENCODER_DIR"]
+__all__ = ["TextFreeLM", "ENCODER_DIR", "run_decoder"]
 
 ENCODER_DIR = "encoder"
+
+
+def run_decoder(run_dir: str | os.PathLike) -> str | None:
+    """The base decoder a run names in ``decoder_ref.json``, as a path inside the run when it bundles it (a published
+    run records ``"decoder"``, relative to itself); None for a run without a decoder_ref.json."""
+    ref_file = Path(run_dir) / DECODER_REF
+    if not ref_file.is_file():
+        return None
+    location = read_json(ref_file).get("name_or_path")
+    return local_ref(run_dir, location) if isinstance(location, str) else None
+
+
+def _bundle_decoder(run: Path, include_decoder: bool | None) -> None:
+    """Make ``run`` portable: a base decoder recorded by a local path is copied into ``run/decoder`` (unless
+    ``include_decoder`` is False) and recorded as ``"decoder"``, relative to the run; a hub id stays as it is."""
+    ref = read_json(run / DECODER_REF)
+    location = Path(str(ref.get("name_or_path", "")))
+    bundled = run / DECODER_DIR
+    if location.is_absolute() and location.resolve() == bundled.resolve():
+        pass  # a trained base (ServerModel.train_base) is written there already
+    elif location.is_dir() and include_decoder is not False:
+        copy_tree(location, bundled)
+    else:
+        if include_decoder and not location.is_dir():
+            raise ValueError(f"include_decoder: the base decoder {str(location)!r} is not a local directory")
+        return
+    write_json(run / DECODER_REF, {**ref, "name_or_path": DECODER_DIR})
 
 
 class TextFreeLM(torch.nn.Module):
@@ -104,6 +132,8 @@ class TextFreeLM(torch.nn.Module):
         run = Path(run_dir)
         if not (run / CONFIG_NAME).is_file():
             raise FileNotFoundError(f"{str(run)!r} is not a PPFT run directory (no {CONFIG_NAME})")
+        if decoder is None:
+            decoder = run_decoder(run)  # a bundled decoder (relative to the run), else decoder_ref's as it is
         config = TextFreeConfig.from_dict(read_json(run / CONFIG_NAME))
         enc = ContextualEncoder.from_pretrained(
             run / ENCODER_DIR, max_length=config.max_private_tokens, device=str(device)
@@ -115,6 +145,34 @@ class TextFreeLM(torch.nn.Module):
         lm = cls(enc, server, load_center(run, config))
         lm.encoder.requires_grad_(False)
         return lm
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | os.PathLike, *, revision: str | None = None, **load) -> "TextFreeLM":
+        """A run by local directory or Hugging Face hub id (``owner/name``, downloaded to the local cache, or read
+        from it when ``HF_HUB_OFFLINE=1``); ``load`` goes to :meth:`load` (device, decoder, ...)."""
+        run = resolve_pretrained(name_or_path, revision=revision, marker=CONFIG_NAME, what="PPFT run")
+        return cls.load(run, **load)
+
+    def save_pretrained(self, directory: str | os.PathLike, *, include_decoder: bool | None = None) -> Path:
+        """A complete, portable run directory that :meth:`from_pretrained` loads: :meth:`save`'s files, with the base
+        decoder copied into ``decoder/`` when it is a local directory (``include_decoder=False``: keep only its
+        reference; a hub decoder is always referenced by id). Written beside ``directory`` and renamed into place;
+        an earlier run there is replaced."""
+        ref = dict(self.server.decoder_ref)
+
+        def fill(tmp: Path) -> None:
+            try:
+                self.save(tmp)
+            finally:
+                self.server.decoder_ref = ref  # a trained base's ref points into tmp, which is renamed
+            _bundle_decoder(tmp, include_decoder)
+
+        return replace_dir(directory, fill, marker=CONFIG_NAME)
+
+    def push_to_hub(self, repo_id: str, *, include_decoder: bool | None = None, **push) -> object:
+        """Publish the run as the hub model repository ``repo_id`` (:meth:`save_pretrained` into a temporary
+        directory, then ``HfApi().upload_folder``); ``push``: token, private, revision, commit_message."""
+        return push_saved(lambda d: self.save_pretrained(d, include_decoder=include_decoder), repo_id, **push)
 
     def save(self, run_dir: str | os.PathLike) -> Path:
         """Write the full run layout; the config records the saved encoder's sha256."""

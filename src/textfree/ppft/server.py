@@ -148,10 +148,13 @@ class ServerModel(torch.nn.Module):
         """
         from peft import PeftModel
 
+        from ..lm.hub import local_ref
+
         run = Path(run_dir)
         config = TextFreeConfig.from_dict(read_json(run / CONFIG_NAME))
         ref = read_json(run / DECODER_REF)
-        location = str(decoder) if decoder is not None else ref["name_or_path"]
+        # a published run records its bundled decoder relative to itself ("decoder"): resolve it inside the run
+        location = str(decoder) if decoder is not None else local_ref(run, ref["name_or_path"])
         base, tokenizer = load_decoder(location, device=str(device))
         if check_decoder_sha:
             verify_decoder_sha(location, ref, run / DECODER_REF, base)

@@ -31,6 +31,7 @@ import torch
 from safetensors import safe_open
 
 from ..atomic import read_json
+from ..lm.hub import local_ref
 from ..lm.loading import EMBEDDING_KEYS, load_decoder_tokenizer, load_input_embeddings
 from ..lm.refs import verify_decoder_sha
 from ..payload import FORMAT_VERSION, Payload
@@ -57,6 +58,21 @@ from .server import ADAPTER_DIR, CONFIG_NAME, DECODER_REF, PROJECTION_DIR, Serve
 __all__ = ["GenerateModel", "PromptEmbedder", "VllmGenerateModel"]
 
 
+def _run_decoder(run_dir: str | os.PathLike) -> str | None:
+    """The base decoder bundled in a run (a published run's ``decoder_ref.json`` names ``"decoder"``, relative to
+    the run), else None: the recorded location as it is."""
+    ref_file = Path(run_dir) / DECODER_REF
+    try:
+        ref = read_json(ref_file)
+    except (FileNotFoundError, ValueError):
+        return None  # ServerModel.load reports it
+    location = ref.get("name_or_path") if isinstance(ref, dict) else None
+    if not isinstance(location, str):
+        return None
+    bundled = local_ref(run_dir, location)
+    return bundled if bundled != location else None
+
+
 class GenerateModel:
     """A PPFT server part behind ``/v1/generate``."""
 
@@ -73,7 +89,7 @@ class GenerateModel:
     @classmethod
     def load(cls, model_id: str, run_dir: str, *, device: str = "cpu") -> "GenerateModel":
         """The server part of the PPFT run at ``run_dir`` (projection, base decoder, adapter; never ``encoder/``)."""
-        server = ServerModel.load(run_dir, device=device)
+        server = ServerModel.load(run_dir, device=device, decoder=_run_decoder(run_dir))
         return cls(model_id, server, load_center(run_dir, server.config))
 
     def _card(self) -> dict[str, Any]:
@@ -212,7 +228,7 @@ class PromptEmbedder:
         run = Path(run_dir)
         config = TextFreeConfig.from_dict(read_json(run / CONFIG_NAME))
         ref = read_json(run / DECODER_REF)
-        location = str(decoder) if decoder is not None else ref["name_or_path"]
+        location = str(decoder) if decoder is not None else local_ref(run, ref["name_or_path"])
         if check_decoder_sha:
             verify_decoder_sha(location, ref, run / DECODER_REF)
         _check_adapter(run, EMBEDDING_KEYS)

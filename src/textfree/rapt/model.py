@@ -26,9 +26,23 @@ from ..heads.reconstruction import ReconstructionHead
 from .client import PrivatizedExample
 from .plain import PlainTokens
 
-__all__ = ["TASK_HEAD_FILE", "encode_examples", "RaptClassifier", "save_classifier", "load_classifier"]
+__all__ = [
+    "TASK_HEAD_FILE",
+    "BASE_ENCODER_DIR",
+    "encode_examples",
+    "RaptClassifier",
+    "save_classifier",
+    "load_classifier",
+    "save_pretrained",
+    "push_to_hub",
+]
 
 TASK_HEAD_FILE = "task_head.safetensors"
+#: A published run's own copy of the base encoder its adapter was trained on (when that was a local directory).
+BASE_ENCODER_DIR = "base_encoder"
+#: What a served RAPT run is made of (the rest of a run directory, logs and checkpoints, is not published).
+SERVED_FILES = ("adapter", "model", TASK_HEAD_FILE, "tokenizer", "plain_tokens.json", "train_config.json")
+SERVED_FILES += ("summary.json",)
 
 
 def _texts(examples: Sequence[PrivatizedExample], plain: PlainTokens | None) -> tuple[list, list, list, list]:
@@ -114,6 +128,14 @@ class RaptClassifier(torch.nn.Module):
         self.head = head
         self.rec_weight = float(rec_weight)
 
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | os.PathLike, *, revision: str | None = None) -> "RaptClassifier":
+        """The served classifier of a finished RAPT run, by local directory or Hugging Face hub id (``owner/name``;
+        :func:`load_classifier`), with its ``tokenizer``, ``plain`` tokens (or None) and ``train_config`` attached."""
+        classifier, tokenizer, plain, config = load_classifier(name_or_path, revision=revision)
+        classifier.tokenizer, classifier.plain, classifier.train_config = tokenizer, plain, config
+        return classifier
+
     def _hidden(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
         hidden = self.model(**inputs).last_hidden_state
@@ -155,16 +177,22 @@ def save_classifier(run: str | os.PathLike, classifier: RaptClassifier) -> None:
     atomic_save_tensors(run / TASK_HEAD_FILE, head)
 
 
-def load_classifier(run: str | os.PathLike) -> tuple[RaptClassifier, Any, PlainTokens | None, dict[str, Any]]:
+def load_classifier(
+    run: str | os.PathLike, *, revision: str | None = None
+) -> tuple[RaptClassifier, Any, PlainTokens | None, dict[str, Any]]:
     """``(classifier without a reconstruction head, tokenizer, plain tokens or None, train config)`` of a finished
-    RAPT run directory (``adapter/`` on the base encoder named in its config, or ``model/`` for full fine-tuning)."""
+    RAPT run directory (``adapter/`` on the base encoder named in its config, or on its own ``base_encoder/`` copy,
+    or ``model/`` for full fine-tuning); ``run`` may be a Hugging Face hub id (``owner/name``, at ``revision``)."""
     from safetensors.torch import load_file
     from transformers import AutoModel, AutoTokenizer
 
     from ..atomic import read_json
+    from ..lm.hub import is_hub_id, resolve_pretrained
     from ..lm.loading import load_encoder
     from .plain import PLAIN_FILE
 
+    if is_hub_id(run):
+        run = resolve_pretrained(run, revision=revision, marker=TASK_HEAD_FILE, what="RAPT run")
     run = Path(run)
     try:
         config = read_json(run / "train_config.json")["config"]
@@ -176,7 +204,8 @@ def load_classifier(run: str | os.PathLike) -> tuple[RaptClassifier, Any, PlainT
     if (run / "adapter").is_dir():
         from peft import PeftModel
 
-        base, _ = load_encoder(config["encoder"])
+        bundled = run / BASE_ENCODER_DIR
+        base, _ = load_encoder(str(bundled) if bundled.is_dir() else config["encoder"])
         model = PeftModel.from_pretrained(base, run / "adapter")
     elif (run / "model").is_dir():
         model = AutoModel.from_pretrained(run / "model")
@@ -186,3 +215,64 @@ def load_classifier(run: str | os.PathLike) -> tuple[RaptClassifier, Any, PlainT
     task_head.load_state_dict(head_state)
     plain = PlainTokens.load(run) if (run / PLAIN_FILE).is_file() else None
     return RaptClassifier(model.eval(), task_head.eval()), tokenizer, plain, config
+
+
+def save_pretrained(
+    run: str | os.PathLike, directory: str | os.PathLike, *, include_encoder: bool | None = None
+) -> Path:
+    """Copy the served files of the finished RAPT run ``run`` (adapter/ or model/, the task head, tokenizer/, plain
+    tokens, train_config.json, summary.json; no logs or checkpoints) into ``directory``, which
+    :func:`load_classifier` (and ``RaptClassifier.from_pretrained``) loads anywhere: a base encoder named by a local
+    directory is copied into ``base_encoder/`` (unless ``include_encoder`` is False). Written beside ``directory``
+    and renamed into place; an earlier run there is replaced."""
+    import shutil
+
+    from ..atomic import read_json
+    from ..lm.hub import copy_tree, replace_dir
+
+    source = Path(run)
+    try:
+        config = read_json(source / "train_config.json")["config"]
+    except (OSError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{str(source)!r} is not a finished RAPT run: {exc}") from exc
+    if not (source / TASK_HEAD_FILE).is_file():
+        raise ValueError(f"{str(source)!r} is not a finished RAPT run (no {TASK_HEAD_FILE})")
+
+    def fill(tmp: Path) -> None:
+        for name in SERVED_FILES + (BASE_ENCODER_DIR,):
+            item = source / name
+            if item.is_dir():
+                copy_tree(item, tmp / name)
+            elif item.is_file():
+                shutil.copy2(item, tmp / name)
+        encoder = Path(str(config.get("encoder") or ""))
+        if (source / "adapter").is_dir() and not (tmp / BASE_ENCODER_DIR).exists():
+            if encoder.is_dir() and include_encoder is not False:
+                copy_tree(encoder, tmp / BASE_ENCODER_DIR)
+            elif include_encoder:
+                raise ValueError(f"include_encoder: the base encoder {str(encoder)!r} is not a local directory")
+        _scrub_config(tmp)
+
+    return replace_dir(directory, fill, marker=TASK_HEAD_FILE)
+
+
+def _scrub_config(run: Path) -> None:
+    """A published run names no path of the publisher's machine: its run directory becomes ".", a local base encoder
+    its bundled copy (or its directory's name)."""
+    from ..atomic import read_json, write_json
+
+    doc = read_json(run / "train_config.json")
+    config = doc.get("config", {})
+    config["out"] = "."
+    encoder = str(config.get("encoder") or "")
+    if Path(encoder).is_absolute() or Path(encoder).exists():
+        config["encoder"] = BASE_ENCODER_DIR if (run / BASE_ENCODER_DIR).is_dir() else Path(encoder).name
+    write_json(run / "train_config.json", doc)
+
+
+def push_to_hub(run: str | os.PathLike, repo_id: str, *, include_encoder: bool | None = None, **push: Any) -> Any:
+    """Publish the finished RAPT run ``run`` as the hub model repository ``repo_id`` (:func:`save_pretrained` into a
+    temporary directory, then ``HfApi().upload_folder``); ``push``: token, private, revision, commit_message."""
+    from ..lm.hub import push_saved
+
+    return push_saved(lambda d: save_pretrained(run, d, include_encoder=include_encoder), repo_id, **push)

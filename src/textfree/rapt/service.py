@@ -182,10 +182,12 @@ class RaptModel:
 
     @classmethod
     def load(cls, model_id: str, source: str, *, device: str = "cpu") -> "RaptModel":
-        """The RAPT run at ``source``; ValueError (naming what is missing or damaged) for anything else."""
-        from .model import load_classifier
+        """The RAPT run at ``source`` (a directory, or a Hugging Face hub id ``owner/name``); ValueError (naming what
+        is missing or damaged) for anything else."""
+        from ..lm.hub import resolve_source
+        from .model import BASE_ENCODER_DIR, load_classifier
 
-        run = Path(source)
+        run = Path(resolve_source(source))
         if not is_rapt_run(run):
             raise ValueError(
                 f"{str(source)!r} is not a RAPT run (textfree rapt train --out writes one: summary.json of system "
@@ -198,6 +200,9 @@ class RaptModel:
             raise ValueError(f"{str(run)!r} is not a finished RAPT run (no readable train_config.json)")
         plain, public, entry = _plain_file(run, model_id, saved["config"])  # the bytes published are the ones read
         classifier, tokenizer, _, config = load_classifier(run)
+        bundled = run / BASE_ENCODER_DIR  # a published run carries its base encoder: the card names that one
+        if bundled.is_dir():
+            config = {**config, "encoder": str(bundled)}
         card = rapt_card(model_id, config, summary, weights_entry(run), entry)
         files = {} if public is None else {"plain_tokens": public}
         return cls(

@@ -33,7 +33,8 @@ class ServerConfig:
     models: dict[str, str] = field(
         default_factory=dict,
         metadata={
-            "help": "Run directories: model id -> run directory, served by the system that recognises the run's files "
+            "help": "Run directories: model id -> run directory or Hugging Face hub id (owner/name: downloaded, or "
+            "read from the local cache when HF_HUB_OFFLINE=1), served by the system that recognises the run's files "
             "(or the one named in systems): a PPFT run at /v1/generate (what TextFreeLM.save writes; only its server "
             "part is loaded, never encoder/), a RAPT run at /v1/classify (textfree rapt train --out)."
         },
@@ -49,8 +50,9 @@ class ServerConfig:
         default_factory=dict,
         metadata={
             "help": "Client-side denoisers (SnD) published with embed models: embed model id -> denoiser file or "
-            "directory holding denoiser.safetensors. Its encoder_sha256 must be the model's weights' sha256; the card "
-            "names it and GET /v1/models/{id}/denoiser serves it (public weights: train it on public data only)."
+            "directory holding denoiser.safetensors, or a hub id (owner/name) of a repository holding it. Its "
+            "encoder_sha256 must be the model's weights' sha256; the card names it "
+            "and GET /v1/models/{id}/denoiser serves it (public weights: train it on public data only)."
         },
     )
     systems: dict[str, str] = field(

@@ -24,6 +24,7 @@ from typing import Any, Hashable, Sequence
 import torch
 from pydantic import ValidationError
 
+from ..lm.hub import resolve_source
 from ..payload import FORMAT_VERSION, Payload, PayloadError, PayloadTooLarge
 from .config import ServerConfig
 from .errors import ApiError
@@ -450,9 +451,15 @@ class ModelRegistry:
         systems: dict[str, ServedSystem] = {}
         for task, table in (("generate", config.models), ("embed", config.embed_models)):
             for model_id, path in table.items():
-                system = systems[model_id] = _system_for(config, model_id, task)
+                source = path
+                if task == "generate":  # a run by hub id (owner/name): downloaded, or read from the cache offline
+                    try:
+                        source = resolve_source(path)
+                    except FileNotFoundError as exc:
+                        raise ValueError(f"cannot load {task} model {model_id!r} from {path!r}: {exc}") from exc
+                system = systems[model_id] = _system_for(config, model_id, task, source)
                 try:
-                    models[model_id] = system.load(model_id, path, config)
+                    models[model_id] = system.load(model_id, source, config)
                 except (OSError, ValueError, RuntimeError) as exc:
                     raise ValueError(
                         f"cannot load {system.task} model {model_id!r} (served system {system.name!r}) from {path!r}: "
@@ -471,7 +478,7 @@ class ModelRegistry:
         if model is None or model.task != "embed":
             raise ValueError(f"a denoiser was given for {model_id!r}, which is not a served embed model")
         try:
-            public, entry = load_denoiser(path, self.card(model_id))
+            public, entry = load_denoiser(resolve_source(path), self.card(model_id))
         except (OSError, PublicFileError) as exc:
             raise ValueError(f"cannot serve the denoiser of embed model {model_id!r}: {exc}") from None
         self.denoisers[model_id], self._denoiser_cards[model_id] = public, entry
@@ -534,13 +541,13 @@ def check_card(card: dict[str, Any]) -> None:
 _TABLE_TASKS = {"generate": ("generate", "classify"), "embed": ("embed",)}
 
 
-def _system_for(config: ServerConfig, model_id: str, task: str) -> ServedSystem:
-    """The registered system of a model: the one ``config`` names, else (a run directory of ``models``) the one that
-    recognises the run's files (:func:`~textfree.server.registry.detect_system`), else the table's default; checked
-    to serve a task of the model's table (ValueError naming both)."""
+def _system_for(config: ServerConfig, model_id: str, task: str, source: str | None = None) -> ServedSystem:
+    """The registered system of a model: the one ``config`` names, else (a run directory of ``models``, at
+    ``source`` once resolved) the one that recognises the run's files (:func:`~textfree.server.registry.detect_system`),
+    else the table's default; checked to serve a task of the model's table (ValueError naming both)."""
     name = config.system_of(model_id)
     if model_id not in config.systems and model_id in config.models:
-        name = detect_system(config.models[model_id]) or name
+        name = detect_system(source if source is not None else config.models[model_id]) or name
     try:
         system = get_system(name)
     except UnknownSystemError as exc:

@@ -230,6 +230,13 @@ class Denoiser(torch.nn.Module):
 
         return atomic_write_bytes(Path(directory) / DENOISER_FILE, self.to_bytes())
 
+    def push_to_hub(self, repo_id: str, **push: Any) -> Any:
+        """Publish ``denoiser.safetensors`` as the hub model repository ``repo_id`` (``HfApi().upload_folder`` of a
+        temporary :meth:`save_pretrained` directory); ``push``: token, private, revision, commit_message."""
+        from ..lm.hub import push_saved
+
+        return push_saved(self.save_pretrained, repo_id, **push)
+
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.to_bytes()).hexdigest()
@@ -267,8 +274,18 @@ class Denoiser(torch.nn.Module):
         return model.eval()
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, *, expected_sha256: str | None = None) -> Denoiser:
-        """A denoiser from its file or a directory holding ``denoiser.safetensors``."""
+    def from_pretrained(
+        cls, path: str | os.PathLike, *, expected_sha256: str | None = None, revision: str | None = None
+    ) -> Denoiser:
+        """A denoiser from its file, a directory holding ``denoiser.safetensors``, or a Hugging Face hub id
+        (``owner/name``: a repository holding that file, downloaded to the local cache, or read from it offline)."""
+        from ..lm.hub import is_hub_id, resolve_pretrained
+
+        if is_hub_id(path):
+            try:
+                path = resolve_pretrained(path, revision=revision, marker=DENOISER_FILE, what="denoiser")
+            except FileNotFoundError as exc:
+                raise DenoiserError(str(exc)) from None
         path = Path(path)
         file = path / DENOISER_FILE if path.is_dir() else path
         if not file.is_file():
