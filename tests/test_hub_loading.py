@@ -19,15 +19,15 @@ from textfree.data.tasks import TaskData
 from textfree.lm.hub import PretrainedNotFound, is_hub_id, resolve_pretrained
 from textfree.ppft.model import TextFreeLM
 from textfree.ppft.server import CONFIG_NAME
-from textfree.rapt.client import privatize_examples
 from textfree.rapt.model import RaptClassifier, encode_examples, load_classifier
 from textfree.rapt.model import push_to_hub as push_rapt
 from textfree.rapt.model import save_pretrained as save_rapt
-from textfree.rapt.plain import PlainTokens
 from textfree.rapt.train import RaptTrainConfig, build_mechanism, train_rapt
 from textfree.server import ServerConfig
 from textfree.server.models import ModelRegistry
 from textfree.snd.denoiser import DENOISER_FILE, Denoiser, DenoiserConfig, DenoiserError
+from textfree.substitution.examples import privatize_examples
+from textfree.substitution.plain import PlainTokens
 
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
 

@@ -12,10 +12,10 @@ import torch
 
 from textfree.data.tasks import TaskData
 from textfree.heads.reconstruction import ReconstructionHead
-from textfree.rapt.client import PrivatizedExample, privatize_examples
 from textfree.rapt.model import encode_examples, load_classifier
-from textfree.rapt.plain import PlainTokens
 from textfree.rapt.train import RaptTrainConfig, build_mechanism, train_rapt
+from textfree.substitution.examples import PrivatizedExample, privatize_examples
+from textfree.substitution.plain import PlainTokens
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "data"
 POS = ["a great and moving film", "she loved the warm ending", "what a wonderful cast", "funny and smart"] * 5

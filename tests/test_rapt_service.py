@@ -25,9 +25,7 @@ from textfree.cli import app as cli_app
 from textfree.client import Client, ClientError, ModelMismatchError
 from textfree.data.tasks import TaskData
 from textfree.encoders.loading import load_hf_encoder
-from textfree.rapt.client import privatize_examples
 from textfree.rapt.model import encode_examples, load_classifier
-from textfree.rapt.plain import PLAIN_FILE, PlainTokens
 from textfree.rapt.train import RaptTrainConfig, build_mechanism, train_rapt
 from textfree.server import ServerConfig, create_app
 from textfree.server.auth import KeyStore
@@ -35,6 +33,8 @@ from textfree.server.models import ModelRegistry
 from textfree.server.public_files import PublicFile
 from textfree.server.registry import get_system
 from textfree.server.testing import RecordingProxy, leaked_words, serve_in_thread
+from textfree.substitution.examples import privatize_examples
+from textfree.substitution.plain import PLAIN_FILE, PlainTokens
 
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
 

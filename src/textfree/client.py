@@ -59,7 +59,6 @@ DENOISER_CACHE_ENV = "TEXTFREE_DENOISER_CACHE"
 MAX_DENOISER_BYTES = 512 * 1024 * 1024
 #: The largest plain-token file (RAPT) the client downloads (whatever a card says).
 MAX_PLAIN_TOKENS_BYTES = 64 * 1024 * 1024
-PLAIN_TOKENS_FORMAT = "textfree-rapt-plain-tokens"
 
 
 class ClientError(RuntimeError):
@@ -183,7 +182,7 @@ class Client:
         self._cards: dict[str, dict] = {}
         self.cache_dir = _cache_dir(cache_dir)
         self._denoisers: dict[str, Any] = {}  # sha256 -> Denoiser, each checked when it was loaded
-        self._plain: dict[str, list[list[str]]] = {}  # sha256 -> plain-token sequences, each checked when loaded
+        self._plain: dict[str, Any] = {}  # sha256 -> the PlainTokens of a model, each checked when loaded
 
     def close(self) -> None:
         if self._own_http:
@@ -565,11 +564,15 @@ class Client:
         rate = self._rapt_eta(card, model, eta)
         categories = _rapt_categories(card, model, pos)
         mechanism = self._rapt_mechanism(card, model, categories).with_eta(rate)
-        sequences = self.plain_tokens(model)
+        plain = self.plain_tokens(model)
         from .rng import secure_generator, seeded_generator
+        from .substitution.examples import privatize_examples
 
         generator = secure_generator() if seed is None else seeded_generator(seed)
-        sent, counts = _rapt_privatize(examples, mechanism, sequences, generator)
+        private = privatize_examples(examples, [None] * len(examples), mechanism, plain, generator=generator)
+        sent = [{"parts": list(e.parts), "plain": None if e.plain is None else list(e.plain), "sequence": e.sequence}
+                for e in private]  # fmt: skip
+        counts = [e.words_privatized for e in private]
         del texts, examples  # from here on only the privatized text exists
         body = json.dumps({"model": model, "examples": sent}).encode("utf-8")
         reply = self._request("POST", "/v1/classify", content=body, headers={"Content-Type": "application/json"})
@@ -624,11 +627,11 @@ class Client:
                 )
         return _word_mechanism(resolved, want, categories)
 
-    def plain_tokens(self, model: str) -> list[list[str]] | None:
-        """The public plain-token sequences of classify model ``model`` (None: it has none): from this client's
-        memory, else the cache (``cache_dir/<sha256>.plain_tokens.json``), else downloaded once from
-        ``GET /v1/models/{id}/plain_tokens`` and cached. Their sha256 is checked against the card's on every load: a
-        damaged or mismatched file is a :class:`ClientError`, removed from the cache and never used."""
+    def plain_tokens(self, model: str):
+        """The public :class:`~textfree.substitution.plain.PlainTokens` of classify model ``model`` (None: it has
+        none): from this client's memory, else the cache (``cache_dir/<sha256>.plain_tokens.json``), else downloaded
+        once from ``GET /v1/models/{id}/plain_tokens`` and cached. Their sha256 is checked against the card's on every
+        load: a damaged or mismatched file is a :class:`ClientError`, removed from the cache and never used."""
         from .atomic import atomic_write_bytes
 
         card = self._cards.get(model) or self.model_card(model)
@@ -658,14 +661,14 @@ class Client:
                 f"{source} have sha256 {got[:16]}..., not the card's {sha[:16]}...: refused, not cached, not used"
             )
         try:
-            sequences = _plain_sequences(data, entry)
+            plain = _plain_tokens_of(data, entry)
         except ValueError as exc:
             path.unlink(missing_ok=True)
             raise ClientError(f"{source} cannot be used: {exc}; not used") from None
         if not cached:
             atomic_write_bytes(path, data)
-        self._plain[sha] = sequences
-        return sequences
+        self._plain[sha] = plain
+        return plain
 
     # ------------------------------------------------------------------ datasets and fine-tuning jobs
     def upload_dataset(
@@ -871,51 +874,21 @@ def _plain_entry(card: dict, model: str) -> dict | None:
     return entry
 
 
-def _plain_sequences(data: bytes, entry: dict) -> list[list[str]]:
-    """The plain-token sequences of a plain-token file (ValueError when it is not one, or not the card's shape)."""
+def _plain_tokens_of(data: bytes, entry: dict):
+    """The :class:`~textfree.substitution.plain.PlainTokens` of a plain-token file (ValueError when it is not one, or
+    not the card's shape)."""
+    from .substitution.plain import PlainTokens
+
     try:
         obj = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raise ValueError("not a JSON file") from None
-    if not isinstance(obj, dict) or obj.get("format") != PLAIN_TOKENS_FORMAT:
-        raise ValueError(f"not a {PLAIN_TOKENS_FORMAT} file")
-    sequences = obj.get("sequences")
-    if not isinstance(sequences, list) or len(sequences) != entry["sequences"]:
+    plain = PlainTokens.from_dict(obj, where="the file")
+    if len(plain.sequences) != entry["sequences"]:
         raise ValueError(f"it does not hold the card's {entry['sequences']} sequence(s)")
-    for seq in sequences:
-        if not isinstance(seq, list) or len(seq) != entry["length"]:
-            raise ValueError(f"a sequence is not {entry['length']} words long, as the card says")
-        if not all(isinstance(w, str) and w and not any(c.isspace() for c in w) for w in seq):
-            raise ValueError("a plain token is not one non-empty word")
-    return [list(seq) for seq in sequences]
-
-
-def _rapt_privatize(
-    examples: list[tuple[str, ...]], mechanism, sequences: list[list[str]] | None, generator
-) -> tuple[list[dict[str, Any]], list[int]]:
-    """(what is sent, each example's privatized words): every example's sentence(s) and a plain-token sequence
-    drawn for it, privatized in one mechanism call, exactly as :func:`textfree.rapt.client.privatize_examples`
-    does (``tests/test_rapt_service.py`` checks the two agree)."""
-    import torch
-
-    width = len(examples[0])
-    picks = (
-        [None] * len(examples)
-        if sequences is None
-        else torch.randint(len(sequences), (len(examples),), generator=generator).tolist()
-    )
-    texts = [s for e in examples for s in e]
-    plain_texts = [] if sequences is None else [" ".join(sequences[k]) for k in picks]
-    result = mechanism.privatize_detailed(texts + plain_texts, generator=generator)
-    out_texts, out_plain = result.texts[: len(texts)], result.output_words[len(texts) :]
-    per_text = result.substituted_per_text[: len(texts)]
-    sent, counts = [], []
-    for i in range(len(examples)):
-        span = slice(i * width, (i + 1) * width)
-        plain = None if sequences is None else list(out_plain[i])
-        sent.append({"parts": list(out_texts[span]), "plain": plain, "sequence": picks[i]})
-        counts.append(int(sum(per_text[span])))
-    return sent, counts
+    if plain.length != entry["length"]:
+        raise ValueError(f"a sequence is not {entry['length']} words long, as the card says")
+    return plain
 
 
 def _positive_number(value: Any) -> bool:

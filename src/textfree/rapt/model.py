@@ -1,10 +1,10 @@
 """RAPT's server side for classification: a (PEFT-wrapped) encoder with the paper's task head, trained on privatized
 text with the privatized-token reconstruction loss (Li et al., section III-B2, eq. 4-8).
 
-:func:`encode_examples` turns :class:`~.client.PrivatizedExample` rows into a batch: the privatized plain tokens
-prepended to the first sentence (``[CLS] k^_1 .. k^_m w^_1 .. [SEP] (second sentence [SEP])``), the position of each
-plain word's first sub-token, the plain tokens' indices in the reconstruction vocabulary (the targets), and the mask
-of the input's own tokens (neither special nor plain).
+:func:`encode_examples` turns :class:`~textfree.substitution.examples.PrivatizedExample` rows into a batch: the
+privatized plain tokens prepended to the first sentence (``[CLS] k^_1 .. k^_m w^_1 .. [SEP] (second sentence [SEP])``),
+the position of each plain word's first sub-token, the plain tokens' indices in the reconstruction vocabulary (the
+targets), and the mask of the input's own tokens (neither special nor plain).
 
 :class:`RaptClassifier` (eq. 7-8): the task head is a linear layer over the MEAN of the last hidden states at the
 input's own positions (the paper's ``q = softmax(W_head (1/n) sum_i g_{l+m+i})``: plain tokens and special tokens
@@ -23,8 +23,8 @@ from typing import Any, Sequence
 import torch
 
 from ..heads.reconstruction import ReconstructionHead
-from .client import PrivatizedExample
-from .plain import PlainTokens
+from ..substitution.examples import PrivatizedExample
+from ..substitution.plain import PlainTokens
 
 __all__ = [
     "TASK_HEAD_FILE",
@@ -189,7 +189,7 @@ def load_classifier(
     from ..atomic import read_json
     from ..lm.hub import is_hub_id, resolve_pretrained
     from ..lm.loading import load_encoder
-    from .plain import PLAIN_FILE
+    from ..substitution.plain import PLAIN_FILE
 
     if is_hub_id(run):
         run = resolve_pretrained(run, revision=revision, marker=TASK_HEAD_FILE, what="RAPT run")

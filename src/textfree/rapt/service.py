@@ -89,7 +89,7 @@ def _plain_file(run: Path, model_id: str, config: dict[str, Any]):
     """(PlainTokens, PublicFile, card entry) of the run's ``plain_tokens.json``, read once; (None, None, None) for a
     run trained without plain tokens. ValueError for a missing, oversized or damaged file."""
     from ..server.public_files import MAX_PUBLIC_FILE_BYTES, PublicFile
-    from .plain import PLAIN_FILE, PlainTokens
+    from ..substitution.plain import PLAIN_FILE, PlainTokens
 
     path = run / PLAIN_FILE
     if not path.is_file():
@@ -222,7 +222,7 @@ class RaptModel:
     def prepare(self, examples: Sequence[Any], public: Sequence[str] | None, config: ServerConfig) -> _Prepared:
         """The request's examples checked against this card (4xx ``ApiError``)."""
         from ..server.models import check_examples
-        from .client import PrivatizedExample
+        from ..substitution.examples import PrivatizedExample
 
         if public is not None:
             raise ApiError(422, "invalid_request", "/v1/classify takes no public text")

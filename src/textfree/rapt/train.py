@@ -2,9 +2,10 @@
 
 One run (:func:`train_rapt`) plays both sides for an experiment:
 
-1. the client privatizes every training example once, locally (:func:`~.client.privatize_examples`: T2T or PCT2T at
-   ``eta``; ``eta`` null: no privatization, the paper's eta = infinity column), with plain tokens prepended where
-   ``plain_length`` > 0; a training set is uploaded once, so each example has one privatized copy;
+1. the client privatizes every training example once, locally
+   (:func:`~textfree.substitution.examples.privatize_examples`: T2T or PCT2T at ``eta``; ``eta`` null: no privatization,
+   the paper's eta = infinity column), with plain tokens prepended where ``plain_length`` > 0; a training set is
+   uploaded once, so each example has one privatized copy;
 2. the server trains the chosen PEFT method (``method``: lora, prompt_tuning, prefix_tuning, ia3 or full, through
    :func:`textfree.lm.adapters.apply_adapter`) on the privatized text with the task loss plus ``rec_weight`` x the
    reconstruction loss (``reconstruction``; off: the ablation "without the reconstruction objective");
@@ -35,12 +36,12 @@ from ..data.tasks import TaskData, load_task
 from ..heads.reconstruction import ReconstructionHead
 from ..lm.adapters import apply_adapter, trainable_parameters
 from ..rng import seeded_generator
+from ..substitution.examples import PrivatizedExample, privatize_examples
+from ..substitution.plain import PlainTokens
 from ..training.loop import fit, param_groups
 from ..training.runs import check_run_dir, prepare_run_dir, total_wall_s, write_summary
-from .client import PrivatizedExample, privatize_examples
 from .config import RaptTrainConfig
 from .model import RaptClassifier, encode_examples, save_classifier
-from .plain import PlainTokens
 
 __all__ = ["RaptTrainConfig", "train_rapt", "build_mechanism", "evaluate_classifier"]
 

@@ -2,7 +2,7 @@
 
 Plain tokens are public words, chosen uniformly at random from the table words of the selected part-of-speech
 categories, prepended to every input and privatized with it; the model learns to reconstruct the original plain
-tokens from its states at their positions (:class:`~textfree.heads.reconstruction.ReconstructionHead`). They carry
+tokens from its states at their positions (RAPT's reconstruction head, ``textfree.heads.reconstruction``). They carry
 nothing private, so they are saved as JSON beside the model and served to clients.
 
 * ``sequences``: one or more plain-token sequences of ``length`` words (the paper: one sequence of 40; Fig. 5a: a set

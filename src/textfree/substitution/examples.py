@@ -1,6 +1,6 @@
-"""RAPT's client side: each example privatized locally with T2T / PCT2T, the plain tokens prepended and privatized
-with it (Li et al., section III-B2, Fig. 2); only the privatized text, the privatized plain tokens, the index of the
-public plain-token sequence and the label leave the device.
+"""RAPT's client side (the client's maths: no model, no server): each example privatized locally with T2T / PCT2T, the
+plain tokens prepended and privatized with it (Li et al., section III-B2, Fig. 2); only the privatized text, the
+privatized plain tokens, the index of the public plain-token sequence and the label leave the device.
 
 The plain tokens go through the same mechanism as the example, as their own text (tagged in their own context): they
 are public, so their words do not count in the example's privacy loss, which composes over the example's own
@@ -14,8 +14,8 @@ from typing import Any, Sequence
 
 import torch
 
-from ..substitution import TextToText
-from .plain import PlainTokens
+from ..substitution.plain import PlainTokens
+from .t2t import TextToText
 
 __all__ = ["PrivatizedExample", "privatize_examples"]
 
