@@ -31,7 +31,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterable, Sequence
 
-from .base import PrivacyLoss
+from .base import PrivacyLoss, class_registrar
 from .gaussian import Gaussian, analytic_epsilon
 
 __all__ = [
@@ -134,15 +134,7 @@ _ACCOUNTANTS: dict[str, type["Accountant"]] = {}
 
 def register_accountant(name: str) -> Callable[[type], type]:
     """Class decorator: make an accountant available by ``name``."""
-
-    def deco(cls: type) -> type:
-        if name in _ACCOUNTANTS and _ACCOUNTANTS[name] is not cls:
-            raise ValueError(f"accountant name {name!r} is already registered by {_ACCOUNTANTS[name].__name__}")
-        cls.name = name
-        _ACCOUNTANTS[name] = cls
-        return cls
-
-    return deco
+    return class_registrar(_ACCOUNTANTS, "accountant", name)
 
 
 def get_accountant_class(name: str) -> type["Accountant"]:

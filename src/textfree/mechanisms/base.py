@@ -83,17 +83,23 @@ class Mechanism(Protocol):
 _REGISTRY: dict[str, type] = {}
 
 
-def register_mechanism(name: str) -> Callable[[type], type]:
-    """Class decorator: make a mechanism buildable by ``name`` from plain data."""
+def class_registrar(table: dict[str, type], what: str, name: str) -> Callable[[type], type]:
+    """A class decorator that records a class in ``table`` under ``name`` (and sets its ``name``); another class
+    under a taken name is refused (``what``: the kind of thing, for the message)."""
 
     def deco(cls: type) -> type:
-        if name in _REGISTRY and _REGISTRY[name] is not cls:
-            raise ValueError(f"mechanism name {name!r} is already registered by {_REGISTRY[name].__name__}")
+        if name in table and table[name] is not cls:
+            raise ValueError(f"{what} name {name!r} is already registered by {table[name].__name__}")
         cls.name = name
-        _REGISTRY[name] = cls
+        table[name] = cls
         return cls
 
     return deco
+
+
+def register_mechanism(name: str) -> Callable[[type], type]:
+    """Class decorator: make a mechanism buildable by ``name`` from plain data."""
+    return class_registrar(_REGISTRY, "mechanism", name)
 
 
 def get_mechanism_class(name: str) -> type:
