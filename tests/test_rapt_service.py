@@ -4,7 +4,6 @@ every byte), bad input, damaged plain tokens, and ``textfree ask --system rapt``
 
 import hashlib
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from textfree.server.auth import KeyStore
 from textfree.server.models import ModelRegistry
 from textfree.server.public_files import PublicFile
 from textfree.server.registry import get_system
-from textfree.server.testing import RecordingProxy, leaked_words, serve_in_thread
+from textfree.server.testing import RecordingProxy, http_requests, leaked_words, serve_in_thread
 from textfree.substitution.examples import privatize_examples
 from textfree.substitution.plain import PLAIN_FILE, PlainTokens
 
@@ -305,25 +304,12 @@ def test_classify_equals_the_local_classifier_on_the_same_privatized_examples(ra
     assert torch.allclose(torch.tensor(result.probabilities), probs, atol=1e-5)
 
 
-def _requests(sent: bytes) -> list[tuple[str, bytes]]:
-    """(request line, body) of every HTTP/1.1 request in a recording (bodies by Content-Length)."""
-    out, rest = [], sent
-    while rest:
-        head, sep, rest = rest.partition(b"\r\n\r\n")
-        assert sep, "a request without the end of its headers"
-        match = re.search(rb"\r\ncontent-length: *(\d+)", head, re.IGNORECASE)
-        n = int(match.group(1)) if match else 0
-        out.append((head.split(b"\r\n", 1)[0].decode(), rest[:n]))
-        rest = rest[n:]
-    return out
-
-
 def test_only_the_privatized_text_crosses_the_wire(rapt, tmp_path):
     with _proxy(rapt) as proxy:
         with _client(rapt, tmp_path, url=proxy.url) as client:
             result = client.classify(SECRET, model="sst2", pos="all", seed=0)
     sent = proxy.sent.replace(rapt["key"].encode(), b"")
-    requests = _requests(sent)
+    requests = http_requests(sent)
     assert [line for line, _ in requests] == [
         "GET /v1/models/sst2 HTTP/1.1",
         "GET /v1/models/sst2/plain_tokens HTTP/1.1",

@@ -4,7 +4,6 @@ sending nothing but the noisy token embeddings X~ (a recording proxy sees every 
 
 import hashlib
 import json
-import re
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -23,7 +22,7 @@ from textfree.server import ServerConfig, create_app
 from textfree.server.auth import KeyStore
 from textfree.server.models import ModelRegistry
 from textfree.server.public_files import PublicFile, PublicFileError, safetensors_metadata
-from textfree.server.testing import RecordingProxy, leaked_words, serve_in_thread
+from textfree.server.testing import RecordingProxy, http_requests, leaked_words, serve_in_thread
 from textfree.snd.denoiser import DENOISER_FILE, Denoiser, DenoiserConfig, denoiser_sha256
 
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
@@ -214,26 +213,13 @@ def test_the_denoised_result_equals_the_denoiser_run_locally_on_the_same_noise(s
     assert torch.allclose(torch.tensor(plain.embeddings), e_n, atol=1e-5)
 
 
-def _requests(sent: bytes) -> list[tuple[str, bytes]]:
-    """(request line, body) of every HTTP/1.1 request in a recording (bodies by Content-Length)."""
-    out, rest = [], sent
-    while rest:
-        head, sep, rest = rest.partition(b"\r\n\r\n")
-        assert sep, "a request without the end of its headers"
-        match = re.search(rb"\r\ncontent-length: *(\d+)", head, re.IGNORECASE)
-        n = int(match.group(1)) if match else 0
-        out.append((head.split(b"\r\n", 1)[0].decode(), rest[:n]))
-        rest = rest[n:]
-    return out
-
-
 def test_nothing_but_the_payload_leaves_the_client(snd, tmp_path):
     with _proxy(snd) as proxy:
         with _client(snd, tmp_path, url=proxy.url) as client:
             result = client.embed(PROMPT, model="emb", epsilon=EPS, seed=0, denoise=True)
             card = client.model_card("emb")
     sent = proxy.sent.replace(snd["key"].encode(), b"")
-    requests = _requests(sent)
+    requests = http_requests(sent)
     lines = [line for line, _ in requests]
     assert lines == [
         "GET /v1/models/emb HTTP/1.1",

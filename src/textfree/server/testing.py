@@ -26,6 +26,7 @@ __all__ = [
     "subprocess_server",
     "free_port",
     "RecordingProxy",
+    "http_requests",
     "leaked_words",
     "tenant_headers",
 ]
@@ -213,3 +214,20 @@ def tenant_headers(keys_path, *tenants: str) -> dict[str, dict[str, str]]:
 
     store = KeyStore(keys_path)
     return {t: {"Authorization": f"Bearer {store.add_key(t)}"} for t in tenants}
+
+
+def http_requests(recorded: bytes) -> list[tuple[str, bytes]]:
+    """(request line, body) of every HTTP/1.1 request in bytes a :class:`RecordingProxy` recorded (bodies by
+    Content-Length)."""
+    import re
+
+    out, rest = [], recorded
+    while rest:
+        head, sep, rest = rest.partition(b"\r\n\r\n")
+        if not sep:
+            raise ValueError("a recorded request without the end of its headers")
+        match = re.search(rb"\r\ncontent-length: *(\d+)", head, re.IGNORECASE)
+        n = int(match.group(1)) if match else 0
+        out.append((head.split(b"\r\n", 1)[0].decode(), rest[:n]))
+        rest = rest[n:]
+    return out
