@@ -31,7 +31,7 @@ from textfree.server.auth import KeyStore
 from textfree.server.models import ModelRegistry
 from textfree.server.public_files import PublicFile
 from textfree.server.registry import get_system
-from textfree.server.testing import RecordingProxy, http_requests, leaked_words, serve_in_thread
+from textfree.server.testing import RecordingProxy, http_requests, json_leaves, leaked_words, serve_in_thread
 from textfree.substitution.examples import privatize_examples
 from textfree.substitution.plain import PLAIN_FILE, PlainTokens
 
@@ -117,25 +117,13 @@ def test_the_run_is_detected_and_its_card_carries_names_and_hashes_only(rapt, tm
     assert {c["id"]: c for c in listing["data"]}["sst2"] == card
     assert listing["limits"]["max_classify_examples"] == 4 and listing["limits"]["max_classify_words"] == 40
     base = str(rapt["tmp"].parent)
-    for where, value in _leaves(card):
+    for where, value in json_leaves(card):
         text = str(value)
         assert base not in text and "/srv/models" not in text, (where, text)
         if where.endswith((".route", ".url")):
             assert text.startswith("/v1/"), (where, text)
             continue
         assert not (isinstance(value, str) and (text.startswith(("/", "~", "\\")) or text[1:3] == ":\\")), (where, text)
-
-
-def _leaves(value, where=""):
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield f"{where}.{k} (key)", k
-            yield from _leaves(v, f"{where}.{k}")
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _leaves(v, f"{where}[{i}]")
-    else:
-        yield where, value
 
 
 def test_the_plain_tokens_are_served_with_their_sha256(rapt):

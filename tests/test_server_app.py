@@ -21,6 +21,7 @@ from textfree.server import ServerConfig, create_app
 from textfree.server.auth import KeyStore
 from textfree.server.metrics import Metrics
 from textfree.server.models import ModelRegistry
+from textfree.server.testing import json_leaves
 
 pytestmark = pytest.mark.filterwarnings("ignore::textfree.rng.InsecureRandomnessWarning")
 
@@ -261,7 +262,7 @@ def test_cards_of_models_loaded_from_deep_local_paths_carry_names_and_hashes_onl
     assert {card["id"] for card in cards} == {"deep", "deep-embed"}
     assert {card["encoder_id"] for card in cards} == {"enc-v1"}
     for card in cards:
-        for where, value in _leaves(card):
+        for where, value in json_leaves(card):
             text = str(value)
             assert str(tmp_path) not in text and "/srv/models" not in text, (card["id"], where, text)
             if where.endswith((".route", ".url")):  # the server's own URL paths (/v1/...)
@@ -272,19 +273,6 @@ def test_cards_of_models_loaded_from_deep_local_paths_carry_names_and_hashes_onl
                 where,
                 text,
             )
-
-
-def _leaves(value, where=""):
-    """(path, leaf) of every value of a JSON object, keys included."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield f"{where}.{k} (key)", k
-            yield from _leaves(v, f"{where}.{k}")
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _leaves(v, f"{where}[{i}]")
-    else:
-        yield where, value
 
 
 def test_sampling_options_are_validated_and_a_seed_reproduces_the_answers(setup, tiny_lm):

@@ -19,7 +19,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 __all__ = [
     "serve_in_thread",
@@ -27,6 +27,7 @@ __all__ = [
     "free_port",
     "RecordingProxy",
     "http_requests",
+    "json_leaves",
     "leaked_words",
     "tenant_headers",
 ]
@@ -219,8 +220,6 @@ def tenant_headers(keys_path, *tenants: str) -> dict[str, dict[str, str]]:
 def http_requests(recorded: bytes) -> list[tuple[str, bytes]]:
     """(request line, body) of every HTTP/1.1 request in bytes a :class:`RecordingProxy` recorded (bodies by
     Content-Length)."""
-    import re
-
     out, rest = [], recorded
     while rest:
         head, sep, rest = rest.partition(b"\r\n\r\n")
@@ -231,3 +230,17 @@ def http_requests(recorded: bytes) -> list[tuple[str, bytes]]:
         out.append((head.split(b"\r\n", 1)[0].decode(), rest[:n]))
         rest = rest[n:]
     return out
+
+
+def json_leaves(value: Any, where: str = ""):
+    """(path, leaf) of every value of a JSON object, keys included (``.a.b (key)`` for a key, ``.a[0]`` for an item):
+    what a test checks when no field of a card may hold a path."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield f"{where}.{k} (key)", k
+            yield from json_leaves(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from json_leaves(v, f"{where}[{i}]")
+    else:
+        yield where, value
