@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 from collections import Counter
 
 import pytest
@@ -129,3 +130,73 @@ def test_rewriters_are_found_by_name_or_data_directory():
     assert rewriter_for("/data/privacyrestore/Pri-DDXPlus_dataset/") is rewrite_ddx
     with pytest.raises(ValueError, match=r"no prompt rewriter for dataset 'pri-slja'; prompt variants exist for \["):
         rewriter_for("pri-slja")
+
+
+def _said_items(new: str, original: str) -> list[str]:
+    """The list items of ``original`` that a reframed ``new`` says (a frame joins the last two with ' and ')."""
+    history, symptoms = _lists(original)
+    return [item for item in history + symptoms if item in new]
+
+
+def _frame_pattern(frame: str) -> re.Pattern[str]:
+    """A frame of a 46-year-old male as a regex; its lists as groups."""
+    who = {"age": "46", "sex": "male", "person": "man", "mf": "M"}
+    parts = re.split(r"(\{\w+\})", frame)
+    out = []
+    for part in parts:
+        name = part[1:-1] if part.startswith("{") else None
+        out.append(re.escape(who[name]) if name in who else f"(?P<{name}>.+)" if name else re.escape(part))
+    return re.compile("".join(out) + re.escape(" What is the likely diagnosis?"))
+
+
+def _is_list_of(said: str, items: list[str]) -> bool:
+    """``said`` is exactly ``items`` in some order, joined by ', ' and a final ' and '."""
+    rest = said
+    for item in sorted(items, key=len, reverse=True):
+        if item not in rest:
+            return False
+        rest = rest.replace(item, "|", 1)
+    return rest.replace(", ", "").replace(" and ", "") == "|" * len(items)
+
+
+def test_rephrase_says_the_same_case_in_other_frames_and_adds_nothing():
+    from textfree.ppft.prompt_variants import DDX_FRAMES
+
+    history, symptoms = _lists(HISTORY)
+    patterns = {f: _frame_pattern(f) for f in DDX_FRAMES}
+    rng = random.Random(3)
+    frames_seen = set()
+    for _ in range(400):
+        new = rewrite_ddx(HISTORY, rng, shuffle=True, drop=0.0, rephrase=1.0)
+        hits = [(f, m) for f, p in patterns.items() if (m := p.fullmatch(new))]
+        assert hits, new  # one of the frames, about the same person, with the question kept
+        frame, m = hits[0]
+        assert _is_list_of(m["symptoms"], symptoms), new  # every symptom, nothing added
+        if "{history}" in frame:
+            assert _is_list_of(m["history"], history), new
+        frames_seen.add(frame)
+    assert frames_seen == set(DDX_FRAMES)  # every frame is drawn
+    rng = random.Random(4)
+    for _ in range(50):  # a prompt without a history is never given one
+        new = rewrite_ddx(SYMPTOMS_ONLY, rng, shuffle=False, drop=0.0, rephrase=1.0)
+        assert "history" not in new.lower() and "past" not in new.lower(), new
+
+
+def test_rephrase_zero_is_the_old_rewrite_draw_for_draw():
+    a, b = random.Random(7), random.Random(7)
+    for _ in range(100):
+        assert rewrite_ddx(HISTORY, a, shuffle=True, drop=0.3) == rewrite_ddx(
+            HISTORY, b, shuffle=True, drop=0.3, rephrase=0.0
+        )
+
+
+def test_rephrase_is_validated_and_recorded():
+    with pytest.raises(ValueError, match=r"prompt_variant_rephrase must be a number in \[0, 1.0\], got 2"):
+        PromptVariants(0.5, rephrase=2)
+    assert PromptVariants(0.5, shuffle=False, rephrase=0.5).to_dict() == {
+        "prob": 0.5,
+        "shuffle": False,
+        "drop": 0.0,
+        "rephrase": 0.5,
+    }
+    assert PromptVariants(0.5).to_dict() == {"prob": 0.5, "shuffle": True, "drop": 0.0}  # as summaries were

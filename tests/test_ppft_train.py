@@ -700,6 +700,24 @@ def test_cli_stage1_stage2_ask_evaluate(fixture_data, tmp_path, tiny_encoder_dir
     ):  # one error line, not a traceback
         bad = runner.invoke(app, ["ppft", "ask", "--model", str(s2), "a prompt", *flags])  # (--k 0 was the model's k)
         assert bad.exit_code == 2 and "error" in bad.output and words in bad.output, bad.output
+    handwritten = Path(__file__).parent / "fixtures" / "ppft" / "handwritten_ddx.jsonl"
+    out = run(
+        "evaluate",
+        "--model",
+        s2,
+        "--prompts",
+        handwritten,
+        "--limit",
+        2,
+        "--max-new-tokens",
+        2,
+        "--out",
+        tmp_path / "hw.json",
+    )
+    hw = json.loads((tmp_path / "hw.json").read_text())
+    assert hw["n"] == 2 and hw["part"] == str(handwritten) and "handwritten_ddx.jsonl" in out
+    bad = runner.invoke(app, ["ppft", "evaluate", "--model", str(s2), "--prompts", str(tmp_path / "none.jsonl")])
+    assert bad.exit_code == 2 and "--prompts: no such file" in bad.output
     bad = runner.invoke(app, ["ppft", "evaluate", "--model", str(s2), "--dataset", "pri-ddx", "--limit", "-1"])
     assert bad.exit_code == 2 and "--limit must be >= 1, got -1" in bad.output  # (it dropped the last record)
     bad = runner.invoke(
@@ -1013,7 +1031,10 @@ def test_stage2_prompt_variants_rewrite_the_clients_training_prompts_before_enco
         _stage2_cfg(tmp_path / "r", run1, tasks=["mcqa", "restore"], prompt_variants=0.5)
     with pytest.raises(ValueError, match="not for blind runs"):
         _stage2_cfg(tmp_path / "b", run1, epsilon=None, blind=True, prompt_variants=0.5)
-    with pytest.raises(ValueError, match="prompt_variant_drop / prompt_variant_shuffle need prompt_variants > 0"):
+    with pytest.raises(
+        ValueError,
+        match="prompt_variant_drop / prompt_variant_shuffle / prompt_variant_rephrase need prompt_variants > 0",
+    ):
         _stage2_cfg(tmp_path / "d", run1, prompt_variant_drop=0.2)
     with pytest.raises(ValueError, match=r"prompt_variants must be a number in \[0, 1.0\], got 2"):
         _stage2_cfg(tmp_path / "p", run1, prompt_variants=2)

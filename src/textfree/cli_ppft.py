@@ -271,6 +271,12 @@ def train_stage2_cmd(
         "--prompt-variant-shuffle/--no-prompt-variant-shuffle",
         help="With --prompt-variants: reorder the items of each list.",
     ),
+    prompt_variant_rephrase: _Optional[float] = typer.Option(
+        None,
+        "--prompt-variant-rephrase",
+        help="With --prompt-variants: say a rewrite in another sentence frame with this probability (a clinical note, "
+        "a first-person account, the history left out; the prompt's own items only).",
+    ),
     validation: _Optional[float] = typer.Option(
         None,
         "--validation",
@@ -330,6 +336,7 @@ def train_stage2_cmd(
         prompt_variants=prompt_variants,
         prompt_variant_drop=prompt_variant_drop,
         prompt_variant_shuffle=prompt_variant_shuffle,
+        prompt_variant_rephrase=prompt_variant_rephrase,
         validation=validation,
         seed=seed,
         save_every=save_every,
@@ -347,10 +354,31 @@ def train_stage2_cmd(
         typer.echo(f"{result['part']} {t} accuracy {result['accuracy']:.4f} (n={result['n']}, epsilon={eps})")
 
 
+def _prompt_file(path: _Path) -> list:
+    """The records of a ``--prompts`` file (Pri-* layout, JSON Lines); one error line naming the flag if unreadable."""
+    from textfree.data import load_privacyrestore
+
+    if not path.is_file():
+        _ppft_fail(f"--prompts: no such file {path}")
+    return _ppft_run(load_privacyrestore, path)
+
+
 def _ppft_evaluate(
-    model: _Path, dataset: str, epsilon, k, limit, seed, max_new_tokens, out_file, *, task="mcqa", validation=None
+    model: _Path,
+    dataset: str,
+    epsilon,
+    k,
+    limit,
+    seed,
+    max_new_tokens,
+    out_file,
+    *,
+    task="mcqa",
+    validation=None,
+    prompts: _Optional[_Path] = None,
 ):
-    """Score ``model`` on the held-out part, or with ``validation`` > 0 on the validation part carved at that share."""
+    """Score ``model`` on the held-out part, with ``validation`` > 0 on the validation part carved at that share, or
+    on the records of the file ``prompts`` (the dataset's split still gives the label set and the majority class)."""
     from textfree.atomic import write_json
     from textfree.data import ppft_split
     from textfree.ppft.evaluate import evaluate_qa, majority_baseline, task_labels
@@ -361,7 +389,8 @@ def _ppft_evaluate(
     lm = _ppft_run(TextFreeLM.load, model)
     split = _ppft_run(ppft_split, dataset, validation=validation or 0.0)
     part = "validation" if validation else "heldout"
-    records = split[part][:limit] if limit else split[part]
+    records = _prompt_file(prompts) if prompts is not None else split[part]
+    records = records[:limit] if limit else records
     labels = task_labels(split["train"], split["validation"], split["heldout"])
     result = _ppft_run(
         evaluate_qa,
@@ -376,7 +405,8 @@ def _ppft_evaluate(
         progress=True,
     )
     result["majority_baseline"] = majority_baseline(split["train"], records)
-    result["dataset"], result["model"], result["part"] = dataset, str(model), "held-out" if part == "heldout" else part
+    result["dataset"], result["model"] = dataset, str(model)
+    result["part"] = str(prompts) if prompts is not None else "held-out" if part == "heldout" else part
     if out_file is not None:
         write_json(out_file, result)
     return result
@@ -404,12 +434,20 @@ def evaluate_cmd(
     out: _Optional[_Path] = typer.Option(
         None, "--out", help="Write the result (with every prediction) to this JSON file."
     ),
+    prompts: _Optional[_Path] = typer.Option(
+        None,
+        "--prompts",
+        help="Score these Pri-* layout JSON Lines records instead of the held-out part (e.g. the hand-written "
+        "prompts of tests/fixtures/ppft/handwritten_ddx.jsonl); --dataset still gives the label set.",
+    ),
 ) -> None:
     """Held-out accuracy: the client privatizes each prompt, the server answers from the payload."""
     _ppft_setup(verbose=False)
-    r = _ppft_evaluate(model, dataset, None if no_noise else epsilon, k, limit, seed, max_new_tokens, out, task=task)
+    r = _ppft_evaluate(
+        model, dataset, None if no_noise else epsilon, k, limit, seed, max_new_tokens, out, task=task, prompts=prompts
+    )
     typer.echo(
-        f"{dataset} held-out {task} n={r['n']} epsilon={r['epsilon']} k={r['k']}: accuracy {r['accuracy']:.4f} "
+        f"{dataset} {r['part']} {task} n={r['n']} epsilon={r['epsilon']} k={r['k']}: accuracy {r['accuracy']:.4f} "
         f"(exclusive {r['accuracy_exclusive']:.4f}; without answer leak {r['accuracy_no_leak']:.4f}, "
         f"n={r['n_no_leak']}); "
         f"majority baseline {r['majority_baseline']:.4f}"

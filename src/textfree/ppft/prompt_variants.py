@@ -12,6 +12,10 @@ consistent: a shorter prompt has fewer slots because it says less.
 Privacy: each epoch already releases one payload per training row; with variants some of those releases are of a
 rewritten prompt instead of the original, so the per-epoch releases and their guarantee per slot are unchanged.
 
+``rephrase`` also says the same case in another sentence frame (:data:`DDX_FRAMES`: a clinical note, a first-person
+account, a telegraphic line, the history after the symptoms or left out), so a model trained on one template still
+reads prompts that people write in other words. The frames reuse the prompt's own items: no fact is added.
+
 Rewriters are registered per dataset (:data:`REWRITERS`); a dataset without one cannot use variants.
 """
 
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 
 from .slot_augment import _check_fraction
 
-__all__ = ["PromptVariants", "REWRITERS", "rewrite_ddx", "rewriter_for"]
+__all__ = ["DDX_FRAMES", "PromptVariants", "REWRITERS", "rewrite_ddx", "rewriter_for"]
 
 # "A 46-year-old male has a history of a, b. The 46-year-old male presents the symptoms of c, d. <question>"
 _DDX_HISTORY = re.compile(
@@ -39,28 +43,71 @@ _DDX_SYMPTOMS = re.compile(
 )
 
 
-def _rewrite_items(items: str, rng: random.Random, *, shuffle: bool, drop: float) -> str:
+_WHO = re.compile(r"(?P<age>\d+)-year-old (?P<sex>\w+)")
+_FEMALE = {"female", "woman", "girl"}
+
+#: Sentence frames of a Pri-DDX case: {age}, {sex} (as the prompt says it), {person} (man/woman), {mf} (M/F),
+#: {symptoms} and {history} (the prompt's own items, "a, b and c"); a frame without {history} leaves it out.
+DDX_FRAMES = (
+    "A {age}-year-old {sex} with a history of {history} presents with {symptoms}.",
+    "{age}-year-old {sex}. History: {history}. Symptoms: {symptoms}.",
+    "{age}{mf}, {history}; now {symptoms}.",
+    "I am a {age} year old {person}. I have {symptoms}. In the past I had {history}.",
+    "The patient is a {age}-year-old {sex} who reports {symptoms}. Past history includes {history}.",
+    "A {age}-year-old {sex} presents the symptoms of {symptoms}.",
+    "{age}-year-old {person} with {symptoms}.",
+    "I'm {age}, {person}, and I have {symptoms}.",
+)
+
+
+def _items(items: str, rng: random.Random, *, shuffle: bool, drop: float) -> list[str]:
     parts = items.split(", ")
     kept = [p for p in parts if rng.random() >= drop] if drop > 0 else list(parts)
     if not kept:  # a list is never emptied: keep one item, drawn uniformly
         kept = [parts[rng.randrange(len(parts))]]
     if shuffle:
         rng.shuffle(kept)
-    return ", ".join(kept)
+    return kept
 
 
-def rewrite_ddx(text: str, rng: random.Random, *, shuffle: bool, drop: float) -> str | None:
+def _spoken(items: list[str]) -> str:
+    return ", ".join(items) if len(items) < 2 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _reframe(who: str, history: list[str] | None, symptoms: list[str], tail: str, rng: random.Random) -> str:
+    """The case in a frame drawn from :data:`DDX_FRAMES` (one that needs a history only when there is one)."""
+    m = _WHO.fullmatch(who)
+    frames = [f for f in DDX_FRAMES if history or "{history}" not in f]
+    female = m["sex"].lower() in _FEMALE
+    said = rng.choice(frames).format(
+        age=m["age"],
+        sex=m["sex"],
+        person="woman" if female else "man",
+        mf="F" if female else "M",
+        symptoms=_spoken(symptoms),
+        history=_spoken(history or []),
+    )
+    return said + tail
+
+
+def rewrite_ddx(text: str, rng: random.Random, *, shuffle: bool, drop: float, rephrase: float = 0.0) -> str | None:
     """A Pri-DDX private prompt with the items of its history and symptom lists reordered (``shuffle``) and each
-    left out with probability ``drop`` (at least one per list kept). None if ``text`` is not in the dataset's
-    template (then the caller keeps it as it is)."""
+    left out with probability ``drop`` (at least one per list kept), said in another frame of :data:`DDX_FRAMES`
+    with probability ``rephrase``. None if ``text`` is not in the dataset's template (then the caller keeps it)."""
     m = _DDX_HISTORY.fullmatch(text)
     if m is not None:
-        history = _rewrite_items(m["history"], rng, shuffle=shuffle, drop=drop)
-        symptoms = _rewrite_items(m["symptoms"], rng, shuffle=shuffle, drop=drop)
-        return f"{m['head']} has a history of {history}. {m['mid']} {symptoms}.{m['tail']}"
+        history = _items(m["history"], rng, shuffle=shuffle, drop=drop)
+        symptoms = _items(m["symptoms"], rng, shuffle=shuffle, drop=drop)
+        if rephrase > 0 and rng.random() < rephrase:
+            return _reframe(m["who"], history, symptoms, m["tail"], rng)
+        return f"{m['head']} has a history of {', '.join(history)}. {m['mid']} {', '.join(symptoms)}.{m['tail']}"
     m = _DDX_SYMPTOMS.fullmatch(text)
     if m is not None:
-        return f"{m['mid']} {_rewrite_items(m['symptoms'], rng, shuffle=shuffle, drop=drop)}.{m['tail']}"
+        symptoms = _items(m["symptoms"], rng, shuffle=shuffle, drop=drop)
+        if rephrase > 0 and rng.random() < rephrase:
+            who = _WHO.search(m["mid"])
+            return _reframe(who[0], None, symptoms, m["tail"], rng)
+        return f"{m['mid']} {', '.join(symptoms)}.{m['tail']}"
     return None
 
 
@@ -93,20 +140,24 @@ class PromptVariants:
     * ``prob``: chance, per training example and epoch, that the client sends a rewrite instead of the prompt.
     * ``shuffle``: a rewrite reorders the items of each list.
     * ``drop``: a rewrite leaves out each item with this probability (at least one per list kept).
+    * ``rephrase``: a rewrite says the case in another sentence frame with this probability.
     """
 
     prob: float = 0.0
     shuffle: bool = True
     drop: float = 0.0
+    rephrase: float = 0.0
 
     def __post_init__(self) -> None:
         _check_fraction("prompt_variants", self.prob, 1.0)
         _check_fraction("prompt_variant_drop", self.drop, 0.9)
+        _check_fraction("prompt_variant_rephrase", self.rephrase, 1.0)
         if not isinstance(self.shuffle, bool):
             raise ValueError(f"prompt_variant_shuffle must be true or false, got {self.shuffle!r}")
-        if self.prob > 0 and not self.shuffle and self.drop == 0:
+        if self.prob > 0 and not self.shuffle and self.drop == 0 and self.rephrase == 0:
             raise ValueError(
-                "prompt_variants > 0 with neither shuffling nor prompt_variant_drop would send the prompts unchanged"
+                "prompt_variants > 0 with neither shuffling, prompt_variant_drop nor prompt_variant_rephrase would "
+                "send the prompts unchanged"
             )
 
     @property
@@ -115,7 +166,10 @@ class PromptVariants:
 
     def to_dict(self) -> dict | None:
         """What a run's summary records: None when inactive (PPFT's training)."""
-        return {"prob": self.prob, "shuffle": self.shuffle, "drop": self.drop} if self.active else None
+        if not self.active:
+            return None
+        out = {"prob": self.prob, "shuffle": self.shuffle, "drop": self.drop}
+        return out | ({"rephrase": self.rephrase} if self.rephrase else {})  # older summaries have no rephrase
 
     def epoch_rewrites(self, texts: Sequence[str], rewriter: Rewriter, *, seed: int) -> dict[int, str]:
         """Index -> rewritten text for the examples rewritten this epoch (``seed`` fixes the draw, so a resumed
@@ -125,7 +179,8 @@ class PromptVariants:
         for i, text in enumerate(texts):
             if rng.random() >= self.prob:
                 continue
-            new = rewriter(text, rng, shuffle=self.shuffle, drop=self.drop)
+            extra = {"rephrase": self.rephrase} if self.rephrase else {}
+            new = rewriter(text, rng, shuffle=self.shuffle, drop=self.drop, **extra)
             if new is not None and new != text:
                 out[i] = new
         return out

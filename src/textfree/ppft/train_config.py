@@ -343,6 +343,14 @@ class Stage2Config(LoopConfig):
     prompt_variant_shuffle: bool = field(
         default=True, metadata={"help": "With prompt_variants: a rewrite reorders the items of each list."}
     )
+    prompt_variant_rephrase: float | None = field(
+        default=None,
+        metadata={
+            "help": "With prompt_variants: a rewrite says the case in another sentence frame with this probability "
+            "(textfree.ppft.prompt_variants.DDX_FRAMES: a clinical note, a first-person account, the history left "
+            "out; the prompt's own items only)."
+        },
+    )
     train_decoder: bool | None = field(
         default=None,
         metadata={
@@ -503,8 +511,10 @@ class Stage2Config(LoopConfig):
                     "restore_text or the 'restore' task (its target is the prompt)"
                 )
             rewriter_for(self.dataset)
-        elif self.prompt_variant_drop != 0.0 or self.prompt_variant_shuffle is not True:
-            raise ValueError("prompt_variant_drop / prompt_variant_shuffle need prompt_variants > 0")
+        elif self.prompt_variant_drop != 0.0 or self.prompt_variant_shuffle is not True or self.prompt_variant_rephrase:
+            raise ValueError(
+                "prompt_variant_drop / prompt_variant_shuffle / prompt_variant_rephrase need prompt_variants > 0"
+            )
 
     def variants(self) -> PromptVariants:
         """The client's training-only prompt variants (inactive unless prompt_variants is set)."""
@@ -512,6 +522,7 @@ class Stage2Config(LoopConfig):
             0.0 if self.prompt_variants is None else self.prompt_variants,
             self.prompt_variant_shuffle,
             self.prompt_variant_drop,
+            self.prompt_variant_rephrase or 0.0,
         )
 
     def slot_augment(self) -> SlotCountAugment:
