@@ -391,7 +391,7 @@ def _ppft_evaluate(
     part = "validation" if validation else "heldout"
     records = _prompt_file(prompts) if prompts is not None else split[part]
     records = records[:limit] if limit else records
-    labels = task_labels(split["train"], split["validation"], split["heldout"])
+    labels = task_labels(split["train"], split["validation"], split["heldout"], records)
     result = _ppft_run(
         evaluate_qa,
         lm,

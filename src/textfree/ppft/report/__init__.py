@@ -56,6 +56,7 @@ from .selection import (
 from .tables import (
     _MU_INTRO,
     _NOISE_INTRO,
+    Table1Row,
     _table1,
     _table_epochs,
     _table_general,
@@ -64,6 +65,7 @@ from .tables import (
     _table_mu,
     _table_noise,
     _table_train_seeds,
+    table1_rows,
 )
 from .timing import _table_time
 
@@ -74,6 +76,7 @@ __all__ = [
     "PAPER_EPSILON",
     "Entry",
     "collect",
+    "table1_summary",
     "build_report",
     "write_report",
 ]
@@ -88,6 +91,9 @@ _SEEDS_INTRO = [
     "Here the same row is trained again with another training seed (initialisation of the new weights, dropout,",
     "data order, training noise).",
 ]
+
+#: The datasets of Table 1's shape, in report order: (dataset name as cells spell it, lower-case; title).
+TABLE1_DATASETS = (("pri-ddx", "Pri-DDX"), ("pri-slja", "Pri-SLJA"))
 
 #: How docs/results/ppft.md is generated: the command a report names unless it was written from other paths.
 DEFAULT_COMMAND = "textfree ppft report results/ppft --out docs/results/ppft.md"
@@ -137,7 +143,7 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = (), co
         "to",
         "generate in full: decoding constrained to the task's public label set.",
     ]
-    for ds, title in (("pri-ddx", "Pri-DDX"), ("pri-slja", "Pri-SLJA")):
+    for ds, title in TABLE1_DATASETS:
         if not any(e.dataset.lower() == ds for e in entries):
             continue
         chosen_on = frozenset(b for e in selection if e.dataset.lower() == ds and (b := _build(e)))
@@ -184,6 +190,17 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = (), co
     ]
     lines += [f"| `{s}` | {d} | {(g or 'unknown')[:10]} | {', '.join(sorted(builds[s]))} |" for s, d, g in sources]
     return "\n".join(lines) + "\n"
+
+
+def table1_summary(paths: Iterable[str | Path]) -> dict[str, list[Table1Row]]:
+    """Table 1's rows (:func:`~.tables.table1_rows`) per dataset title, for each Pri-* dataset the result files in
+    ``paths`` hold, read as :func:`build_report` reads them (runs with a validation part only select the recipe)."""
+    entries, selection = split_selection(collect(paths))
+    return {
+        title: table1_rows(entries, ds, selected_recipe(selection, ds))
+        for ds, title in TABLE1_DATASETS
+        if any(e.dataset.lower() == ds for e in entries)
+    }
 
 
 def write_report(paths: Iterable[str | Path], out: str | Path, *, figures_dir: str | Path | None = None) -> Path:

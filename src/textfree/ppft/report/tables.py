@@ -69,21 +69,21 @@ def _table1_ppft(
     return ppft, upper or _latest(stage2, blind=False, epsilon=None), {}
 
 
-def _table1(
-    entries: Sequence[Entry],
-    ds: str,
-    recipe: tuple[Any, dict[str, Any]] | None = None,
-    chosen_on: frozenset[str] = frozenset(),
-) -> list[str]:
-    """Table 1's rows, notes and verdicts. ``chosen_on``: the stage-1 builds the validation runs that selected
-    ``recipe`` record (a row read with the recipe on another build says so)."""
+#: One row of Table 1: its label, the paper's 4-option figure ("" where the paper has none), its entry (None: not
+#: run), and the metric stems of its 4-option and open-answer columns (``acc_<stem>``, ``acc_<stem>_no_leak``, ...).
+Table1Row = tuple[str, str, Entry | None, tuple[str, str]]
+
+
+def table1_rows(entries: Sequence[Entry], ds: str, recipe: tuple[Any, dict[str, Any]] | None = None) -> list[Table1Row]:
+    """Table 1's rows for dataset ``ds`` (lower-case, e.g. ``"pri-ddx"``): blind, the lower bounds, PPFT at the
+    paper's and the width-matched eps, the slot-count-only controls where run, the upper bound. ``recipe``: as for
+    :func:`_table1_ppft`."""
     stage2 = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
     lower = [e for e in entries if e.kind == "ppft_evaluate" and e.dataset.lower() == ds]
     blind = _latest(stage2, blind=True)
     target, upper, settings = _table1_ppft(stage2, recipe)
-    length = recipe[0] if recipe else None
     ppft_at = {PAPER_EPSILON: _latest(stage2, **_TABLE1_PPFT | {"epsilon": PAPER_EPSILON}), WIDTH_MATCHED: target}
-    rows: list[tuple[str, str, Entry | None, tuple[str, str]]] = []
+    rows: list[Table1Row] = []
     paper = PAPER_TABLE1.get(ds, (None, None, None))
     rows.append(("blind (public options only, no private prefix)", "—", blind, ("blind_mcqa", "blind_open")))
     for eps in (PAPER_EPSILON, WIDTH_MATCHED):
@@ -124,6 +124,23 @@ def _table1(
             ("mcqa", "open"),
         )
     )
+    return rows
+
+
+def _table1(
+    entries: Sequence[Entry],
+    ds: str,
+    recipe: tuple[Any, dict[str, Any]] | None = None,
+    chosen_on: frozenset[str] = frozenset(),
+) -> list[str]:
+    """Table 1's rows (:func:`table1_rows`), notes and verdicts. ``chosen_on``: the stage-1 builds the validation
+    runs that selected ``recipe`` record (a row read with the recipe on another build says so)."""
+    stage2 = [e for e in entries if e.kind == "ppft_stage2" and e.dataset.lower() == ds]
+    lower = [e for e in entries if e.kind == "ppft_evaluate" and e.dataset.lower() == ds]
+    blind = _latest(stage2, blind=True)
+    target, upper, settings = _table1_ppft(stage2, recipe)
+    length = recipe[0] if recipe else None
+    rows = table1_rows(entries, ds, recipe)
     out = [
         "| row | stage-2 epochs | 4-option acc | 4-option, prompt does not name the answer | 4-option, ranked | "
         "open-answer acc | open-answer, no name | open-answer, label-ranked | paper 4-option (Llama-3.2-1B) |",

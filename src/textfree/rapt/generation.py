@@ -1,0 +1,112 @@
+"""RAPT for generation (the issue's NLG part): a local decoder fine-tuned on PCT2T-privatized Pri-* prompts, answering
+privatized held-out prompts; the first side-by-side of PPFT and RAPT on one decoder, one dataset, one budget.
+
+The client privatizes the private part of each record's prompt once (T2T or PCT2T at ``eta`` over the encoder's word
+table; ``pos`` ``all`` by default: the paper, section IV-B, privatizes every category for clinical and legal text);
+the public part (instruction, options) is sent as it is, as in PPFT. The server fine-tunes the decoder on the
+privatized training prompts (4-option and open prompts built from the same privatized text: one release per record)
+with :func:`textfree.lm.text_tuning.tune_text_decoder`, and answers the held-out records privatized with fresh noise.
+The split is PPFT's (:func:`textfree.data.ppft_split`), so the held-out part is the one PPFT's figures use.
+
+Without plain tokens and the reconstruction head: their decoder form (a head over the decoder's states at the
+privatized plain words' sub-tokens) is not built; this is the paper's "PCT2T" row on a decoder, not "+Reconstruction".
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..lm.text_qa import QA_TASKS, private_parts, qa_pairs, score_answers
+from ..lm.text_tuning import TextTuningConfig, answer_prompts, tune_text_decoder
+from ..rng import seeded_generator
+from ..training.runs import write_summary
+
+__all__ = ["RaptQAConfig", "train_rapt_qa"]
+
+
+@dataclass(kw_only=True)
+class RaptQAConfig(TextTuningConfig):
+    """A decoder fine-tuned on privatized Pri-* prompts and scored on privatized held-out ones."""
+
+    dataset: str = field(default="pri-ddx", metadata={"help": "Pri-* dataset (ppft_split: PPFT's train / held-out)."})
+    encoder: str = field(default="default", metadata={"help": "Whose word table T2T / PCT2T use ('default': MiniLM)."})
+    eta: float | None = field(default=None, metadata={"help": "T2T / PCT2T eta per word (null: no privatization)."})
+    pos: str | None = field(
+        default="all", metadata={"help": "PCT2T categories ('all' for clinical text, section IV-B); null: T2T."}
+    )
+    eval_limit: int | None = field(default=300, metadata={"help": "Score the first N held-out records (null: all)."})
+    prompts: str | None = field(
+        default=None, metadata={"help": "Also score these Pri-* layout JSON Lines records (e.g. hand-written ones)."}
+    )
+    max_new_tokens: int = field(default=16, metadata={"help": "Answer length."})
+    noise_seed: int | None = field(default=None, metadata={"help": "Seeds the privatization noise (null: seed)."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.eta is not None and not (isinstance(self.eta, (int, float)) and self.eta > 0):
+            raise ValueError(f"eta must be a positive number or null, got {self.eta!r}")
+        if self.eval_limit is not None and self.eval_limit < 1:
+            raise ValueError(f"eval_limit must be >= 1 or null, got {self.eval_limit}")
+
+
+def _client(cfg: RaptQAConfig):
+    """The client's privatization of a list of private texts (a fresh generator per call site), and its mechanism."""
+    from .train import build_mechanism
+
+    mechanism = build_mechanism(cfg.encoder, cfg.eta, cfg.pos)
+    seed = cfg.seed if cfg.noise_seed is None else cfg.noise_seed
+
+    def privatize(texts: list[str], part: int) -> tuple[list[str], list[int]]:
+        if mechanism is None:
+            return list(texts), [0] * len(texts)
+        result = mechanism.privatize_detailed(list(texts), generator=seeded_generator(seed * 3 + part, warn=False))
+        return list(result.texts), list(result.substituted_per_text)
+
+    return privatize, mechanism
+
+
+def _score(model, tokenizer, records, sent, labels, cfg: RaptQAConfig) -> dict[str, Any]:
+    out = {}
+    for task in QA_TASKS:
+        pairs = qa_pairs(records, task, sent)
+        answers = answer_prompts(model, tokenizer, [p.prompt for p in pairs], max_new_tokens=cfg.max_new_tokens,
+                                 progress=cfg.progress)  # fmt: skip
+        out[task] = score_answers(answers, records, task, labels)
+    return out
+
+
+def train_rapt_qa(cfg: RaptQAConfig) -> dict[str, Any]:
+    """Privatize, fine-tune, answer (see the module docstring); writes and returns summary.json's content."""
+    from ..data import load_privacyrestore, ppft_split
+    from ..ppft.evaluate import task_labels
+
+    t0 = time.time()
+    split = ppft_split(cfg.dataset)
+    train, heldout = split["train"], split["heldout"][: cfg.eval_limit]
+    extra = load_privacyrestore(Path(cfg.prompts)) if cfg.prompts is not None else []
+    labels = task_labels(split["train"], split["validation"], split["heldout"], extra)
+    privatize, mechanism = _client(cfg)
+    sent_train, words_train = privatize(private_parts(train), 0)
+    pairs = qa_pairs(train, "mcqa", sent_train) + qa_pairs(train, "open", sent_train)
+    fitted = tune_text_decoder(cfg, pairs)
+    sent_test, words_test = privatize(private_parts(heldout), 1)
+    scores = {"heldout": _score(fitted["model"], fitted["tokenizer"], heldout, sent_test, labels, cfg)}
+    if extra:
+        sent_extra, _ = privatize(private_parts(extra), 2)
+        scores["prompts"] = _score(fitted["model"], fitted["tokenizer"], extra, sent_extra, labels, cfg)
+    record = {
+        "system": "rapt",
+        "dataset": cfg.dataset,
+        "eta": cfg.eta,
+        "pos": cfg.pos,
+        "epsilon_per_word": None if mechanism is None else mechanism.privacy_loss_per_word().epsilon,
+        "mean_privatized_words": sum(words_test) / max(len(words_test), 1),
+        "n_train": len(train),
+        "scores": scores,
+        "total_wall_s": round(time.time() - t0, 2),
+    }
+    loop = {k: v for k, v in fitted.items() if k not in ("model", "tokenizer")}
+    return write_summary(Path(cfg.out), loop, record)
