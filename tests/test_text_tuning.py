@@ -102,8 +102,10 @@ def test_qa_pairs_send_the_private_part_transformed_and_the_public_part_as_it_is
 def test_rapt_qa_trains_on_privatized_prompts_only(decoder_dir, tiny_encoder_dir, tmp_path, monkeypatch):
     """The decoder sees privatized private parts (eta tiny: nearly every word replaced) and clear public parts."""
     from textfree.data import ppft_split
+    from textfree.experiments import Cell, run_cell
     from textfree.rapt import generation
-    from textfree.rapt.generation import RaptQAConfig, train_rapt_qa
+    from textfree.rapt.generation import RaptQAConfig
+    from textfree.results.files import load_results
 
     monkeypatch.setenv("TEXTFREE_DATA", str(FIXTURES))
     seen = []
@@ -117,10 +119,12 @@ def test_rapt_qa_trains_on_privatized_prompts_only(decoder_dir, tiny_encoder_dir
     handwritten = (Path(__file__).parent / "fixtures" / "ppft" / "handwritten_ddx.jsonl").read_text().splitlines()
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("\n".join(handwritten[:3]) + "\n")
-    cfg = RaptQAConfig(out=str(tmp_path / "qa"), decoder=str(decoder_dir), encoder=str(tiny_encoder_dir), eta=1e-3,
-                       pos=None, epochs=1, batch_size=4, progress=False, eval_limit=2, max_new_tokens=2,
-                       prompts=str(prompts))  # fmt: skip
-    summary = train_rapt_qa(cfg)
+    cell = {"name": "qa_test", "kind": "rapt_qa", "encoder": str(tiny_encoder_dir),
+            "params": {"decoder": str(decoder_dir), "eta": 1e-3, "pos": None, "epochs": 1, "batch_size": 4,
+                       "eval_limit": 2, "max_new_tokens": 2, "prompts": str(prompts), "out": str(tmp_path / "runs")},
+            "seeds": [0]}  # fmt: skip
+    path = run_cell(Cell.from_dict(cell), tmp_path, progress=False)
+    row = {k: v["mean"] for k, v in load_results(path)["results"][0]["metrics"].items()}
     train = ppft_split("pri-ddx")["train"]
     assert len(seen) == 2 * len(train)  # a 4-option and an open prompt per record, one privatized text for both
     for pair, record in zip(seen, train + train, strict=True):
@@ -128,13 +132,31 @@ def test_rapt_qa_trains_on_privatized_prompts_only(decoder_dir, tiny_encoder_dir
         sent_words = pair.prompt.split("\n")[0].lower().split()
         assert len(original_words.intersection(sent_words)) < len(sent_words) / 2  # the private part was replaced
         assert pair.answer == record.answer
-    saved = json.loads((tmp_path / "qa" / "summary.json").read_text())
+    saved = json.loads((tmp_path / "runs" / "qa_test" / "point-s0" / "summary.json").read_text())
     heldout = ppft_split("pri-ddx")["heldout"]
     assert saved["scores"]["heldout"]["mcqa"]["n"] == min(2, len(heldout)) and set(saved["scores"]) == {
         "heldout",
         "prompts",
     }
     assert saved["scores"]["prompts"]["open"]["n"] == 3 and saved["epsilon_per_word"] > 0
-    assert summary["eta"] == 1e-3 and saved["mean_privatized_words"] > 0
+    assert saved["eta"] == 1e-3 and saved["mean_privatized_words"] > 0
+    assert row["n_test"] == saved["scores"]["heldout"]["mcqa"]["n"] and row["epsilon_per_word"] > 0
+    assert row["prompts_open"] == saved["scores"]["prompts"]["open"]["accuracy"]
     with pytest.raises(ValueError, match="eta must be a positive number or null, got -1"):
         RaptQAConfig(out=str(tmp_path / "bad"), decoder=str(decoder_dir), eta=-1)
+
+
+def test_rapt_qa_cells_are_validated(decoder_dir):
+    from textfree.experiments import Cell, CellError, load_cell
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "cells" / "rapt" / "ddx_qa.yaml"
+    assert load_cell(example).kind == "rapt_qa"
+    cell = {"name": "qa", "kind": "rapt_qa", "params": {"eta": 1.0}}
+    with pytest.raises(CellError, match="params.decoder") as info:
+        Cell.from_dict(cell)
+    assert info.value.field == "params.decoder"
+    cell["params"] |= {"decoder": str(decoder_dir)}
+    cell["grid"] = {"params.eta": [1.0, -2]}
+    with pytest.raises(CellError, match="eta must be a positive number or null, got -2") as info:
+        Cell.from_dict(cell)
+    assert info.value.field == "grid.params.eta"

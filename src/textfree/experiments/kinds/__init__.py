@@ -1,5 +1,17 @@
 """Built-in cell kinds. Importing this package registers them (see :mod:`..registry`)."""
 
-from . import attacks, attributes, inversion, ner, ppft, privatization, rapt, snd, snd_update, substitution_inversion  # noqa: F401  # noqa: F401
+from . import (  # noqa: F401
+    attacks,
+    attributes,
+    inversion,
+    ner,
+    ppft,
+    privatization,
+    rapt,
+    rapt_qa,
+    snd,
+    snd_update,
+    substitution_inversion,
+)
 
 __all__ = ["privatization", "ppft"]

@@ -1,0 +1,94 @@
+"""Cell kind ``rapt_qa``: RAPT for generation (:mod:`textfree.rapt.generation`): a decoder fine-tuned on privatized
+Pri-* prompts, its 4-option and open-answer accuracy on privatized held-out prompts (and on the records of
+``params.prompts``, e.g. the hand-written ones), beside PPFT's on the same decoder and split.
+
+``params`` are :class:`~textfree.rapt.generation.RaptQAConfig` fields (``decoder`` (required), ``eta`` (null: no
+privatization), ``pos``, ``epochs``, ``eval_limit``, ``prompts``, ...) plus ``out``: the directory under which each
+point's run goes (``<out>/<cell name>/<point>-s<seed>``; a finished run is resumed, not retrained).
+
+Metrics: ``mcqa``, ``open`` (held-out accuracy), ``prompts_mcqa``, ``prompts_open`` (nan without ``prompts``),
+``epsilon_per_word``, ``mean_privatized_words``, ``n_train``, ``n_test``, ``seconds``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from ...rapt.generation import RaptQAConfig
+from ..registry import RunContext, register_cell_kind
+from .rapt import _slug
+from .snd import validate_own_inputs
+
+__all__ = ["rapt_qa", "RAPT_QA_METRICS"]
+
+RAPT_QA_METRICS = ("mcqa", "open", "prompts_mcqa", "prompts_open", "epsilon_per_word", "mean_privatized_words",
+                   "n_train", "n_test", "seconds")  # fmt: skip
+_DEFAULT_OUT = "runs/rapt-qa"
+RAPT_QA_PARAMS = {"out": f"directory of the runs (default {_DEFAULT_OUT})"} | {
+    f.name: f.metadata.get("help", "")
+    for f in dataclasses.fields(RaptQAConfig)
+    if f.name not in {"out", "resume", "cpu", "progress", "seed", "encoder"}
+}
+
+
+def _config(cell: Any, params: dict, seed: int, out: str = "unused") -> RaptQAConfig:
+    settings = {k: v for k, v in params.items() if k != "out"}
+    return RaptQAConfig(out=out, encoder=cell.encoder, seed=seed, progress=False, **settings)
+
+
+def _check_params(cell: Any, params: dict) -> tuple[str, str] | None:
+    if "decoder" not in params:
+        return "decoder", "params.decoder (the decoder to fine-tune: an HF name or a local directory) is required"
+    try:
+        _config(cell, params, 0)
+    except (ValueError, TypeError) as exc:
+        message = str(exc)
+        name = next((f for f in sorted(RAPT_QA_PARAMS, key=len, reverse=True) if message.startswith(f"{f} ")), None)
+        return name or next(iter(params), "params"), message
+    return None
+
+
+def _validate(cell: Any, points: list[dict]) -> None:
+    validate_own_inputs(cell, points, why="reads its dataset from params.dataset and privatizes with params.eta",
+                        limit_hint="params.eval_limit", check=lambda params: _check_params(cell, params))  # fmt: skip
+
+
+def _accuracy(scores: dict, part: str, task: str) -> float:
+    return scores[part][task]["accuracy"] if part in scores else math.nan
+
+
+@register_cell_kind(
+    "rapt_qa",
+    metrics=RAPT_QA_METRICS,
+    params=RAPT_QA_PARAMS,
+    validate=_validate,
+    help="RAPT for generation: a decoder fine-tuned on privatized Pri-* prompts; held-out 4-option / open accuracy.",
+    takes_attack=False,
+)
+def rapt_qa(cell: Any, point: dict, seed: int, context: RunContext) -> dict[str, float]:
+    """Train (or resume a finished) run for one point and seed; its accuracies and privacy figures."""
+    from ...rapt.generation import train_rapt_qa
+
+    started = time.perf_counter()
+    params = cell.resolve(point).params
+    problem = _check_params(cell, params)
+    if problem:
+        raise ValueError(f"params.{problem[0]}: {problem[1]}")
+    run = Path(params.get("out", _DEFAULT_OUT)) / cell.name / f"{_slug(point)}-s{seed}"
+    summary = train_rapt_qa(_config(cell, params, seed, str(run)))
+    scores = summary["scores"]
+    return {
+        "mcqa": _accuracy(scores, "heldout", "mcqa"),
+        "open": _accuracy(scores, "heldout", "open"),
+        "prompts_mcqa": _accuracy(scores, "prompts", "mcqa"),
+        "prompts_open": _accuracy(scores, "prompts", "open"),
+        "epsilon_per_word": math.nan if summary["epsilon_per_word"] is None else summary["epsilon_per_word"],
+        "mean_privatized_words": summary["mean_privatized_words"],
+        "n_train": float(summary["n_train"]),
+        "n_test": float(scores["heldout"]["mcqa"]["n"]),
+        "seconds": time.perf_counter() - started,
+    }
