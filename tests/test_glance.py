@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from textfree.results.files import ResultsError
-from textfree.results.glance import DEFAULT_COMMAND, build_glance
+from textfree.experiments.glance import DEFAULT_COMMAND, build_glance
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "results" / "index.md"

@@ -478,7 +478,7 @@ from textfree.cli_ppft import app as _ppft_app  # noqa: E402
 from textfree.cli_rapt import app as _rapt_app  # noqa: E402
 from textfree.cli_service import ask, finetune, serve  # noqa: E402,F401
 from textfree.cli_snd import app as _snd_app  # noqa: E402
-from textfree.results.glance import app as _report_app  # noqa: E402
+from textfree.experiments.glance import app as _report_app  # noqa: E402
 
 app.add_typer(_ppft_app, name="ppft")
 app.add_typer(_attacks_app, name="attacks")

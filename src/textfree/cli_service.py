@@ -337,7 +337,6 @@ def ask(
             "--epsilon": epsilon,
             "--k": k,
             "--max-new-tokens": max_new_tokens,
-            "--adapter": adapter,
             "--temperature": temperature,
             "--top-p": top_p,
             "--sampling-seed": sampling_seed,
@@ -345,7 +344,8 @@ def ask(
         }
         client_args = {"url": url, "api_key": api_key, "timeout": timeout, "retries": retries, "encoder": encoder}
         client_args |= {"max_epsilon": max_epsilon, "cache_dir": cache_dir}
-        _ask_rapt(prompt, pair, model=model, eta=eta, pos=pos, seed=seed, client_args=client_args, other=given)
+        _ask_rapt(prompt, pair, model=model, eta=eta, pos=pos, seed=seed, adapter=adapter, client_args=client_args,
+                  other=given)  # fmt: skip
         return
     for flag, value in (("--eta", eta), ("--pos", pos), ("--pair", pair), ("--cache-dir", cache_dir)):
         if value is not None:
@@ -394,6 +394,7 @@ def _ask_rapt(
     eta: Optional[float],
     pos: Optional[str],
     seed: Optional[int],
+    adapter: Optional[str],
     client_args: dict,
     other: dict,
 ) -> None:
@@ -416,12 +417,11 @@ def _ask_rapt(
     try:
         url = client_args.pop("url")
         with Client(url, **client_args) as client:
-            result = client.classify(example, model=model, eta=eta, pos=pos, seed=seed)
+            result = client.classify(example, model=model, eta=eta, pos=pos, seed=seed, adapter=adapter)
     except EncoderLoadError as exc:
         _fail(f"--encoder: {exc}")
     except ValueError as exc:
-        flag = "--pos" if str(exc).startswith("pos ") else "--eta" if str(exc).startswith("eta ") else None
-        _fail(f"{flag}: {exc}" if flag else str(exc), code=2 if flag else 1)
+        _fail_rapt_value(exc)
     except (ClientError, ModelMismatchError) as exc:
         _fail(str(exc), code=1)
     typer.echo(result.labels[0])
@@ -555,6 +555,12 @@ def _print_embeddings(result, as_json: bool) -> None:
     )
 
 
+def _fail_rapt_value(exc: ValueError) -> None:
+    """A ValueError of the RAPT client: its flag named (exit 2) when it is about --pos or --eta, else exit 1."""
+    flag = "--pos" if str(exc).startswith("pos ") else "--eta" if str(exc).startswith("eta ") else None
+    _fail(f"{flag}: {exc}" if flag else str(exc), code=2 if flag else 1)
+
+
 def _check_client_flags(
     epsilon: Optional[float], timeout: float, retries: int, k: Optional[int] = None, max_epsilon: Optional[float] = None
 ) -> None:
@@ -574,19 +580,10 @@ def _read_rows(path: Path) -> tuple[list[str], list[str], list[str] | None]:
     """(private texts, targets, public texts or None) of a JSONL file: one {"private", "target"[, "public"]} per
     line."""
     texts, targets, public = [], [], []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        _fail(f"cannot read --data {str(path)!r}: {exc}")
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            _fail(f"{path}:{n}: not valid JSON ({exc.msg})")
-        if not isinstance(row, dict) or set(row) - {"private", "target", "public"}:
-            _fail(f"{path}:{n}: each line must be an object with keys 'private', 'target' and optionally 'public'")
+    keys = "keys 'private', 'target' and optionally 'public'"
+    for n, row in _jsonl_objects(path, keys):
+        if set(row) - {"private", "target", "public"}:
+            _fail(f"{path}:{n}: each line must be an object with {keys}")
         for key in ("private", "target"):
             if not isinstance(row.get(key), str) or not row[key].strip():
                 _fail(f"{path}:{n}: {key!r} must be a non-empty string")
@@ -595,27 +592,89 @@ def _read_rows(path: Path) -> tuple[list[str], list[str], list[str] | None]:
         texts.append(row["private"])
         targets.append(row["target"])
         public.append(row.get("public", ""))
-    if not texts:
-        _fail(f"--data {str(path)!r} holds no rows")
     return texts, targets, public if any(public) else None
 
 
-def _dataset_ids(client, data: list[str], *, model: str, name: Optional[str], upload: dict) -> list[str]:
-    """Each --data: a JSONL file (privatized here and uploaded) or the id or name of one of your datasets."""
+def _jsonl_objects(path: Path, keys: str):
+    """(line number, object) of every non-empty line of the JSONL file ``path`` (each must be a JSON object; the
+    first bad line is refused naming it and ``keys``, what each line holds)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        _fail(f"cannot read --data {str(path)!r}: {exc}")
+    found = False
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            _fail(f"{path}:{n}: not valid JSON ({exc.msg})")
+        if not isinstance(row, dict):
+            _fail(f"{path}:{n}: each line must be an object with {keys}")
+        found = True
+        yield n, row
+    if not found:
+        _fail(f"--data {str(path)!r} holds no rows")
+
+
+def _read_examples(path: Path) -> tuple[list, list[int]]:
+    """(private examples, labels) of a --system rapt JSONL file: one {"private", "label"[, "pair"]} per line (a text,
+    or a (text, pair) tuple for a sentence-pair model)."""
+    keys = "keys 'private', 'label' and optionally 'pair'"
+    examples, labels = [], []
+    for n, row in _jsonl_objects(path, keys):
+        if set(row) - {"private", "label", "pair"}:
+            _fail(f"{path}:{n}: each line must be an object with {keys}")
+        for key in ("private",) + (("pair",) if "pair" in row else ()):
+            if not isinstance(row.get(key), str) or not row[key].strip():
+                _fail(f"{path}:{n}: {key!r} must be a non-empty string")
+        label = row.get("label")
+        if isinstance(label, bool) or not isinstance(label, int) or label < 0:
+            _fail(f"{path}:{n}: 'label' must be an integer >= 0 (the class index), got {label!r}")
+        examples.append(row["private"] if "pair" not in row else (row["private"], row["pair"]))
+        labels.append(label)
+    return examples, labels
+
+
+def _upload_payloads(client, path: Path, *, model: str, name: Optional[str], upload: dict) -> str:
+    """--system ppft: privatize a JSONL file of prompts here and upload the payload and targets; the dataset id."""
+    texts, targets, public = _read_rows(path)
+    ds = client.upload_dataset(texts, targets, public, model=model, name=name or path.stem, **upload)
+    eps = ds["privacy"]["worst_case_row"]["epsilon"]
+    err.print(
+        f"uploaded {path} as dataset {ds['id']}: {ds['rows']} rows, {ds['bytes']} payload bytes; worst-case privacy "
+        f"loss per row {_fmt_eps(math.inf if eps is None else eps)}",
+        highlight=False,
+    )
+    return ds["id"]
+
+
+def _upload_examples(client, path: Path, *, model: str, name: Optional[str], upload: dict) -> str:
+    """--system rapt: privatize a JSONL file of labelled examples here (PCT2T / T2T and the model's plain tokens) and
+    upload only that text and the labels; the dataset id."""
+    examples, labels = _read_examples(path)
+    done = client.upload_examples(examples, labels, model=model, name=name or path.stem, **upload)
+    categories = "every word (T2T)" if done.pos_categories is None else ", ".join(done.pos_categories)
+    err.print(
+        f"uploaded {path} as dataset {done.dataset['id']}: {done.dataset['rows']} examples privatized here at eta "
+        f"{done.eta:g} ({categories}), {sum(done.words_privatized)} words privatized, {done.bytes_sent} bytes sent; "
+        f"worst-case privacy loss per example {_fmt_eps(done.privacy.epsilon)} ({done.privacy.notion})",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
+    return done.dataset["id"]
+
+
+def _dataset_ids(client, data: list[str], upload_file) -> list[str]:
+    """Each --data: a JSONL file (privatized here and uploaded by ``upload_file(client, path)``, which returns the
+    dataset id) or the id or name of one of your datasets."""
     ids, known = [], None
     for item in data:
         path = Path(item)
         if path.is_file():
-            texts, targets, public = _read_rows(path)
-            ds = client.upload_dataset(texts, targets, public, model=model, name=name or path.stem, **upload)
-            eps = ds["privacy"]["worst_case_row"]["epsilon"]
-            err.print(
-                f"uploaded {path} as dataset {ds['id']}: {ds['rows']} rows, {ds['bytes']} payload bytes; worst-case "
-                "privacy "
-                f"loss per row {_fmt_eps(math.inf if eps is None else eps)}",
-                highlight=False,
-            )
-            ids.append(ds["id"])
+            ids.append(upload_file(client, path))
             continue
         if path.suffix == ".jsonl" or os.sep in item:
             _fail(f"--data {item!r}: no such file")
@@ -629,13 +688,23 @@ def _dataset_ids(client, data: list[str], *, model: str, name: Optional[str], up
     return ids
 
 
+FINETUNE_SYSTEMS = ("ppft", "rapt")
+
+
 @app.command()
 def finetune(
     data: list[str] = typer.Option(
         ...,
         "--data",
-        help='A JSONL file, one {"private": ..., "target": ..., "public": ...} per line (privatized HERE, then '
-        "uploaded), or the id or name of a dataset you uploaded before. Repeatable.",
+        help='A JSONL file, privatized HERE, then uploaded: --system ppft, one {"private": ..., "target": ..., '
+        '"public": ...} per line; --system rapt, one {"private": ..., "label": 0, "pair": ...} per line ("pair": the '
+        "second sentence of a sentence-pair model). Or the id or name of a dataset you uploaded before. Repeatable.",
+    ),
+    system: str = typer.Option(
+        "ppft",
+        "--system",
+        help="ppft: a generate model (payloads + targets); rapt: a classify model (each example privatized here to "
+        "text with T2T / PCT2T and the model's plain tokens, uploaded with its label).",
     ),
     url: str = typer.Option("http://127.0.0.1:8000", "--url", envvar="TEXTFREE_URL", help="The server's base URL."),
     model: str = typer.Option(..., "--model", help="The model to adapt (GET /v1/models)."),
@@ -648,8 +717,16 @@ def finetune(
     name: Optional[str] = typer.Option(
         None, "--name", help="Label of the uploaded dataset(s) (default: the file's name)."
     ),
+    method: Optional[str] = typer.Option(
+        None,
+        "--method",
+        help="--system rapt: the method the server trains (lora, prompt_tuning, prefix_tuning, ia3, full; default: "
+        "the served run's).",
+    ),
     epochs: int = typer.Option(3, "--epochs", help="Passes over the uploaded rows."),
-    lr: float = typer.Option(1e-3, "--lr", help="Peak learning rate of the projection and LoRA."),
+    lr: float = typer.Option(
+        1e-3, "--lr", help="Peak learning rate (ppft: the projection and LoRA; rapt: the method)."
+    ),
     batch_size: int = typer.Option(8, "--batch-size", help="Rows per optimizer step."),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Stop after this many steps."),
     train_seed: int = typer.Option(
@@ -659,9 +736,24 @@ def finetune(
         None, "--save-every", help="Checkpoint every this many steps (the server's default: 50)."
     ),
     epsilon: Optional[float] = typer.Option(
-        None, "--epsilon", "-e", help="Noise epsilon (default: the model card's training epsilon)."
+        None, "--epsilon", "-e", help="--system ppft: noise epsilon (default: the model card's training epsilon)."
     ),
-    no_noise: bool = typer.Option(False, "--no-noise", help="Clean payloads (NOT private)."),
+    no_noise: bool = typer.Option(False, "--no-noise", help="--system ppft: clean payloads (NOT private)."),
+    eta: Optional[float] = typer.Option(
+        None, "--eta", help="--system rapt: the T2T / PCT2T eta (default: the eta the model was trained at)."
+    ),
+    pos: Optional[str] = typer.Option(
+        None,
+        "--pos",
+        help="--system rapt: the categories to privatize ('default': noun,verb,pron,adp; 'all'; a comma list; default: "
+        "the model's). Words outside them are sent in clear.",
+    ),
+    cache_dir: Optional[Path] = typer.Option(
+        None,
+        "--cache-dir",
+        help="--system rapt: where downloaded plain tokens are kept (default: $TEXTFREE_DENOISER_CACHE, else "
+        "~/.cache/textfree/denoisers).",
+    ),
     encoder: Optional[Path] = typer.Option(
         None,
         "--encoder",
@@ -678,11 +770,15 @@ def finetune(
         None, "--max-epsilon", envvar="TEXTFREE_MAX_EPSILON", help=MAX_EPSILON_HELP
     ),
 ) -> None:
-    """Fine-tune a served model on your private data: privatize it HERE, upload payloads + targets, run a job.
+    """Fine-tune a served model on your private data: privatize it HERE, upload only that, run a job.
 
-    Prints the adapter id (use it as textfree ask --adapter ID); progress goes to stderr."""
+    --system ppft uploads payloads + targets; --system rapt uploads the text privatized with PCT2T (T2T) and the
+    model's plain tokens + labels, and the server trains --method with the reconstruction head. Prints the adapter id
+    (textfree ask --adapter ID); progress goes to stderr."""
     _quiet_transformers()
     _check_finetune_flags(epochs, lr, batch_size, max_steps, save_every, poll, train_seed, no_noise, epsilon)
+    _check_finetune_system(system, method=method, eta=eta, pos=pos, cache_dir=cache_dir, epsilon=epsilon,
+                           no_noise=no_noise)  # fmt: skip
     _check_client_flags(epsilon, timeout, retries, max_epsilon=max_epsilon)
     try:
         from textfree.client import Client, ClientError, ModelMismatchError
@@ -690,22 +786,65 @@ def finetune(
     except ImportError as exc:
         _fail(f'textfree finetune needs the server extra (pip install "textfree[server]"): {exc}')
     hp = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "seed": train_seed}
-    hp |= {k: v for k, v in (("max_steps", max_steps), ("save_every", save_every)) if v is not None}
+    hp |= {k: v for k, v in (("max_steps", max_steps), ("save_every", save_every), ("method", method)) if v is not None}
+    if system == "rapt":
+        upload, uploader = {"eta": eta, "pos": pos, "seed": seed}, _upload_examples
+    else:
+        upload, uploader = {"epsilon": epsilon, "seed": seed, "no_noise": no_noise}, _upload_payloads
     try:
         with Client(
-            url, api_key=api_key, timeout=timeout, retries=retries, encoder=encoder, max_epsilon=max_epsilon
+            url,
+            api_key=api_key,
+            timeout=timeout,
+            retries=retries,
+            encoder=encoder,
+            max_epsilon=max_epsilon,
+            cache_dir=cache_dir,
         ) as client:
-            upload = {"epsilon": epsilon, "seed": seed, "no_noise": no_noise}
-            job = _run_job(client, data, model=model, name=name, upload=upload, hp=hp, wait=wait, poll=poll)
+
+            def upload_file(c, path: Path) -> str:
+                return uploader(c, path, model=model, name=name, upload=upload)
+
+            job = _run_job(client, data, model=model, upload_file=upload_file, hp=hp, wait=wait, poll=poll)
     except EncoderLoadError as exc:
         _fail(f"--encoder: {exc}")
-    except (ClientError, ModelMismatchError, ValueError) as exc:
+    except ValueError as exc:
+        _fail_rapt_value(exc)
+    except (ClientError, ModelMismatchError) as exc:
         _fail(str(exc), code=1)
     if job is None:
         return
     if job["status"] != "succeeded":
         _fail(f"job {job['id']} {job['status']}" + (f": {job['error']}" if job.get("error") else ""), code=1)
     typer.echo(job["adapter"])
+
+
+def _check_finetune_system(
+    system: str,
+    *,
+    method: Optional[str],
+    eta: Optional[float],
+    pos: Optional[str],
+    cache_dir: Optional[Path],
+    epsilon: Optional[float],
+    no_noise: bool,
+) -> None:
+    """--system and the flags that belong to one system only, the first bad one refused with one error line."""
+    from textfree.lm.adapters import ADAPTER_METHODS
+
+    if system not in FINETUNE_SYSTEMS:
+        _fail(f"--system must be one of {', '.join(FINETUNE_SYSTEMS)}, got {system!r}")
+    own = {"rapt": {"--method": method, "--eta": eta, "--pos": pos, "--cache-dir": cache_dir},
+           "ppft": {"--epsilon": epsilon, "--no-noise": no_noise or None}}  # fmt: skip
+    for other, flags in own.items():
+        for flag, value in flags.items():
+            if other != system and value is not None:
+                _fail(f"{flag} is for --system {other}" + {"--eta": " (ppft takes --epsilon)",
+                      "--epsilon": " (rapt takes --eta)"}.get(flag, ""))  # fmt: skip
+    if method is not None and method not in ADAPTER_METHODS:
+        _fail(f"--method must be one of {', '.join(ADAPTER_METHODS)}, got {method!r}")
+    if eta is not None and not (math.isfinite(eta) and eta > 0):
+        _fail(f"--eta must be a number > 0, got {eta}")
 
 
 def _check_finetune_flags(
@@ -735,12 +874,10 @@ def _check_finetune_flags(
             _fail(message)
 
 
-def _run_job(
-    client, data: list[str], *, model: str, name: Optional[str], upload: dict, hp: dict, wait: bool, poll: float
-) -> dict | None:
-    """Upload the --data files, start the job and follow it to its end (the final job); None with --no-wait, after
-    printing the job id."""
-    ids = _dataset_ids(client, data, model=model, name=name, upload=upload)
+def _run_job(client, data: list[str], *, model: str, upload_file, hp: dict, wait: bool, poll: float) -> dict | None:
+    """Upload the --data files (``upload_file(client, path)``), start the job and follow it to its end (the final
+    job); None with --no-wait, after printing the job id."""
+    ids = _dataset_ids(client, data, upload_file)
     job = client.create_fine_tuning_job(model=model, datasets=ids, **hp)
     err.print(f"job {job['id']}: {job['status']}, {job['progress']['total_steps']} steps", highlight=False)
     if not wait:
@@ -749,5 +886,5 @@ def _run_job(
     return client.wait_job(
         job["id"],
         poll=poll,
-        on_event=lambda e: err.print(f"  {e['type']}: {e['message']}", highlight=False, markup=False),
+        on_event=lambda e: err.print(f"  {e['type']}: {e['message']}", highlight=False, markup=False, soft_wrap=True),
     )

@@ -18,6 +18,8 @@ submissions carry an ``Idempotency-Key``, so their retries never store a dataset
 over its own copy of the card's encoder word table (checked against the card's sha256), prepends the model's public
 plain tokens (downloaded once into the same cache, checked against the card's sha256), and sends only the privatized
 text; words outside PCT2T's categories are sent unchanged, by PCT2T's design (``pos="all"`` privatizes every word).
+``upload_examples(texts, labels, model=...)`` privatizes training examples the same way and uploads only that text and
+the labels (a dataset of the model's kind), for a fine-tuning job whose adapter ``classify(..., adapter=...)`` uses.
 
 ``embed(..., denoise=True)`` is Split-N-Denoise's client: it keeps the clean token embeddings X, the noisy ones X~
 and the noise Z = X~ - X in memory only, sends only the payload (X~), and denoises the server's e_n with the
@@ -48,6 +50,7 @@ __all__ = [
     "GenerateResult",
     "EmbedResult",
     "ClassifyResult",
+    "UploadedExamples",
 ]
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -118,6 +121,37 @@ class ClassifyResult:
     pos_categories: list[str] | None
     privacy: Any
     bytes_sent: int
+
+
+@dataclass
+class UploadedExamples:
+    """A dataset of examples privatized here and uploaded for a classify model (RAPT). ``dataset``: the server's
+    dataset object (``id``, ``rows``, ...); ``examples``: exactly what was sent, one ``{"parts", "plain", "sequence"}``
+    per example (the labels were sent beside them); ``words_privatized``, ``eta``, ``pos_categories`` and ``privacy``
+    (the worst-case loss of one example) as for :class:`ClassifyResult`."""
+
+    dataset: dict[str, Any]
+    examples: list[dict[str, Any]]
+    words_privatized: list[int]
+    eta: float
+    pos_categories: list[str] | None
+    privacy: Any
+    bytes_sent: int
+
+
+@dataclass
+class _Privatized:
+    """Examples privatized here for a classify model: what is sent, and what it cost."""
+
+    sent: list[dict[str, Any]]
+    counts: list[int]
+    eta: float
+    categories: tuple[str, ...] | None
+    mechanism: Any
+
+    @property
+    def privacy(self):
+        return self.mechanism.privacy_loss(max(self.counts))
 
 
 def _httpx():
@@ -548,9 +582,11 @@ class Client:
         eta: float | None = None,
         pos: str | None = None,
         seed: int | None = None,
+        adapter: str | None = None,
     ) -> ClassifyResult:
         """Privatize ``texts`` locally (RAPT: T2T / PCT2T at ``eta``, the model's plain tokens prepended and
-        privatized with each example), send only the privatized text, return the labels.
+        privatized with each example), send only the privatized text, return the labels (with ``adapter``: those
+        of one of your fine-tuned adapters of the model).
 
         ``texts``: one text, a list of texts, or (a sentence-pair model, the card's ``sentences`` 2) a list of
         pairs. ``eta`` defaults to the eta the model was trained at (a model trained on clear text has none: pass
@@ -559,6 +595,31 @@ class Client:
         model's would send in clear words it was trained on privatized. ``seed`` makes the noise reproducible
         (experiments only: NOT private); otherwise it comes from OS entropy. Everything is checked, the word table
         and plain tokens loaded and the text privatized before anything is sent."""
+        done = self._privatize_examples(texts, model=model, eta=eta, pos=pos, seed=seed)
+        del texts  # from here on only the privatized text exists
+        request = {"model": model, "examples": done.sent} | ({} if adapter is None else {"adapter": adapter})
+        body = json.dumps(request).encode("utf-8")
+        reply = self._request("POST", "/v1/classify", content=body, headers={"Content-Type": "application/json"})
+        labels = _reply_rows(reply, "labels", len(done.sent), "/v1/classify", int)
+        probabilities = _reply_rows(reply, "probabilities", len(done.sent), "/v1/classify", list)
+        return ClassifyResult(
+            reply["model"],
+            labels,
+            probabilities,
+            reply.get("usage", {}),
+            done.sent,
+            done.counts,
+            done.eta,
+            None if done.categories is None else list(done.categories),
+            done.privacy,
+            len(body),
+        )
+
+    def _privatize_examples(
+        self, texts: Any, *, model: str, eta: float | None, pos: str | None, seed: int | None
+    ) -> _Privatized:
+        """``texts`` privatized here for classify model ``model`` (see :meth:`classify`): everything checked, the word
+        table and the plain tokens loaded, nothing sent but the card and plain-token reads."""
         card = self._cards.get(model) or self.model_card(model)
         examples = _classify_examples(texts, card, model)
         rate = self._rapt_eta(card, model, eta)
@@ -572,24 +633,7 @@ class Client:
         private = privatize_examples(examples, [None] * len(examples), mechanism, plain, generator=generator)
         sent = [{"parts": list(e.parts), "plain": None if e.plain is None else list(e.plain), "sequence": e.sequence}
                 for e in private]  # fmt: skip
-        counts = [e.words_privatized for e in private]
-        del texts, examples  # from here on only the privatized text exists
-        body = json.dumps({"model": model, "examples": sent}).encode("utf-8")
-        reply = self._request("POST", "/v1/classify", content=body, headers={"Content-Type": "application/json"})
-        labels = _reply_rows(reply, "labels", len(sent), "/v1/classify", int)
-        probabilities = _reply_rows(reply, "probabilities", len(sent), "/v1/classify", list)
-        return ClassifyResult(
-            reply["model"],
-            labels,
-            probabilities,
-            reply.get("usage", {}),
-            sent,
-            counts,
-            rate,
-            None if categories is None else list(categories),
-            mechanism.privacy_loss(max(counts)),
-            len(body),
-        )
+        return _Privatized(sent, [e.words_privatized for e in private], rate, categories, mechanism)
 
     def _rapt_eta(self, card: dict, model: str, eta: float | None) -> float:
         """The eta to privatize at: the caller's, else the card's; refused above ``max_epsilon``."""
@@ -671,6 +715,37 @@ class Client:
         return plain
 
     # ------------------------------------------------------------------ datasets and fine-tuning jobs
+    def upload_examples(
+        self,
+        texts: Sequence[str] | Sequence[Sequence[str]],
+        labels: Sequence[int],
+        *,
+        model: str,
+        name: str | None = None,
+        eta: float | None = None,
+        pos: str | None = None,
+        seed: int | None = None,
+    ) -> UploadedExamples:
+        """Privatize the private training ``texts`` locally for classify model ``model`` exactly as :meth:`classify`
+        does (RAPT: T2T / PCT2T at ``eta``, the model's plain tokens), and upload only that text and one label per
+        example (an int in ``[0, the card's num_labels)``), as a dataset for a fine-tuning job
+        (:meth:`create_fine_tuning_job`, ``method=...``).
+
+        Each upload is a fresh release of every text: uploading the same texts again spends their privacy again."""
+        labels = list(labels)
+        if isinstance(texts, str) or len(texts) != len(labels):
+            raise ValueError(f"give one label per text: {1 if isinstance(texts, str) else len(texts)} texts, "
+                             f"{len(labels)} labels")  # fmt: skip
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in labels):
+            raise ValueError("every label must be an int (the class index)")
+        done = self._privatize_examples(texts, model=model, eta=eta, pos=pos, seed=seed)
+        del texts  # from here on only the privatized text exists
+        body = json.dumps({"model": model, "name": name, "examples": done.sent, "labels": labels}).encode("utf-8")
+        headers = {"Content-Type": "application/json", "Idempotency-Key": uuid.uuid4().hex}
+        dataset = self._request("POST", "/v1/datasets", content=body, headers=headers)
+        categories = None if done.categories is None else list(done.categories)
+        return UploadedExamples(dataset, done.sent, done.counts, done.eta, categories, done.privacy, len(body))
+
     def upload_dataset(
         self,
         texts: Sequence[str],

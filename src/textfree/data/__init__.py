@@ -26,6 +26,7 @@ from .prompts import (
     options_block,
     parse_options_block,
     private_text,
+    task_labels,
 )
 from .pupa import load_pupa
 from .qa import load_arc, load_csqa
@@ -87,6 +88,7 @@ __all__ = [
     "options_block",
     "parse_options_block",
     "private_text",
+    "task_labels",
     "answer_target",
     "normalize_answer",
     "is_correct",

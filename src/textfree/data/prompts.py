@@ -20,6 +20,7 @@ PPFT Appendix D.1).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .normalize import contains_normalized, normalize_answer
@@ -40,6 +41,7 @@ __all__ = [
     "normalize_answer",
     "is_correct",
     "contains_answer",
+    "task_labels",
 ]
 
 MCQA_INSTRUCTION = "Choose the correct option and output only its text, not the label."
@@ -146,3 +148,14 @@ def contains_answer(record: MCQARecord) -> bool:
     Such records leak their answer through the private part; accuracy is also reported on the others.
     """
     return contains_normalized(private_text(record), record.answer)
+
+
+def task_labels(*record_lists: Sequence[MCQARecord]) -> list[str]:
+    """Every distinct option text (first spelling, in order of appearance) over the given records: the label set
+    of a task's open answers."""
+    seen: dict[str, str] = {}
+    for records in record_lists:
+        for r in records:
+            for option in r.options:
+                seen.setdefault(normalize_answer(option), option)
+    return list(seen.values())

@@ -52,6 +52,7 @@ from ..data import (
     mcqa_prompt,
     normalize_answer,
     open_answer_prompt,
+    task_labels,
 )
 from ..data.prompts import OPEN_INSTRUCTION
 from ..metrics import open_answer_correct
@@ -81,16 +82,6 @@ TASKS = (
     "open_head",
     "mcqa_head",
 )
-
-
-def task_labels(*record_lists: Sequence[MCQARecord]) -> list[str]:
-    """Every distinct option text (first spelling, in order of appearance) over the given records."""
-    seen: dict[str, str] = {}
-    for records in record_lists:
-        for r in records:
-            for option in r.options:
-                seen.setdefault(normalize_answer(option), option)
-    return list(seen.values())
 
 
 def _parts(record: MCQARecord, task: str):

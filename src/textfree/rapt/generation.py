@@ -80,8 +80,7 @@ def _score(model, tokenizer, records, sent, labels, cfg: RaptQAConfig) -> dict[s
 
 def train_rapt_qa(cfg: RaptQAConfig) -> dict[str, Any]:
     """Privatize, fine-tune, answer (see the module docstring); writes and returns summary.json's content."""
-    from ..data import load_privacyrestore, ppft_split
-    from ..ppft.evaluate import task_labels
+    from ..data import load_privacyrestore, ppft_split, task_labels
 
     t0 = time.time()
     split = ppft_split(cfg.dataset)

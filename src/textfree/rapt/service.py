@@ -13,6 +13,10 @@ head): the reconstruction head is never saved, so it is never loaded.
   ``plain_tokens.json``, the categories and eta the run was trained at, the number of labels, never a server path.
 * ``plain_tokens.json`` is read into memory once and published at ``GET /v1/models/{id}/plain_tokens``: the bytes
   served are the bytes hashed for the card, and the same bytes are what the model reads its plain tokens from.
+* Fine-tuning jobs (:func:`fine_tune`, :mod:`textfree.rapt.finetune`): a tenant's examples, privatized to text on
+  their device and uploaded with their labels, train the chosen method (``methods``: every PEFT method of
+  :data:`~textfree.lm.adapters.ADAPTER_METHODS`) with the reconstruction head; the job's run directory is a RAPT run
+  that :func:`load_adapter` serves at ``/v1/classify`` with ``adapter=<id>``.
 
 Importing this module is cheap: torch, transformers and peft load with the first model.
 """
@@ -25,11 +29,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Hashable, Sequence
 
+from ..lm.adapters import ADAPTER_METHODS
 from ..server.config import ServerConfig
 from ..server.errors import ApiError
-from ..server.registry import ServedModel, ServedSystem, register_system
+from ..server.registry import FineTuneJob, ServedModel, ServedSystem, register_system
 
-__all__ = ["RAPT_SYSTEM", "RaptModel", "is_rapt_run", "load_model", "rapt_card", "weights_entry"]
+__all__ = [
+    "RAPT_SYSTEM",
+    "RaptModel",
+    "fine_tune",
+    "is_rapt_run",
+    "load_adapter",
+    "load_model",
+    "rapt_card",
+    "weights_entry",
+]
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
@@ -261,6 +275,31 @@ def load_model(model_id: str, source: str, config: ServerConfig) -> ServedModel:
     return RaptModel.load(model_id, source, device=config.device)
 
 
+def load_adapter(model_id: str, run_dir: str, device: str) -> ServedModel:
+    """What a finished job wrote (a RAPT run directory), as an in-process classify handler of ``model_id``."""
+    return RaptModel.load(model_id, run_dir, device=device)
+
+
+def fine_tune(job: FineTuneJob) -> dict[str, Any]:
+    """Train the job's method with the reconstruction head on its uploaded examples (text privatized on the client
+    + labels), starting from the served run's recipe, into ``job.run_dir`` (:mod:`textfree.rapt.finetune`)."""
+    from ..lm.hub import resolve_source
+    from .finetune import job_config, train_on_uploaded
+
+    base = resolve_source(job.init)  # a run served by hub id: its local copy
+    cfg = job_config(base, job.run_dir, job.hyperparameters, cpu=job.device == "cpu")
+    return train_on_uploaded(base, cfg, job.rows, on_step=job.on_step)
+
+
 RAPT_SYSTEM = register_system(
-    ServedSystem(name="rapt", task="classify", payload_kind="privatized_text", load=load_model, detect=is_rapt_run)
+    ServedSystem(
+        name="rapt",
+        task="classify",
+        payload_kind="privatized_text",
+        load=load_model,
+        fine_tune=fine_tune,
+        load_adapter=load_adapter,
+        methods=ADAPTER_METHODS,
+        detect=is_rapt_run,
+    )
 )

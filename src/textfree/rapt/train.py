@@ -16,11 +16,12 @@ The task head is the paper's (eq. 7): a linear layer over the mean of the last h
 positions (not the plain tokens), so the model is loaded without a task head of its own (``AutoModel``) and wrapped
 for feature extraction.
 
-The loop is :func:`textfree.training.loop.fit` (Accelerate, resumable checkpoints that include the head, progress
-bar). The run directory holds the trained weights (``adapter/`` or ``model/``, ``save_pretrained``, and
-``task_head.safetensors``), the tokenizer,
-``plain_tokens.json`` (public), ``train_config.json`` and ``summary.json`` (accuracy, losses, the mean privatized words
-per example and the per-word bound).
+The server's half (step 2 and the saving) is :func:`fit_classifier`, which the service's fine-tuning jobs run too,
+on examples a client privatized and uploaded (:mod:`textfree.rapt.finetune`). The loop is
+:func:`textfree.training.loop.fit` (Accelerate, resumable checkpoints that include the head, progress bar). The run
+directory holds the trained weights (``adapter/`` or ``model/``, ``save_pretrained``, and ``task_head.safetensors``),
+the tokenizer, ``plain_tokens.json`` (public), ``train_config.json`` and ``summary.json`` (accuracy, losses, the mean
+privatized words per example and the per-word bound).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
@@ -43,7 +46,7 @@ from ..training.runs import check_run_dir, prepare_run_dir, total_wall_s, write_
 from .config import RaptTrainConfig
 from .model import RaptClassifier, encode_examples, save_classifier
 
-__all__ = ["RaptTrainConfig", "train_rapt", "build_mechanism", "evaluate_classifier"]
+__all__ = ["RaptTrainConfig", "Fitted", "train_rapt", "fit_classifier", "build_mechanism", "evaluate_classifier"]
 
 log = logging.getLogger("textfree.rapt")
 
@@ -96,13 +99,73 @@ def evaluate_classifier(
     return {"acc": correct / max(len(examples), 1), "n_test": float(len(examples))}
 
 
+@dataclass
+class Fitted:
+    """What :func:`fit_classifier` trained: the loop's summary, the classifier (on the CPU, no longer wrapped), its
+    tokenizer, and the seconds the loop ran."""
+
+    summary: dict[str, Any]
+    classifier: RaptClassifier
+    tokenizer: Any
+    fit_s: float
+
+
+def _build_classifier(cfg: RaptTrainConfig, n_labels: int, plain: PlainTokens | None) -> tuple[RaptClassifier, Any]:
+    """(classifier, tokenizer): the encoder with ``cfg``'s method, a fresh task head and, with reconstruction, a fresh
+    reconstruction head over the plain tokens' vocabulary (drawn from the global RNG, in this order)."""
+    from ..lm.loading import load_encoder
+
+    base, tokenizer = load_encoder(cfg.encoder)
+    model = apply_adapter(base, cfg.adapter(), "FEATURE_EXTRACTION")
+    hidden = int(base.config.hidden_size)
+    head = ReconstructionHead(hidden, len(plain.vocabulary), cfg.rec_hidden) if cfg.reconstruction else None
+    return RaptClassifier(model, torch.nn.Linear(hidden, n_labels), head, cfg.rec_weight), tokenizer
+
+
+def fit_classifier(
+    cfg: RaptTrainConfig,
+    examples: Sequence[PrivatizedExample],
+    plain: PlainTokens | None,
+    n_labels: int,
+    *,
+    on_step: Callable[[int, float], None] | None,
+    accelerator: Any,
+) -> Fitted:
+    """The server's half of RAPT: build the classifier, train it on the privatized ``examples`` (task + reconstruction
+    loss, the project's one loop: it resumes from the newest checkpoint in ``cfg.out``) and save what is served
+    (``save_classifier``: no reconstruction head; the tokenizer; the public plain tokens) into ``cfg.out``."""
+    classifier, tokenizer = _build_classifier(cfg, n_labels, plain)
+    run = prepare_run_dir(cfg)
+    trainable = [p for p in classifier.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(param_groups([(trainable, cfg.lr)], cfg.weight_decay))
+    log.info("RAPT %s on %s: %d training examples, eta %s, pos %s, %d plain tokens, reconstruction %s; %s",
+             cfg.method, cfg.task, len(examples), cfg.eta, cfg.pos, cfg.plain_length, cfg.reconstruction,
+             trainable_parameters(classifier))  # fmt: skip
+
+    def collate(items: list[PrivatizedExample]) -> dict:
+        return encode_examples(tokenizer, items, plain, max_length=cfg.max_length)
+
+    t_fit = time.time()
+    summary = fit(cfg=cfg, model=classifier, optimizer=optimizer, n_examples=len(examples),
+                  epoch_examples=lambda epoch: examples, collate=collate,
+                  loss_fn=lambda m, batch: m(batch)["loss"], on_step=on_step, accelerator=accelerator)  # fmt: skip
+    fit_s = time.time() - t_fit
+    classifier = accelerator.unwrap_model(summary["model"]).cpu()
+    if accelerator.is_main_process:
+        save_classifier(run, classifier)
+        tokenizer.save_pretrained(run / "tokenizer")
+        if plain is not None:
+            plain.save(run)
+    accelerator.wait_for_everyone()
+    return Fitted(summary, classifier, tokenizer, fit_s)
+
+
 def train_rapt(
     cfg: RaptTrainConfig, *, data: TaskData | None = None, on_step: Callable[[int, float], None] | None = None
 ) -> dict[str, Any]:
     """Train and evaluate one RAPT classifier (see the module docstring); returns the summary written to
     summary.json plus ``"model"``. ``data`` replaces the task's files (tests)."""
     from ..accel import make_accelerator
-    from ..lm.loading import load_encoder
 
     if not isinstance(cfg, RaptTrainConfig):
         raise TypeError(f"cfg must be a RaptTrainConfig, got {type(cfg).__name__}")
@@ -118,34 +181,9 @@ def train_rapt(
     train_examples = _privatize(data, cfg, mechanism, plain, "train")
     test_examples = _privatize(data, cfg, mechanism, plain, "test")
     n_labels = max(2, max(data.train_labels) + 1)
-    base, tokenizer = load_encoder(cfg.encoder)
-    model = apply_adapter(base, cfg.adapter(), "FEATURE_EXTRACTION")
-    hidden = int(base.config.hidden_size)
-    head = ReconstructionHead(hidden, len(plain.vocabulary), cfg.rec_hidden) if cfg.reconstruction else None
-    classifier = RaptClassifier(model, torch.nn.Linear(hidden, n_labels), head, cfg.rec_weight)
-    run = prepare_run_dir(cfg)
-    trainable = [p for p in classifier.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(param_groups([(trainable, cfg.lr)], cfg.weight_decay))
-    log.info("RAPT %s on %s: %d training examples, eta %s, pos %s, %d plain tokens, reconstruction %s; %s",
-             cfg.method, cfg.task, len(train_examples), cfg.eta, cfg.pos, cfg.plain_length, cfg.reconstruction,
-             trainable_parameters(classifier))  # fmt: skip
-
-    def collate(items: list[PrivatizedExample]) -> dict:
-        return encode_examples(tokenizer, items, plain, max_length=cfg.max_length)
-
-    t_fit = time.time()
-    summary = fit(cfg=cfg, model=classifier, optimizer=optimizer, n_examples=len(train_examples),
-                  epoch_examples=lambda epoch: train_examples, collate=collate,
-                  loss_fn=lambda m, batch: m(batch)["loss"], on_step=on_step, accelerator=accelerator)  # fmt: skip
-    fit_s = time.time() - t_fit
-    classifier = accelerator.unwrap_model(summary["model"]).cpu()
-    scores = evaluate_classifier(classifier, tokenizer, test_examples, plain, max_length=cfg.max_length)
-    if accelerator.is_main_process:
-        save_classifier(run, classifier)
-        tokenizer.save_pretrained(run / "tokenizer")
-        if plain is not None:
-            plain.save(run)
-    accelerator.wait_for_everyone()
+    fitted = fit_classifier(cfg, train_examples, plain, n_labels, on_step=on_step, accelerator=accelerator)
+    summary, classifier = fitted.summary, fitted.classifier
+    scores = evaluate_classifier(classifier, fitted.tokenizer, test_examples, plain, max_length=cfg.max_length)
     per_word = None if mechanism is None else mechanism.privacy_loss_per_word().epsilon
     words = [ex.words_privatized for ex in test_examples]
     extra = {
@@ -161,9 +199,9 @@ def train_rapt(
         "epsilon_per_word": per_word,
         "mean_privatized_words": sum(words) / max(len(words), 1),
         "trainable_parameters": trainable_parameters(classifier.model)["trainable"],
-        "s_per_step": round(fit_s / max(summary["steps"] - summary["resumed_from_step"], 1), 4),
+        "s_per_step": round(fitted.fit_s / max(summary["steps"] - summary["resumed_from_step"], 1), 4),
         "total_wall_s": total_wall_s(summary, t0),
     }
     log.info("RAPT %s %s eta %s: accuracy %.4f on %d privatized test examples", cfg.method, cfg.task, cfg.eta,
              scores["acc"], len(test_examples))  # fmt: skip
-    return write_summary(run, summary, extra) | {"model": classifier}
+    return write_summary(Path(cfg.out), summary, extra) | {"model": classifier}

@@ -550,13 +550,19 @@ def _generate_decoding(server: _Server, options: dict[str, Any]) -> Decoding:
     return _decoding(n_new, options)
 
 
-async def _generate_answers(server: _Server, who: str, served, prepared, decoding: Decoding, adapter_id):
-    """((answers, completion tokens), batch info) from the base model's batcher or the tenant's adapter's."""
+async def _answers(server: _Server, who: str, served, prepared, key, adapter_id: str | None):
+    """(results, batch info) of a validated request from the base model's batcher or the tenant's adapter's."""
     if adapter_id is None:
-        return await server.batchers[served.id].submit(decoding, prepared, rows=prepared.rows)
+        return await server.batchers[served.id].submit(key, prepared, rows=prepared.rows)
+    if server.adapters is None:
+        raise ApiError(
+            404,
+            "adapter_not_found",
+            f"no adapter {adapter_id!r}: this server runs without a database, so it has no fine-tuned adapters",
+        )
     # the tenant's own adapter of this model (404 otherwise), validated against the base model's card
     async with server.adapters.use(who, served.id, adapter_id) as (_, batcher):
-        return await batcher.submit(decoding, prepared, rows=prepared.rows)
+        return await batcher.submit(key, prepared, rows=prepared.rows)
 
 
 def _inference_routes(server: _Server, tenant: Callable) -> APIRouter:
@@ -586,15 +592,9 @@ def _inference_routes(server: _Server, tenant: Callable) -> APIRouter:
             server, request, "generate", GenerateRequest, query
         )
         adapter_id = options.get("adapter") or None
-        if adapter_id is not None and server.adapters is None:
-            raise ApiError(
-                404,
-                "adapter_not_found",
-                f"no adapter {adapter_id!r}: this server runs without a database, so it has no fine-tuned adapters",
-            )
         decoding = _generate_decoding(server, options)
         prepared.seed = options.get("seed")
-        (answers, n_tokens), info = await _generate_answers(server, who, served, prepared, decoding, adapter_id)
+        (answers, n_tokens), info = await _answers(server, who, served, prepared, decoding, adapter_id)
         usage = {"rows": payload.batch_size, "slots": sum(payload.lengths), "payload_bytes": n_bytes}
         return {
             "model": served.id,
@@ -634,7 +634,7 @@ def _inference_routes(server: _Server, tenant: Callable) -> APIRouter:
 
     @router.post(
         "/v1/classify",
-        summary="Labels of examples privatized to text on the client (RAPT).",
+        summary="Labels of examples privatized to text on the client (RAPT), by the model or one of your adapters.",
         openapi_extra={
             "requestBody": {
                 "required": True,
@@ -645,7 +645,7 @@ def _inference_routes(server: _Server, tenant: Callable) -> APIRouter:
         response_model=ClassifyResponse,
         responses=error_responses(*AUTH_ERRORS, 400, 404, 413, 415, 422, 500),
     )
-    async def classify(request: Request, _: str = Depends(tenant)) -> dict:
+    async def classify(request: Request, who: str = Depends(tenant)) -> dict:
         config = server.config
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype != JSON:
@@ -656,14 +656,14 @@ def _inference_routes(server: _Server, tenant: Callable) -> APIRouter:
         req = _parse_json(ClassifyRequest, body)
         served = server.registry.get(req.model, "classify")
         prepared = served.prepare(req.examples, None, config)  # checked against the card (check_examples)
-        (labels, probabilities), info = await server.batchers[served.id].submit(
-            "classify", prepared, rows=prepared.rows
-        )
+        adapter_id = req.adapter or None
+        (labels, probabilities), info = await _answers(server, who, served, prepared, "classify", adapter_id)
         words = sum(len(p.split()) for ex in req.examples for p in ex.parts) + sum(
             len(ex.plain or ()) for ex in req.examples
         )
         return {
             "model": served.id,
+            "adapter": adapter_id,
             "labels": labels,
             "probabilities": probabilities,
             "usage": {

@@ -42,7 +42,7 @@ def _repeated(model: type) -> dict[int, dict[str, Any]]:
 
 def tenant_card(card: dict[str, Any], tenant: str, store: Store | None) -> dict[str, Any]:
     """A model card with ``adapters``: the requesting tenant's adapters of that model (nobody else's)."""
-    if store is None or card.get("task") != "generate":
+    if store is None:  # (a model whose system does not fine-tune has none: an empty list)
         return card
     mine = [
         {"id": a["id"], "job": a["job"], "created_at": a["created_at"]} for a in store.list_adapters(tenant, card["id"])
@@ -74,8 +74,10 @@ def add_fine_tuning_routes(
     app: FastAPI, *, config: ServerConfig, registry, tenant: Callable, store: Store | None, jobs: JobManager | None
 ) -> None:
     """The dataset and fine-tuning job routes of ``app``, every one answering 501 when ``store`` is None (no --db)."""
-    # the /v1/generate card checks, with the dataset row limit in place of the per-request one
-    limits = dataclasses.replace(config, max_batch_rows=config.max_dataset_rows)
+    # the /v1/generate and /v1/classify card checks, with the dataset row limit in place of the per-request ones
+    limits = dataclasses.replace(
+        config, max_batch_rows=config.max_dataset_rows, max_classify_examples=config.max_dataset_rows
+    )
     ft = _FineTuning(config, registry, store, jobs, limits)
     for router in (_dataset_routes(ft, tenant), _job_routes(ft, tenant), _job_event_routes(ft, tenant)):
         app.include_router(router)
@@ -180,29 +182,21 @@ def _dataset_routes(ft: _FineTuning, tenant: Callable) -> APIRouter:
     @router.post(
         "/v1/datasets",
         status_code=201,
-        summary="Upload a dataset: a privatized payload + one target text per row (JSON with base64).",
+        summary="Upload a dataset: a privatized payload + one target text per row (generate models), or examples "
+        "privatized to text + one label each (classify models).",
         response_model=DatasetView,
         responses={**_repeated(DatasetView), **error_responses(*COMMON_ERRORS, 400, 404, 413, 415, 422)},
     )
     async def create_dataset(request: Request, response: Response, who: str = Depends(tenant)) -> dict:
-        from .app import _b64, _parse_json, _read_body
+        from .app import _parse_json, _read_body
 
         key, done = ft.begin_post(request, response, "datasets", who)
         if done is not None:
             return dataset_view(done)
         upload = _parse_json(DatasetUpload, await _read_body(request, config.max_dataset_bytes))
-        raw = _b64(upload.payload_b64, config.max_dataset_bytes)
-        model, payload, targets = await run_in_threadpool(validate_upload, upload, raw, ft.registry, ft.limits)
+        dataset = await run_in_threadpool(validate_upload, upload, ft.registry, ft.limits)
         row = await run_in_threadpool(
-            lambda: write_dataset(
-                ft.db(),
-                tenant=who,
-                model_id=model.id,
-                payload=payload,
-                targets=targets,
-                name=upload.name,
-                idempotency_key=key,
-            )
+            lambda: write_dataset(ft.db(), dataset, tenant=who, name=upload.name, idempotency_key=key)
         )
         return dataset_view(row)
 
@@ -226,7 +220,7 @@ def _job_routes(ft: _FineTuning, tenant: Callable) -> APIRouter:
     @router.post(
         "/v1/fine_tuning/jobs",
         status_code=201,
-        summary="Start a fine-tuning job (PPFT stage 2 on your datasets) -> job id.",
+        summary="Start a fine-tuning job on your datasets (the model's served system trains it) -> job id.",
         response_model=JobView,
         responses={**_repeated(JobView), **error_responses(*COMMON_ERRORS, 400, 404, 413, 415, 422)},
     )
@@ -270,18 +264,13 @@ def _job_routes(ft: _FineTuning, tenant: Callable) -> APIRouter:
 
 
 def _job_values(ft: _FineTuning, st: Store, who: str, req: JobRequest, key: str | None) -> dict[str, Any]:
-    """The row of a new job, checked: a model that fine-tunes, the tenant's datasets of it, the step and job limits."""
+    """The row of a new job, checked: a model that fine-tunes (with the method asked for), the tenant's datasets of
+    it, the step and job limits."""
     config = ft.config
-    model = ft.registry.get(req.model, "generate")
-    system = ft.registry.system(model.id, config)
-    if not system.fine_tunes:
-        raise ApiError(
-            422,
-            "invalid_request",
-            f"model {model.id!r} is served by system {system.name!r}, which does not fine-tune",
-        )
-    rows = _dataset_rows(ft, who, model, req.datasets)
+    model, system = _fine_tunable(ft, req.model)
     hp = req.hyperparameters.model_dump()
+    _check_method(model, system, hp["method"])
+    rows = _dataset_rows(ft, who, model, req.datasets)
     steps = total_steps(rows, hp)
     if steps > config.max_job_steps:
         raise ApiError(
@@ -306,6 +295,37 @@ def _job_values(ft: _FineTuning, st: Store, who: str, req: JobRequest, key: str 
         "total_steps": steps,
         "idempotency_key": key,
     }
+
+
+def _fine_tunable(ft: _FineTuning, model_id: str):
+    """(model, served system) of a job's model: 404 for an unknown one, 422 for one whose system does not fine-tune."""
+    known = ft.registry.models.get(model_id)
+    model = ft.registry.get(model_id, known.task if known is not None else "generate")
+    system = ft.registry.system(model.id, ft.config)
+    if not system.fine_tunes:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"model {model.id!r} is served by system {system.name!r}, which does not fine-tune",
+        )
+    return model, system
+
+
+def _check_method(model, system, method: str | None) -> None:
+    """422 for a method the model's system does not train (one that trains one way takes none)."""
+    if method is None or method in system.methods:
+        return
+    if not system.methods:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"hyperparameters.method: model {model.id!r} (system {system.name!r}) trains one way and takes no method",
+        )
+    raise ApiError(
+        422,
+        "invalid_request",
+        f"hyperparameters.method must be one of {', '.join(system.methods)} for model {model.id!r}, got {method!r}",
+    )
 
 
 def _dataset_rows(ft: _FineTuning, who: str, model, datasets: list[str]) -> int:

@@ -1,8 +1,9 @@
 """Fine-tuning jobs: the request schema, the JSON a tenant sees, and ``JobManager``, the background workers.
 
-A job adapts a served generate model (its served system's ``fine_tune``: PPFT's is stage 2, projection + LoRA)
-to the tenant's uploaded datasets (payload rows + targets; never text) and produces an adapter that
-``/v1/generate`` serves with ``adapter=<id>``. ``max_concurrent_jobs`` worker threads take queued jobs oldest first;
+A job adapts a served model (its served system's ``fine_tune``: PPFT's is stage 2, projection + LoRA, on payload rows
++ targets; RAPT's trains a PEFT method with the reconstruction head on examples privatized to text + labels; never
+private text) to the tenant's uploaded datasets and produces an adapter that the model's route (``/v1/generate``,
+``/v1/classify``) serves with ``adapter=<id>``. ``max_concurrent_jobs`` worker threads take queued jobs oldest first;
 the rest wait, queued. Everything a job does is in the database (status, step, loss, events), so:
 
 * a job whose server stops (crash, kill, shutdown) is left ``running`` in the database; the next server on the same
@@ -33,9 +34,15 @@ log = logging.getLogger("textfree.server.jobs")
 
 
 class Hyperparameters(BaseModel):
-    """Optimisation settings of a job (the LoRA shape and the projection are the base model's)."""
+    """Optimisation settings of a job (the adapter's shape is the base model's)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    method: str | None = Field(
+        None,
+        max_length=32,
+        description="The fine-tuning method, for a system that offers several (RAPT: lora, prompt_tuning, "
+        "prefix_tuning, ia3, full; default: the served run's). A system that trains one way (PPFT) takes none.",
+    )
     epochs: int = Field(3, ge=1, le=1000, description="Passes over the uploaded rows.")
     lr: float = Field(1e-3, gt=0, le=1, description="Peak learning rate of the projection and LoRA parameters.")
     batch_size: int = Field(8, ge=1, le=512, description="Rows per optimizer step.")
@@ -64,7 +71,7 @@ class JobRequest(BaseModel):
     """The body of ``POST /v1/fine_tuning/jobs``."""
 
     model_config = ConfigDict(extra="forbid")
-    model: str = Field(max_length=64, description="The generate model to adapt (GET /v1/models).")
+    model: str = Field(max_length=64, description="The model to adapt (GET /v1/models; its system fine-tunes).")
     datasets: list[str] = Field(
         min_length=1, max_length=64, description="Ids of your datasets (POST /v1/datasets), uploaded for this model."
     )
@@ -276,10 +283,11 @@ class JobManager:
 
     def _succeed(self, job: dict[str, Any], summary: dict[str, Any]) -> None:
         adapter = {"id": new_id("ad_"), "tenant": job["tenant"], "model": job["model"]}
+        route = f"/v1/{self.system_of(job['model']).task}"
         self.store.finish_job(
             job["id"],
             "succeeded",
-            f"adapter {adapter['id']} is ready: POST /v1/generate with adapter={adapter['id']}",
+            f"adapter {adapter['id']} is ready: POST {route} with adapter={adapter['id']}",
             adapter=adapter,
             data={
                 "adapter": adapter["id"],

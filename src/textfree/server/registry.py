@@ -31,6 +31,7 @@ __all__ = [
     "ServedModel",
     "ServedSystem",
     "TASKS",
+    "TextTrainingRow",
     "TrainingRow",
     "UnknownSystemError",
     "available_systems",
@@ -68,7 +69,8 @@ class ServedModel(Protocol):
 
 @dataclass(frozen=True)
 class TrainingRow:
-    """One uploaded training row: a payload row's vectors, its public text and the target the model should answer."""
+    """One uploaded training row of a generate model: a payload row's vectors, its public text and the target the
+    model should answer."""
 
     vectors: torch.Tensor  # [n, d] float32, the row's own slots
     public: str
@@ -76,8 +78,23 @@ class TrainingRow:
 
 
 @dataclass(frozen=True)
+class TextTrainingRow:
+    """One uploaded training row of a classify model: an example privatized to text on the client (its sentence(s),
+    its privatized plain tokens and their sequence index, as ``/v1/classify`` takes them) and its label."""
+
+    parts: tuple[str, ...]
+    plain: tuple[str, ...] | None
+    sequence: int | None
+    label: int
+
+
+@dataclass(frozen=True)
 class FineTuneJob:
     """What a system's ``fine_tune`` gets: where to write, what to start from, the rows and the hyperparameters.
+
+    ``rows`` are :class:`TrainingRow` for a generate system, :class:`TextTrainingRow` for a classify system (the
+    datasets of a model are of its task's kind). ``hyperparameters["method"]`` is one of the system's ``methods``,
+    or None (the system's default).
 
     ``on_step(step, loss)`` runs after every optimizer step (it may raise to stop the job); ``fine_tune`` writes
     checkpoints under ``run_dir`` so a restarted job resumes, and returns ``{"steps", "final_loss",
@@ -86,7 +103,7 @@ class FineTuneJob:
     run_dir: Path
     init: str  # the base model's source (run directory or hub id)
     dataset_ids: list[str]
-    rows: list[TrainingRow]
+    rows: list[TrainingRow] | list[TextTrainingRow]
     hyperparameters: dict[str, Any]
     device: str
     on_step: Callable[[int, float], None]
@@ -100,8 +117,10 @@ class ServedSystem:
     ``config``: the :class:`~textfree.server.config.ServerConfig`, for the device and backend). ``card(handler)``
     is the public model card (default: the handler's ``card``). ``fine_tune(job)`` runs a fine-tuning job and
     ``load_adapter(model_id, run_dir, device)`` loads what a finished job wrote, in this process; a system without
-    them serves no fine-tuning. ``detect(source)`` says whether a run directory is one of this system's (read from
-    its files, never raising): a ``--model`` given without a system is served by the system that recognises it."""
+    them serves no fine-tuning. ``methods``: the fine-tuning methods a job may choose (``hyperparameters.method``;
+    empty: the system trains one way and a job naming a method is refused). ``detect(source)`` says whether a run
+    directory is one of this system's (read from its files, never raising): a ``--model`` given without a system is
+    served by the system that recognises it."""
 
     name: str
     task: str
@@ -110,6 +129,7 @@ class ServedSystem:
     card: Callable[[ServedModel], dict[str, Any]] = field(default=lambda handler: handler.card)
     fine_tune: Callable[[FineTuneJob], dict[str, Any]] | None = None
     load_adapter: Callable[[str, str, str], ServedModel] | None = None
+    methods: tuple[str, ...] = ()
     detect: Callable[[str], bool] | None = None
 
     def __post_init__(self) -> None:
@@ -119,6 +139,8 @@ class ServedSystem:
             raise ValueError(f"served system {self.name!r}: task must be one of {TASKS}, got {self.task!r}")
         if (self.fine_tune is None) != (self.load_adapter is None):
             raise ValueError(f"served system {self.name!r}: give both fine_tune and load_adapter, or neither")
+        if self.methods and self.fine_tune is None:
+            raise ValueError(f"served system {self.name!r}: methods are for a system that fine-tunes")
 
     @property
     def fine_tunes(self) -> bool:

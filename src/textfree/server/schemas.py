@@ -264,6 +264,11 @@ class ClassifyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str = Field(max_length=64, description="Model id (GET /v1/models; task 'classify').")
     examples: list[ClassifyExample] = Field(min_length=1, description="The privatized examples, in order.")
+    adapter: str | None = Field(
+        None,
+        max_length=64,
+        description="Id of one of your fine-tuned adapters of this model (a succeeded job's 'adapter').",
+    )
 
 
 class ClassifyUsage(BaseModel):
@@ -277,6 +282,7 @@ class ClassifyUsage(BaseModel):
 
 class ClassifyResponse(BaseModel):
     model: str
+    adapter: str | None = Field(None, description="The adapter that answered (null: the served model).")
     labels: list[int] = Field(description="The predicted class of each example.")
     probabilities: list[list[float]] = Field(description="Each example's class probabilities (softmax), per label.")
     usage: ClassifyUsage
@@ -287,11 +293,16 @@ class DatasetView(BaseModel):
     object: Literal["dataset"]
     name: str | None
     model: str
-    rows: int
-    slots: int
+    rows: int = Field(description="Payload rows, or (a classify model's dataset) examples.")
+    slots: int = Field(
+        description="Payload slots, or (a classify model's dataset) words received, plain tokens included."
+    )
     bytes: int
     sha256: str
-    privacy: dict[str, Any]
+    privacy: dict[str, Any] = Field(
+        description="Payload: the worst-case loss of a row. Privatized text: the card's settings it was checked "
+        "against (worst_case_row null: only the client knows which words it privatized)."
+    )
     created_at: float
 
 

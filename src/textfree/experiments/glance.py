@@ -173,7 +173,7 @@ def build_glance(results: str | os.PathLike, *, command: str = DEFAULT_COMMAND) 
 
     Raises :class:`~textfree.results.files.ResultsError` when no system has result files there (an empty page
     would replace the real one), or when a result file is malformed."""
-    from .files import ResultsError
+    from ..results.files import ResultsError
 
     root = Path(results)
     lines = [
@@ -222,7 +222,7 @@ def glance_cmd(
 ) -> None:
     """Write the results-at-a-glance page (docs/results/index.md): one small table per system, the paper's figures
     beside ours, links to the detail pages; nothing is recomputed."""
-    from .report_command import run_report_command
+    from ..results.report_command import run_report_command
 
     def fail(message: str):
         typer.echo(f"error: {message}", err=True)
