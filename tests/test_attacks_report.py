@@ -331,10 +331,10 @@ def test_attribute_and_inversion_sections(tmp_path):
     # attribute table: the best (97.0) and the excess over the larger reference (97 - 55 = 42.0) of sex; symptoms below
     # label
     assert (
-        "| 75 | 4 | 150 | 2250 | sex (accuracy) | 50.0 | 55.0 | 60.0 | 87.0 | 97.0 | 77.0 | 92.0 | **97.0** | **42.0** "
-        "|" in text
+        "| 75 | 4 | 150 | 2250 | sex (accuracy) | 50.0 | – | 55.0 | 60.0 | 87.0 | 97.0 | 77.0 | 92.0 | **97.0** "
+        "| **42.0** |" in text
     )
-    assert "| symptoms recall | 50.0 | 90.0 | – |" in text and "**-40.0** |" in text
+    assert "| symptoms recall | 50.0 | – | 90.0 | – |" in text and "**-40.0** |" in text
     # inversion: mean ± sd over seeds; the unaware target 0.21 < 0.25 is met; clean payloads say so
     assert (
         "| `inv_u` | learned, noise-unaware | 75 | 4 | 150 | 2250 | 0.210 ± 0.014 | – | – |" in text
@@ -542,14 +542,18 @@ def test_attributes_of_token_noise_and_t2t_text_in_their_section_and_the_matrix(
     assert "### `attr_pct2t` (pri-ddx, encoder `default`; release: PCT2T text (default))" in lines
     assert "### `attr_slots` (pri-ddx, encoder `default`; release: PPFT slots)" in lines
     assert any(
-        line.startswith("| sigma | token eps | prompt eps (mean) | attribute | prior | label |") for line in lines
+        line.startswith("| sigma | token eps | prompt eps (mean) | attribute | prior | clean text | label |")
+        for line in lines
     )
-    assert any(line.startswith("| eta | word eps | prompt eps (mean) | attribute | prior | label |") for line in lines)
+    assert any(
+        line.startswith("| eta | word eps | prompt eps (mean) | attribute | prior | clean text | label |")
+        for line in lines
+    )
     assert (
-        "| 0.3 | 38.1 | 2286 | sex (accuracy) | 54.0 | 56.0 | – | 80.0 | 90.0 | 70.0 | 85.0 | **90.0** | **34.0** |"
+        "| 0.3 | 38.1 | 2286 | sex (accuracy) | 54.0 | – | 56.0 | – | 80.0 | 90.0 | 70.0 | 85.0 | **90.0** | **34.0** |"
         in lines
     )
-    assert "| 25 | 58.5 | 3510 | sex (accuracy) | 54.0 | 56.0 |" in " ".join(lines)
+    assert "| 25 | 58.5 | 3510 | sex (accuracy) | 54.0 | – | 56.0 |" in " ".join(lines)
     header = next(line for line in lines if line.startswith("| attack \\ mechanism"))
     assert header == (
         "| attack \\ mechanism | token noise, Gaussian | clipped token noise (l2_laplace, C = 1.694) | "

@@ -307,9 +307,9 @@ def test_missing_column_tsv_and_csv(tmp_path: Path) -> None:
     with pytest.raises(DataError) as info:
         load_sst2(tmp_path / "SST-2")
     assert info.value.line == 3 and str(tsv) in str(info.value) and "expected 2 fields" in str(info.value)
-    csv_file = write(tmp_path / "tp" / "english_train.csv", "text,age,gender\nhi,30,M\n")
-    with pytest.raises(DataError, match=r"line 1: missing column\(s\) \['age_cat'\]"):
-        load_trustpilot(csv_file.parent)
+    csv_file = write(tmp_path / "tp" / "english_train.csv", "text,age,rating\nhi,30,5\n")
+    with pytest.raises(DataError, match=r"line 1: missing column\(s\) \['gender'\].*not the MilaNLP Trustpilot layout"):
+        load_trustpilot(csv_file.parent)  # another layout: the message points at the column mapping
     write(tmp_path / "tp2" / "english_train.csv", "text,age,age_cat,gender\nok,30,25-54,F\nshort,31,25-54\n")
     with pytest.raises(DataError, match=r"english_train\.csv, line 3: expected 4 fields"):
         load_trustpilot(tmp_path / "tp2")

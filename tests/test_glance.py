@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from textfree.glance import DEFAULT_COMMAND, build_glance
 from textfree.results.files import ResultsError
-from textfree.experiments.glance import DEFAULT_COMMAND, build_glance
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "results" / "index.md"

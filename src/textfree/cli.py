@@ -19,20 +19,26 @@ from textfree.cli_common import _fail, _fmt_eps, _quiet_transformers, app, conso
 
 def _build_noise(mechanism: str, epsilon: Optional[float], sigma: Optional[float], delta: float):
     """The noise of ``privatize``: by --sigma (Gaussian, exact), else by the one factory at --epsilon, the same
-    distribution a PPFT model and the client library use at that epsilon (:func:`textfree.mechanisms.make_noise`)."""
-    from textfree.mechanisms import Gaussian, make_noise
-
+    distribution a PPFT model and the client library use at that epsilon (:func:`textfree.mechanisms.make_noise`).
+    The flags are checked before the mechanisms (and torch) are imported: a missing flag is reported at once."""
     if mechanism not in ("l2_laplace", "gaussian", "none"):
         _fail(f"unknown --mechanism {mechanism!r}; choose l2_laplace, gaussian or none")
     if mechanism == "none":
         return None
-    if mechanism == "gaussian" and sigma is not None:
-        return Gaussian(sigma, delta)
-    if epsilon is None:
+    if epsilon is None and not (mechanism == "gaussian" and sigma is not None):
         _fail(
             f"--epsilon is required for the {mechanism} "
             f"mechanism{' (or give --sigma)' if mechanism == 'gaussian' else ''}"
         )
+    for flag, value in (("--epsilon", epsilon), ("--sigma", sigma)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            _fail(f"{flag} must be a finite number > 0, got {value:g}")
+    if mechanism == "gaussian" and not 0 < delta < 1:
+        _fail(f"--delta must be in (0, 1), got {delta:g}")
+    from textfree.mechanisms import Gaussian, make_noise
+
+    if mechanism == "gaussian" and sigma is not None:
+        return Gaussian(sigma, delta)
     return make_noise(mechanism, epsilon, delta=delta)
 
 
@@ -43,8 +49,9 @@ def privatize(
         None,
         "--epsilon",
         "-e",
-        help="L2-Laplace eps per unit distance (2 x eps per unit slot); gaussian: calibrated to the same per-slot "
-        "guarantee, (2 x eps, --delta), as a PPFT model at this eps.",
+        help="Required (unless --mechanism none, or gaussian with --sigma). L2-Laplace eps per unit distance (2 x eps "
+        "per unit slot); gaussian: calibrated to the same per-slot guarantee, (2 x eps, --delta), as a PPFT model at "
+        "this eps.",
     ),
     k: int = typer.Option(4, "--k", help="Pool blocks of k tokens into one slot."),
     pad_to: Optional[int] = typer.Option(
@@ -102,13 +109,16 @@ def privatize(
             if out.is_dir()
             else f"--out {str(out)!r}: no such directory {str(out.parent)!r}"
         )
+    try:
+        noise = _build_noise(mechanism, epsilon, sigma, delta)  # before the encoder's imports: flag errors at once
+    except ValueError as exc:
+        _fail(str(exc))
     _quiet_transformers()
     from textfree.encoders import ContextualEncoder, EncoderLoadError
     from textfree.ledger import BudgetExceeded, PrivacyLedger
     from textfree.privatizer import Privatizer
 
     try:
-        noise = _build_noise(mechanism, epsilon, sigma, delta)
         led = (
             PrivacyLedger(ledger, budget, on_exceed, delta_budget=delta_budget, accountant=accountant or "basic")
             if ledger
@@ -386,9 +396,10 @@ def substitute(
     elif not text or not text.strip():
         _fail("give a text to substitute, or --replacement-table")
     try:
-        mech = build_t2t(
-            table=table, eta=eta, pos=pos, tagger=tagger, nltk_data=nltk_data, search=search, shortlist=shortlist
-        )
+        with err.status(f"building the {table} word table{' and tagging it' if pos else ''} ..."):
+            mech = build_t2t(
+                table=table, eta=eta, pos=pos, tagger=tagger, nltk_data=nltk_data, search=search, shortlist=shortlist
+            )
     except (ValueError, FileNotFoundError, OSError, EncoderLoadError) as exc:
         _fail(str(exc))
     if not math.isfinite(mech.privacy_loss_per_word().epsilon):  # eta * D_max overflows: nothing is promised
@@ -399,7 +410,8 @@ def substitute(
     gen = resolve_generator(None, seed)
     if replacement_table:
         try:
-            rows = replacement_rows(mech, sentences, eta_list, generator=gen)
+            with err.status(f"privatizing {len(sentences)} sentences at {len(eta_list)} etas ..."):
+                rows = replacement_rows(mech, sentences, eta_list, generator=gen)
         except ValueError as exc:  # e.g. no word of --corpus is in the table
             _fail(f"--corpus: {exc}" if corpus is not None else str(exc))
         t = Table(
@@ -414,6 +426,10 @@ def substitute(
         return
     result = mech.privatize_detailed([text], generator=gen)
     console.print(result.texts[0], markup=False, highlight=False)
+    err.print(  # an output equal to the input is a possible draw, not a failure: say how many words changed
+        f"changed: {result.n_replaced} of {result.n_substituted} privatized word(s) replaced by another word "
+        f"(--replacement-table gives the expected share per eta)"
+    )
     eps = mech.privacy_loss_per_word().epsilon
     if mech.pos_categories:
         words = split_text(text)[1::2]
@@ -474,11 +490,12 @@ def plot(
 
 # serve, ask, finetune: imported after plot so that they register (and list in --help) after this module's commands
 from textfree.cli_attacks import app as _attacks_app  # noqa: E402
+from textfree.cli_audit import audit  # noqa: E402,F401
 from textfree.cli_ppft import app as _ppft_app  # noqa: E402
 from textfree.cli_rapt import app as _rapt_app  # noqa: E402
 from textfree.cli_service import ask, finetune, serve  # noqa: E402,F401
 from textfree.cli_snd import app as _snd_app  # noqa: E402
-from textfree.experiments.glance import app as _report_app  # noqa: E402
+from textfree.glance import app as _report_app  # noqa: E402
 
 app.add_typer(_ppft_app, name="ppft")
 app.add_typer(_attacks_app, name="attacks")

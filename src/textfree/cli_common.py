@@ -12,10 +12,16 @@ import os
 import typer
 from rich.console import Console
 
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    help="textfree: use and run LLM services without the server ever seeing your text.",
+
+def command_group(help: str, **settings) -> typer.Typer:
+    """A ``textfree`` command group (the top-level app and ``ppft``, ``snd``, ``rapt``, ...): help on no arguments,
+    and click's plain help layout, which marks required options ``[required]`` and shows no type for a flag
+    (typer's rich layout prints ``--help <bool>``)."""
+    return typer.Typer(no_args_is_help=True, rich_markup_mode=None, help=help, **settings)
+
+
+app = command_group(
+    "textfree: use and run LLM services without the server ever seeing your text.", add_completion=False
 )
 console = Console()
 err = Console(stderr=True)

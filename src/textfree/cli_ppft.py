@@ -6,8 +6,9 @@ from __future__ import annotations
 import typer
 
 from textfree.accel import is_main_process
+from textfree.cli_common import command_group
 
-app = typer.Typer(no_args_is_help=True, help="PPFT: text-free alignment, noisy domain adaptation, text-free answers.")
+app = command_group("PPFT: text-free alignment, noisy domain adaptation, text-free answers.")
 
 
 # =====================================================================================================================

@@ -8,10 +8,9 @@ from typing import Optional
 import typer
 
 from textfree.accel import is_main_process
+from textfree.cli_common import command_group
 
-app = typer.Typer(
-    no_args_is_help=True, help="RAPT: fine-tune on T2T / PCT2T-privatized text with token reconstruction."
-)
+app = command_group("RAPT: fine-tune on T2T / PCT2T-privatized text with token reconstruction.")
 
 #: Config field -> the flag that sets it, so that an error names what the user typed.
 _FLAGS = {

@@ -8,8 +8,9 @@ from typing import Optional
 import typer
 
 from textfree.accel import is_main_process
+from textfree.cli_common import command_group
 
-app = typer.Typer(no_args_is_help=True, help="Split-N-Denoise: train the client-side denoiser on public text.")
+app = command_group("Split-N-Denoise: train the client-side denoiser on public text.")
 
 #: Config field -> the flag that sets it, so that an error names what the user typed.
 _FLAGS = {

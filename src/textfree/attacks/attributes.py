@@ -13,7 +13,12 @@ Two architectures (:class:`AttributeAttackConfig.pooling`):
 Two training regimes: *noise-unaware* (trained on clean slots, tested on noisy ones) and *noise-aware* (trained on
 slots noised by the same mechanism, fresh noise every epoch, or cycling over precomputed releases of its training text
 (``variants``: T2T text re-encoded by the attacker); it needs the mechanism and its parameters). Reports lead with the
-strongest attacker.
+attacker chosen on a *validation part* carved from the attacker's own training text (:func:`validation_mask`,
+:func:`select_attacker`): never on the evaluated prompts.
+
+Attributes come from the data (:class:`~textfree.data.table.AttributeColumn`): categorical values, lists of labels,
+or numbers, which :func:`attribute_targets` buckets (given edges, or the quartiles of the attacker's training part:
+never of the evaluated part) into a categorical attribute.
 
 What is released (``release``) decides what the attacker needs to make its own training inputs
 (:data:`RELEASE_REQUIRES`): PPFT ``slots`` (query access to the encoder), noisy ``tokens`` (the embedding table's
@@ -37,6 +42,8 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from ..data.splits import stable_unit_interval
+from ..data.table import AttributeColumn
 from ..heads.classifier import (  # shared with PPFT's answer head; re-exported as this attack's API
     AttributeAttackConfig,
     AttributeClassifier,
@@ -70,6 +77,13 @@ __all__ = [
     "attribute_metric_names",
     "AGE_EDGES",
     "age_bucket",
+    "numeric_bucket",
+    "numeric_edges",
+    "attribute_targets",
+    "complete_rows",
+    "validation_mask",
+    "selection_metric",
+    "select_attacker",
 ]
 
 #: The attacker makes its own training payloads: query access to the encoder and in-domain text with attributes.
@@ -99,6 +113,86 @@ def age_bucket(age: int | float, edges: Sequence[int] = AGE_EDGES) -> str:
             return f"{low}-{edge - 1}"
         low = edge
     return f"{low}+"
+
+
+def numeric_bucket(value: int | float, edges: Sequence[float]) -> str:
+    """The bucket of a number between increasing ``edges``: integer edges name buckets as :func:`age_bucket` does
+    (``"18-29"``, ``"75+"``; below the first edge ``"<18"``); other edges ``"[0.5, 1.5)"``, ``"<0.5"``, ``">=2.5"``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"a numeric attribute's value must be a finite number, got {value!r}")
+    integral = all(float(e).is_integer() for e in edges)
+    if value < edges[0]:
+        return f"<{edges[0]:g}"
+    for low, high in zip(edges, edges[1:]):
+        if value < high:
+            return f"{low:g}-{high - 1:g}" if integral else f"[{low:g}, {high:g})"
+    return f"{edges[-1]:g}+" if integral else f">={edges[-1]:g}"
+
+
+def numeric_edges(values: Sequence[int | float], bins: int = 4) -> tuple[float, ...] | None:
+    """Bucket edges at the quantiles of ``values`` (the attacker's training part), ``bins`` buckets at most; None when
+    the values take at most ``bins`` distinct values (a binary age, a 1-5 rating): each value is then its own class."""
+    distinct = sorted(set(values))
+    if len(distinct) <= bins:
+        return None
+    ordered = sorted(values)
+    cuts = [ordered[min(len(ordered) - 1, (len(ordered) * q) // bins)] for q in range(1, bins)]
+    edges = tuple(sorted(set(cuts) - {distinct[0]}))
+    return edges or (distinct[len(distinct) // 2],)
+
+
+def attribute_targets(
+    columns: Sequence[AttributeColumn], train: Sequence[Mapping[str, Any]], *others: Sequence[Mapping[str, Any]]
+) -> tuple[dict[str, Kind], list[list[dict[str, Any]]]]:
+    """Raw attribute values (rows with every attribute present: :func:`complete_rows`) -> the attack's targets.
+
+    Categorical values stay strings, multi-label ones lists of strings; numeric ones become buckets: the column's
+    ``edges``, else :func:`numeric_edges` of the *training* rows (``train``), applied to every part. Returns the kinds
+    (numeric is categorical once bucketed) and ``[train targets, *other parts' targets]``."""
+    kinds: dict[str, Kind] = {}
+    convert = {}
+    for a in columns:
+        kinds[a.name] = "multilabel" if a.kind == "multilabel" else "categorical"
+        if a.kind == "numeric":
+            edges = a.edges or numeric_edges([row[a.name] for row in train])
+            convert[a.name] = (lambda v: f"{v:g}") if edges is None else (lambda v, e=edges: numeric_bucket(v, e))
+        elif a.kind == "multilabel":
+            convert[a.name] = lambda v: [str(x) for x in v]
+        else:
+            convert[a.name] = str
+    parts = [[{name: f(row[name]) for name, f in convert.items()} for row in part] for part in (train, *others)]
+    return kinds, parts
+
+
+def complete_rows(rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> list[int]:
+    """Indices of the rows that hold a value for every attribute in ``names`` (``None``: the file's cell was empty)."""
+    return [i for i, row in enumerate(rows) if all(row.get(n) is not None for n in names)]
+
+
+def validation_mask(texts: Sequence[str], share: float, salt: str = "textfree-attribute-validation") -> list[bool]:
+    """Which of the attacker's training texts form its validation part: those whose stable hash falls below ``share``
+    (the same text always lands on the same side; repeated texts never straddle the parts)."""
+    if not 0.0 < share < 1.0:
+        raise ValueError(f"the validation share must be in (0, 1), got {share!r}")
+    return [stable_unit_interval(t, salt) < share for t in texts]
+
+
+def selection_metric(spec: AttributeSpec) -> str:
+    """The score an attacker is chosen on for one attribute: accuracy (categorical) or micro F1 (multi-label)."""
+    return f"{spec.name}_accuracy" if spec.kind == "categorical" else f"{spec.name}_f1"
+
+
+def select_attacker(scores: Mapping[str, Mapping[str, float]], metric: str) -> str:
+    """The attacker (a key of ``scores``: attacker name -> its *validation* scores) with the highest ``metric``; ties
+    go to the first in order. The evaluated prompts never enter the choice."""
+    if not scores:
+        raise ValueError("select_attacker: no attackers")
+    best = None
+    for name, s in scores.items():
+        v = s[metric]
+        if best is None or (not math.isnan(v) and (math.isnan(best[1]) or v > best[1])):
+            best = (name, v)
+    return best[0]
 
 
 def build_specs(targets: Sequence[Mapping[str, Any]], kinds: Mapping[str, Kind]) -> list[AttributeSpec]:

@@ -472,42 +472,61 @@ def _markdown(curves: Sequence[Curve], figures: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: Panels per row of the token-inversion figure: three read at page width.
+FIGURE_COLUMNS = 3
+
+
 def _figure(curves: Sequence[Curve], path: Path) -> bool:
-    """Recovery vs eps per unit distance, one panel per curve, one line per attack (mean, sd error bars), saved to
-    ``path``; False when there is nothing to draw."""
+    """Recovery vs eps per unit distance, one panel per curve in rows of :data:`FIGURE_COLUMNS`, one line per attack
+    (mean, sd error bars), one legend below for every panel; saved to ``path``; False when there is nothing to draw."""
     from matplotlib.figure import Figure
 
     curves = [c for c in curves if c.points]
     if not curves:
         return False
-    fig = Figure(figsize=(4.2 * len(curves), 3.4), layout="tight")
-    for ax, c in zip(fig.subplots(1, len(curves), squeeze=False)[0], curves):
+    cols = min(FIGURE_COLUMNS, len(curves))
+    rows = math.ceil(len(curves) / cols)
+    fig = Figure(figsize=(3.6 * cols, 3.1 * rows + 0.7), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).flatten()
+    for ax in axes[len(curves) :]:
+        ax.set_visible(False)
+    legend: dict[str, Any] = {}
+    for ax, c in zip(axes, curves):
         for metric, label, style in RECOVERY_COLUMNS:
             drawn = [(p.mean("epsilon_unit"), p.spread(metric)) for p in c.points if p.spread(metric) is not None]
             drawn = sorted(((x, s) for x, s in drawn if not math.isnan(x)), key=lambda xs: xs[0])
             if drawn:
-                ax.errorbar(
+                line = ax.errorbar(
                     [x for x, _ in drawn],
                     [100 * s["mean"] for _, s in drawn],
                     capsize=3,
                     markersize=4,
                     fmt=style,
+                    color=f"C{[m for m, _, _ in RECOVERY_COLUMNS].index(metric)}",
                     yerr=[0.0 if math.isnan(s["std"]) else 100 * s["std"] for _, s in drawn],
                     label=label,
                 )
+                legend.setdefault(label, line)
         ticks = sorted({x for x in (p.mean("epsilon_unit") for p in c.points) if not math.isnan(x)})
         ax.set_xscale("log")
-        ax.set_xticks(ticks, [f"{x:.3g}" for x in ticks])
+        ax.set_xticks(ticks, [f"{x:.3g}" for x in ticks], fontsize=7)
         ax.minorticks_off()
         ax.axhline(100 * TARGET_NN_MAX, color="grey", linewidth=0.7, linestyle=":")
+        ax.set_title(f"{c.title}\n({c.name})", fontsize=8)
         ax.set(
             ylim=(-2, 102),
-            title=f"{c.title}\n({c.name})",
             ylabel="tokens recovered (%)",
             xlabel="eps per unit L2 distance"
             + (f" (delta {c.points[0].mean('token_delta'):g})" if c.family.endswith("gaussian") else ""),
         )
-        ax.legend(fontsize=7)
+    fig.legend(
+        list(legend.values()),
+        list(legend),
+        loc="outside lower center",
+        ncols=min(4, len(legend)),
+        fontsize=8,
+        frameon=False,
+    )
     atomic_save_figure(fig, path, dpi=110)
     return True
 

@@ -243,40 +243,79 @@ def matrix_section(rows: list[MatrixRow], figure: str | None = None) -> list[str
     return lines
 
 
-def matrix_figure(rows: list[MatrixRow], path: Path) -> bool:
-    """Recovery (%) and ROUGE-L (x100) vs unit eps (log), one line per (mechanism, attack); False when empty."""
-    from matplotlib.figure import Figure
+#: The panels of the cross-matrix plot: one per family of mechanisms, in this order.
+_PANELS = (("token", "per-token noise"), ("pooled", "pooled slots"), ("text", "privatized text"))
+_STYLES = ("-", "--", ":", "-.")
 
-    if not rows:
-        return False
-    fig = Figure(figsize=(8.5, 4.6), layout="tight")
-    ax = fig.subplots()
-    markers = "osD^v<>px*h"
-    i = 0
-    for row in rows:
-        for column, unit in COLUMNS:
-            pts = sorted((x, v) for x, v, _ in row.points.get(column, []) if x > 0 and math.isfinite(x))
-            if not pts:
-                continue
-            label = f"{row.mechanism}: {column}" + (" (ROUGE-L x100)" if unit == "ROUGE-L" else "")
-            ax.plot(
-                [x for x, _ in pts],
-                [v for _, v in pts],
-                marker=markers[i % len(markers)],
-                markersize=4,
-                linestyle="-" if row.family == "token" else "--" if row.family == "pooled" else ":",
-                label=label,
-            )
-            i += 1
-    ax.set_xscale("log")
+
+def _short(mechanism: str) -> str:
+    """A mechanism's label inside its family's panel (the family is the panel's title)."""
+    for prefix in ("token noise, ", "pooled "):
+        if mechanism.startswith(prefix):
+            return mechanism[len(prefix) :]
+    return mechanism.replace("clipped token noise ", "clipped ")
+
+
+def matrix_figure(rows: list[MatrixRow], path: Path) -> bool:
+    """Recovery (%) and ROUGE-L (x100) vs unit eps (log): one panel per family of mechanisms (per-token noise, pooled
+    slots, text), one colour per attack and one line style per mechanism of the panel (one legend below, in
+    columns: the mechanisms first, then the attacks); False when empty."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
     from matplotlib.ticker import NullFormatter
 
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set(
-        xlabel="formal worst-case loss of one released unit (eps)",
-        ylabel="recovered (%) / ROUGE-L x100",
-        ylim=(-2, 102),
+    panels = [(family, title) for family, title in _PANELS if any(r.family == family for r in rows)]
+    if not panels:
+        return False
+    fig = Figure(figsize=(3.9 * len(panels), 4.4), layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    colours = {
+        column: f"C{i % 10}" if i < 10 else ("black", "navy", "magenta")[i - 10]
+        for i, (column, _) in enumerate(COLUMNS)
+    }
+    markers = dict(zip((c for c, _ in COLUMNS), "osD^v<>px*hH+"))
+    used: dict[str, str] = {}
+    styles = []
+    for ax, (family, title) in zip(axes, panels):
+        for style, row in zip(_STYLES * 3, [r for r in rows if r.family == family]):
+            for column, unit in COLUMNS:
+                pts = sorted((x, v) for x, v, _ in row.points.get(column, []) if x > 0 and math.isfinite(x))
+                if pts:
+                    ax.plot(
+                        [x for x, _ in pts],
+                        [v for _, v in pts],
+                        linestyle=style,
+                        color=colours[column],
+                        marker=markers[column],
+                        markersize=4,
+                        linewidth=1.2,
+                    )
+                    used[column] = unit
+            styles.append(Line2D([], [], color="dimgrey", linestyle=style, label=f"{title}: {_short(row.mechanism)}"))
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set(title=title, xlabel="formal loss of one released unit (eps)", ylim=(-2, 102))
+    axes[0].set_ylabel("recovered (%) / ROUGE-L x100")
+    handles = [
+        Line2D(
+            [],
+            [],
+            color=colours[c],
+            marker=markers[c],
+            markersize=4,
+            label=c + (" (ROUGE-L x100)" if u == "ROUGE-L" else ""),
+        )
+        for c, u in COLUMNS
+        if c in used
+    ]
+    fig.legend(
+        handles=styles + handles,
+        loc="outside lower center",
+        ncols=4,
+        fontsize=7,
+        frameon=False,
+        title="line style: the mechanism in its panel; colour: the attack",
+        title_fontsize=8,
     )
-    ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
     atomic_save_figure(fig, path, dpi=110)
     return True

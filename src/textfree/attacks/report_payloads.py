@@ -232,8 +232,11 @@ def attribute_section(cells: list[PayloadCell]) -> list[str]:
         "an encoder of its own, k-pooled unit slots). The attackers: a 2-layer MLP on the mean vector or attention",
         "over the vectors (*+ count*: also reading the number of vectors), trained on clean inputs (*unaware*) or on",
         "the same mechanism's releases (*aware*: fresh noise every epoch; for text, a few T2T runs over its training",
-        "text, cycled); a cell shows the ones it ran. **best** is the strongest of",
-        "them; *prior* is the best guess without any input (training marginals); *label* is what the task's correct",
+        "text, cycled); a cell shows the ones it ran. **best** is the one chosen on a validation part of the",
+        "attacker's own texts (result files written before 2026-11-29: the strongest on the held-out prompts);",
+        "*clean text* is a TF-IDF + logistic-regression reader of the unprivatized text (whether the text carries the",
+        "attribute at all; older files show –);",
+        "*prior* is the best guess without any input (training marginals); *label* is what the task's correct",
         "answer (the diagnosis) alone reveals; *length* is what the number of released units (slots, tokens) alone",
         "reveals, by the same rule within training rows of that count (the mechanism hides each unit's content, not",
         "their number; cells run before it existed show –); **excess** = best minus the larger of prior and label: the",
@@ -267,10 +270,10 @@ def attribute_section(cells: list[PayloadCell]) -> list[str]:
         lines += [
             "| "
             + " | ".join(titles)
-            + f" | {unit_title} | prompt eps (mean) | attribute | prior | label | length | "
+            + f" | {unit_title} | prompt eps (mean) | attribute | prior | clean text | label | length | "
             + " | ".join(v for _, v in variants)
             + " | **best** | **excess** |",
-            "|" + "---|" * (len(titles) + 6) + "---|" * len(variants) + "---|---|",
+            "|" + "---|" * (len(titles) + 7) + "---|" * len(variants) + "---|---|",
         ]
         for point, p in c.points:
             values = _lead(c, point, p)[1]
@@ -280,7 +283,8 @@ def attribute_section(cells: list[PayloadCell]) -> list[str]:
                     if i == 0
                     else "| " * (len(values) + 2)
                 )
-                cols = [_fmt(p, f"{m}_prior", True), _fmt(p, f"{m}_label", True), _fmt(p, f"{m}_length", True)]
+                cols = [_fmt(p, f"{m}_prior", True), _fmt(p, f"{m}_clean", True)]
+                cols += [_fmt(p, f"{m}_label", True), _fmt(p, f"{m}_length", True)]
                 cols += [_fmt(p, f"{m}_{v}", True) for v, _ in variants]
                 cols += [f"**{_fmt(p, f'{m}_best', True)}**", f"**{_fmt(p, f'{m}_excess', True)}**"]
                 lines.append(head + f"| {label} | " + " | ".join(cols) + " |")

@@ -2,7 +2,8 @@
 
 Real data is read by path from the shared data directory (``$TEXTFREE_DATA`` or ``../shared/data``; see
 :func:`shared_data_dir`); loaders also take a Hugging Face hub name when the optional ``datasets`` package is
-installed (``pip install textfree[hub]``). See ``docs/data.md``.
+installed (``pip install textfree[hub]``); a file in any other layout through a column mapping
+(:func:`load_table`). See ``docs/data.md``.
 """
 
 from .errors import DataError, DataNotFoundError, HubUnavailableError, UnknownDatasetError
@@ -33,6 +34,7 @@ from .qa import load_arc, load_csqa
 from .records import InstructRecord, MCQARecord, PairRecord, PIIRecord, TextRecord
 from .registry import DatasetSpec, available_datasets, get_dataset_spec, load_dataset, register_dataset
 from .splits import SPLIT_SALT, ppft_split, private_key, stable_unit_interval
+from .table import AttributeColumn, ColumnMap, load_table
 from .trustpilot import load_trustpilot
 
 __all__ = [
@@ -67,6 +69,9 @@ __all__ = [
     "load_arc",
     "load_gsm8k",
     "extract_final_answer",
+    "load_table",
+    "ColumnMap",
+    "AttributeColumn",
     # registry
     "DatasetSpec",
     "load_dataset",

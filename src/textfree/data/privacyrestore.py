@@ -1,7 +1,9 @@
-"""Pri-DDXPlus and Pri-SLJA (PrivacyRestore, Zeng et al. ACL 2025) as :class:`MCQARecord` lists.
+"""Pri-DDXPlus, Pri-NLICE and Pri-SLJA (PrivacyRestore, Zeng et al. ACL 2025) as :class:`MCQARecord` lists.
 
-Files (``privacyrestore/Pri-{DDXPlus,SLJA}_dataset/{dev,test}.json``) are JSON Lines despite the ``.json``
-suffix; the ``train_finetune.json`` split is not available (see :mod:`textfree.data.splits`).
+Files (``privacyrestore/Pri-{DDXPlus,NLICE,SLJA}_dataset/{dev,test}.json``) are JSON Lines despite the ``.json``
+suffix; the ``train_finetune.json`` split is not available (see :mod:`textfree.data.splits`). Pri-NLICE rows have
+the Pri-DDXPlus shape without ``antecedents``: the medical family's optional fields (``antecedents``, ``age``,
+``sex``) are read when a row has them and left out of ``attributes`` when it does not.
 
 Mapping of a row to :class:`MCQARecord`:
 
@@ -19,9 +21,10 @@ Mapping of a row to :class:`MCQARecord`:
 * ``id``: DDX ``pri-ddx-<map2raw_index>`` (the row's index in raw DDXPlus, unique); SLJA rows have no id,
   so ``pri-slja-<first 16 hex of sha256(canonical JSON of the row)>``. Ids do not contain the split: the
   dev files are copies of test rows and get the same ids (see :mod:`textfree.data.splits`).
-* ``attributes``: ``dataset``, ``private_atoms`` (the spans PrivacyRestore treats as private:
-  ``restore_symptoms`` for DDX, ``restore_evidences`` for SLJA), ``question_mask`` (the prompt with private
-  atoms removed), plus DDX ``age``, ``sex``, ``symptoms``, ``antecedents``, the ``*_mask``/``*_remain`` lists,
+* ``attributes``: ``dataset`` (``pri-ddx``, ``pri-nlice`` or ``pri-slja``), ``private_atoms`` (the spans
+  PrivacyRestore treats as private: ``restore_symptoms`` for DDX, ``restore_evidences`` for SLJA),
+  ``question_mask`` (the prompt with private atoms removed), plus DDX / NLICE ``age``, ``sex``, ``symptoms``,
+  ``antecedents`` (each of age, sex, antecedents only when the row has it), the ``*_mask``/``*_remain`` lists,
   ``map2raw_index``, ``recall_value``; SLJA ``non_private_atoms`` (``keep_evidences``) and ``atoms``
   (``minor_premise_atoms``: object/objective/subject/subjective, each split into private/non-private).
 """
@@ -54,9 +57,21 @@ __all__ = [
 #: Default locations under the shared data directory.
 PRIVACYRESTORE_DIRS = {
     "ddx": "privacyrestore/Pri-DDXPlus_dataset",
+    "nlice": "privacyrestore/Pri-NLICE_dataset",
     "slja": "privacyrestore/Pri-SLJA_dataset",
 }
-_ALIASES = {"ddx": "ddx", "pri-ddx": "ddx", "ddxplus": "ddx", "pri-ddxplus": "ddx", "slja": "slja", "pri-slja": "slja"}
+_ALIASES = {
+    "ddx": "ddx",
+    "pri-ddx": "ddx",
+    "ddxplus": "ddx",
+    "pri-ddxplus": "ddx",
+    "nlice": "nlice",
+    "pri-nlice": "nlice",
+    "slja": "slja",
+    "pri-slja": "slja",
+}
+#: The medical family's fields a row may lack (Pri-NLICE has no antecedents).
+OPTIONAL_MEDICAL = ("antecedents", "age", "sex")
 _SPLIT_FILES = {"dev": "dev.json", "test": "test.json"}
 DDX_QUESTION = "What is the likely diagnosis?"
 SLJA_QUESTION = "What crime is being committed in this case?"
@@ -151,8 +166,14 @@ def _content_id(prefix: str, row: dict[str, Any]) -> str:
     return f"{prefix}-{hashlib.sha256(canonical.encode('utf-8')).hexdigest()[:16]}"
 
 
+def _medical_name(where: str) -> str:
+    """``pri-nlice`` for a file of the Pri-NLICE folder (or a hub name mentioning NLICE), else ``pri-ddx``."""
+    return "pri-nlice" if "nlice" in where.lower() else "pri-ddx"
+
+
 def _convert_ddx(where: str, line: int, row: dict[str, Any]) -> MCQARecord:
     prompt = _prompt(row, where, line)
+    name = _medical_name(where)
     options = _str_list(row, "options", where, line)
     gold = field(row, "correct_answer", where, line)
     try:
@@ -161,13 +182,16 @@ def _convert_ddx(where: str, line: int, row: dict[str, Any]) -> MCQARecord:
         raise DataError(str(exc), where, line) from exc
     context, question = split_question(prompt, DDX_QUESTION)
     symptoms = _str_list(row, "symptoms", where, line)
-    antecedents = _str_list(row, "antecedents", where, line)
-    attributes: dict[str, Any] = {
-        "dataset": "pri-ddx",
-        "age": field(row, "age", where, line, int),
-        "sex": field(row, "sex", where, line),
-        "symptoms": symptoms,
-        "antecedents": antecedents,
+    antecedents = _str_list(row, "antecedents", where, line) if "antecedents" in row else []
+    attributes: dict[str, Any] = {"dataset": name}
+    if "age" in row:
+        attributes["age"] = field(row, "age", where, line, int)
+    if "sex" in row:
+        attributes["sex"] = field(row, "sex", where, line)
+    attributes["symptoms"] = symptoms
+    if "antecedents" in row:
+        attributes["antecedents"] = antecedents
+    attributes |= {
         "private_atoms": _str_list(row, "restore_symptoms", where, line)
         if "restore_symptoms" in row
         else symptoms + antecedents,
@@ -186,9 +210,9 @@ def _convert_ddx(where: str, line: int, row: dict[str, Any]) -> MCQARecord:
             attributes[key] = row[key]
     raw_index = row.get("map2raw_index")
     record_id = (
-        f"pri-ddx-{raw_index}"
+        f"{name}-{raw_index}"
         if isinstance(raw_index, int) and not isinstance(raw_index, bool)
-        else _content_id("pri-ddx", row)
+        else _content_id(name, row)
     )
     return build(MCQARecord, where, line, record_id, context, question, options, answer_index, attributes)
 
@@ -241,7 +265,8 @@ def load_privacyrestore(
     """Load Pri-DDXPlus or Pri-SLJA as :class:`MCQARecord` objects (see the module docstring for the mapping).
 
     Args:
-        dataset: ``"ddx"``/``"pri-ddx"`` or ``"slja"``/``"pri-slja"`` (read from the shared data directory),
+        dataset: ``"ddx"``/``"pri-ddx"``, ``"nlice"``/``"pri-nlice"`` or ``"slja"``/``"pri-slja"`` (read from the
+            shared data directory),
             a dataset directory or ``.json`` file (the kind is detected per row), or a hub name.
         split: ``"dev"`` or ``"test"`` (ignored when ``dataset`` is a file).
         limit: keep only the first ``limit`` records.

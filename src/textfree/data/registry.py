@@ -8,6 +8,12 @@
 with (``.../glue/SST-2`` or ``.../glue/SST-2/dev.tsv`` -> ``sst2``). Hub names are not guessed here; call the
 dataset's loader with the hub name instead (``load_gsm8k("openai/gsm8k")``). New datasets are added with
 :func:`register_dataset`.
+
+A file (or hub dataset) in any other layout is read through a column mapping:
+``load_dataset("reviews.tsv", columns=ColumnMap(...))`` (or the ``params.columns`` mapping of a cell) goes to
+:func:`~textfree.data.table.load_table`, whatever the path's name. A registered dataset declares the personal
+attributes its records carry (``DatasetSpec.attributes``, in :meth:`~textfree.data.table.AttributeColumn.parse`
+form): what an attribute attack on it reads when its cell names none.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from .presidio import PRESIDIO_DIR, load_presidio
 from .privacyrestore import PRIVACYRESTORE_DIRS, load_privacyrestore
 from .pupa import PUPA_DIR, load_pupa
 from .qa import ARC_DIR, CSQA_DIR, load_arc, load_csqa
+from .table import AttributeColumn, load_table
 from .trustpilot import TRUSTPILOT_DIR, load_trustpilot
 
 __all__ = [
@@ -51,6 +58,8 @@ class DatasetSpec:
         default_path: location relative to :func:`~textfree.data.paths.shared_data_dir` (file or directory).
         default_split: split used when ``load_dataset`` gets ``split=None``.
         description: one line for listings.
+        attributes: the personal attributes its records carry in ``attributes``, as ``NAME:KIND[:EDGES]``
+            (:meth:`~textfree.data.table.AttributeColumn.parse`); a record may lack an optional one.
     """
 
     name: str
@@ -58,6 +67,11 @@ class DatasetSpec:
     default_path: str
     default_split: str
     description: str = ""
+    attributes: tuple[str, ...] = ()
+
+    def attribute_columns(self) -> tuple[AttributeColumn, ...]:
+        """:attr:`attributes` parsed."""
+        return tuple(AttributeColumn.parse(a) for a in self.attributes)
 
 
 _REGISTRY: dict[str, DatasetSpec] = {}
@@ -73,6 +87,7 @@ def register_dataset(
     description: str = "",
     aliases: tuple[str, ...] = (),
     overwrite: bool = False,
+    attributes: tuple[str, ...] = (),
 ) -> DatasetSpec:
     """Register ``name`` -> ``loader`` with a default path under the shared data directory.
 
@@ -83,7 +98,8 @@ def register_dataset(
     taken = [n for n in (key, *(a.lower() for a in aliases)) if n in _REGISTRY or n in _ALIASES]
     if taken and not overwrite:
         raise ValueError(f"dataset name(s) already registered: {taken} (pass overwrite=True to replace)")
-    spec = DatasetSpec(key, loader, default_path, default_split, description)
+    spec = DatasetSpec(key, loader, default_path, default_split, description, tuple(attributes))
+    spec.attribute_columns()  # parsed once here: a bad declaration fails at registration
     _REGISTRY[key] = spec
     for alias in aliases:
         _ALIASES[alias.lower()] = key
@@ -126,14 +142,27 @@ def load_dataset(
         name_or_path: registered name/alias, or a path ending in a registered default location.
         split: split name; ``None`` uses the dataset's default split.
         limit: keep only the first ``limit`` records.
-        **kwargs: passed to the loader (e.g. ``label="age_cat"`` for Trustpilot).
+        **kwargs: passed to the loader (e.g. ``label="age_cat"`` for Trustpilot); ``columns`` (a
+            :class:`~textfree.data.table.ColumnMap` or a cell's ``params.columns`` mapping) reads a file or hub
+            dataset in any layout with :func:`~textfree.data.table.load_table` instead.
 
     Raises:
         DataNotFoundError: no shared data directory / missing files.
-        DataError: a path that matches no registered dataset.
+        DataError: a path that matches no registered dataset (and no ``columns``).
         UnknownDatasetError: an unknown name (a ``DataError`` and a ``KeyError``).
     """
-    if isinstance(name_or_path, str) and name_or_path.lower() in {*_REGISTRY, *_ALIASES}:
+    registered = isinstance(name_or_path, str) and name_or_path.lower() in {*_REGISTRY, *_ALIASES}
+    if kwargs.get("columns") is not None:
+        if registered:
+            raise DataError(
+                f"{name_or_path!r} is a registered dataset, read by its own loader; a column mapping is for a file or "
+                "a hub dataset in another layout (give its path)"
+            )
+        columns = kwargs.pop("columns")
+        if kwargs:
+            raise TypeError(f"load_dataset with columns takes no other options, got {sorted(kwargs)}")
+        return load_table(name_or_path, split=split or "train", limit=limit, columns=columns)
+    if registered:
         spec = get_dataset_spec(name_or_path)
         root = shared_data_dir()
         if root is None:
@@ -152,11 +181,20 @@ def load_dataset(
     spec = _spec_for_path(path)
     if spec is None:
         raise DataError(
-            f"cannot tell which dataset this path holds; registered: {', '.join(available_datasets())}. "
-            "Call the dataset's loader directly.",
+            f"cannot tell which dataset this path holds (registered: {', '.join(available_datasets())}); map its "
+            "columns: --text-column and --attribute (a cell: params.columns, params.attributes)",
             path,
         )
     return spec.loader(path, split=split or spec.default_split, limit=limit, **kwargs)
+
+
+_MEDICAL = ("sex:categorical", "age:numeric:18,30,45,60,75", "symptoms:multilabel", "antecedents:multilabel")
+#: The personal attributes each built-in dataset's records carry (the ages of Pri-DDX in the buckets of PPFT's table).
+_ATTRIBUTES = {
+    "pri-ddx": _MEDICAL,
+    "pri-nlice": _MEDICAL,
+    "trustpilot": ("gender:categorical", "age_cat:categorical"),
+}
 
 
 def _register_builtins() -> None:
@@ -168,6 +206,14 @@ def _register_builtins() -> None:
             "test",
             "Pri-DDXPlus medical diagnosis MCQA (dev 309 / test 1549)",
             ("ddx", "pri-ddxplus"),
+        ),
+        (
+            "pri-nlice",
+            load_privacyrestore,
+            PRIVACYRESTORE_DIRS["nlice"],
+            "test",
+            "Pri-NLICE medical diagnosis MCQA (no antecedents; not in the shared data)",
+            ("nlice",),
         ),
         (
             "pri-slja",
@@ -206,7 +252,15 @@ def _register_builtins() -> None:
         ("gsm8k", load_gsm8k, GSM8K_DIR, "test", "GSM8K math word problems (train 7,473 / test 1,319)", ()),
     ]
     for name, loader, path, split, description, aliases in builtins:
-        register_dataset(name, loader, path, default_split=split, description=description, aliases=aliases)
+        register_dataset(
+            name,
+            loader,
+            path,
+            default_split=split,
+            description=description,
+            aliases=aliases,
+            attributes=_ATTRIBUTES.get(name, ()),
+        )
 
 
 _register_builtins()

@@ -8,7 +8,9 @@ the token ids.
 Inputs (once per run, cached):
 
 * texts: inline ``texts``, or one private text per record of ``dataset`` (``mcqa_prompt(record).private`` for
-  MCQA records). For a Pri-* dataset, ``split: heldout`` / ``split: train`` take that part of the PPFT split
+  MCQA records): a registered name, or a path / hub dataset in any layout with ``params.columns`` (``{text: COLUMN,
+  pii: COLUMN, names: [...]}``: :class:`~textfree.data.table.ColumnMap`; a PII column gives the PII attack below its
+  units). For a Pri-* dataset, ``split: heldout`` / ``split: train`` take that part of the PPFT split
   (:func:`textfree.data.ppft_split`); other splits go to ``load_dataset``. Repeated texts are dropped (Pri-DDX repeats
   the same patient description with other distractors), then ``limit`` texts are kept.
 * token ids: the encoder's tokenizer without special tokens, cut to ``params.max_tokens`` (default 48), then wrapped
@@ -162,6 +164,8 @@ TOKEN_INVERSION_METRICS = (
 
 TOKEN_INVERSION_PARAMS = {
     "max_tokens": "cut each text to this many tokens before the special tokens are added (int >= 1; default 48)",
+    "columns": "a path or hub dataset in any layout: {text: COLUMN, pii: COLUMN, names: [...]} (the CLI's "
+    "--text-column, --pii-column, --columns)",
     "threads": "torch threads while the kind runs (int >= 1, or null to leave torch's setting; BeamClean: 1 is "
     "fastest)",
 }
@@ -174,9 +178,10 @@ def _validate(cell: Any, points: list[dict]) -> None:
         raise CellError(
             "the token_inversion kind needs a `mechanism` (l2_laplace, gaussian or clipped)", field="mechanism"
         )
+    _columns(cell)
     for point in points:
         resolved = cell.resolve(point)
-        _check_params(resolved.params)
+        _check_params({k: v for k, v in resolved.params.items() if k != "columns"})
         spec = parse_attack_section(resolved.attack)
         try:
             spec.check()
@@ -191,12 +196,42 @@ def _validate(cell: Any, points: list[dict]) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- inputs
+def _columns(cell: Any) -> Any:
+    """The cell's column mapping (``params.columns``: a path or hub dataset in another layout), or None."""
+    from ...data.table import ColumnMap
+
+    columns = (cell.params or {}).get("columns")
+    if columns is None:
+        return None
+    if cell.dataset is None or not isinstance(columns, dict):
+        raise CellError(
+            "columns maps the columns of a `dataset` file: a mapping {text: COLUMN, ...}", field="params.columns"
+        )
+    try:
+        return ColumnMap.from_dict(columns)
+    except ValueError as exc:
+        raise CellError(str(exc), field="params.columns") from None
+
+
+def _records(cell: Any) -> list[Any]:
+    """Every record of the cell's dataset (its split), through its column mapping when it has one."""
+    columns = _columns(cell)
+    if columns is None:
+        return load_records(dataclasses.replace(cell, limit=None))
+    from ...data import load_dataset
+
+    return load_dataset(cell.dataset, split=cell.split, columns=columns)
+
+
 def _cell_texts(cell: Any) -> list[str]:
     """The evaluated private texts, repeats dropped, then the first ``limit``."""
     if cell.texts is None and cell.split in PPFT_PARTS and is_ppft_dataset(cell.dataset):
         from ...data import ppft_split
 
         texts = [record_private_text(r) for r in ppft_split(cell.dataset)[cell.split]]
+    elif cell.texts is None and _columns(cell) is not None:
+        texts = [record_private_text(r) for r in _records(cell)]
+        texts = [t for t in texts if t.strip()]
     else:
         texts = load_texts(dataclasses.replace(cell, limit=None))
     texts = list(dict.fromkeys(texts))
@@ -244,7 +279,7 @@ def _released_pii(cell: Any, texts: list[str], released: list[str]) -> list[list
     from ...metrics.privacy import best_window_similarity
 
     units: dict[str, list[str]] = {}
-    for record in load_records(dataclasses.replace(cell, limit=None)):
+    for record in _records(cell):
         if getattr(record, "pii", None) is None:
             return None
         units.setdefault(record_private_text(record), list(record.pii))

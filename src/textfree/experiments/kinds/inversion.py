@@ -119,6 +119,8 @@ INVERSION_PARAMS = {
     "lr": "trained variants: peak learning rate (default: Stage2Config's)",
     "prior_sample": "training texts the no-input reference (their medoid) is chosen from (default 100)",
     "eval_limit": "evaluate the first N distinct held-out private texts (default 100)",
+    "columns": "an evaluated path or hub dataset in any layout: {text: COLUMN, pii: COLUMN, names: [...]} (the CLI's "
+    "--text-column, --pii-column, --columns)",
     "max_new_tokens": "generation length (default 160)",
 }
 
@@ -242,7 +244,8 @@ def _threat(cell: Any, point: dict, p: dict[str, Any]) -> ThreatModel:
 def _validate(cell: Any, points: list[dict]) -> None:
     if cell.dataset is None:
         raise CellError(
-            "learned_inversion needs a dataset: Pri-* (pri-ddx, pri-slja) or free text with PII units (pupa, presidio)",
+            "learned_inversion needs a dataset: Pri-* (pri-ddx, pri-slja), free text with PII units (pupa, presidio), "
+            "or a path / hub dataset with params.columns",
             field="dataset",
         )
     if cell.mechanism is not None:
@@ -250,6 +253,14 @@ def _validate(cell: Any, points: list[dict]) -> None:
             "learned_inversion takes the noise in params.epsilon (L2-Laplace, as the model), not `mechanism`",
             field="mechanism",
         )
+    columns = (cell.params or {}).get("columns")
+    if columns is not None:
+        from ...data.table import ColumnMap
+
+        try:
+            ColumnMap.from_dict(columns if isinstance(columns, dict) else {"text": None})
+        except ValueError as exc:
+            raise CellError(str(exc), field="params.columns") from None
     for point in points:
         p = _params(cell, point)
         if not is_ppft_dataset(cell.dataset) and p["variant"] != "restoration" and p.get("train_text") is None:
@@ -435,12 +446,15 @@ def _evaluated(cell: Any, limit: int, fits) -> list[tuple[str, Any]]:
     """(text, record) of the first ``limit`` distinct evaluated texts the client does not cut: the Pri-* held-out
     split, or the dataset's records (``cell.split``)."""
     from ...data import load_dataset, ppft_split
+    from ...data.table import ColumnMap
 
-    records = (
-        ppft_split(cell.dataset)["heldout"]
-        if is_ppft_dataset(cell.dataset)
-        else load_dataset(cell.dataset, split=cell.split)
-    )
+    columns = (cell.params or {}).get("columns")
+    if columns is not None:
+        records = load_dataset(cell.dataset, split=cell.split, columns=ColumnMap.from_dict(columns))
+    elif is_ppft_dataset(cell.dataset):
+        records = ppft_split(cell.dataset)["heldout"]
+    else:
+        records = load_dataset(cell.dataset, split=cell.split)
     seen: dict[str, Any] = {}
     for r in records:
         text = record_private_text(r)

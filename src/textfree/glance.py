@@ -19,7 +19,8 @@ from typing import Callable, Iterable, Sequence
 
 import typer
 
-from ..atomic import atomic_write_text
+from .atomic import atomic_write_text
+from .cli_common import command_group
 
 __all__ = ["SYSTEMS", "DEFAULT_COMMAND", "build_glance", "write_glance", "app"]
 
@@ -53,7 +54,7 @@ def _has_json(folder: Path) -> bool:
 
 # ------------------------------------------------------------------------------------------------------- systems
 def _ppft(folder: Path, page: str) -> list[str]:
-    from ..ppft.report import table1_summary
+    from .ppft.report import table1_summary
 
     summary = table1_summary([folder])
     if not summary:
@@ -72,7 +73,7 @@ def _ppft(folder: Path, page: str) -> list[str]:
 
 
 def _snd(folder: Path, page: str) -> list[str]:
-    from ..snd.report import collect, summary_targets
+    from .snd.report import collect, summary_targets
 
     res = collect([folder])
     if not res.rows:
@@ -94,7 +95,7 @@ def _rapt_verdicts(summary_lines: Sequence[str]) -> list[str]:
 
 
 def _rapt(folder: Path, page: str) -> list[str]:
-    from ..rapt.report import INF, METHOD_TITLES, PAPER_ETAS, PAPER_SST2, ROW_TITLES, _acc_or_clean, _summary, collect
+    from .rapt.report import INF, METHOD_TITLES, PAPER_ETAS, PAPER_SST2, ROW_TITLES, _acc_or_clean, _summary, collect
 
     res = collect([folder])
     if not res.rows:
@@ -124,7 +125,7 @@ def _rapt(folder: Path, page: str) -> list[str]:
 
 
 def _attacks(folder: Path, page: str) -> list[str]:
-    from ..attacks.report import TARGET_NN_MAX, TARGET_RATIO, _in_target, collect, target_verdict
+    from .attacks.report import TARGET_NN_MAX, TARGET_RATIO, _in_target, collect, target_verdict
 
     curves = collect([folder])
     if not curves:
@@ -173,7 +174,7 @@ def build_glance(results: str | os.PathLike, *, command: str = DEFAULT_COMMAND) 
 
     Raises :class:`~textfree.results.files.ResultsError` when no system has result files there (an empty page
     would replace the real one), or when a result file is malformed."""
-    from ..results.files import ResultsError
+    from .results.files import ResultsError
 
     root = Path(results)
     lines = [
@@ -210,7 +211,7 @@ def write_glance(paths: Sequence[str | os.PathLike], out: str | os.PathLike) -> 
 
 
 # ---------------------------------------------------------------------------------------------------------- CLI
-app = typer.Typer(no_args_is_help=True, help="Pages generated across systems from result files.")
+app = command_group("Pages generated across systems from result files.")
 
 
 @app.command("glance")
@@ -222,7 +223,7 @@ def glance_cmd(
 ) -> None:
     """Write the results-at-a-glance page (docs/results/index.md): one small table per system, the paper's figures
     beside ours, links to the detail pages; nothing is recomputed."""
-    from ..results.report_command import run_report_command
+    from .results.report_command import run_report_command
 
     def fail(message: str):
         typer.echo(f"error: {message}", err=True)
