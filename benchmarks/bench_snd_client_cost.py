@@ -4,7 +4,9 @@ For a prompt of 128 tokens (and, with ``--task``, one of the task's mean token l
 
 * (a) token lookup: tokenize + gather the rows of the embedding table;
 * (b) noise + clip: L2-Laplace at ``--eta`` on every token, clipped to C (:func:`textfree.snd.noise.privatize_tokens`);
-* (c) each denoiser given by ``--denoiser PATH`` (repeatable: the full and the small one), on the server's answer;
+* (c) each denoiser given by ``--denoiser PATH`` (repeatable: the full and the small one), on the server's answer; at
+  a length beyond the learned positions a denoiser was trained with, an untrained denoiser of the same shape with
+  enough positions is timed instead (the cost does not depend on the weights) and the result says so (``shape_only``);
 * (d) the whole encoder run locally (tokenize + all-MiniLM-L6-v2 + mean pooling): what SnD is meant to save.
 
 Stages run in interleaved rounds (every round times every stage once, in a rotating order), after warm-up rounds,
@@ -22,6 +24,7 @@ reads; it holds the package versions, date and host like a result file.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import json
 import os
@@ -81,10 +84,10 @@ def _tiny_setup(root: Path) -> tuple[str, list[str]]:
 
     enc = make_tiny_encoder_dir(root / "encoder", hidden=32, layers=2, heads=2, seed=0)
     runs = []
-    for name, layers in (("tiny-full", 2), ("tiny-small", 1)):
+    for name, layers, positions in (("tiny-full", 2, 256), ("tiny-small", 1, 64)):  # the small one: shape-only at 128
         torch.manual_seed(0)
         cfg = DenoiserConfig(token_dim=32, output_dim=32, d_model=32, d_ff=32, d_kv=8, n_head=2, n_layers=layers,
-                             max_tokens=256)  # fmt: skip
+                             max_tokens=positions)  # fmt: skip
         Denoiser(cfg).save_pretrained(root / name)
         runs.append(str(root / name))
     return str(enc), runs
@@ -155,12 +158,14 @@ def measure(
             state["e_n"] = (hidden * m).sum(1) / m.sum(1)
 
         stages: dict[str, Callable[[], None]] = {"lookup": lookup, "noise_clip": noise, "local_minilm": local}
-        skipped = {}
+        skipped: dict[str, str] = {}  # (kept in the format: a denoiser not timed at this length)
+        shape_only = {}
         for dname, den, _ in models:
-            if n_tokens > den.config.max_tokens:  # its learned positions stop there: it cannot read this prompt
-                skipped[dname] = f"reads at most {den.config.max_tokens} tokens"
-                print(f"(denoiser {dname} {skipped[dname]}: not timed at {n_tokens} tokens)", file=sys.stderr)
-                continue
+            if n_tokens > den.config.max_tokens:  # its learned positions stop there: time the same shape, untrained
+                shape_only[dname] = (f"same shape with {n_tokens} positions, untrained: timing only (the trained one "
+                                     f"reads at most {den.config.max_tokens} tokens)")  # fmt: skip
+                print(f"(denoiser {dname}: {shape_only[dname]})", file=sys.stderr)
+                den = Denoiser(dataclasses.replace(den.config, max_tokens=n_tokens)).eval()
             stages[f"denoiser:{dname}"] = lambda den=den: den.denoise(
                 state["e_n"], state["x_tilde"], state["z"], state["mask"], eta
             )
@@ -186,6 +191,7 @@ def measure(
             "ratio_to_local": {d: statistics.median(t / loc for t, loc in zip(v, times["local_minilm"]))
                                for d, v in totals.items()},
             "skipped": skipped,
+            "shape_only": shape_only,
         })  # fmt: skip
     # the /v1/embed body at 128 tokens: a token payload of the clipped noisy embeddings (as textfree.client sends)
     table_enc = EmbeddingTableEncoder(table, tokenizer, name=name, sha256=sha, max_length=512)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from textfree.results.files import ResultsError
-from textfree.snd.report import build_report, collect, summary_targets, write_report
+from textfree.snd.report import build_report, collect, cost_ratios, summary_targets, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -249,12 +249,28 @@ def test_benchmark_smoke_and_report_reads_it(tmp_path, monkeypatch):
         entry["medians_s"]
     )
     assert set(entry["ratio_to_local"]) == {"tiny-full", "tiny-small"}
+    assert set(entry["shape_only"]) == {"tiny-small"} and "untrained" in entry["shape_only"]["tiny-small"]
     assert data["request_bytes"]["bytes"] > data["request_bytes"]["raw_float32_bytes"] == 128 * 32 * 4
     assert [d["role"] for d in data["denoisers"]] == ["full", "small"]
     assert data["versions"] and data["date"] and data["host"]
     directory = _result_set(tmp_path / "results")
     text = build_report(collect([directory, out]))
     assert f"{data['request_bytes']['bytes']:,} bytes" in text
+    assert "(untrained, same shape)" in text and "an untrained denoiser of its shape: timing only" in text
+    ratios, where = cost_ratios(data)
+    assert set(ratios) == {"full"} and where == "128 tokens, 128 tokens"  # a shape-only timing is no verdict
+
+
+def test_cost_ratios_skip_shape_only_timings():
+    entry = {
+        "label": "128 tokens",
+        "tokens": 128,
+        "ratio_to_local": {"a": 0.1, "b": 0.2},
+        "shape_only": {"a": "x", "b": "y"},
+    }
+    short = {"label": "qqp mean length", "tokens": 16, "ratio_to_local": {"a": 0.3, "b": 0.4}}
+    cost = {"lengths": [entry, short], "denoisers": [{"name": "a", "role": "full"}, {"name": "b", "role": "small"}]}
+    assert cost_ratios(cost) == ({"full": 0.3, "small": 0.4}, "qqp mean length, 16 tokens")
 
 
 def _update_file(directory, cos):

@@ -476,14 +476,18 @@ def cost_ratios(cost: Mapping[str, Any] | None) -> tuple[dict[str, float], str]:
     128-token prompt where the denoisers read it, else the longest prompt at which they were timed."""
     if not cost:
         return {}, ""
-    timed = [e for e in cost["lengths"] if e.get("ratio_to_local")]
+    names = {d["name"]: d.get("role") or d["name"] for d in cost["denoisers"]}
+
+    def trained(e: Mapping[str, Any]) -> dict[str, float]:  # the ratios of denoisers that read this prompt
+        return {k: v for k, v in (e.get("ratio_to_local") or {}).items() if k not in (e.get("shape_only") or {})}
+
+    timed = [e for e in cost["lengths"] if trained(e)]
     entry = next((e for e in timed if int(e.get("tokens", 0)) == 128), None) or max(
         timed, key=lambda e: int(e.get("tokens", 0)), default=None
     )
     if entry is None:
         return {}, ""
-    names = {d["name"]: d.get("role") or d["name"] for d in cost["denoisers"]}
-    ratios = {names.get(k, k): float(v) for k, v in entry["ratio_to_local"].items()}
+    ratios = {names.get(k, k): float(v) for k, v in trained(entry).items()}
     return ratios, f"{entry.get('label', '')}, {int(entry.get('tokens', 0))} tokens"
 
 
@@ -698,10 +702,11 @@ def _cost_section(res: SndResults) -> list[str]:
         ms = [_f(1000 * med[k], ".3g") if k in med else "–" for k in ["lookup", "noise_clip"]]
         ms += [_f(1000 * med.get(f"denoiser:{n}", math.nan), ".3g") for n in names]
         ms += [_f(1000 * med.get("local_minilm", math.nan), ".3g")]
-        skipped = entry.get("skipped") or {}
+        skipped, shape = entry.get("skipped") or {}, entry.get("shape_only") or {}
         ratio = [
             f"not timed ({skipped[n]})" if n in skipped else _f(100 * entry.get("ratio_to_local", {}).get(n, math.nan),
-                                                                   ".1f") + "%"
+                                                                   ".1f") + "%" + (" (untrained, same shape)" if n in
+                                                                                   shape else "")
             for n in names
         ]  # fmt: skip
         body.append([str(entry.get("label", "")), str(entry.get("tokens", "")), *ms, *ratio])
@@ -710,10 +715,11 @@ def _cost_section(res: SndResults) -> list[str]:
     lines += ["", "| quantity | ours | paper (Table 14) |", "|---|---|---|"]
     for e in cost["lengths"]:
         if int(e.get("tokens", 0)) == 128:
-            totals = e.get("client_total_s", {})
+            totals, shape = e.get("client_total_s", {}), e.get("shape_only") or {}
             for n in names:
+                timing_only = " (an untrained denoiser of its shape: timing only)" if n in shape else ""
                 lines.append(f"| client computation per request, {roles[n]} denoiser (128 tokens) | "
-                             f"{_f(totals.get(n, math.nan), '.4f')} s (CPU, 1 thread) | "
+                             f"{_f(totals.get(n, math.nan), '.4f')} s (CPU, 1 thread){timing_only} | "
                              f"{PAPER_COST['DistilBERT']['comp_s']} s DistilBERT, "
                              f"{PAPER_COST['BERT-base']['comp_s']} s BERT-base |")  # fmt: skip
     lines.append(f"| bytes of one `/v1/embed` request body ({rb.get('tokens')} tokens, width {rb.get('dim')}) | "
