@@ -65,6 +65,7 @@ def _tiny(out: Path, encoder: Path, texts: Path, **changes) -> PipelineConfig:
         ({"eval_tasks": []}, "eval_tasks must be a non-empty list"),
         ({"out": ""}, "out (the pipeline's root directory) is required"),
         ({"pretrain_texts": "/no/such/corpus.txt"}, "pretrain_texts '/no/such/corpus.txt' is not a file"),
+        ({"eval_prompts": "/no/prompts.jsonl"}, "eval_prompts '/no/prompts.jsonl' is not a file"),
     ],
 )
 def test_config_refuses_bad_settings_naming_them(change, message):
@@ -199,6 +200,9 @@ def test_cli_prints_each_step_and_refuses_bad_flags(fixture_data, tmp_path, tiny
 
 
 def test_cell_kind_runs_the_pipeline_and_reports_step_times(fixture_data, tmp_path, tiny_encoder_dir, pretrain_texts):
+    handwritten = Path(__file__).parent / "fixtures" / "ppft" / "handwritten_ddx.jsonl"
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(handwritten.read_text().splitlines()[:2]) + "\n")
     cell = {
         "name": "tiny_pipeline",
         "kind": "ppft_pipeline",
@@ -215,11 +219,13 @@ def test_cell_kind_runs_the_pipeline_and_reports_step_times(fixture_data, tmp_pa
             "stage2_max_steps": 1,
             "eval_limit": 1,
             "eval_tasks": ["mcqa"],
+            "eval_prompts": str(prompts),
         },
         "seeds": [0],
     }
     data = json.loads(run_cell(cell, tmp_path / "results", progress=False).read_text())
     m = data["results"][0]["metrics"]
+    assert m["n_prompts"]["values"] == [2.0] and 0.0 <= m["prompts_acc_mcqa"]["values"][0] <= 1.0  # hand-written
     assert m["measured_in_one_go"]["values"] == [1.0] and m["n_heldout"]["values"] == [1.0]
     steps = [m[f"{s}_wall_s"]["values"][0] for s in STEPS]
     assert all(t > 0 for t in steps) and m["total_wall_s"]["values"][0] == pytest.approx(sum(steps), abs=0.02)

@@ -90,6 +90,13 @@ class PipelineConfig:
         default_factory=lambda: ["mcqa", "open"], metadata={"help": "Evaluation tasks (textfree.ppft.evaluate.TASKS)."}
     )
     eval_limit: int | None = field(default=None, metadata={"help": "Evaluate on the first N held-out records only."})
+    eval_prompts: str | None = field(
+        default=None,
+        metadata={
+            "help": "Also score these Pri-* layout JSON Lines records at the same noise (e.g. the hand-written prompts "
+            "of tests/fixtures/ppft/handwritten_ddx.jsonl, never trained on): their accuracy per task."
+        },
+    )
     eval_seed: int = field(default=0, metadata={"help": "Evaluation noise seed (experiments: reproducible noise)."})
     seed: int = field(default=0, metadata={"help": "Training seed of every step."})
     progress: bool = field(default=True, metadata={"help": "Progress bars."})
@@ -127,6 +134,8 @@ class PipelineConfig:
             raise ValueError(
                 f"pretrain_texts {self.pretrain_texts!r} is not a file (a .txt, .jsonl or .json of documents)"
             )
+        if self.eval_prompts is not None and not Path(self.eval_prompts).is_file():
+            raise ValueError(f"eval_prompts {self.eval_prompts!r} is not a file (Pri-* layout JSON Lines records)")
         if not self.eval_tasks or any(t not in TASKS for t in self.eval_tasks):
             raise ValueError(f"eval_tasks must be a non-empty list from {TASKS}, got {self.eval_tasks!r}")
 
@@ -250,6 +259,8 @@ def run_pipeline(cfg: PipelineConfig) -> dict[str, Any]:
         "steps": steps,
         "accuracy": evaluation["accuracy"],
         "n_heldout": evaluation["n"],
+        "prompts_accuracy": evaluation.get("prompts_accuracy"),
+        "n_prompts": evaluation.get("n_prompts"),
         "total_wall_s": round(sum(s["wall_s"] for s in steps.values()), 2),
         "this_call_wall_s": round(time.perf_counter() - started, 2),
         "measured_in_one_go": not any(s["reused"] for s in steps.values()),
@@ -317,32 +328,24 @@ def _train_stages(stage_cfgs: dict[str, Any], steps: dict[str, dict[str, Any]]):
 def _evaluate(cfg: PipelineConfig, lm, stage2_dir: str) -> dict[str, Any]:
     """Step 4: held-out accuracy per task of the stage-2 model (``lm``, or loaded from ``stage2_dir`` when None) at
     the pipeline's noise, one noise seed."""
-    from ..data import ppft_split
+    from ..data import load_privacyrestore, ppft_split
     from .evaluate import evaluate_qa, task_labels
     from .model import TextFreeLM
 
     model = lm if lm is not None else TextFreeLM.load(stage2_dir)
     split = ppft_split(cfg.dataset)
-    records = split["heldout"][: cfg.eval_limit] if cfg.eval_limit else split["heldout"]
-    labels = task_labels(split["train"], split["heldout"])
-    out = {"n": len(records), "epsilon": cfg.epsilon, "k": cfg.k, "seed": cfg.eval_seed, "accuracy": {}}
-    for task in cfg.eval_tasks:
-        r = evaluate_qa(
-            model,
-            records,
-            task=task,
-            epsilon=cfg.epsilon,
-            k=cfg.k,
-            labels=labels,
-            seed=cfg.eval_seed,
-            progress=cfg.progress,
-        )
-        out["accuracy"][task] = r["accuracy"]
-        log.info(
-            "pipeline 4/4: held-out %s accuracy %.4f (n=%d, epsilon %g)",
-            task,
-            r["accuracy"],
-            len(records),
-            cfg.epsilon,
-        )
+    parts = {"held-out": split["heldout"][: cfg.eval_limit] if cfg.eval_limit else split["heldout"]}
+    if cfg.eval_prompts is not None:
+        parts["prompts"] = load_privacyrestore(Path(cfg.eval_prompts))
+    labels = task_labels(split["train"], split["heldout"], *parts.values())
+    out = {"n": len(parts["held-out"]), "epsilon": cfg.epsilon, "k": cfg.k, "seed": cfg.eval_seed, "accuracy": {}}
+    if "prompts" in parts:
+        out |= {"n_prompts": len(parts["prompts"]), "prompts_accuracy": {}}
+    for part, records in parts.items():
+        for task in cfg.eval_tasks:
+            r = evaluate_qa(model, records, task=task, epsilon=cfg.epsilon, k=cfg.k, labels=labels,
+                            seed=cfg.eval_seed, progress=cfg.progress)  # fmt: skip
+            out["accuracy" if part == "held-out" else "prompts_accuracy"][task] = r["accuracy"]
+            log.info("pipeline 4/4: %s %s accuracy %.4f (n=%d, epsilon %g)", part, task, r["accuracy"], len(records),
+                     cfg.epsilon)  # fmt: skip
     return out

@@ -554,8 +554,9 @@ def _pipeline_metrics() -> tuple[str, ...]:
 
     return (
         tuple(f"{s}_wall_s" for s in STEPS)
-        + ("total_wall_s", "measured_in_one_go", "n_heldout")
+        + ("total_wall_s", "measured_in_one_go", "n_heldout", "n_prompts")
         + tuple(f"acc_{t}" for t in EVAL_TASKS)
+        + tuple(f"prompts_acc_{t}" for t in EVAL_TASKS)
     )
 
 
@@ -573,6 +574,9 @@ def ppft_pipeline(cell, point, seed: int, context: RunContext) -> dict[str, floa
     result = run_pipeline(_pipeline_config(cell, cell.resolve(point).params, seed))
     out = {f"{name}_wall_s": step["wall_s"] for name, step in result["steps"].items()}
     out |= {f"acc_{task}": acc for task, acc in result["accuracy"].items()}
+    out |= {f"prompts_acc_{task}": acc for task, acc in (result.get("prompts_accuracy") or {}).items()}
+    if result.get("n_prompts") is not None:
+        out["n_prompts"] = float(result["n_prompts"])
     return out | {
         "total_wall_s": result["total_wall_s"],
         "measured_in_one_go": float(result["measured_in_one_go"]),

@@ -46,6 +46,13 @@ def _table_pipeline(pipe: Entry) -> list[str]:
         )
         + f"; its held-out accuracy (n = {pipe.mean('n_heldout'):.0f}): {accuracy}.",
     ]
+    if pipe.values("n_prompts"):  # the hand-written prompts (tests/fixtures/ppft/handwritten_ddx.jsonl)
+        tasks = p.get("eval_tasks") or ["mcqa", "open"]
+        written = "; ".join(f"{task} {pipe.mean(f'prompts_acc_{task}'):.4f}" for task in tasks)
+        out[-1] += (
+            f" On {pipe.mean('n_prompts'):.0f} prompts written by hand (`{p.get('eval_prompts')}`: other wording, "
+            f"every diagnosis, never trained on), at the same noise: {written}."
+        )
     return out
 
 
