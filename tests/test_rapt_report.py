@@ -2,6 +2,7 @@
 verdicts (worked out by hand below), Table VIII, the matched-eta and NER sections, and refusal of an empty folder."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,31 @@ def test_plain_length_rows_stay_out_of_table_ii(tmp_path):
     section = text[text.index("## Plain-token length") :]
     for m, acc in ((0, "70.0"), (5, "71.0"), (40, "75.0"), (80, "78.0")):
         assert f"| sst2 LoRA, eta 62.7 (paper 125) | {m} | {acc} |" in section
+
+
+def test_generation_section_puts_ppft_beside_rapt_on_the_same_decoder(tmp_path):
+    _results(tmp_path)
+    qa = {"decoder": "runs/fast/decoder", "pos": "all", "dataset": "pri-ddx"}
+    rows = [
+        {"mcqa": 0.9, "open": 0.6, "prompts_mcqa": 0.5, "prompts_open": 0.25, "epsilon_per_word": math.nan,
+         "mean_privatized_words": 0.0, "n_test": 300.0},
+        {"mcqa": 0.4, "open": 0.3, "prompts_mcqa": 0.3, "prompts_open": 0.1, "epsilon_per_word": 2.0,
+         "mean_privatized_words": 50.0, "n_test": 300.0},
+    ]  # fmt: skip
+    _result(tmp_path, "qa", "rapt_qa", qa, [{"eta": None}, {"eta": 0.7}], rows)
+    pipe = {"out": "runs/fast", "epsilon": 28, "k": 4}
+    _result(tmp_path, "pipe", "ppft_pipeline", pipe, [{}], [{"acc_mcqa": 0.95, "acc_open": 0.8, "n_heldout": 582.0,
+            "prompts_acc_mcqa": 0.7, "prompts_acc_open": 0.4}])  # fmt: skip
+    _result(tmp_path, "other", "ppft_pipeline", {"out": "runs/other"}, [{}], [{"acc_mcqa": 0.1}])
+    text = build_report(collect([tmp_path]))
+    section = text.split("## PPFT and RAPT on one decoder")[1]
+    assert (
+        "| PPFT | slots at eps 28, k 4 | eps 56 per slot, composed over the slots | 95.0 | 80.0 | 70.0 | 40.0 | 582 |"
+        in section
+    )
+    assert "| RAPT (PCT2T all) | eta 0.7 | 100.0 (2 per word x 50.0) | 40.0 | 30.0 | 30.0 | 10.0 | 300 |" in section
+    assert (
+        "| RAPT (PCT2T all) | clear text (no privatization) | none (not private) | 90.0 | 60.0 | 50.0 | 25.0 |"
+        in section
+    )
+    assert "`pipe-20260101T000000Z.json`" in text and "other-20260101T000000Z" not in text  # only the PPFT run used

@@ -121,7 +121,8 @@ def report_cmd(
     results: list[Path] = typer.Argument(
         ...,
         help="Result JSON files of the rapt_finetune cells (and, optionally, ner_attack results and the matched-eta "
-        "JSON of benchmarks/rapt_matched_eta.py), or directories holding them (e.g. results/rapt results/attacks).",
+        "JSON of benchmarks/rapt_matched_eta.py, rapt_qa results and PPFT's pipeline run of the same decoder), or "
+        "directories holding them (e.g. results/rapt results/attacks results/ppft).",
     ),
     out: Path = typer.Option(
         Path("docs/results/rapt.md"), "--out", help="The Markdown report to write (its figure goes to <out stem>/)."

@@ -2,7 +2,8 @@
 the NER attack's empirical privacy (Fig. 4's quantity) and a figure, with a summary of the targets first.
 
 Reads ``rapt_finetune`` result files (the newest file of each cell), the matched-eta measurement
-(``benchmarks/rapt_matched_eta.py``) and ``ner_attack`` result files. Nothing is recomputed.
+(``benchmarks/rapt_matched_eta.py``), ``ner_attack`` result files, and ``rapt_qa`` result files with the
+``ppft_pipeline`` file of the same decoder (:mod:`.report_generation`). Nothing is recomputed.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..atomic import atomic_save_figure, atomic_write_text
+from .report_generation import PIPELINE_KIND, QA_KIND, Generation, generation_section
 
 __all__ = ["RaptResults", "collect", "build_report", "write_report", "PAPER_SST2"]
 
@@ -79,6 +81,7 @@ class RaptResults:
     matched: dict[str, Any] | None
     ner: list[dict[str, Any]]
     files: list[tuple[str, str, str, str]] = field(default_factory=list)  # (file, cell, kind, date)
+    generation: Generation = field(default_factory=Generation)
 
     def acc(self, task: str, method: str, row: str, eta: float, plain: int = 40) -> float:
         """The accuracy of one Table II row (plain-token rows at ``plain`` tokens)."""
@@ -127,6 +130,7 @@ def collect(paths: Iterable[str | os.PathLike]) -> RaptResults:
     newest: dict[str, tuple[dict, Path]] = {}
     ner: dict[str, tuple[dict, Path]] = {}
     matched = None
+    generation, files = Generation(), []
     for f in _json_files(paths):
         try:
             raw = json.loads(f.read_text(encoding="utf-8"))
@@ -135,13 +139,24 @@ def collect(paths: Iterable[str | os.PathLike]) -> RaptResults:
         if isinstance(raw, dict) and raw.get("format") == MATCHED_FORMAT:
             matched = raw | {"_path": str(f)}
             continue
+        if not isinstance(raw, dict) or (raw.get("kind") or raw.get("cell", {}).get("kind")) not in (
+            KIND,
+            NER_KIND,
+            QA_KIND,
+            PIPELINE_KIND,
+        ):
+            continue  # another kind's file (results/ppft holds many): not read further
         data = load_results(f)
         kind = data.get("kind") or data["cell"].get("kind")
+        if kind in (QA_KIND, PIPELINE_KIND):
+            generation.add(data, kind)
+            files.append((f.name, data["cell"]["name"], kind, data["date"]))
+            continue
         target = newest if kind == KIND else ner if kind == NER_KIND else None
         name = data["cell"]["name"]
         if target is not None and (name not in target or data["date"] >= target[name][0]["date"]):
             target[name] = (data, f)
-    rows, files = [], []
+    rows = []
     for name, (data, f) in sorted(newest.items()):
         files.append((f.name, name, KIND, data["date"]))
         for r in data["results"]:
@@ -172,7 +187,10 @@ def collect(paths: Iterable[str | os.PathLike]) -> RaptResults:
             )
     if matched is not None:
         files.append((Path(matched["_path"]).name, "matched eta", "benchmark", str(matched.get("date"))))
-    return RaptResults(rows, matched, ner_rows, files)
+    used = {p["cell"] for p in generation.pipelines if generation.qa and p is generation.pipeline_for(
+        generation.qa[0]["params"].get("decoder"))}  # fmt: skip
+    files = [f for f in files if f[2] != PIPELINE_KIND or f[1] in used]  # list only the PPFT run the section uses
+    return RaptResults(rows, matched, ner_rows, files, generation)
 
 
 # --------------------------------------------------------------------------------------------------- formatting
@@ -393,6 +411,8 @@ def build_report(res: RaptResults, figure: str | None = None) -> str:
         + _matched_section(res)
         + [""]
         + _ner_section(res)
+        + [""]
+        + generation_section(res.generation)
     )
     lines += ["", "## Files", "", "| file | cell | kind | date |", "|---|---|---|---|"]
     lines += [f"| `{f}` | `{c}` | {k} | {d} |" for f, c, k, d in res.files]
