@@ -342,3 +342,17 @@ def test_the_attacks_report_shows_ner_cells():
     )
     assert "| 25 | 58.5 | – | 0.250 | – | 0.750 | 0.500 | 60.0 | – |" in lines
     assert ner_section([])[-1] == "No ner_attack result files were given."
+
+
+def test_cell_reads_a_table_by_path_and_column_mapping(tiny_encoder_dir, tmp_path):
+    """A file in its own layout: the PII strings of its `names` column are the entities (type PII)."""
+    from textfree.experiments import Cell, CellError, run_cell
+
+    notes = Path(__file__).parent / "fixtures" / "audit" / "notes.jsonl"
+    cell = _cell(tiny_encoder_dir, tmp_path / "tagger", epochs=1, columns={"text": "note", "pii": "names"})
+    cell |= {"dataset": str(notes), "grid": {"params.eta": [1e6]}, "limit": 4}
+    row = _rows(run_cell(Cell.from_dict(cell), out_dir=tmp_path / "results"))[1e6]
+    assert row["n_entities"] > 0 and row["n_texts"] >= 1 and row["replacement_rate"] == 0.0
+    with pytest.raises(CellError, match="map a PII column") as info:
+        Cell.from_dict(cell | {"params": cell["params"] | {"columns": {"text": "note"}}})
+    assert info.value.field == "params.columns"

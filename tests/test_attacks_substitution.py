@@ -1,5 +1,7 @@
 """Readers of T2T text: word recovery by hand, the channel inverter on a mechanism with a known channel, the kind."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -140,3 +142,24 @@ def test_real_run_on_pri_ddx(shared_data, tmp_path):
     )
     assert low["word_epsilon"] == pytest.approx(30 / 1000 * high["word_epsilon"])
     assert low["prompt_epsilon"] > low["word_epsilon"] and low["n_texts"] == 12
+
+
+def test_a_table_by_path_and_column_mapping(tmp_path, tiny_encoder_dir):
+    """A file in its own layout: its distinct texts split by a stable hash into the attacker's and the evaluated part;
+    at a large eta nothing is replaced and reading the text recovers every word."""
+    from textfree.experiments import run_cell
+    from textfree.results.files import load_results
+
+    notes = Path(__file__).parent / "fixtures" / "audit" / "notes.jsonl"
+    cell = {"name": "s", "kind": "substitution_inversion", "dataset": str(notes),
+            "params": {"eta": 1e6, "rounds": 1, "table": str(tiny_encoder_dir), "columns": {"text": "note"},
+                       "test_share": 0.5},
+            "attack": {"threat": GRANT}, "seeds": [0]}  # fmt: skip
+    row = load_results(run_cell(cell, tmp_path, progress=False))["results"][0]["metrics"]
+    assert row["word_recovery_identity"]["mean"] == 1.0 and row["n_texts"]["mean"] >= 1
+    with pytest.raises(CellError, match="test_share must be a number in") as info:
+        Cell.from_dict(cell | {"params": cell["params"] | {"test_share": 1.5}})
+    assert info.value.field == "params.test_share"
+    with pytest.raises(CellError) as info:
+        Cell.from_dict(cell | {"params": cell["params"] | {"columns": {"bogus": "x"}}})
+    assert info.value.field == "params.columns"

@@ -94,6 +94,8 @@ NER_PARAMS = {
     "out": "run directory of the tagger; a finished run with the same training config is reused "
     "(default runs/attacks/ner-tagger)",
     "heldout": "share of the templates held out for evaluation (default 0.2)",
+    "columns": "a path or hub dataset in any layout: {text: COLUMN, pii: COLUMN, names: [...]} (the CLI's "
+    "--text-column, --pii-column, --columns); each PII string's occurrences in its text are its spans (type PII)",
     "split_seed": "seed of the template split and of the training subsample (default 0)",
     "train_limit": "at most this many training texts, a seeded sample (default all)",
     "epochs": "passes over the training texts (default 3)",
@@ -133,7 +135,24 @@ def _settings(cell: Any, point: dict) -> tuple[dict, ThreatModel]:
     return p, threat
 
 
+def _columns(cell: Any):
+    """The cell's column mapping (``params.columns``: a table with a PII column), or None for a registered dataset."""
+    from ...data.table import ColumnMap
+
+    columns = (cell.params or {}).get("columns")
+    if columns is None:
+        return None
+    try:
+        mapping = ColumnMap.from_dict(columns)
+    except (ValueError, TypeError) as exc:
+        raise CellError(str(exc), field="params.columns") from None
+    if getattr(mapping, "pii", None) is None:
+        raise CellError("ner_attack needs entity spans: map a PII column (params.columns.pii)", field="params.columns")
+    return mapping
+
+
 def _validate(cell: Any, points: list[dict]) -> None:
+    _columns(cell)
     if cell.dataset is None:
         raise CellError("ner_attack needs a dataset with entity spans (e.g. presidio), got none", field="dataset")
     if cell.mechanism is not None:
@@ -182,7 +201,9 @@ def _data(cell: Any, p: dict) -> _Data:
 
     from ...data import load_dataset
 
-    records = load_dataset(cell.dataset, split=cell.split)
+    columns = _columns(cell)
+    extra = {} if columns is None else {"columns": columns}
+    records = load_dataset(cell.dataset, split=cell.split, **extra)
     if not records or not all(hasattr(r, "spans") for r in records):
         raise CellError(f"ner_attack needs records with entity spans; {cell.dataset!r} has none", field="dataset")
     groups = [(r.attributes or {}).get("template_id", f"record:{r.id}") for r in records]

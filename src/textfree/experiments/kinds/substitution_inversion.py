@@ -87,7 +87,12 @@ SUBSTITUTION_PARAMS = {
     "train_seed": "learned: seed of initialisation order, data order and the mechanism's training runs (default 0)",
     "max_new_tokens": "learned: generation length in decoder tokens (default 128)",
     "threads": "torch threads while the cell runs (default: unchanged)",
+    "columns": "a path or hub dataset in any layout: {text: COLUMN, names: [...]} (the CLI's --text-column, "
+    "--columns); its distinct texts split by a stable hash into the attacker's part and the evaluated part",
+    "test_share": "with columns: the share of the distinct texts evaluated (default 0.3)",
 }
+#: With ``columns``: the share of a table's distinct texts evaluated, and the salt of the hash that splits them.
+TEST_SHARE, _SPLIT_SALT = 0.3, "textfree-substitution-test"
 #: Learned-attack params and their defaults (``out`` has none).
 _LEARNED = {
     "out": None,
@@ -198,8 +203,28 @@ def _learned_spec(cell: Any, p: dict) -> dict:
     }
 
 
+def _columns(cell: Any):
+    """The cell's column mapping (``params.columns``), or None for a registered Pri-* dataset."""
+    from ...data.table import ColumnMap
+
+    columns = (cell.params or {}).get("columns")
+    if columns is None:
+        return None
+    try:
+        return ColumnMap.from_dict(columns)
+    except (ValueError, TypeError) as exc:
+        raise CellError(str(exc), field="params.columns") from None
+
+
 def _validate(cell: Any, points: list[dict]) -> None:
-    require_ppft_dataset(cell, "substitution_inversion", " (its PPFT train part is the attacker's text)")
+    if _columns(cell) is None:
+        require_ppft_dataset(cell, "substitution_inversion", " (its PPFT train part is the attacker's text), or a path "
+                             "with params.columns")  # fmt: skip
+    elif cell.dataset is None:
+        raise CellError("params.columns maps the columns of `dataset` (a path or hub name): give it", field="dataset")
+    share = (cell.params or {}).get("test_share", TEST_SHARE)
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
+        raise CellError(f"test_share must be a number in (0, 1), got {share!r}", field="params.test_share")
     if cell.mechanism is not None:
         raise CellError(
             "substitution_inversion takes the mechanism in params (eta, pos, table), not `mechanism`", field="mechanism"
@@ -218,9 +243,19 @@ def _validate(cell: Any, points: list[dict]) -> None:
 
 
 def _texts(cell: Any, part: str, limit: int | None) -> list[str]:
-    from ...data import ppft_split
+    """The distinct private texts of ``part`` ("train": the attacker's, "heldout": the evaluated): the PPFT split of a
+    Pri-* dataset, or a table's texts split by a stable hash of each text (``params.test_share`` evaluated)."""
+    from ...data import load_dataset, ppft_split
+    from ...data.splits import stable_unit_interval
 
-    texts = list(dict.fromkeys(record_private_text(r) for r in ppft_split(cell.dataset)[part]))
+    columns = _columns(cell)
+    if columns is None:
+        texts = list(dict.fromkeys(record_private_text(r) for r in ppft_split(cell.dataset)[part]))
+    else:
+        share = (cell.params or {}).get("test_share", TEST_SHARE)
+        rows = load_dataset(cell.dataset, split=cell.split, columns=columns)
+        every = list(dict.fromkeys(record_private_text(r) for r in rows))
+        texts = [t for t in every if (stable_unit_interval(t, _SPLIT_SALT) < share) == (part == "heldout")]
     return texts[:limit] if limit else texts
 
 
