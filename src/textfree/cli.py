@@ -492,6 +492,7 @@ def plot(
 from textfree.cli_attacks import app as _attacks_app  # noqa: E402
 from textfree.cli_audit import audit  # noqa: E402,F401
 from textfree.cli_ppft import app as _ppft_app  # noqa: E402
+from textfree.cli_quickstart import quickstart  # noqa: E402,F401
 from textfree.cli_rapt import app as _rapt_app  # noqa: E402
 from textfree.cli_service import ask, finetune, serve  # noqa: E402,F401
 from textfree.cli_snd import app as _snd_app  # noqa: E402
