@@ -289,6 +289,15 @@ def test_stage2_cell_trains_once_evaluates_per_seed_and_reuses_the_run(
     assert "acc_mcqa" not in m and "reused" not in m
     assert m["slot_epsilon"]["values"] == [None] and m["prompt_epsilon"]["values"] == [None]  # NaN -> null
 
+    # the hand-written prompts beside the held-out part, at the same noise (eval_prompts)
+    written = Path(__file__).parent / "fixtures" / "ppft" / "handwritten_ddx.jsonl"
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(written.read_text().splitlines()[:3]) + "\n")
+    evaluate["params"] = {"model": str(run), "eval_tasks": ["mcqa"], "eval_prompts": str(prompts)}
+    m = json.loads(run_cell(evaluate, tmp_path / "results", progress=False).read_text())["results"][0]["metrics"]
+    assert m["n_prompts"]["mean"] == 3.0 and m["prompts_acc_mcqa"]["mean"] in (0.0, 1 / 3, 2 / 3, 1.0)
+    assert m["n_heldout"]["mean"] == 1.0 and "prompts_acc_open" not in m
+
 
 @pytest.mark.parametrize(
     "change, message",

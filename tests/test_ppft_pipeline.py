@@ -246,3 +246,12 @@ def test_cell_kind_refuses_bad_cells(change, field, message):
     with pytest.raises(CellError) as info:
         Cell.from_dict(cell)
     assert info.value.field == field and message in str(info.value)
+
+
+def test_stage2_prompt_variants_reach_the_stage2_config():
+    from textfree.ppft.pipeline import _stage2_config
+
+    cfg = PipelineConfig(stage2_prompt_variants=0.5, stage2_prompt_variant_drop=0.1, stage2_prompt_variant_rephrase=0.7)
+    variants = _stage2_config(cfg, "runs/pipeline/stage1").variants()
+    assert (variants.prob, variants.drop, variants.rephrase, variants.shuffle) == (0.5, 0.1, 0.7, True)
+    assert not _stage2_config(PipelineConfig(), "runs/pipeline/stage1").variants().active  # PPFT's client by default

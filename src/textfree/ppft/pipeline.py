@@ -86,6 +86,22 @@ class PipelineConfig:
     stage2_limit: int | None = field(
         default=None, metadata={"help": "Stage 2: use only the first N training records (tests)."}
     )
+    stage2_prompt_variants: float | None = field(
+        default=None,
+        metadata={
+            "help": "Stage 2, client side, training only: the chance per example and epoch of a fresh rewrite of the "
+            "training prompt (Stage2Config.prompt_variants; null: off, as PPFT)."
+        },
+    )
+    stage2_prompt_variant_drop: float = field(
+        default=0.0, metadata={"help": "With stage2_prompt_variants: each list item left out with this probability."}
+    )
+    stage2_prompt_variant_rephrase: float | None = field(
+        default=None,
+        metadata={
+            "help": "With stage2_prompt_variants: a rewrite said in another sentence frame with this probability."
+        },
+    )
     eval_tasks: list[str] = field(
         default_factory=lambda: ["mcqa", "open"], metadata={"help": "Evaluation tasks (textfree.ppft.evaluate.TASKS)."}
     )
@@ -181,6 +197,9 @@ def _stage2_config(cfg: PipelineConfig, init: str):
         epochs=cfg.stage2_epochs,
         max_steps=cfg.stage2_max_steps,
         limit=cfg.stage2_limit,
+        prompt_variants=cfg.stage2_prompt_variants,
+        prompt_variant_drop=cfg.stage2_prompt_variant_drop,
+        prompt_variant_rephrase=cfg.stage2_prompt_variant_rephrase,
         seed=cfg.seed,
         progress=cfg.progress,
     )

@@ -75,8 +75,12 @@ _COMMON = (
 _TRAIN = ("train_first_loss", "train_final_loss", "train_wall_s", "train_steps", "reused")
 
 
+_PROMPTS = ("prompts_acc_{}",)
+
+
 def eval_metric_names() -> tuple[str, ...]:
-    return tuple(p.format(t) for t in EVAL_TASKS for p in _PER_TASK) + _COMMON
+    tasks = tuple(p.format(t) for t in EVAL_TASKS for p in _PER_TASK + _PROMPTS)
+    return tasks + _COMMON + ("n_prompts",)
 
 
 def _config_params(cls, extra: dict[str, str], skip: tuple[str, ...] = ()) -> dict[str, str]:
@@ -102,6 +106,8 @@ STAGE2_PARAMS = _config_params(
         "mcqa_head (answer head models), blind_mcqa, blind_mcqa_rank, blind_open, blind_open_rank "
         "(default: mcqa + mcqa_rank + open + open_rank + length_open; blind runs: the blind_ four).",
         "eval_limit": "Evaluate on the first N held-out records only.",
+        "eval_prompts": "Also score these Pri-* layout JSON Lines records (e.g. the hand-written prompts of "
+        "tests/fixtures/ppft/handwritten_ddx.jsonl, never trained on) at the same noise: prompts_acc_<task>.",
     },
     skip=("seed", "progress", "resume"),
 )
@@ -114,6 +120,7 @@ EVALUATE_PARAMS = {
     "eval_tasks": "Evaluation tasks (default: mcqa + mcqa_rank + open + open_rank + length_open on Pri-*, mcqa + "
     "mcqa_rank elsewhere).",
     "eval_limit": "Evaluate on the first N records only.",
+    "eval_prompts": "Also score these Pri-* layout JSON Lines records at the same noise: prompts_acc_<task>.",
 }
 PRETRAIN_PARAMS = {
     "out": "Output directory of the decoder.",
@@ -184,16 +191,24 @@ def _evaluate(
     noise_match,
     limit,
     validation: float | None = None,
+    prompts: str | None = None,
 ) -> dict[str, float]:
+    from ...data import load_privacyrestore
     from ...ppft.evaluate import evaluate_qa, majority_baseline, task_labels
 
     train, records, all_records = context.cached(
         ("records", cell.dataset, cell.split, limit, validation),
         lambda: _records(cell.dataset, cell.split, limit, validation),
     )
-    labels = context.cached(("labels", cell.dataset), lambda: task_labels(all_records))
+    written = context.cached(("prompts", prompts), lambda: load_privacyrestore(Path(prompts))) if prompts else []
+    labels = context.cached(("labels", cell.dataset, prompts), lambda: task_labels(all_records, written))
     out: dict[str, float] = {}
     wall = 0.0
+    for task in tasks if written else ():  # the hand-written prompts, at the same noise and seed
+        r = evaluate_qa(lm, written, task=task, epsilon=epsilon, k=k, mechanism=mechanism, match=noise_match,
+                        labels=labels, seed=seed)  # fmt: skip
+        out[f"prompts_acc_{task}"], out["n_prompts"] = r["accuracy"], len(written)
+        wall += r["wall_s"]
     for task in tasks:
         r = evaluate_qa(
             lm,
@@ -402,6 +417,7 @@ def ppft_stage2(cell, point, seed: int, context: RunContext) -> dict[str, float]
         noise_match=cfg.noise_match,
         limit=p.get("eval_limit"),
         validation=cfg.validation,
+        prompts=p.get("eval_prompts"),
     )
     return metrics | train_metrics
 
@@ -440,6 +456,7 @@ def ppft_evaluate(cell, point, seed: int, context: RunContext) -> dict[str, floa
         mechanism=p.get("mechanism"),
         noise_match=p.get("noise_match"),
         limit=p.get("eval_limit"),
+        prompts=p.get("eval_prompts"),
     )
 
 
