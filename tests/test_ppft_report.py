@@ -2650,3 +2650,25 @@ def test_cli_report_refuses_an_out_that_is_a_directory_or_under_a_file_in_one_li
             len(res.output.strip().splitlines()) == 1 and res.output.startswith("error: ") and str(out) in res.output
         ), res.output
     assert list(folder.iterdir()) == [] and (tmp_path / "plain").read_text() == "x"
+
+
+def test_pipeline_table_keeps_the_default_cell_and_lists_the_others():
+    from textfree.ppft.report.entries import Entry
+    from textfree.ppft.report.timing import _table_time
+
+    def entry(source, date, **metrics):
+        values = {k: {"mean": v, "stderr": None, "values": [v]} for k, v in metrics.items()}
+        params = {"pretrain_steps": 500, "stage1_max_steps": 150, "stage2_epochs": 6} if "fast" in source else {}
+        return Entry("ppft_pipeline", "pri-ddx", params, values, source, date)
+
+    common = {"pretrain_wall_s": 1.0, "stage1_wall_s": 1.0, "stage2_wall_s": 1.0, "evaluate_wall_s": 1.0}
+    default = entry("ppft_pipeline-1.json", "2026-01-01", total_wall_s=2100.0, measured_in_one_go=1.0, acc_mcqa=0.97,
+                    acc_open=0.81, n_heldout=582.0, **common)  # fmt: skip
+    written = {"n_prompts": 48.0, "prompts_acc_mcqa": 0.5, "prompts_acc_open": 0.25}
+    fast = entry("ppft_pipeline_fast-2.json", "2026-01-02", total_wall_s=840.0, measured_in_one_go=1.0, acc_mcqa=0.95,
+                 acc_open=0.79, n_heldout=582.0, **written, **common)  # fmt: skip
+    text = "\n".join(_table_time([default, fast]))
+    assert (
+        "**2100** (35.0 min" in text and "cell `ppft_pipeline-1.json`" in text
+    )  # the newer fast run is not the default
+    assert "| `ppft_pipeline_fast` | 500 / 150 / 6 | 14.0 min | 0.9500 / 0.7900 | 0.5000 / 0.2500 |" in text
