@@ -220,16 +220,17 @@ def test_only_privatized_text_and_labels_cross_the_wire(env, tmp_path):
     sent = proxy.sent.replace(env["keys"]["alice"].encode(), b"")
     requests = http_requests(sent)
     lines = [line for line, _ in requests]
-    assert lines[:4] == [
+    assert lines[:5] == [
         "GET /v1/models/sst2 HTTP/1.1",
-        "GET /v1/models/sst2/plain_tokens HTTP/1.1",
+        "GET /v1/models/sst2/bundle HTTP/1.1",  # the client bundle: its manifest, then the plain tokens
+        "GET /v1/models/sst2/bundle/plain_tokens.json HTTP/1.1",
         "POST /v1/datasets HTTP/1.1",
         "POST /v1/fine_tuning/jobs HTTP/1.1",
     ]
-    assert all(line.startswith("GET /v1/fine_tuning/jobs/") for line in lines[4:])
-    upload = json.loads(requests[2][1])
+    assert all(line.startswith("GET /v1/fine_tuning/jobs/") for line in lines[5:])
+    upload = json.loads(requests[3][1])
     assert set(upload) == {"model", "name", "examples", "labels"} and upload["labels"] == [y for _, y in PRIVATE[:4]]
-    job = json.loads(requests[3][1])
+    job = json.loads(requests[4][1])
     assert job["hyperparameters"]["method"] == "lora" and job["hyperparameters"]["epochs"] == 1
     released = [w for e in upload["examples"] for w in e["parts"][0].split()]
     private = [w for t, _ in PRIVATE[:4] for w in t.split()]

@@ -29,7 +29,7 @@ from textfree.rapt.train import RaptTrainConfig, build_mechanism, train_rapt
 from textfree.server import ServerConfig, create_app
 from textfree.server.auth import KeyStore
 from textfree.server.models import ModelRegistry
-from textfree.server.public_files import PublicFile
+from textfree.server.public_files import Bundle, PublicFile
 from textfree.server.registry import get_system
 from textfree.server.testing import RecordingProxy, http_requests, json_leaves, leaked_words, serve_in_thread
 from textfree.substitution.examples import privatize_examples
@@ -300,10 +300,11 @@ def test_only_the_privatized_text_crosses_the_wire(rapt, tmp_path):
     requests = http_requests(sent)
     assert [line for line, _ in requests] == [
         "GET /v1/models/sst2 HTTP/1.1",
-        "GET /v1/models/sst2/plain_tokens HTTP/1.1",
+        "GET /v1/models/sst2/bundle HTTP/1.1",  # the client bundle: its manifest, then the plain tokens
+        f"GET /v1/models/sst2/bundle/{PLAIN_FILE} HTTP/1.1",
         "POST /v1/classify HTTP/1.1",
     ]
-    body = requests[2][1]
+    body = requests[3][1]
     assert json.loads(body) == {"model": "sst2", "examples": result.examples} and len(body) == result.bytes_sent
     released = result.examples[0]["parts"][0]
     assert result.words_privatized == [len(SECRET.split())]  # pos 'all': every word went through the mechanism
@@ -316,19 +317,19 @@ def test_only_the_privatized_text_crosses_the_wire(rapt, tmp_path):
 
 
 def test_plain_tokens_are_downloaded_once_and_a_damaged_copy_is_never_used(rapt, tmp_path):
-    sha = hashlib.sha256((rapt["run"] / PLAIN_FILE).read_bytes()).hexdigest()
-    cached = tmp_path / f"{sha}.plain_tokens.json"
     with _proxy(rapt) as proxy:
         for _ in range(2):  # two clients, one cache: one download
             with _client(rapt, tmp_path, url=proxy.url) as client:
                 client.classify("a fine film", model="sst2", seed=0)
-    assert proxy.sent.count(b"GET /v1/models/sst2/plain_tokens ") == 1
-    assert [p.name for p in tmp_path.iterdir()] == [cached.name]
+                bundle = client.model_card("sst2")["client_bundle"]["sha256"]
+    assert proxy.sent.count(f"GET /v1/models/sst2/bundle/{PLAIN_FILE} ".encode()) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [bundle]  # the client bundle's directory
+    cached = tmp_path / bundle / PLAIN_FILE
     data = cached.read_bytes()
     cached.write_bytes(data.replace(b'"', b"'", 1)[: len(data)])
     with _proxy(rapt) as proxy:
         with _client(rapt, tmp_path, url=proxy.url) as client:
-            with pytest.raises(ClientError, match="damaged, removed from the cache and not used"):
+            with pytest.raises(ClientError, match="is damaged .*removed from the cache and not used"):
                 client.classify("a fine film", model="sst2", seed=0)
     assert not cached.exists() and b"POST /v1/classify" not in proxy.sent
     with _client(rapt, tmp_path) as client:  # the next call downloads a fresh copy
@@ -337,18 +338,20 @@ def test_plain_tokens_are_downloaded_once_and_a_damaged_copy_is_never_used(rapt,
 
 
 def test_a_server_sending_other_plain_tokens_than_the_card_names_is_refused(rapt, tmp_path):
-    model = rapt["app"].state.registry.models["sst2"]
-    real = model.public_files["plain_tokens"]
+    registry = rapt["app"].state.registry
+    bundle = registry.bundles["sst2"]
+    real = bundle.files[PLAIN_FILE]
     other = json.loads(real.data)
     other["sequences"] = other["sequences"][::-1]
-    model.public_files["plain_tokens"] = PublicFile(json.dumps(other).encode()[: real.size], real.sha256, {})
+    forged = PublicFile.of(json.dumps(other).encode()[: real.size])  # the card and the manifest name the real one
+    registry.bundles["sst2"] = Bundle({PLAIN_FILE: forged}, bundle.manifest, bundle.manifest_file)
     try:
         with _proxy(rapt) as proxy:
             with _client(rapt, tmp_path, url=proxy.url) as client:
-                with pytest.raises(ClientError, match="not the card's .*refused, not cached, not used"):
+                with pytest.raises(ClientError, match="is refused: .*not the manifest's .*nothing cached"):
                     client.classify("a fine film", model="sst2", seed=0)
     finally:
-        model.public_files["plain_tokens"] = real
+        registry.bundles["sst2"] = bundle
     assert list(tmp_path.iterdir()) == [] and b"POST /v1/classify" not in proxy.sent
 
 

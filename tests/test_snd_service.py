@@ -21,7 +21,7 @@ from textfree.privatizer import Privatizer
 from textfree.server import ServerConfig, create_app
 from textfree.server.auth import KeyStore
 from textfree.server.models import ModelRegistry
-from textfree.server.public_files import PublicFile, PublicFileError, safetensors_metadata
+from textfree.server.public_files import Bundle, PublicFile, PublicFileError, safetensors_metadata
 from textfree.server.testing import RecordingProxy, http_requests, leaked_words, serve_in_thread
 from textfree.snd.denoiser import DENOISER_FILE, Denoiser, DenoiserConfig, denoiser_sha256
 
@@ -223,14 +223,15 @@ def test_nothing_but_the_payload_leaves_the_client(snd, tmp_path):
     lines = [line for line, _ in requests]
     assert lines == [
         "GET /v1/models/emb HTTP/1.1",
-        "GET /v1/models/emb/denoiser HTTP/1.1",
+        "GET /v1/models/emb/bundle HTTP/1.1",  # the client bundle: its manifest, then the denoiser
+        f"GET /v1/models/emb/bundle/{DENOISER_FILE} HTTP/1.1",
         "POST /v1/embed?model=emb HTTP/1.1",
         "GET /v1/models/emb HTTP/1.1",
     ]
     payload, x, z, mask = _local_release(snd, card, [PROMPT], seed=0)
     bodies = [body for _, body in requests]
-    assert sum(len(b) for b in bodies) == result.payload_bytes == len(bodies[2])
-    assert bodies[2] == payload.to_bytes()  # the one body is exactly the payload made here (X~ and its header)
+    assert sum(len(b) for b in bodies) == result.payload_bytes == len(bodies[3])
+    assert bodies[3] == payload.to_bytes()  # the one body is exactly the payload made here (X~ and its header)
     tokenizer = load_encoder(snd["encoder"], "embedding_table").tokenizer
     assert leaked_words(sent, PROMPT, tokenizer) == []
     rows = [t for t in range(int(mask[0].sum()))]
@@ -250,25 +251,29 @@ def test_the_denoiser_is_downloaded_once(snd, tmp_path):
             with _client(snd, tmp_path, url=proxy.url) as client:
                 client.embed(["one", "two"], model="emb", epsilon=60.0, seed=0, denoise=True)
                 client.embed("three", model="emb", epsilon=400.0, seed=1, denoise=True)
-    assert proxy.sent.count(b"GET /v1/models/emb/denoiser ") == 1
+    assert proxy.sent.count(f"GET /v1/models/emb/bundle/{DENOISER_FILE} ".encode()) == 1
     assert proxy.sent.count(b"POST /v1/embed") == 4
-    sha = denoiser_sha256(snd["run"])
-    assert [p.name for p in tmp_path.iterdir()] == [f"{sha}.safetensors"]
+    assert [p.name for p in tmp_path.iterdir()] == [_bundle_sha(snd)]  # the client bundle's directory
+
+
+def _bundle_sha(snd) -> str:
+    with _client(snd, None) as client:
+        return client.model_card("emb")["client_bundle"]["sha256"]
 
 
 def test_the_cache_directory_comes_from_the_environment(snd, tmp_path, monkeypatch):
-    monkeypatch.setenv("TEXTFREE_DENOISER_CACHE", str(tmp_path / "env-cache"))
+    monkeypatch.setenv("TEXTFREE_BUNDLE_CACHE", str(tmp_path / "env-cache"))
     with Client(snd["url"], api_key=snd["key"], encoder=snd["encoder"]) as client:
         assert client.cache_dir == tmp_path / "env-cache"
-        client.denoiser("emb")
-    assert (tmp_path / "env-cache" / f"{denoiser_sha256(snd['run'])}.safetensors").is_file()
+        assert client.denoiser("emb").sha256 == denoiser_sha256(snd["run"])
+    assert (tmp_path / "env-cache" / _bundle_sha(snd) / DENOISER_FILE).is_file()
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "other-denoiser"])
 def test_a_damaged_cached_file_is_an_error_removed_and_never_used(snd, tmp_path, damage):
     with _client(snd, tmp_path) as client:
         client.denoiser("emb")
-    cached = tmp_path / f"{denoiser_sha256(snd['run'])}.safetensors"
+    cached = tmp_path / _bundle_sha(snd) / DENOISER_FILE
     data = cached.read_bytes()
     if damage == "flip":
         data = data[:-3] + bytes([data[-3] ^ 1]) + data[-2:]
@@ -280,7 +285,7 @@ def test_a_damaged_cached_file_is_an_error_removed_and_never_used(snd, tmp_path,
     cached.write_bytes(data)
     with _proxy(snd) as proxy:
         with _client(snd, tmp_path, url=proxy.url) as client:
-            with pytest.raises(ClientError, match="removed from the cache and (was )?not used"):
+            with pytest.raises(ClientError, match="is damaged .*removed from the cache and not used"):
                 client.embed(PROMPT, model="emb", epsilon=EPS, seed=0, denoise=True)
     assert not cached.exists()
     assert b"POST /v1/embed" not in proxy.sent  # refused before anything private was sent
@@ -292,16 +297,18 @@ def test_a_damaged_cached_file_is_an_error_removed_and_never_used(snd, tmp_path,
 @pytest.mark.parametrize("served", ["other-bytes", "too-many-bytes"])
 def test_a_server_sending_other_bytes_than_the_card_names_is_refused(snd, tmp_path, served):
     registry = snd["app"].state.registry
-    real = registry.denoisers["emb"]
+    bundle = registry.bundles["emb"]
+    real = bundle.files[DENOISER_FILE]
     data = _denoiser(snd["sha"], seed=2).to_bytes() if served == "other-bytes" else real.data + b"\0" * 64
-    registry.denoisers["emb"] = PublicFile(data, real.sha256, real.metadata)  # the card still names the real one
+    # the card and the manifest still name the real one
+    registry.bundles["emb"] = Bundle({DENOISER_FILE: PublicFile.of(data)}, bundle.manifest, bundle.manifest_file)
     try:
         with _client(snd, tmp_path) as client:
-            words = "not the card's" if served == "other-bytes" else "more than the"
+            words = "not the manifest's" if served == "other-bytes" else "more than the"
             with pytest.raises(ClientError, match=words):
                 client.embed(PROMPT, model="emb", epsilon=EPS, seed=0, denoise=True)
     finally:
-        registry.denoisers["emb"] = real
+        registry.bundles["emb"] = bundle
     assert list(tmp_path.iterdir()) == []  # never cached
 
 

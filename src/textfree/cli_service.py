@@ -22,6 +22,14 @@ MAX_EPSILON_HELP = (
     "Refuse to release at an epsilon above this (and refuse clean payloads): without --epsilon the server's "
     "model card picks it. Default: $TEXTFREE_MAX_EPSILON, else no cap."
 )
+ENCODER_HELP = (
+    "A local encoder directory, overriding the one the server publishes in the model's client bundle (default: the "
+    "bundle's, else all-MiniLM-L6-v2); its sha256 must match the card."
+)
+CACHE_HELP = (
+    "Where downloaded client bundles (the model's public files: client encoder, denoiser, plain tokens) are kept "
+    "(default: $TEXTFREE_BUNDLE_CACHE, else ~/.cache/textfree/bundles)."
+)
 
 
 def _id_dirs(values: Optional[list[str]], flag: str, *, default_encoder: bool = False) -> dict[str, str]:
@@ -280,11 +288,7 @@ def ask(
     ),
     no_noise: bool = typer.Option(False, "--no-noise", help="Clean payload (NOT private)."),
     k: Optional[int] = typer.Option(None, "--k", help="Pooling k; must equal the model card's (default: the card's)."),
-    encoder: Optional[Path] = typer.Option(
-        None,
-        "--encoder",
-        help="The local encoder directory (default: all-MiniLM-L6-v2); its sha256 must match the card.",
-    ),
+    encoder: Optional[Path] = typer.Option(None, "--encoder", help=ENCODER_HELP),
     seed: Optional[int] = typer.Option(None, help="Experiments only: reproducible noise (NOT private)."),
     max_new_tokens: Optional[int] = typer.Option(None, help="Generation length (default: the server's)."),
     adapter: Optional[str] = typer.Option(
@@ -316,12 +320,7 @@ def ask(
     pair: Optional[str] = typer.Option(
         None, "--pair", help="--system rapt: the second sentence of a sentence-pair example (also privatized here)."
     ),
-    cache_dir: Optional[Path] = typer.Option(
-        None,
-        "--cache-dir",
-        help="--system rapt: where downloaded plain tokens are kept (default: $TEXTFREE_DENOISER_CACHE, else "
-        "~/.cache/textfree/denoisers).",
-    ),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
 ) -> None:
     """Privatize PROMPT locally and ask a textfree server; prints the answer (privacy loss on stderr).
 
@@ -343,11 +342,11 @@ def ask(
             "--no-noise": no_noise or None,
         }
         client_args = {"url": url, "api_key": api_key, "timeout": timeout, "retries": retries, "encoder": encoder}
-        client_args |= {"max_epsilon": max_epsilon, "cache_dir": cache_dir}
+        client_args |= {"max_epsilon": max_epsilon, "cache_dir": cache_dir, "progress": _progress}
         _ask_rapt(prompt, pair, model=model, eta=eta, pos=pos, seed=seed, adapter=adapter, client_args=client_args,
                   other=given)  # fmt: skip
         return
-    for flag, value in (("--eta", eta), ("--pos", pos), ("--pair", pair), ("--cache-dir", cache_dir)):
+    for flag, value in (("--eta", eta), ("--pos", pos), ("--pair", pair)):
         if value is not None:
             _fail(f"{flag} is for --system rapt" + (" (ppft takes --epsilon)" if flag == "--eta" else ""))
     _check_client_flags(epsilon, timeout, retries, k, max_epsilon)
@@ -358,7 +357,14 @@ def ask(
         _fail(f'textfree ask needs the server extra (pip install "textfree[server]"): {exc}')
     try:
         with Client(
-            url, api_key=api_key, timeout=timeout, retries=retries, encoder=encoder, max_epsilon=max_epsilon
+            url,
+            api_key=api_key,
+            timeout=timeout,
+            retries=retries,
+            encoder=encoder,
+            max_epsilon=max_epsilon,
+            cache_dir=cache_dir,
+            progress=_progress,
         ) as client:
             result = client.generate(
                 prompt,
@@ -384,6 +390,11 @@ def ask(
         f"{result.payload_bytes} payload bytes sent",
         highlight=False,
     )
+
+
+def _progress(line: str) -> None:
+    """A client's progress line (a client bundle being downloaded), on stderr."""
+    err.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def _ask_rapt(
@@ -468,17 +479,8 @@ def embed(
     as_json: bool = typer.Option(
         False, "--json", help="Print one JSON object: the embeddings, the raw ones, the bytes sent, the privacy."
     ),
-    encoder: Optional[Path] = typer.Option(
-        None,
-        "--encoder",
-        help="The local encoder directory (default: all-MiniLM-L6-v2); its sha256 must match the card.",
-    ),
-    cache_dir: Optional[Path] = typer.Option(
-        None,
-        "--cache-dir",
-        help="Where downloaded denoisers are kept (default: $TEXTFREE_DENOISER_CACHE, else "
-        "~/.cache/textfree/denoisers).",
-    ),
+    encoder: Optional[Path] = typer.Option(None, "--encoder", help=ENCODER_HELP),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
     seed: Optional[int] = typer.Option(None, help="Experiments only: reproducible noise (NOT private)."),
     timeout: float = typer.Option(60.0, help="Seconds per HTTP attempt."),
     retries: int = typer.Option(3, help="Retries on connection errors, 5xx and 429."),
@@ -507,6 +509,7 @@ def embed(
             encoder=encoder,
             max_epsilon=max_epsilon,
             cache_dir=cache_dir,
+            progress=_progress,
         ) as client:
             if denoise is None:
                 denoise = client.model_card(model).get("denoiser") is not None
@@ -748,17 +751,8 @@ def finetune(
         help="--system rapt: the categories to privatize ('default': noun,verb,pron,adp; 'all'; a comma list; default: "
         "the model's). Words outside them are sent in clear.",
     ),
-    cache_dir: Optional[Path] = typer.Option(
-        None,
-        "--cache-dir",
-        help="--system rapt: where downloaded plain tokens are kept (default: $TEXTFREE_DENOISER_CACHE, else "
-        "~/.cache/textfree/denoisers).",
-    ),
-    encoder: Optional[Path] = typer.Option(
-        None,
-        "--encoder",
-        help="The local encoder directory (default: all-MiniLM-L6-v2); its sha256 must match the card.",
-    ),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help=CACHE_HELP),
+    encoder: Optional[Path] = typer.Option(None, "--encoder", help=ENCODER_HELP),
     seed: Optional[int] = typer.Option(None, help="Experiments only: reproducible noise (NOT private)."),
     wait: bool = typer.Option(
         True, "--wait/--no-wait", help="Follow the job's progress until it ends (else print the job id and exit)."
@@ -777,8 +771,7 @@ def finetune(
     (textfree ask --adapter ID); progress goes to stderr."""
     _quiet_transformers()
     _check_finetune_flags(epochs, lr, batch_size, max_steps, save_every, poll, train_seed, no_noise, epsilon)
-    _check_finetune_system(system, method=method, eta=eta, pos=pos, cache_dir=cache_dir, epsilon=epsilon,
-                           no_noise=no_noise)  # fmt: skip
+    _check_finetune_system(system, method=method, eta=eta, pos=pos, epsilon=epsilon, no_noise=no_noise)
     _check_client_flags(epsilon, timeout, retries, max_epsilon=max_epsilon)
     try:
         from textfree.client import Client, ClientError, ModelMismatchError
@@ -800,6 +793,7 @@ def finetune(
             encoder=encoder,
             max_epsilon=max_epsilon,
             cache_dir=cache_dir,
+            progress=_progress,
         ) as client:
 
             def upload_file(c, path: Path) -> str:
@@ -825,7 +819,6 @@ def _check_finetune_system(
     method: Optional[str],
     eta: Optional[float],
     pos: Optional[str],
-    cache_dir: Optional[Path],
     epsilon: Optional[float],
     no_noise: bool,
 ) -> None:
@@ -834,7 +827,7 @@ def _check_finetune_system(
 
     if system not in FINETUNE_SYSTEMS:
         _fail(f"--system must be one of {', '.join(FINETUNE_SYSTEMS)}, got {system!r}")
-    own = {"rapt": {"--method": method, "--eta": eta, "--pos": pos, "--cache-dir": cache_dir},
+    own = {"rapt": {"--method": method, "--eta": eta, "--pos": pos},
            "ppft": {"--epsilon": epsilon, "--no-noise": no_noise or None}}  # fmt: skip
     for other, flags in own.items():
         for flag, value in flags.items():

@@ -7,24 +7,31 @@
     print(result.answers[0], result.privacy)
 
 Before privatizing, the client reads the model's card (``GET /v1/models/{id}``) and loads its own copy of the
-encoder the card names (``encoder=`` a local path, else the packaged all-MiniLM-L6-v2). It REFUSES
+encoder the card names: ``encoder=`` (a local path: an override), else the one the server publishes in the model's
+client bundle, else the packaged all-MiniLM-L6-v2. It REFUSES
 (:class:`ModelMismatchError`) when that encoder's sha256, width or kind differ from the card's, when ``k`` differs,
 or when the card asks for a payload shape it does not make; a server cannot talk it into sending anything else.
 Idempotent calls are retried with exponential backoff on connection errors, 5xx and 429 (``Retry-After`` is
 honoured). A retried ``generate`` resends the SAME payload: no fresh noise, so no extra privacy cost. Uploads and job
 submissions carry an ``Idempotency-Key``, so their retries never store a dataset or start a job twice.
 
+The **client bundle** (:meth:`Client.bundle`, :mod:`textfree.bundle`): every public file a client holds for a model
+(a PPFT run's client encoder, an SnD denoiser, RAPT's plain tokens), named on the card by the sha256 of its manifest.
+It is downloaded once into a cache (``cache_dir=``, else ``$TEXTFREE_BUNDLE_CACHE``, else
+``~/.cache/textfree/bundles``; one ``<sha256>/`` directory per bundle, renamed into place only once complete), every
+file checked against the manifest and the manifest against the card, and checked again whole before each client
+uses it; a mismatched or damaged bundle is a :class:`ClientError` and is never used.
+
 ``classify(texts, model=..., eta=..., pos=...)`` is RAPT's client: it privatizes every example HERE with T2T / PCT2T
 over its own copy of the card's encoder word table (checked against the card's sha256), prepends the model's public
-plain tokens (downloaded once into the same cache, checked against the card's sha256), and sends only the privatized
-text; words outside PCT2T's categories are sent unchanged, by PCT2T's design (``pos="all"`` privatizes every word).
+plain tokens (from its client bundle, checked against the card's sha256), and sends only the privatized text;
+words outside PCT2T's categories are sent unchanged, by PCT2T's design (``pos="all"`` privatizes every word).
 ``upload_examples(texts, labels, model=...)`` privatizes training examples the same way and uploads only that text and
 the labels (a dataset of the model's kind), for a fine-tuning job whose adapter ``classify(..., adapter=...)`` uses.
 
 ``embed(..., denoise=True)`` is Split-N-Denoise's client: it keeps the clean token embeddings X, the noisy ones X~
 and the noise Z = X~ - X in memory only, sends only the payload (X~), and denoises the server's e_n with the
-model's public denoiser, downloaded once into a cache (``cache_dir=``, else ``$TEXTFREE_DENOISER_CACHE``, else
-``~/.cache/textfree/denoisers``) and checked against the card's sha256 and encoder sha256 on every load.
+model's public denoiser, from its client bundle, checked against the card's sha256 and encoder sha256.
 """
 
 from __future__ import annotations
@@ -35,12 +42,27 @@ import json
 import math
 import os
 import random
+import shutil
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 from urllib.parse import quote
+
+from .bundle import (
+    DENOISER_FILE,
+    ENCODER_DIR,
+    MAX_BUNDLE_BYTES,
+    MAX_FILE_BYTES,
+    MAX_FILES,
+    MAX_MANIFEST_BYTES,
+    PLAIN_TOKENS_FILE,
+    BundleError,
+    Manifest,
+    install,
+    verify_dir,
+)
 
 __all__ = [
     "Client",
@@ -56,12 +78,8 @@ __all__ = [
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 JOB_TERMINAL = ("succeeded", "failed", "cancelled")
 MAX_RETRY_AFTER_S = 30.0
-#: The environment variable naming the denoiser cache (``Client(cache_dir=...)`` overrides it).
-DENOISER_CACHE_ENV = "TEXTFREE_DENOISER_CACHE"
-#: The largest denoiser file the client downloads (whatever a card says).
-MAX_DENOISER_BYTES = 512 * 1024 * 1024
-#: The largest plain-token file (RAPT) the client downloads (whatever a card says).
-MAX_PLAIN_TOKENS_BYTES = 64 * 1024 * 1024
+#: The environment variable naming the client-bundle cache (``Client(cache_dir=...)`` overrides it).
+BUNDLE_CACHE_ENV = "TEXTFREE_BUNDLE_CACHE"
 
 
 class ClientError(RuntimeError):
@@ -167,14 +185,15 @@ class Client:
 
     url: the server's base URL. api_key: sent as ``Authorization: Bearer`` (default ``$TEXTFREE_API_KEY``).
     timeout: seconds per HTTP attempt. retries: extra attempts of an idempotent call (so ``retries + 1`` in all).
-    backoff: first wait in seconds, doubled per attempt (with jitter). encoder: the local encoder directory
-    (default: the packaged all-MiniLM-L6-v2). http_client: an ``httpx.Client`` to use instead of a new one.
+    backoff: first wait in seconds, doubled per attempt (with jitter). encoder: a local encoder directory, overriding
+    the one the server publishes in the model's client bundle (default: the bundle's, else the packaged
+    all-MiniLM-L6-v2). http_client: an ``httpx.Client`` to use instead of a new one.
     max_epsilon: the largest noise epsilon this client releases at (default ``$TEXTFREE_MAX_EPSILON``, else no cap):
     without an explicit epsilon the server's model card picks it, so a cap keeps a careless or hostile card from
     choosing a weak one; a release above the cap (or a clean one) is refused before anything is sent.
-    cache_dir: where downloaded public files are kept: denoisers (SnD), one ``<sha256>.safetensors`` each, and plain
-    tokens (RAPT), one ``<sha256>.plain_tokens.json`` each (default ``$TEXTFREE_DENOISER_CACHE``, else
-    ``$XDG_CACHE_HOME/textfree/denoisers``, else ``~/.cache/textfree/denoisers``).
+    cache_dir: where downloaded client bundles are kept, one ``<sha256>/`` directory each (default
+    ``$TEXTFREE_BUNDLE_CACHE``, else ``$XDG_CACHE_HOME/textfree/bundles``, else ``~/.cache/textfree/bundles``).
+    progress: called with one line when a bundle is downloaded (e.g. a CLI's stderr).
     """
 
     def __init__(
@@ -189,6 +208,7 @@ class Client:
         http_client=None,
         max_epsilon: float | None = None,
         cache_dir: str | os.PathLike | None = None,
+        progress: Callable[[str], None] | None = None,
     ):
         httpx = _httpx()
         if retries < 0 or backoff < 0 or timeout <= 0:
@@ -215,6 +235,8 @@ class Client:
         self._encoders: dict[tuple[str, str], Any] = {}
         self._cards: dict[str, dict] = {}
         self.cache_dir = _cache_dir(cache_dir)
+        self.progress = progress
+        self._bundles: dict[str, Path] = {}  # sha256 -> a bundle directory checked whole by this client
         self._denoisers: dict[str, Any] = {}  # sha256 -> Denoiser, each checked when it was loaded
         self._plain: dict[str, Any] = {}  # sha256 -> the PlainTokens of a model, each checked when loaded
 
@@ -314,12 +336,23 @@ class Client:
         return card
 
     # ------------------------------------------------------------------ privatization (local)
-    def _encoder(self, kind: str, max_length: int):
+    def _encoder_source(self, model: str) -> str | os.PathLike | None:
+        """The encoder to privatize for ``model`` with: ``encoder=`` (an override), else the client encoder of the
+        model's client bundle (downloaded once, checked), else None (the packaged default)."""
+        if self.encoder_path is not None:
+            return self.encoder_path
+        directory = self.bundle(model)
+        if directory is not None and (directory / ENCODER_DIR).is_dir():
+            return directory / ENCODER_DIR
+        return None
+
+    def _encoder(self, kind: str, max_length: int, model: str):
         from .encoders import load_encoder
 
-        key = (kind, str(self.encoder_path))
+        source = self._encoder_source(model)
+        key = (kind, str(source))
         if key not in self._encoders:
-            self._encoders[key] = load_encoder(self.encoder_path, kind)
+            self._encoders[key] = load_encoder(source, kind)
         enc = self._encoders[key]
         enc.max_length = max_length
         return enc
@@ -355,7 +388,7 @@ class Client:
             raise ClientError(
                 f"refused: {chosen} is above this client's max_epsilon {self.max_epsilon:g}; nothing was sent"
             )
-        enc = self._encoder(card["encoder_kind"], int(card.get("max_private_tokens") or card["max_slots"]))
+        enc = self._encoder(card["encoder_kind"], int(card.get("max_private_tokens") or card["max_slots"]), model)
         if enc.dim != card["encoder_dim"]:
             raise ModelMismatchError(
                 f"the local encoder has width {enc.dim}; model {model!r} takes {card['encoder_dim']}"
@@ -363,9 +396,8 @@ class Client:
         if card.get("encoder_sha256") and enc.sha256 != card["encoder_sha256"]:
             raise ModelMismatchError(
                 f"the local encoder ({enc.sha256 and enc.sha256[:12]}...) is not the one model {model!r} was trained "
-                "with "
-                f"({card['encoder_id']}, sha256 {card['encoder_sha256'][:12]}...): pass encoder=<that encoder's "
-                "directory>"
+                f"with ({card['encoder_id']}, sha256 {card['encoder_sha256'][:12]}...): "
+                + _encoder_hint(card, self.encoder_path)
             )
         if task == "embed":
             from .mechanisms import Clipped, L2Laplace
@@ -530,11 +562,9 @@ class Client:
 
     def denoiser(self, model: str):
         """The client-side denoiser of embed model ``model`` (a :class:`~textfree.snd.denoiser.Denoiser`): from this
-        client's memory, else the cache (``cache_dir/<sha256>.safetensors``), else downloaded once from
-        ``GET /v1/models/{id}/denoiser`` and cached. Its sha256 is checked against the card's on every load and its
-        ``encoder_sha256`` against the card's: a damaged or mismatched file is a :class:`ClientError`, removed from the
-        cache and never used; a denoiser of another model is refused."""
-        from .atomic import atomic_write_bytes
+        client's memory, else the model's client bundle (:meth:`bundle`: downloaded once, cached, checked). Its sha256
+        must be the card's ``denoiser`` entry's and its ``encoder_sha256``, widths and eta range the card's: a
+        mismatched file is a :class:`ClientError`, never used; a denoiser of another model is refused."""
         from .snd.denoiser import Denoiser, DenoiserError
 
         card = self._cards.get(model) or self.model_card(model)
@@ -542,36 +572,103 @@ class Client:
         sha = entry["sha256"]
         if sha in self._denoisers:
             return self._denoisers[sha]
-        path = self.cache_dir / f"{sha}.safetensors"
-        if path.is_file():
-            source = f"the cached denoiser {str(path)!r}"
-            if path.stat().st_size != entry["bytes"]:
-                path.unlink(missing_ok=True)
-                raise ClientError(
-                    f"{source} of model {model!r} has {entry['bytes']} bytes on the card but not on disk: it is "
-                    "damaged, was removed from the cache and was not used (call again to download it afresh)"
-                )
-            data = path.read_bytes()
-        else:
-            source = f"the denoiser the server sent for model {model!r}"
-            data = self._download(f"/v1/models/{quote(model, safe='')}/denoiser", limit=entry["bytes"])
-            got = hashlib.sha256(data).hexdigest()
-            if got != sha:
-                raise ClientError(
-                    f"{source} has sha256 {got[:16]}..., not the card's {sha[:16]}...: refused, not cached, not used"
-                )
-            atomic_write_bytes(path, data)
+        data = self._bundle_file(model, DENOISER_FILE, sha, "denoiser")
         try:
             loaded = Denoiser.from_bytes(data, expected_sha256=sha)
         except DenoiserError as exc:
-            path.unlink(missing_ok=True)
-            raise ClientError(
-                f"{source} cannot be used: {exc}; it was removed from the cache and not used (call again to download "
-                "it afresh)"
-            ) from None
+            raise ClientError(f"the denoiser of model {model!r} cannot be used: {exc}; not used") from None
         _check_denoiser(loaded.config, card, entry, model)
         self._denoisers[sha] = loaded
         return loaded
+
+    # ------------------------------------------------------------------ the client bundle: a model's public files
+    def bundle(self, model: str) -> Path | None:
+        """The local directory of model ``model``'s client bundle (every public file a client holds for it: a PPFT
+        run's client encoder and slot centre, an SnD denoiser, RAPT's plain tokens; docs/server.md), or None when its
+        card names none (``client_bundle`` null).
+
+        From this client's memory, else the cache (``cache_dir/<sha256>/``: checked whole first, every file against
+        the manifest and the manifest against the card), else downloaded once from ``GET /v1/models/{id}/bundle``
+        (the manifest, checked against the card's sha256) and ``.../bundle/{file}`` (each file, checked against the
+        manifest) into a temporary directory renamed into place when complete. A mismatched or damaged bundle is a
+        :class:`ClientError` and is never used: a damaged cached one is removed (the next call downloads it afresh),
+        a mismatched download is never cached."""
+        card = self._cards.get(model) or self.model_card(model)
+        entry = _bundle_entry(card, model)
+        if entry is None:
+            return None
+        sha = entry["sha256"]
+        if sha in self._bundles:
+            return self._bundles[sha]
+        directory = self.cache_dir / sha
+        if directory.exists():
+            try:
+                verify_dir(directory, sha)
+            except BundleError as exc:
+                if directory.is_dir() and not directory.is_symlink():
+                    shutil.rmtree(directory, ignore_errors=True)
+                else:
+                    directory.unlink(missing_ok=True)
+                raise ClientError(
+                    f"the cached client bundle {str(directory)!r} of model {model!r} is damaged ({exc}): it was "
+                    "removed from the cache and not used (call again to download it afresh)"
+                ) from None
+        else:
+            directory = self._download_bundle(model, entry)
+        self._bundles[sha] = directory
+        return directory
+
+    def _download_bundle(self, model: str, entry: dict) -> Path:
+        """Download, check and install model ``model``'s client bundle (see :meth:`bundle`)."""
+        route = f"/v1/models/{quote(model, safe='')}/bundle"
+        source = f"the client bundle the server sent for model {model!r}"
+        raw = self._download(route, limit=MAX_MANIFEST_BYTES)
+        got = hashlib.sha256(raw).hexdigest()
+        if got != entry["sha256"]:
+            raise ClientError(
+                f"{source} has a manifest of sha256 {got[:16]}..., not the card's {entry['sha256'][:16]}...: refused, "
+                "nothing cached, nothing used"
+            )
+        try:
+            manifest = Manifest.from_bytes(raw)
+        except BundleError as exc:
+            raise ClientError(f"{source} is refused: {exc}; nothing cached, nothing used") from None
+        if (manifest.total_bytes, len(manifest.files)) != (entry["bytes"], entry["files"]):
+            raise ClientError(
+                f"{source} lists {len(manifest.files)} files of {manifest.total_bytes} bytes, not the card's "
+                f"{entry['files']} of {entry['bytes']}: refused, nothing cached, nothing used"
+            )
+        if self.progress is not None:
+            self.progress(
+                f"downloading the client bundle of model {model!r} ({len(manifest.files)} files, "
+                f"{manifest.total_bytes / 1e6:.1f} MB) into {self.cache_dir}"
+            )
+        try:
+            return install(
+                self.cache_dir, raw, lambda f: self._download(f"{route}/{quote(f.name, safe='/')}", limit=f.bytes)
+            )
+        except BundleError as exc:
+            raise ClientError(f"{source} is refused: {exc}; nothing cached, nothing used") from None
+
+    def _bundle_file(self, model: str, name: str, sha256: str, what: str) -> bytes:
+        """The bytes of the file ``name`` of model ``model``'s client bundle, which the card names (its ``what``
+        entry) by ``sha256``; a :class:`ClientError` when the bundle is missing, lacks it, or holds other bytes."""
+        directory = self.bundle(model)
+        if directory is None:
+            raise ClientError(
+                f"model {model!r}'s card names a {what} but no client bundle to get it from ('client_bundle' is null)"
+            )
+        try:
+            data = (directory / name).read_bytes()
+        except OSError:
+            raise ClientError(f"the client bundle of model {model!r} holds no {what} ({name}): refused") from None
+        got = hashlib.sha256(data).hexdigest()
+        if got != sha256:
+            raise ClientError(
+                f"the {what} in the client bundle of model {model!r} has sha256 {got[:16]}..., not the card's "
+                f"{sha256[:16]}...: refused, not used"
+            )
+        return data
 
     # ------------------------------------------------------------------ RAPT: text privatized here
     def classify(
@@ -653,12 +750,15 @@ class Client:
 
     def _rapt_mechanism(self, card: dict, model: str, categories: tuple[str, ...] | None):
         """T2T / PCT2T (eta 1) over this client's copy of the card's encoder word table (``encoder=``, else the
-        card's ``encoder_id``): its weights' sha256 must be the card's (:class:`ModelMismatchError`)."""
+        client bundle's encoder, else the card's ``encoder_id``): its weights' sha256 must be the card's
+        (:class:`ModelMismatchError`)."""
         from .encoders.loading import resolve_encoder_path, weights_sha256
 
-        source = self.encoder_path if self.encoder_path is not None else card.get("encoder_id")
+        source = self._encoder_source(model) or card.get("encoder_id")
         if not source:
-            raise ClientError(f"model {model!r}'s card names no encoder: pass encoder=<its encoder's directory>")
+            raise ClientError(
+                f"model {model!r}'s card names no encoder: pass its encoder's directory (encoder=, --encoder)"
+            )
         resolved = resolve_encoder_path(os.fspath(source))
         want = card.get("encoder_sha256")
         if want is not None:
@@ -667,17 +767,15 @@ class Client:
                 raise ModelMismatchError(
                     f"the local encoder ({str(got)[:12]}...) is not the one model {model!r} was trained with "
                     f"({card.get('encoder_id')}, sha256 {str(want)[:12]}...): its word table would privatize "
-                    "differently; pass encoder=<that encoder's directory>"
+                    "differently; " + _encoder_hint(card, self.encoder_path)
                 )
         return _word_mechanism(resolved, want, categories)
 
     def plain_tokens(self, model: str):
         """The public :class:`~textfree.substitution.plain.PlainTokens` of classify model ``model`` (None: it has
-        none): from this client's memory, else the cache (``cache_dir/<sha256>.plain_tokens.json``), else downloaded
-        once from ``GET /v1/models/{id}/plain_tokens`` and cached. Their sha256 is checked against the card's on every
-        load: a damaged or mismatched file is a :class:`ClientError`, removed from the cache and never used."""
-        from .atomic import atomic_write_bytes
-
+        none): from this client's memory, else the model's client bundle (:meth:`bundle`: downloaded once, cached,
+        checked). Their sha256 must be the card's ``plain_tokens`` entry's: a mismatched file is a
+        :class:`ClientError`, never used."""
         card = self._cards.get(model) or self.model_card(model)
         entry = _plain_entry(card, model)
         if entry is None:
@@ -685,32 +783,11 @@ class Client:
         sha = entry["sha256"]
         if sha in self._plain:
             return self._plain[sha]
-        path = self.cache_dir / f"{sha}.plain_tokens.json"
-        cached = path.is_file()
-        if cached:
-            source = f"the cached plain tokens {str(path)!r}"
-            data = path.read_bytes()
-        else:
-            source = f"the plain tokens the server sent for model {model!r}"
-            data = self._download(f"/v1/models/{quote(model, safe='')}/plain_tokens", limit=entry["bytes"])
-        got = hashlib.sha256(data).hexdigest()
-        if got != sha:
-            if cached:
-                path.unlink(missing_ok=True)
-                raise ClientError(
-                    f"{source} of model {model!r} have sha256 {got[:16]}..., not the card's {sha[:16]}...: damaged, "
-                    "removed from the cache and not used (call again to download them afresh)"
-                )
-            raise ClientError(
-                f"{source} have sha256 {got[:16]}..., not the card's {sha[:16]}...: refused, not cached, not used"
-            )
+        data = self._bundle_file(model, PLAIN_TOKENS_FILE, sha, "plain-token file")
         try:
             plain = _plain_tokens_of(data, entry)
         except ValueError as exc:
-            path.unlink(missing_ok=True)
-            raise ClientError(f"{source} cannot be used: {exc}; not used") from None
-        if not cached:
-            atomic_write_bytes(path, data)
+            raise ClientError(f"the plain tokens of model {model!r} cannot be used: {exc}; not used") from None
         self._plain[sha] = plain
         return plain
 
@@ -837,13 +914,46 @@ class Client:
 
 
 def _cache_dir(cache_dir: str | os.PathLike | None) -> Path:
-    """Where downloaded denoisers go: ``cache_dir``, else ``$TEXTFREE_DENOISER_CACHE``, else the user's cache."""
+    """Where downloaded client bundles go: ``cache_dir``, else ``$TEXTFREE_BUNDLE_CACHE``, else the user's cache."""
     if cache_dir is not None:
         return Path(os.path.expanduser(os.fspath(cache_dir)))
-    if os.environ.get(DENOISER_CACHE_ENV):
-        return Path(os.path.expanduser(os.environ[DENOISER_CACHE_ENV]))
+    if os.environ.get(BUNDLE_CACHE_ENV):
+        return Path(os.path.expanduser(os.environ[BUNDLE_CACHE_ENV]))
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
-    return Path(os.path.expanduser(base)) / "textfree" / "denoisers"
+    return Path(os.path.expanduser(base)) / "textfree" / "bundles"
+
+
+def _encoder_hint(card: dict, override: Any) -> str:
+    """What to do about a local encoder that is not the card's."""
+    if override is not None and card.get("client_bundle"):
+        return "drop the encoder override (encoder=, --encoder) to use the one the server publishes"
+    return "pass that encoder's directory (encoder=, --encoder)"
+
+
+def _is_sha256(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
+def _count(value: Any, lo: int, hi: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
+
+
+def _bundle_entry(card: dict, model: str) -> dict | None:
+    """The card's ``client_bundle`` entry, checked (None: the model publishes no public files)."""
+    entry = card.get("client_bundle")
+    if entry is None:
+        return None
+    if not isinstance(entry, dict):
+        raise ClientError(f"model {model!r}'s card: 'client_bundle' is {entry!r}, not an object")
+    if not _is_sha256(entry.get("sha256")):
+        raise ClientError(f"model {model!r}'s card: the client bundle's sha256 {entry.get('sha256')!r} is not 64 hex "
+                          "digits")  # fmt: skip
+    if not _count(entry.get("bytes"), 0, MAX_BUNDLE_BYTES) or not _count(entry.get("files"), 1, MAX_FILES):
+        raise ClientError(
+            f"model {model!r}'s card: the client bundle's size {entry.get('bytes')!r} bytes in {entry.get('files')!r} "
+            f"files is not within [0, {MAX_BUNDLE_BYTES}] bytes and [1, {MAX_FILES}] files"
+        )
+    return entry
 
 
 def _denoiser_entry(card: dict, model: str) -> dict:
@@ -858,11 +968,11 @@ def _denoiser_entry(card: dict, model: str) -> dict:
     if not isinstance(entry, dict):
         raise ClientError(f"model {model!r}'s card: 'denoiser' is {entry!r}, not an object")
     sha, size = entry.get("sha256"), entry.get("bytes")
-    if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+    if not _is_sha256(sha):
         raise ClientError(f"model {model!r}'s card: the denoiser's sha256 {sha!r} is not 64 hex digits")
-    if isinstance(size, bool) or not isinstance(size, int) or not 0 < size <= MAX_DENOISER_BYTES:
+    if not _count(size, 1, MAX_FILE_BYTES):
         raise ClientError(
-            f"model {model!r}'s card: the denoiser's size {size!r} is not a byte count in [1, {MAX_DENOISER_BYTES}]"
+            f"model {model!r}'s card: the denoiser's size {size!r} is not a byte count in [1, {MAX_FILE_BYTES}]"
         )
     lo, hi = entry.get("eta_min"), entry.get("eta_max")
     if not all(_positive_number(v) for v in (lo, hi)):
@@ -935,12 +1045,11 @@ def _plain_entry(card: dict, model: str) -> dict | None:
     if not isinstance(entry, dict):
         raise ClientError(f"model {model!r}'s card: 'plain_tokens' is {entry!r}, not an object")
     sha, size = entry.get("sha256"), entry.get("bytes")
-    if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+    if not _is_sha256(sha):
         raise ClientError(f"model {model!r}'s card: the plain tokens' sha256 {sha!r} is not 64 hex digits")
-    if isinstance(size, bool) or not isinstance(size, int) or not 0 < size <= MAX_PLAIN_TOKENS_BYTES:
+    if not _count(size, 1, MAX_FILE_BYTES):
         raise ClientError(
-            f"model {model!r}'s card: the plain tokens' size {size!r} is not a byte count in [1, "
-            f"{MAX_PLAIN_TOKENS_BYTES}]"
+            f"model {model!r}'s card: the plain tokens' size {size!r} is not a byte count in [1, {MAX_FILE_BYTES}]"
         )
     for name in ("length", "sequences"):
         value = entry.get(name)

@@ -1,28 +1,65 @@
 """PPFT as a served system: registers ``"ppft"`` with the server (:mod:`textfree.server.registry`) when imported.
 
 Everything the server needs of PPFT is here: loading a run's server part into a generate handler (in process, or
-through the vLLM gateway with ``ServerConfig(backend="vllm")``), the model card, and fine-tuning jobs (PPFT stage 2,
-:func:`textfree.ppft.adapt.train_adapter`, on uploaded payload rows). The handlers live in
-:mod:`textfree.ppft.serving`; they load lazily, so importing this module stays cheap.
+through the vLLM gateway with ``ServerConfig(backend="vllm")``), the model card, the public files a client holds
+(:func:`client_files`: the run's client encoder and slot centre, published as the model's client bundle), and
+fine-tuning jobs (PPFT stage 2, :func:`textfree.ppft.adapt.train_adapter`, on uploaded payload rows). The handlers
+live in :mod:`textfree.ppft.serving`; they load lazily, so importing this module stays cheap.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ..server.config import ServerConfig
 from ..server.registry import FineTuneJob, ServedModel, ServedSystem, register_system
 
-__all__ = ["PPFT_SYSTEM", "fine_tune", "load_adapter", "load_model"]
+__all__ = ["PPFT_SYSTEM", "client_files", "fine_tune", "load_adapter", "load_model"]
 
 
 def load_model(model_id: str, source: str, config: ServerConfig) -> ServedModel:
-    """The generate handler of the PPFT run at ``source``: in process, or a vLLM gateway model (``backend="vllm"``)."""
+    """The generate handler of the PPFT run at ``source``: in process, or a vLLM gateway model (``backend="vllm"``),
+    publishing the run's :func:`client_files`."""
     from .serving import GenerateModel, VllmGenerateModel
 
     if config.backend == "vllm":  # a gateway: validates and projects here, generates on a vLLM server
-        return VllmGenerateModel.load(model_id, source, config=config, device=config.device)
-    return GenerateModel.load(model_id, source, device=config.device)
+        handler = VllmGenerateModel.load(model_id, source, config=config, device=config.device)
+    else:
+        handler = GenerateModel.load(model_id, source, device=config.device)
+    handler.public_files = client_files(source, handler.card)
+    return handler
+
+
+def client_files(run: str | Path, card: dict[str, Any]) -> dict:
+    """The public files a client of the PPFT run at ``run`` holds, by bundle name: the client encoder as the run
+    saved it (``encoder/``: config, tokenizer files, safetensors weights; only its bytes are read, never loaded as a
+    model) and, for a centring client, the slot centre (``slot_center.safetensors``: the centre, or the centre +
+    subspace map, the values the card carries). ValueError for an encoder whose weights are not the card's
+    ``encoder_sha256``, or one that cannot be published (pickled weights only). A run saved without ``encoder/``
+    publishes none: its clients pass their own (``--encoder``)."""
+    from ..bundle import CENTER_FILE, ENCODER_DIR
+    from ..server.public_files import PublicFileError, public_dir, read_public_file
+    from .checkpoint import CENTER_FILE as RUN_CENTER_FILE
+    from .model import ENCODER_DIR as RUN_ENCODER_DIR
+
+    run = Path(run)
+    files = {}
+    try:
+        if (run / RUN_ENCODER_DIR).is_dir():
+            files = public_dir(run / RUN_ENCODER_DIR, ENCODER_DIR)
+            weights = files.get(f"{ENCODER_DIR}/model.safetensors")
+            want = card.get("encoder_sha256")
+            if want and (weights is None or weights.sha256 != want):
+                raise ValueError(
+                    f"the run's {RUN_ENCODER_DIR}/ holds no model.safetensors of its config's encoder sha256 "
+                    f"{want[:16]}...: its clients would privatize for another model"
+                )
+        if card.get("center_sha256"):
+            files[CENTER_FILE] = read_public_file(run / RUN_CENTER_FILE, "the slot centre")
+    except PublicFileError as exc:
+        raise ValueError(f"cannot publish the run's client files: {exc}") from None
+    return files
 
 
 def load_adapter(model_id: str, run_dir: str, device: str) -> ServedModel:

@@ -11,8 +11,10 @@ head): the reconstruction head is never saved, so it is never loaded.
 * The model card carries names and hashes only (:func:`rapt_card`): the base encoder's public name and weights'
   sha256 (the client builds its word table from its own copy and checks it), the sha256 of the served weights and of
   ``plain_tokens.json``, the categories and eta the run was trained at, the number of labels, never a server path.
-* ``plain_tokens.json`` is read into memory once and published at ``GET /v1/models/{id}/plain_tokens``: the bytes
-  served are the bytes hashed for the card, and the same bytes are what the model reads its plain tokens from.
+* ``plain_tokens.json`` is read into memory once and published in the model's client bundle (and at
+  ``GET /v1/models/{id}/plain_tokens``): the bytes served are the bytes hashed for the card, and the same bytes are
+  what the model reads its plain tokens from. A run that carries its base encoder (``base_encoder/``, a published
+  run) publishes it in the bundle too, as the client's ``encoder/``: the client builds its word table from it.
 * Fine-tuning jobs (:func:`fine_tune`, :mod:`textfree.rapt.finetune`): a tenant's examples, privatized to text on
   their device and uploaded with their labels, train the chosen method (``methods``: every PEFT method of
   :data:`~textfree.lm.adapters.ADAPTER_METHODS`) with the reconstruction head; the job's run directory is a RAPT run
@@ -102,7 +104,7 @@ def weights_entry(run: str | Path) -> dict[str, str | None]:
 def _plain_file(run: Path, model_id: str, config: dict[str, Any]):
     """(PlainTokens, PublicFile, card entry) of the run's ``plain_tokens.json``, read once; (None, None, None) for a
     run trained without plain tokens. ValueError for a missing, oversized or damaged file."""
-    from ..server.public_files import MAX_PUBLIC_FILE_BYTES, PublicFile
+    from ..server.public_files import PublicFileError, read_public_file
     from ..substitution.plain import PLAIN_FILE, PlainTokens
 
     path = run / PLAIN_FILE
@@ -113,14 +115,14 @@ def _plain_file(run: Path, model_id: str, config: dict[str, Any]):
                 "could not privatize for it"
             )
         return None, None, None
-    if path.stat().st_size > MAX_PUBLIC_FILE_BYTES:
-        raise ValueError(f"{str(path)!r} is over the {MAX_PUBLIC_FILE_BYTES}-byte limit of a published file")
-    data = path.read_bytes()
     try:
-        plain = PlainTokens.from_dict(json.loads(data.decode("utf-8")), where=str(path))
+        public = read_public_file(path, "the plain tokens")
+    except PublicFileError as exc:
+        raise ValueError(str(exc)) from None
+    try:
+        plain = PlainTokens.from_dict(json.loads(public.data.decode("utf-8")), where=str(path))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ValueError(f"the plain tokens {str(path)!r} are damaged: {exc}") from None
-    public = PublicFile(data, hashlib.sha256(data).hexdigest(), {})
     entry = {
         "sha256": public.sha256,
         "bytes": public.size,
@@ -166,6 +168,31 @@ def rapt_card(
         "plain_tokens": plain,
         "adapters": [],
     }
+
+
+def client_files(run: Path, plain, card: dict[str, Any]) -> dict:
+    """The public files a client of the run holds (its client bundle, by name): the plain tokens (``plain``, the
+    :class:`~textfree.server.public_files.PublicFile` read once; None without), and the base encoder the run carries
+    (``base_encoder/``, as ``encoder/``; its weights must be the card's ``encoder_sha256``). ValueError for an encoder
+    that cannot be published or is not the card's."""
+    from ..bundle import ENCODER_DIR, PLAIN_TOKENS_FILE
+    from ..server.public_files import PublicFileError, public_dir
+    from .model import BASE_ENCODER_DIR
+
+    files = {} if plain is None else {PLAIN_TOKENS_FILE: plain}
+    if (run / BASE_ENCODER_DIR).is_dir():
+        try:
+            encoder = public_dir(run / BASE_ENCODER_DIR, ENCODER_DIR)
+        except PublicFileError as exc:
+            raise ValueError(f"cannot publish the run's base encoder: {exc}") from None
+        weights = encoder.get(f"{ENCODER_DIR}/model.safetensors")
+        if weights is None or weights.sha256 != card["encoder_sha256"]:
+            raise ValueError(
+                f"the run's {BASE_ENCODER_DIR}/ holds no model.safetensors of the card's encoder sha256 "
+                f"{str(card['encoder_sha256'])[:16]}...: a client would build another word table"
+            )
+        files.update(encoder)
+    return files
 
 
 @dataclass
@@ -218,7 +245,7 @@ class RaptModel:
         if bundled.is_dir():
             config = {**config, "encoder": str(bundled)}
         card = rapt_card(model_id, config, summary, weights_entry(run), entry)
-        files = {} if public is None else {"plain_tokens": public}
+        files = client_files(run, public, card)
         return cls(
             model_id,
             classifier.to(device),

@@ -30,6 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from .. import __version__
+from ..bundle import BundleError, check_name
 from .auth import KeyStore, KeyStoreError, RateLimiter
 from .batching import MicroBatcher
 from .config import ServerConfig
@@ -37,6 +38,7 @@ from .errors import ApiError, error_body
 from .finetune import add_fine_tuning_routes, tenant_card
 from .metrics import PROMETHEUS_CONTENT_TYPE, ASGIMetrics, Metrics
 from .models import Decoding, ModelRegistry, read_payload
+from .public_files import DENOISER_FILE, PLAIN_TOKENS_FILE
 from .schemas import (
     ClassifyRequest,
     ClassifyResponse,
@@ -441,10 +443,15 @@ def _public_file_response(public, request: Request, media_type: str) -> Response
 
 def _model_routes(server: _Server, tenant: Callable) -> APIRouter:
     """``GET /v1/models``, ``GET /v1/models/{id}`` (the cards, each built by its model's served system),
-    ``GET /v1/models/{id}/denoiser`` (an embed model's public client-side denoiser file) and
-    ``GET /v1/models/{id}/plain_tokens`` (a classify model's public plain tokens, RAPT)."""
+    ``GET /v1/models/{id}/bundle`` (the manifest of the model's client bundle) and ``.../bundle/{file}`` (its files),
+    and two members of a bundle by their own routes: ``GET /v1/models/{id}/denoiser`` (an embed model's public
+    client-side denoiser file) and ``GET /v1/models/{id}/plain_tokens`` (a classify model's public plain tokens)."""
     router = APIRouter(tags=["models"])
     registry = server.registry
+
+    def served(model_id: str) -> None:
+        if model_id not in registry.models:
+            raise ApiError(404, "model_not_found", f"no model {model_id!r} here; GET /v1/models lists them")
 
     @router.get(
         "/v1/models",
@@ -483,9 +490,8 @@ def _model_routes(server: _Server, tenant: Callable) -> APIRouter:
         },
     )
     async def get_denoiser(model_id: str, request: Request, who: str = Depends(tenant)) -> Response:
-        if model_id not in registry.models:
-            raise ApiError(404, "model_not_found", f"no model {model_id!r} here; GET /v1/models lists them")
-        public = registry.denoisers.get(model_id)
+        served(model_id)
+        public = registry.public_file(model_id, DENOISER_FILE)
         if public is None:
             raise ApiError(
                 404, "denoiser_not_found", f"model {model_id!r} is served without a denoiser (its card's 'denoiser')"
@@ -507,9 +513,8 @@ def _model_routes(server: _Server, tenant: Callable) -> APIRouter:
         },
     )
     async def get_plain_tokens(model_id: str, request: Request, who: str = Depends(tenant)) -> Response:
-        if model_id not in registry.models:
-            raise ApiError(404, "model_not_found", f"no model {model_id!r} here; GET /v1/models lists them")
-        public = registry.public_file(model_id, "plain_tokens")
+        served(model_id)
+        public = registry.public_file(model_id, PLAIN_TOKENS_FILE)
         if public is None:
             raise ApiError(
                 404,
@@ -517,6 +522,58 @@ def _model_routes(server: _Server, tenant: Callable) -> APIRouter:
                 f"model {model_id!r} is served without plain tokens (its card's 'plain_tokens')",
             )
         return _public_file_response(public, request, JSON)
+
+    @router.get(
+        "/v1/models/{model_id}/bundle",
+        summary="The manifest of the model's client bundle (canonical JSON; its sha256 is the card's client_bundle).",
+        response_class=Response,
+        responses={
+            200: {
+                "description": "The manifest: {format, files: [{name, bytes, sha256}]}, canonical JSON; ETag: its "
+                "sha256.",
+                "content": {JSON: {"schema": {"type": "object"}}},
+            },
+            304: {"description": "If-None-Match matched the ETag."},
+            **error_responses(*AUTH_ERRORS, 404, 422),
+        },
+    )
+    async def get_bundle(model_id: str, request: Request, who: str = Depends(tenant)) -> Response:
+        served(model_id)
+        bundle = registry.bundles.get(model_id)
+        if bundle is None:
+            raise ApiError(
+                404, "bundle_not_found", f"model {model_id!r} publishes no client bundle (its card's 'client_bundle')"
+            )
+        return _public_file_response(bundle.manifest_file, request, JSON)
+
+    @router.get(
+        "/v1/models/{model_id}/bundle/{name:path}",
+        summary="One file of the model's client bundle (its size and sha256 are in the manifest).",
+        response_class=Response,
+        responses={
+            200: {
+                "description": "The file's bytes; ETag: its sha256.",
+                "content": {OCTET: {"schema": {"type": "string", "format": "binary"}}},
+            },
+            304: {"description": "If-None-Match matched the ETag."},
+            **error_responses(*AUTH_ERRORS, 400, 404, 422),
+        },
+    )
+    async def get_bundle_file(model_id: str, name: str, request: Request, who: str = Depends(tenant)) -> Response:
+        served(model_id)
+        try:
+            check_name(name)
+        except BundleError as exc:
+            raise ApiError(400, "bad_request", str(exc)) from None
+        public = registry.public_file(model_id, name)
+        if public is None:
+            raise ApiError(
+                404,
+                "bundle_file_not_found",
+                f"model {model_id!r}'s client bundle has no file {name!r} (GET /v1/models/{model_id}/bundle lists "
+                "them)",
+            )
+        return _public_file_response(public, request, OCTET)
 
     return router
 

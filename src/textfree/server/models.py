@@ -28,7 +28,7 @@ from ..lm.hub import resolve_source
 from ..payload import FORMAT_VERSION, Payload, PayloadError, PayloadTooLarge
 from .config import ServerConfig
 from .errors import ApiError
-from .public_files import PublicFile, PublicFileError, load_denoiser
+from .public_files import DENOISER_FILE, Bundle, PublicFile, PublicFileError, load_denoiser
 from .registry import ServedModel, ServedSystem, UnknownSystemError, detect_system, get_system, register_system
 from .schemas import ModelCard
 
@@ -433,16 +433,30 @@ EMBED_SYSTEM = register_system(ServedSystem(name="hf-embed", task="embed", paylo
 
 class ModelRegistry:
     """Every served model by id, with the served system each came from (``systems``; empty for models passed in)
-    and the public client-side denoiser of each embed model served with one (``denoisers``: model id ->
-    :class:`~textfree.server.public_files.PublicFile`, named on the model's card)."""
+    and the client bundle of each model that publishes public files (``bundles``: model id ->
+    :class:`~textfree.server.public_files.Bundle`, named on the card's ``client_bundle``): its handler's
+    ``public_files`` and, for an embed model served with one, its client-side denoiser."""
 
     def __init__(self, models: dict[str, ServedModel], systems: dict[str, ServedSystem] | None = None):
         self.models = dict(models)
         self.systems = dict(systems or {})
-        self.denoisers: dict[str, PublicFile] = {}
+        self.bundles: dict[str, Bundle] = {}
         self._denoiser_cards: dict[str, dict[str, Any]] = {}
         for model_id in self.models:
+            self._publish(model_id, getattr(self.models[model_id], "public_files", None) or {})
             check_card(self.card(model_id))
+
+    def _publish(self, model_id: str, files: dict[str, PublicFile]) -> None:
+        """Make ``files`` (bundle name -> file) the client bundle of ``model_id`` (none when empty); ValueError
+        naming the model for a file a bundle may not hold."""
+        try:
+            bundle = Bundle.of(files) if files else None
+        except PublicFileError as exc:
+            raise ValueError(f"model {model_id!r}: {exc}") from None
+        if bundle is None:
+            self.bundles.pop(model_id, None)
+        else:
+            self.bundles[model_id] = bundle
 
     @classmethod
     def load(cls, config: ServerConfig) -> "ModelRegistry":
@@ -481,7 +495,9 @@ class ModelRegistry:
             public, entry = load_denoiser(resolve_source(path), self.card(model_id))
         except (OSError, PublicFileError) as exc:
             raise ValueError(f"cannot serve the denoiser of embed model {model_id!r}: {exc}") from None
-        self.denoisers[model_id], self._denoiser_cards[model_id] = public, entry
+        bundle = self.bundles.get(model_id)
+        self._publish(model_id, {**(bundle.files if bundle else {}), DENOISER_FILE: public})
+        self._denoiser_cards[model_id] = entry
         return entry
 
     def get(self, model_id: str | None, task: str):
@@ -511,17 +527,17 @@ class ModelRegistry:
         card = system.card(model) if system is not None else model.card
         if model.task == "embed":  # the denoiser entry (null without one), whatever system built the card
             card = {**card, "denoiser": copy.deepcopy(self._denoiser_cards.get(model_id))}
-        return card
+        bundle = self.bundles.get(model_id)
+        return {**card, "client_bundle": None if bundle is None else bundle.entry(model_id)}
 
     def cards(self) -> list[dict[str, Any]]:
         """The card of every served model, in order."""
         return [self.card(model_id) for model_id in self.models]
 
     def public_file(self, model_id: str, name: str) -> PublicFile | None:
-        """The public file ``name`` a served model publishes beside its card (its handler's ``public_files``), or
-        None."""
-        files = getattr(self.models[model_id], "public_files", None) or {}
-        return files.get(name)
+        """The public file ``name`` of a served model's client bundle (a name of its manifest), or None."""
+        bundle = self.bundles.get(model_id)
+        return None if bundle is None else bundle.file(name)
 
 
 def check_card(card: dict[str, Any]) -> None:

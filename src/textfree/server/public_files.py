@@ -1,15 +1,19 @@
-"""Public files a server publishes beside a model's card: an SnD client-side denoiser of an embed model.
+"""Public files a server publishes beside a model's card, and the client bundle they form.
 
-The server's core stays free of any system's code (``tests/test_architecture.py``): it neither imports the SnD
+A served model may publish files a client must hold (its handler's ``public_files``: bundle name ->
+:class:`PublicFile`; an embed model's denoiser is added by the model table): a PPFT run's client encoder, an SnD
+denoiser, RAPT's plain tokens. Each is read into memory once, at startup (:func:`read_public_file`,
+:func:`public_dir`): the bytes served are exactly the bytes hashed for the card, whatever happens to the file on disk
+later, and the server never loads them as a model. Together they are the model's :class:`Bundle`
+(:mod:`textfree.bundle`: a manifest of names, sizes and sha256s, named on the card by its own sha256).
+
+The server's core stays free of any system's code (``tests/test_architecture.py``): it neither imports a system's
 package nor names it. A denoiser is one safetensors file whose header metadata holds its config as JSON (a
 ``"config"`` entry); :func:`safetensors_metadata` reads that header with the standard library alone (the framing is
 checked, no tensor is loaded, nothing is unpickled), and :func:`load_denoiser` keeps the few fields a card names and
 refuses a denoiser of another model: its ``encoder_sha256`` must be the served model's weights' sha256, its widths
 the model's, and it must name the eta range it was trained for. Reading the tensors themselves is the client's job
 (it checks the file against the card's sha256 and loads it with the system's own code).
-
-The file is read into memory once, at startup: the bytes served are exactly the bytes hashed for the card, whatever
-happens to the file on disk later.
 """
 
 from __future__ import annotations
@@ -19,23 +23,28 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
+from ..bundle import DENOISER_FILE, PLAIN_TOKENS_FILE, BundleError, Manifest, check_name
+from ..bundle import MAX_FILE_BYTES as MAX_PUBLIC_FILE_BYTES
 from ..tensorfile import SafetensorsError
 from ..tensorfile import safetensors_metadata as _read_metadata
 
 __all__ = [
+    "Bundle",
     "DENOISER_FILE",
     "MAX_PUBLIC_FILE_BYTES",
+    "PLAIN_TOKENS_FILE",
     "PublicFile",
     "PublicFileError",
     "load_denoiser",
+    "public_dir",
+    "read_public_file",
     "safetensors_metadata",
 ]
 
-DENOISER_FILE = "denoiser.safetensors"
-#: The largest public file a server publishes (the client's own limit on a denoiser is the same).
-MAX_PUBLIC_FILE_BYTES = 512 * 1024 * 1024
+#: Weights files a bundle never carries (pickles): a directory holding only these cannot be published.
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 
 
 class PublicFileError(ValueError):
@@ -48,7 +57,11 @@ class PublicFile:
 
     data: bytes = field(repr=False)
     sha256: str
-    metadata: dict[str, Any]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, data: bytes, metadata: dict[str, Any] | None = None) -> "PublicFile":
+        return cls(data, hashlib.sha256(data).hexdigest(), metadata or {})
 
     @property
     def size(self) -> int:
@@ -58,6 +71,82 @@ class PublicFile:
     def etag(self) -> str:
         """The HTTP ``ETag`` of the file: its sha256, quoted."""
         return f'"{self.sha256}"'
+
+
+def read_public_file(path: str | Path, what: str) -> PublicFile:
+    """The bytes of the file at ``path``, read once (``what`` names it in errors): :class:`PublicFileError` for a
+    missing file or one over :data:`MAX_PUBLIC_FILE_BYTES`."""
+    file = Path(path)
+    if not file.is_file():
+        raise PublicFileError(f"{what} {str(file)!r} is missing")
+    if file.stat().st_size > MAX_PUBLIC_FILE_BYTES:
+        raise PublicFileError(f"{what} {str(file)!r} is over the {MAX_PUBLIC_FILE_BYTES}-byte limit of a public file")
+    return PublicFile.of(file.read_bytes())
+
+
+def public_dir(directory: str | Path, prefix: str) -> dict[str, PublicFile]:
+    """The files at the top of a model directory that a client loads it from (config, tokenizer files, safetensors
+    weights), each read once, by bundle name ``prefix/<file>``. Other files (a README, a pickled copy of the weights,
+    subdirectories) are not published; a directory whose weights are only pickles is refused
+    (:class:`PublicFileError`): a bundle never carries one."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise PublicFileError(f"{str(root)!r} is not a directory")
+    files: dict[str, PublicFile] = {}
+    pickles = []
+    for path in sorted(p for p in root.iterdir() if p.is_file() and not p.name.startswith(".")):
+        try:
+            name = check_name(f"{prefix}/{path.name}")
+        except BundleError:
+            if path.name.endswith(_PICKLE_SUFFIXES):
+                pickles.append(path.name)
+            continue
+        files[name] = read_public_file(path, "the public file")
+    if not any(name.endswith(".safetensors") for name in files):
+        found = f" (only {', '.join(pickles)}: pickles are never published)" if pickles else ""
+        raise PublicFileError(
+            f"{str(root)!r} holds no safetensors weights{found}: re-save it with safetensors "
+            "(save_pretrained(..., safe_serialization=True)) to publish it"
+        )
+    return files
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """The client bundle of a served model: its public files by name and their manifest (:mod:`textfree.bundle`).
+
+    ``manifest_file`` holds the manifest's canonical bytes (served at ``GET /v1/models/{id}/bundle``; its sha256
+    names the bundle on the card); :meth:`file` the bytes of a member (``GET /v1/models/{id}/bundle/{name}``)."""
+
+    files: Mapping[str, PublicFile]
+    manifest: Manifest
+    manifest_file: PublicFile
+
+    @classmethod
+    def of(cls, files: Mapping[str, PublicFile]) -> "Bundle":
+        """The bundle of ``files`` (bundle name -> file); :class:`PublicFileError` for a name or file a bundle may
+        not hold (:func:`textfree.bundle.check_name`, the size limits)."""
+        try:
+            manifest = Manifest.of({name: (f.size, f.sha256) for name, f in files.items()})
+        except BundleError as exc:
+            raise PublicFileError(f"cannot publish the client bundle: {exc}") from None
+        return cls(dict(files), manifest, PublicFile.of(manifest.to_bytes()))
+
+    @property
+    def sha256(self) -> str:
+        return self.manifest_file.sha256
+
+    def file(self, name: str) -> PublicFile | None:
+        return self.files.get(name)
+
+    def entry(self, model_id: str) -> dict[str, Any]:
+        """The card's ``client_bundle`` entry: the manifest's sha256, the files' count and total size, its route."""
+        return {
+            "sha256": self.sha256,
+            "bytes": self.manifest.total_bytes,
+            "files": len(self.manifest.files),
+            "url": f"/v1/models/{model_id}/bundle",
+        }
 
 
 def safetensors_metadata(data: bytes) -> dict[str, str]:
@@ -82,11 +171,9 @@ def load_denoiser(path: str, card: dict[str, Any]) -> tuple[PublicFile, dict[str
     file = Path(path) / DENOISER_FILE if Path(path).is_dir() else Path(path)
     if not file.is_file():
         raise PublicFileError(f"no denoiser at {str(path)!r} (a file, or a directory holding {DENOISER_FILE})")
-    if file.stat().st_size > MAX_PUBLIC_FILE_BYTES:
-        raise PublicFileError(f"the denoiser {str(file)!r} is over the {MAX_PUBLIC_FILE_BYTES}-byte limit")
-    data = file.read_bytes()
+    public = read_public_file(file, "the denoiser")
     try:
-        meta = safetensors_metadata(data)
+        meta = safetensors_metadata(public.data)
     except PublicFileError as exc:
         raise PublicFileError(f"the denoiser {str(file)!r} is damaged: {exc}") from None
     try:
@@ -117,7 +204,7 @@ def load_denoiser(path: str, card: dict[str, Any]) -> tuple[PublicFile, dict[str
             f"the denoiser {str(file)!r} names no valid eta range (eta_min {eta_min!r}, eta_max {eta_max!r}): a "
             "served denoiser must say which noise levels it was trained for"
         )
-    public = PublicFile(data, hashlib.sha256(data).hexdigest(), meta)
+    public = PublicFile(public.data, public.sha256, meta)
     entry = {
         "sha256": public.sha256,
         "bytes": public.size,

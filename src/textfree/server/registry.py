@@ -50,9 +50,10 @@ TASKS = ("generate", "embed", "classify")
 class ServedModel(Protocol):
     """What the routes call for one served model (a system's handler).
 
-    A handler may also publish public files beside its card (``public_files``: name -> a
-    :class:`~textfree.server.public_files.PublicFile`; ``plain_tokens`` is served at
-    ``GET /v1/models/{id}/plain_tokens``)."""
+    A handler may also publish the public files a client holds for it (``public_files``: bundle name -> a
+    :class:`~textfree.server.public_files.PublicFile`, read once at load; names and formats as
+    :func:`textfree.bundle.check_name` allows): the model table publishes them as the model's client bundle, named
+    on its card (``client_bundle``) and served at ``GET /v1/models/{id}/bundle[/{file}]``."""
 
     id: str
     task: str  # "generate", "embed" or "classify": the route it answers

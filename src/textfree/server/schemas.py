@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "AdapterEntry",
+    "BundleEntry",
     "ClassifyExample",
     "ClassifyRequest",
     "ClassifyResponse",
@@ -57,7 +58,8 @@ class ErrorResponse(BaseModel):
 ERROR_DESCRIPTIONS = {
     400: "Malformed body or payload (invalid_payload, invalid_json, payload_mismatch, bad_request).",
     401: "No API key or an invalid one (missing_api_key, invalid_api_key).",
-    404: "Unknown model, adapter, dataset, job, denoiser or plain tokens (each id of another tenant answers the same).",
+    404: "Unknown model, adapter, dataset, job, client bundle or bundle file, denoiser or plain tokens (each id of "
+    "another tenant answers the same).",
     408: "The request head did not arrive in time (request_timeout; the connection is closed).",
     413: "Body over max_body_bytes, or more payload rows than the server takes (body_too_large, too_many_rows).",
     415: "Neither application/octet-stream nor application/json (unsupported_media_type).",
@@ -116,6 +118,13 @@ class PlainTokensEntry(_Open):
     bytes: int
     length: int = Field(description="Words per plain-token sequence (m).")
     sequences: int = Field(description="How many public sequences; an example names the one it privatized.")
+    url: str
+
+
+class BundleEntry(_Open):
+    sha256: str = Field(description="sha256 of the bundle's manifest (GET url): it names every file's sha256.")
+    bytes: int = Field(description="The files' total size.")
+    files: int = Field(description="How many files the bundle holds.")
     url: str
 
 
@@ -181,6 +190,11 @@ class ModelCard(_Open):
     sentences: int | None = Field(None, description="classify: sentences per example (1, or 2 for a pair task).")
     plain_tokens: PlainTokensEntry | None = Field(
         None, description="classify: the public plain tokens every example is privatized with (null: none)."
+    )
+    client_bundle: BundleEntry | None = Field(
+        None,
+        description="Every public file a client holds for this model (client encoder, slot centre, denoiser, plain "
+        "tokens), named by its manifest's sha256 (null: none).",
     )
 
     @model_validator(mode="after")
