@@ -29,3 +29,12 @@ def test_a_missing_or_wrong_local_path_is_named(tmp_path, monkeypatch):
 def test_a_real_local_encoder_still_loads(tiny_encoder_dir):
     assert local_model_problem(tiny_encoder_dir) is None
     assert ContextualEncoder.from_pretrained(tiny_encoder_dir).dim > 0
+
+
+def test_the_packaged_default_is_named_by_its_hub_id_whichever_way_it_is_given(tmp_path):
+    """`serve --embed-model minilm=default` resolves "default" to the package's directory before the card is made:
+    the card and the payload headers must still name sentence-transformers/all-MiniLM-L6-v2, not the folder."""
+    from textfree.encoders.loading import DEFAULT_ENCODER_ID, encoder_id, resolve_encoder_path
+
+    assert encoder_id(resolve_encoder_path(None)) == DEFAULT_ENCODER_ID == encoder_id("default") == encoder_id(None)
+    assert encoder_id(str(tmp_path)) == str(tmp_path)  # any other directory: as given

@@ -175,6 +175,8 @@ def inspect(
     ),
 ) -> None:
     """Print what a payload holds: shapes, encoder, mechanism, privacy loss. Never any text."""
+    if not path.is_file():  # before the imports below (torch): a wrong path is reported at once
+        _fail(f"{path}: cannot read payload file (no such file)")
     from textfree.mechanisms.accountants import compose, create_accountant, slot_releases
     from textfree.payload import Payload, PayloadError
 
@@ -343,14 +345,7 @@ def substitute(
     seed: Optional[int] = typer.Option(None, help="Experiments only: reproducible noise (NOT private)."),
 ) -> None:
     """Text-to-text privatization (T2T) or its part-of-speech-constrained form (PCT2T)."""
-    _quiet_transformers()
-    from textfree.encoders import EncoderLoadError
-    from textfree.rng import resolve_generator
-    from textfree.substitution.cli_support import build_t2t, default_corpus, parse_pos, replacement_rows
-    from textfree.substitution.pos import TAGGERS, UNIVERSAL_TAGS
-    from textfree.substitution.text import split_text
-
-    if eta <= 0:
+    if not (math.isfinite(eta) and eta > 0):  # the flags that need no import first: errors at once
         _fail(f"--eta must be > 0, got {eta}")
     if search not in ("exact", "approximate"):
         _fail(f"--search must be exact or approximate, got {search!r}")
@@ -358,6 +353,15 @@ def substitute(
         _fail(f"--shortlist must be >= 0, got {shortlist}")
     if seed is not None and seed < 0:
         _fail(f"--seed must be >= 0, got {seed}")
+    if not replacement_table and (not text or not text.strip()):
+        _fail("give a text to substitute, or --replacement-table")
+    _quiet_transformers()
+    from textfree.encoders import EncoderLoadError
+    from textfree.rng import resolve_generator
+    from textfree.substitution.cli_support import build_t2t, default_corpus, parse_pos, replacement_rows
+    from textfree.substitution.pos import TAGGERS, UNIVERSAL_TAGS
+    from textfree.substitution.text import split_text
+
     # the tagger flags are checked always, and refused where they would have no effect (never silently ignored)
     if pos is not None and not parse_pos(pos):
         _fail(f"--pos {pos!r} lists no POS category: give e.g. noun,verb (or leave --pos out for plain T2T)")
@@ -461,6 +465,8 @@ def run(
     out_dir: Path = typer.Option(Path("results"), help="Where the results JSON goes."),
 ) -> None:
     """Run an experiment cell and write a results JSON."""
+    if not cell.is_file():  # before the experiment machinery's imports: a wrong path is reported at once
+        _fail(f"{cell}: no such file")
     _quiet_transformers()
     from textfree.encoders import EncoderLoadError
     from textfree.experiments import run_cell

@@ -25,6 +25,12 @@ def _ppft_fail(message: str, code: int = 2) -> None:
     _fail(message, code)
 
 
+def _require_run(path: _Path, flag: str) -> None:
+    """A PPFT run directory given by ``flag``, checked before any heavy import: a wrong path is reported at once."""
+    if not (path / "textfree_config.json").is_file():
+        _ppft_fail(f"{flag} {str(path)!r} is not a PPFT run directory (no textfree_config.json)")
+
+
 def _ppft_setup(verbose: bool = True) -> None:
     """Quiet transformers; ``verbose=False``: textfree's warnings only (logging:
     ``textfree.cli_common.setup_logging``)."""
@@ -295,6 +301,7 @@ def train_stage2_cmd(
     cpu: bool = typer.Option(False, "--cpu", help="Force the CPU."),
 ) -> None:
     """Stage 2: text-free domain adaptation; the server part trains on privatized payloads only."""
+    _require_run(init, "--from")
     _ppft_setup()
     from textfree.ppft.train import Stage2Config, train_stage2
 
@@ -443,6 +450,7 @@ def evaluate_cmd(
     ),
 ) -> None:
     """Held-out accuracy: the client privatizes each prompt, the server answers from the payload."""
+    _require_run(model, "--model")
     _ppft_setup(verbose=False)
     r = _ppft_evaluate(
         model, dataset, None if no_noise else epsilon, k, limit, seed, max_new_tokens, out, task=task, prompts=prompts
@@ -469,6 +477,7 @@ def ask_cmd(
     max_new_tokens: int = typer.Option(32, help="Generation length."),
 ) -> None:
     """The client privatizes PROMPT locally; the server part answers from the payload (+ --public)."""
+    _require_run(model, "--model")
     _ppft_setup(verbose=False)
     from textfree.ppft.model import TextFreeLM
 

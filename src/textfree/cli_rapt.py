@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -82,7 +83,10 @@ def train_cmd(
 ) -> None:
     """Privatize a GLUE task's examples (client side), fine-tune on them with reconstruction (server side), and print
     the accuracy on privatized test examples."""
-    from textfree.cli_common import _quiet_transformers, setup_logging
+    from textfree.cli_common import _fail, _quiet_transformers, setup_logging
+
+    if eta is not None and not (math.isfinite(eta) and eta > 0):  # before the heavy imports: reported at once
+        _fail(f"--eta must be a finite number > 0 or null, got {eta}")
 
     _quiet_transformers()
     setup_logging(True)

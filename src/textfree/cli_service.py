@@ -155,6 +155,12 @@ def serve(
     if add_key is not None or revoke_key is not None:
         _manage_keys(keys, add_key, revoke_key)
         return
+    if not model and not embed_model:  # the flag errors that need no import first: reported at once
+        _fail(
+            "give at least one model to serve: --model ID=RUN_DIR (PPFT or RAPT) or --embed-model ID=ENCODER (e.g. "
+            "--embed-model minilm=default, the split all-MiniLM-L6-v2)"
+        )
+    _check_keys(keys, no_auth)
     _quiet_transformers()
     _import_server()
     fields = {
@@ -188,6 +194,14 @@ def serve(
     from textfree.server.transport import run_server  # uvicorn with deadlines on request heads and bodies
 
     run_server(application, host=host, port=port, log_level="info")
+
+
+def _check_keys(keys: Path, no_auth: bool) -> None:
+    if not no_auth and not keys.is_file():
+        _fail(
+            f"no key store at {keys}: create a key first (textfree serve --add-key TENANT --keys {keys}), or --no-auth "
+            "on loopback"
+        )
 
 
 def _manage_keys(keys: Path, add_key: Optional[str], revoke_key: Optional[str]) -> None:
@@ -238,11 +252,7 @@ def _server_app(
     from textfree.server import ServerConfig, create_app
     from textfree.server.store import StoreError
 
-    if not no_auth and not keys.is_file():
-        _fail(
-            f"no key store at {keys}: create a key first (textfree serve --add-key TENANT --keys {keys}), or --no-auth "
-            "on loopback"
-        )
+    _check_keys(keys, no_auth)
     try:
         config = ServerConfig(
             models=_id_dirs(model, "--model"),

