@@ -196,6 +196,12 @@ def serve(
     run_server(application, host=host, port=port, log_level="info")
 
 
+def _open_client(client_class, url, api_key, timeout, retries, encoder, max_epsilon, cache_dir):
+    """The CLI's client: the flags every client command shares, and a line on stderr when a bundle downloads."""
+    return client_class(url, api_key=api_key, timeout=timeout, retries=retries, encoder=encoder,
+                        max_epsilon=max_epsilon, cache_dir=cache_dir, progress=_progress)  # fmt: skip
+
+
 def _check_keys(keys: Path, no_auth: bool) -> None:
     if not no_auth and not keys.is_file():
         _fail(
@@ -366,16 +372,7 @@ def ask(
     except ImportError as exc:
         _fail(f'textfree ask needs the server extra (pip install "textfree[server]"): {exc}')
     try:
-        with Client(
-            url,
-            api_key=api_key,
-            timeout=timeout,
-            retries=retries,
-            encoder=encoder,
-            max_epsilon=max_epsilon,
-            cache_dir=cache_dir,
-            progress=_progress,
-        ) as client:
+        with _open_client(Client, url, api_key, timeout, retries, encoder, max_epsilon, cache_dir) as client:
             result = client.generate(
                 prompt,
                 public=public,
@@ -511,16 +508,7 @@ def embed(
     except ImportError as exc:
         _fail(f'textfree embed needs the server extra (pip install "textfree[server]"): {exc}')
     try:
-        with Client(
-            url,
-            api_key=api_key,
-            timeout=timeout,
-            retries=retries,
-            encoder=encoder,
-            max_epsilon=max_epsilon,
-            cache_dir=cache_dir,
-            progress=_progress,
-        ) as client:
+        with _open_client(Client, url, api_key, timeout, retries, encoder, max_epsilon, cache_dir) as client:
             if denoise is None:
                 denoise = client.model_card(model).get("denoiser") is not None
             result = client.embed(text, model=model, epsilon=epsilon, seed=seed, denoise=denoise)
@@ -795,16 +783,7 @@ def finetune(
     else:
         upload, uploader = {"epsilon": epsilon, "seed": seed, "no_noise": no_noise}, _upload_payloads
     try:
-        with Client(
-            url,
-            api_key=api_key,
-            timeout=timeout,
-            retries=retries,
-            encoder=encoder,
-            max_epsilon=max_epsilon,
-            cache_dir=cache_dir,
-            progress=_progress,
-        ) as client:
+        with _open_client(Client, url, api_key, timeout, retries, encoder, max_epsilon, cache_dir) as client:
 
             def upload_file(c, path: Path) -> str:
                 return uploader(c, path, model=model, name=name, upload=upload)

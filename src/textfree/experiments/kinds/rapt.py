@@ -19,7 +19,7 @@ import math
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from ...rapt.config import RaptTrainConfig
 from ..registry import RunContext, register_cell_kind
@@ -42,18 +42,32 @@ def _config(cell: Any, params: dict, seed: int, out: str | None = None) -> RaptT
     return RaptTrainConfig(out=out or "unused", encoder=cell.encoder, seed=seed, progress=False, **settings)
 
 
-def _check_params(cell: Any, params: dict) -> tuple[str, str] | None:
-    known = set(RAPT_PARAMS)
-    out = params.get("out", _DEFAULT_OUT)
+def config_problem(params: dict, known: Iterable[str], build: Callable[[dict], Any]) -> tuple[str, str] | None:
+    """(param, message) of what ``build(params)`` (a config made of the params) refuses, naming the param its message
+    starts with; None when it builds. ``out`` must be a directory path."""
+    out = params.get("out", "default")
     if not isinstance(out, str) or not out.strip():
         return "out", f"out must be a directory path, got {out!r}"
     try:
-        _config(cell, params, 0)
+        build(params)
     except (ValueError, TypeError) as exc:
         message = str(exc)
         name = next((f for f in sorted(known, key=len, reverse=True) if message.startswith(f"{f} ")), None)
         return name or next(iter(params), "params"), message
     return None
+
+
+def point_run(cell: Any, point: dict, seed: int, check: Callable[[dict], Any], default_out: str) -> tuple[dict, Path]:
+    """(params, run directory ``<out>/<cell name>/<point>-s<seed>``) of one grid point; its params checked first."""
+    params = cell.resolve(point).params
+    problem = check(params)
+    if problem:
+        raise ValueError(f"params.{problem[0]}: {problem[1]}")
+    return params, Path(params.get("out", default_out)) / cell.name / f"{_slug(point)}-s{seed}"
+
+
+def _check_params(cell: Any, params: dict) -> tuple[str, str] | None:
+    return config_problem(params, RAPT_PARAMS, lambda p: _config(cell, p, 0))
 
 
 def _validate(cell: Any, points: list[dict]) -> None:
@@ -84,11 +98,7 @@ def rapt_finetune(cell: Any, point: dict, seed: int, context: RunContext) -> dic
     from ...rapt.train import train_rapt
 
     started = time.perf_counter()
-    params = cell.resolve(point).params
-    problem = _check_params(cell, params)
-    if problem:
-        raise ValueError(f"params.{problem[0]}: {problem[1]}")
-    run = Path(params.get("out", _DEFAULT_OUT)) / cell.name / f"{_slug(point)}-s{seed}"
+    params, run = point_run(cell, point, seed, lambda p: _check_params(cell, p), _DEFAULT_OUT)
     summary = train_rapt(_config(cell, params, seed, str(run)))
     return {
         "acc": summary["acc"],

@@ -15,12 +15,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from pathlib import Path
 from typing import Any
 
 from ...rapt.generation import RaptQAConfig
 from ..registry import RunContext, register_cell_kind
-from .rapt import _slug
+from .rapt import config_problem, point_run
 from .snd import validate_own_inputs
 
 __all__ = ["rapt_qa", "RAPT_QA_METRICS"]
@@ -43,13 +42,7 @@ def _config(cell: Any, params: dict, seed: int, out: str = "unused") -> RaptQACo
 def _check_params(cell: Any, params: dict) -> tuple[str, str] | None:
     if "decoder" not in params:
         return "decoder", "params.decoder (the decoder to fine-tune: an HF name or a local directory) is required"
-    try:
-        _config(cell, params, 0)
-    except (ValueError, TypeError) as exc:
-        message = str(exc)
-        name = next((f for f in sorted(RAPT_QA_PARAMS, key=len, reverse=True) if message.startswith(f"{f} ")), None)
-        return name or next(iter(params), "params"), message
-    return None
+    return config_problem(params, RAPT_QA_PARAMS, lambda p: _config(cell, p, 0))
 
 
 def _validate(cell: Any, points: list[dict]) -> None:
@@ -74,11 +67,7 @@ def rapt_qa(cell: Any, point: dict, seed: int, context: RunContext) -> dict[str,
     from ...rapt.generation import train_rapt_qa
 
     started = time.perf_counter()
-    params = cell.resolve(point).params
-    problem = _check_params(cell, params)
-    if problem:
-        raise ValueError(f"params.{problem[0]}: {problem[1]}")
-    run = Path(params.get("out", _DEFAULT_OUT)) / cell.name / f"{_slug(point)}-s{seed}"
+    params, run = point_run(cell, point, seed, lambda p: _check_params(cell, p), _DEFAULT_OUT)
     summary = train_rapt_qa(_config(cell, params, seed, str(run)))
     scores = summary["scores"]
     return {
