@@ -147,6 +147,9 @@ def test_generation_section_puts_ppft_beside_rapt_on_the_same_decoder(tmp_path):
     _result(tmp_path, "pipe", "ppft_pipeline", pipe, [{}], [{"acc_mcqa": 0.95, "acc_open": 0.8, "n_heldout": 582.0,
             "prompts_acc_mcqa": 0.7, "prompts_acc_open": 0.4}])  # fmt: skip
     _result(tmp_path, "other", "ppft_pipeline", {"out": "runs/other"}, [{}], [{"acc_mcqa": 0.1}])
+    later = json.loads((tmp_path / "pipe-20260101T000000Z.json").read_text())  # the same path, built elsewhere later
+    later["date"], later["results"][0]["metrics"]["acc_mcqa"]["mean"] = "2026-03-01T00:00:00+00:00", 0.11
+    (tmp_path / "pipe-20260301T000000Z.json").write_text(json.dumps(later))
     text = build_report(collect([tmp_path]))
     section = text.split("## PPFT and RAPT on one decoder")[1]
     assert (
@@ -159,3 +162,4 @@ def test_generation_section_puts_ppft_beside_rapt_on_the_same_decoder(tmp_path):
         in section
     )
     assert "`pipe-20260101T000000Z.json`" in text and "other-20260101T000000Z" not in text  # only the PPFT run used
+    assert "pipe-20260301T000000Z" not in text and "| 11.0 |" not in section  # the run nearest the RAPT cell's date

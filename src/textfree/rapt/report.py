@@ -149,7 +149,7 @@ def collect(paths: Iterable[str | os.PathLike]) -> RaptResults:
         data = load_results(f)
         kind = data.get("kind") or data["cell"].get("kind")
         if kind in (QA_KIND, PIPELINE_KIND):
-            generation.add(data, kind)
+            generation.add(data, kind, f.name)
             files.append((f.name, data["cell"]["name"], kind, data["date"]))
             continue
         target = newest if kind == KIND else ner if kind == NER_KIND else None
@@ -187,9 +187,8 @@ def collect(paths: Iterable[str | os.PathLike]) -> RaptResults:
             )
     if matched is not None:
         files.append((Path(matched["_path"]).name, "matched eta", "benchmark", str(matched.get("date"))))
-    used = {p["cell"] for p in generation.pipelines if generation.qa and p is generation.pipeline_for(
-        generation.qa[0]["params"].get("decoder"))}  # fmt: skip
-    files = [f for f in files if f[2] != PIPELINE_KIND or f[1] in used]  # list only the PPFT run the section uses
+    used = generation.pipeline_for(generation.qa[0]["params"].get("decoder")) if generation.qa else None
+    files = [f for f in files if f[2] != PIPELINE_KIND or (used and f[0] == used["file"])]  # only the PPFT run used
     return RaptResults(rows, matched, ner_rows, files, generation)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,9 @@ class Generation:
     qa: list[dict[str, Any]] = field(default_factory=list)
     pipelines: list[dict[str, Any]] = field(default_factory=list)
 
-    def add(self, data: dict[str, Any], kind: str) -> None:
+    def add(self, data: dict[str, Any], kind: str, file: str = "") -> None:
         rows = [
-            {"cell": data["cell"]["name"], "date": data["date"], "params": r["resolved"]["params"]}
+            {"cell": data["cell"]["name"], "date": data["date"], "file": file, "params": r["resolved"]["params"]}
             | {k: (v or {}).get("mean") for k, v in r["metrics"].items()}
             for r in data["results"]
         ]
@@ -37,11 +38,18 @@ class Generation:
         target.extend(rows)
 
     def pipeline_for(self, decoder: str | None) -> dict[str, Any] | None:
-        """The newest pipeline run whose decoder is ``decoder`` (``<out>/decoder``)."""
-        if not decoder:
+        """The pipeline run whose decoder is ``decoder`` (``<out>/decoder``) and whose date is nearest the RAPT
+        runs' (a path names no build: a run of the same settings elsewhere, e.g. a fresh clone timing the pipeline,
+        built another decoder at the same relative path; the RAPT cell runs on the decoder just built)."""
+        if not decoder or not self.qa:
             return None
         same = [p for p in self.pipelines if Path(str(p["params"].get("out", ""))) / "decoder" == Path(decoder)]
-        return max(same, key=lambda p: p["date"], default=None)
+        when = _seconds(self.qa[0]["date"])
+        return min(same, key=lambda p: abs(_seconds(p["date"]) - when), default=None)
+
+
+def _seconds(date: str) -> float:
+    return datetime.fromisoformat(date).timestamp()
 
 
 def _pct(value: Any) -> str:
