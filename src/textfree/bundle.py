@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
+from .atomic import _sha256_file
+
 __all__ = [
     "ALLOWED_SUFFIXES",
     "BundleError",
@@ -185,14 +187,6 @@ class Manifest:
             )
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _files_under(directory: Path) -> Iterable[str]:
     for root, dirs, names in os.walk(directory, followlinks=False):
         for name in names + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
@@ -222,7 +216,7 @@ def verify_dir(directory: str | os.PathLike, sha256: str) -> Manifest:
             raise BundleError(f"{f.name!r} is missing")
         if path.stat().st_size != f.bytes:
             raise BundleError(f"{f.name!r} has {path.stat().st_size} bytes, not the manifest's {f.bytes}")
-        if _file_sha256(path) != f.sha256:
+        if _sha256_file(path) != f.sha256:
             raise BundleError(f"{f.name!r} does not hash to the manifest's sha256 {f.sha256[:16]}...")
     return manifest
 

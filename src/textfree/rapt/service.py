@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Hashable, Sequence
 
+from ..atomic import _sha256_file
 from ..lm.adapters import ADAPTER_METHODS
 from ..server.config import ServerConfig
 from ..server.errors import ApiError
@@ -71,21 +72,13 @@ def is_rapt_run(source: str) -> bool:
     return isinstance(config, dict) and {"encoder", "plain_length", "rec_weight", "reconstruction"} <= set(config)
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def weights_entry(run: str | Path) -> dict[str, str | None]:
     """``{"kind": "adapter" | "model", "sha256", "task_head_sha256"}`` of a run's served weights: the sha256 of its
     one weights file (or of the list of ``name sha256`` lines of several, sharded, ones) and of its task head
     (``task_head.safetensors``; null for a run without one). ValueError without weights."""
     run = Path(run)
     head = run / "task_head.safetensors"
-    head_sha = _file_sha256(head) if head.is_file() else None
+    head_sha = _sha256_file(head) if head.is_file() else None
     for kind in ("adapter", "model"):
         folder = run / kind
         if not folder.is_dir():
@@ -94,9 +87,9 @@ def weights_entry(run: str | Path) -> dict[str, str | None]:
         if not files:
             raise ValueError(f"{str(folder)!r} holds no weights file ({', '.join(_WEIGHT_SUFFIXES)})")
         if len(files) == 1:
-            sha = _file_sha256(files[0])
+            sha = _sha256_file(files[0])
         else:
-            sha = hashlib.sha256("".join(f"{f.name} {_file_sha256(f)}\n" for f in files).encode()).hexdigest()
+            sha = hashlib.sha256("".join(f"{f.name} {_sha256_file(f)}\n" for f in files).encode()).hexdigest()
         return {"kind": kind, "sha256": sha, "task_head_sha256": head_sha}
     raise ValueError(f"{str(run)!r} holds neither adapter/ nor model/")
 
