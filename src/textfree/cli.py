@@ -285,7 +285,8 @@ def account(
             "(the file is the split: leave --split out)"
         )
     try:
-        result = dataset_alignment(dataset, budget, split=split, encoder=encoder, limit=limit)
+        with err.status(f"counting the tokens of {dataset} and the table's diameter ..."):
+            result = dataset_alignment(dataset, budget, split=split, encoder=encoder, limit=limit)
     except (DataError, FileNotFoundError, ValueError, EncoderLoadError) as exc:
         _fail(str(exc))
     if as_json:

@@ -36,8 +36,11 @@ def run_report_command(
     if missing:
         fail(f"no such file or directory: {', '.join(missing)}")
     check_report_out(out, fail)
+    from rich.console import Console
+
     try:
-        return write_report(list(results), out)
+        with Console(stderr=True).status(f"reading the result files and writing {out} ..."):
+            return write_report(list(results), out)
     except ResultsError as exc:
         fail(str(exc))
     except OSError as exc:
