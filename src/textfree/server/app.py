@@ -433,6 +433,15 @@ def _limits(server: _Server) -> dict:
     }
 
 
+def _file_responses(description: str, media_type: str, schema: dict, *errors: int) -> dict:
+    """The OpenAPI responses of a public-file route: the file (ETag: its sha256), 304, and the errors."""
+    return {
+        200: {"description": description, "content": {media_type: {"schema": schema}}},
+        304: {"description": "If-None-Match matched the ETag."},
+        **error_responses(*AUTH_ERRORS, *errors),
+    }
+
+
 def _public_file_response(public, request: Request, media_type: str) -> Response:
     """A published file's bytes (``ETag`` its sha256; ``If-None-Match`` matching it: 304)."""
     headers = {"ETag": public.etag, "Cache-Control": "private, max-age=86400"}
@@ -480,14 +489,13 @@ def _model_routes(server: _Server, tenant: Callable) -> APIRouter:
         "/v1/models/{model_id}/denoiser",
         summary="The embed model's client-side denoiser (safetensors; its sha256 is on the card).",
         response_class=Response,
-        responses={
-            200: {
-                "description": "The denoiser file (safetensors), ETag its sha256.",
-                "content": {OCTET: {"schema": {"type": "string", "format": "binary"}}},
-            },
-            304: {"description": "If-None-Match matched the ETag."},
-            **error_responses(*AUTH_ERRORS, 404, 422),
-        },
+        responses=_file_responses(
+            "The denoiser file (safetensors), ETag its sha256.",
+            OCTET,
+            {"type": "string", "format": "binary"},
+            404,
+            422,
+        ),
     )
     async def get_denoiser(model_id: str, request: Request, who: str = Depends(tenant)) -> Response:
         served(model_id)
@@ -502,15 +510,13 @@ def _model_routes(server: _Server, tenant: Callable) -> APIRouter:
         "/v1/models/{model_id}/plain_tokens",
         summary="The classify model's public plain tokens (JSON; its sha256 is on the card).",
         response_class=Response,
-        responses={
-            200: {
-                "description": "The plain-token file (JSON: format, categories, sequences, vocabulary); ETag: its "
-                "sha256.",
-                "content": {JSON: {"schema": {"type": "object"}}},
-            },
-            304: {"description": "If-None-Match matched the ETag."},
-            **error_responses(*AUTH_ERRORS, 404, 422),
-        },
+        responses=_file_responses(
+            "The plain-token file (JSON: format, categories, sequences, vocabulary); ETag: its sha256.",
+            JSON,
+            {"type": "object"},
+            404,
+            422,
+        ),
     )
     async def get_plain_tokens(model_id: str, request: Request, who: str = Depends(tenant)) -> Response:
         served(model_id)
@@ -527,15 +533,13 @@ def _model_routes(server: _Server, tenant: Callable) -> APIRouter:
         "/v1/models/{model_id}/bundle",
         summary="The manifest of the model's client bundle (canonical JSON; its sha256 is the card's client_bundle).",
         response_class=Response,
-        responses={
-            200: {
-                "description": "The manifest: {format, files: [{name, bytes, sha256}]}, canonical JSON; ETag: its "
-                "sha256.",
-                "content": {JSON: {"schema": {"type": "object"}}},
-            },
-            304: {"description": "If-None-Match matched the ETag."},
-            **error_responses(*AUTH_ERRORS, 404, 422),
-        },
+        responses=_file_responses(
+            "The manifest: {format, files: [{name, bytes, sha256}]}, canonical JSON; ETag: its sha256.",
+            JSON,
+            {"type": "object"},
+            404,
+            422,
+        ),
     )
     async def get_bundle(model_id: str, request: Request, who: str = Depends(tenant)) -> Response:
         served(model_id)
@@ -550,14 +554,14 @@ def _model_routes(server: _Server, tenant: Callable) -> APIRouter:
         "/v1/models/{model_id}/bundle/{name:path}",
         summary="One file of the model's client bundle (its size and sha256 are in the manifest).",
         response_class=Response,
-        responses={
-            200: {
-                "description": "The file's bytes; ETag: its sha256.",
-                "content": {OCTET: {"schema": {"type": "string", "format": "binary"}}},
-            },
-            304: {"description": "If-None-Match matched the ETag."},
-            **error_responses(*AUTH_ERRORS, 400, 404, 422),
-        },
+        responses=_file_responses(
+            "The file's bytes; ETag: its sha256.",
+            OCTET,
+            {"type": "string", "format": "binary"},
+            400,
+            404,
+            422,
+        ),
     )
     async def get_bundle_file(model_id: str, name: str, request: Request, who: str = Depends(tenant)) -> Response:
         served(model_id)
