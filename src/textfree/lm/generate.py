@@ -142,9 +142,12 @@ def generate_text(
     temperature: float = 0.0,
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
+    add_special_tokens: bool = True,
 ) -> list[str]:
     """The continuation of each text prompt (the text after the prompt, up to EOS): greedy at ``temperature`` 0,
     else sampled (:func:`next_tokens`) with draws from ``generator``, one prompt after the other.
+    ``add_special_tokens=False``: the prompt's ids without the tokenizer's special tokens (as a model fine-tuned on
+    such ids saw them: a WordPiece tokenizer's [SEP] is its EOS).
 
     Each prompt runs alone (a batch of one, no padding) through :func:`greedy_generate` with its ids embedded by the
     model's input embeddings, so a prompt's continuation does not depend on the other prompts. Puts the model in
@@ -157,7 +160,7 @@ def generate_text(
     embed = model.get_input_embeddings()
     texts = []
     for prompt in prompts:
-        ids = tokenizer(prompt, return_tensors="pt").input_ids.to(device)
+        ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=add_special_tokens).input_ids.to(device)
         if ids.shape[1] == 0:
             raise ValueError(f"prompt {prompt!r} has no tokens to condition on")
         new = greedy_generate(

@@ -185,24 +185,15 @@ def _prompt_ids(tokenizer: Any, prompt: str) -> list[int]:
     return tokenizer(prompt, add_special_tokens=False).input_ids
 
 
-@torch.no_grad()
 def answer_prompts(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[str], *, max_new_tokens: int = 16,
                    progress: bool = False) -> list[str]:  # fmt: skip
-    """The greedy answer to each prompt, one prompt at a time (:func:`textfree.lm.generate.greedy_generate`), its
-    ids made as :func:`encode_pairs` makes them."""
+    """The greedy answer to each prompt (:func:`textfree.lm.generate.generate_text`), its ids made as
+    :func:`encode_pairs` makes them (no special tokens)."""
     from tqdm.auto import tqdm
 
-    from .generate import greedy_generate
+    from .generate import generate_text
 
-    model.eval()
-    device = next(model.parameters()).device
-    embed = model.get_input_embeddings()
-    answers = []
-    for prompt in tqdm(prompts, desc="answer", unit="prompt", disable=not progress):
-        ids = torch.tensor([_prompt_ids(tokenizer, prompt)], device=device)
-        if ids.shape[1] == 0:
-            raise ValueError(f"prompt {prompt!r} has no tokens to condition on")
-        new = greedy_generate(model, embed(ids), torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                              eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)[0]  # fmt: skip
-        answers.append(tokenizer.decode(new, skip_special_tokens=True).strip())
-    return answers
+    return [
+        generate_text(model, tokenizer, [p], max_new_tokens=max_new_tokens, add_special_tokens=False)[0].strip()
+        for p in tqdm(prompts, desc="answer", unit="prompt", disable=not progress)
+    ]
