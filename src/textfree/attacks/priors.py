@@ -10,7 +10,9 @@ so an attack can require the grant its prior assumes.
   token; sparse (CSR) counts, so MiniLM's 30,522-token vocabulary costs only the observed pairs.
 * :class:`CausalLMPrior`: any Hugging Face causal LM (``from_pretrained`` by name or path). Same-tokenizer mode
   feeds the prefix ids to the LM. Cross-tokenizer mode (BeamClean Fig. 5) maps each target token to the LM's
-  vocabulary by its surface string; see the class docstring for exactly what it does.
+  vocabulary by its surface string: by its first LM sub-token (``mapping="first_subtoken"``), or by the paper's
+  restricted one-to-one mapping (``mapping="one_to_one"``, :mod:`textfree.attacks.token_mapping`); see the class
+  docstring for exactly what each does.
 """
 
 from __future__ import annotations
@@ -29,7 +31,12 @@ __all__ = [
     "BigramPrior",
     "CausalLMPrior",
     "surface_strings",
+    "CROSS_MAPPINGS",
 ]
+
+#: How a cross-tokenizer :class:`CausalLMPrior` maps target tokens to the LM's: by the first LM sub-token of the
+#: surface string, or by BeamClean's restricted one-to-one mapping (:mod:`textfree.attacks.token_mapping`).
+CROSS_MAPPINGS = ("first_subtoken", "one_to_one")
 
 
 def _check_vocab_size(owner: str, vocab_size: Any) -> int:
@@ -241,6 +248,16 @@ class CausalLMPrior(TokenPrior):
     Target tokens that share a first sub-token share a score: the mapping is an approximation of p(w | prefix),
     good enough to rank candidates that the noise model has already narrowed to a short list.
 
+    **Restricted one-to-one** (``mapping="one_to_one"``, with ``target_tokenizer``; BeamClean §5, Fig. 5): the map of
+    :func:`~textfree.attacks.token_mapping.one_to_one_mapping` pairs each *mapped* target token with its own LM token
+    (its surface string, or a version of it, is a single LM token). A prefix is translated token by token
+    (:meth:`TokenMapping.context_ids`: a mapped token is its LM token, special tokens are dropped, an unmapped token
+    is the LM's tokenization of its surface) after ``start_ids``; the LM's next-token distribution is restricted to
+    the mapped LM tokens and renormalised. ``unmapped_mass`` (alpha, in [0, 1)) is what the unmapped target tokens
+    (special tokens included) get: a mapped token has (1 - alpha) x its restricted probability, an unmapped one
+    alpha / (number of unmapped tokens). alpha = 0 is the paper's restricted vocabulary: unmapped tokens get
+    probability 0 (log -inf) and are listed in ``excluded_ids`` so that BeamClean never proposes them.
+
     The whole prefix is re-run at every call (no KV cache): O(T^2) LM work per sequence.
     """
 
@@ -255,8 +272,20 @@ class CausalLMPrior(TokenPrior):
         training_text: str | None = "public",
         batch_size: int = 64,
         device: str | torch.device = "cpu",
+        mapping: str = "first_subtoken",
+        unmapped_mass: float = 0.0,
     ):
         _check_training_text("CausalLMPrior", training_text)
+        if mapping not in CROSS_MAPPINGS:
+            raise ValueError(f"CausalLMPrior: mapping must be one of {list(CROSS_MAPPINGS)}, got {mapping!r}")
+        ok = isinstance(unmapped_mass, (int, float)) and not isinstance(unmapped_mass, bool)
+        if not ok or not 0 <= unmapped_mass < 1:
+            raise ValueError(f"CausalLMPrior: unmapped_mass must be a number in [0, 1), got {unmapped_mass!r}")
+        if mapping != "one_to_one" and unmapped_mass:
+            raise ValueError(f"CausalLMPrior: unmapped_mass applies to mapping='one_to_one' only, not {mapping!r}")
+        self.mapping = mapping
+        self.unmapped_mass = float(unmapped_mass)
+        self.token_mapping = None
         self.model = model.eval().to(device)
         self.lm_tokenizer = lm_tokenizer
         self.target_tokenizer = target_tokenizer
@@ -273,10 +302,20 @@ class CausalLMPrior(TokenPrior):
             if self.vocab_size > lm_vocab:
                 raise ValueError(f"CausalLMPrior: vocab_size {self.vocab_size} exceeds the LM's {lm_vocab} outputs")
             self._first_sub = None
+            if mapping != "first_subtoken":
+                raise ValueError(f"CausalLMPrior: mapping={mapping!r} needs a target_tokenizer (another tokenizer)")
         else:
             self.vocab_size = _check_vocab_size(
                 "CausalLMPrior", len(target_tokenizer) if vocab_size is None else vocab_size
             )
+            if mapping == "one_to_one":
+                from .token_mapping import one_to_one_mapping
+
+                self.token_mapping = one_to_one_mapping(
+                    target_tokenizer, lm_tokenizer, target_vocab_size=self.vocab_size, lm_vocab_size=lm_vocab
+                )
+                self._first_sub = None
+                return
             strings = surface_strings(target_tokenizer)[: self.vocab_size]
             strings += [""] * (self.vocab_size - len(strings))
             first = _first_subtokens(strings, lm_tokenizer)
@@ -293,7 +332,16 @@ class CausalLMPrior(TokenPrior):
         model = AutoModelForCausalLM.from_pretrained(name_or_path)
         return cls(model, tokenizer, target_tokenizer=target_tokenizer, **kwargs)
 
+    @property
+    def excluded_ids(self) -> tuple[int, ...]:
+        """Target ids this prior gives probability 0 (one-to-one mapping with ``unmapped_mass`` 0), else ()."""
+        if self.token_mapping is None or self.unmapped_mass > 0:
+            return ()
+        return tuple(int(i) for i in self.token_mapping.unmapped_ids)
+
     def _lm_inputs(self, prefixes: list[list[int]]) -> list[list[int]]:
+        if self.token_mapping is not None:
+            return [self.start_ids + self.token_mapping.context_ids(p) for p in prefixes]
         if self.target_tokenizer is None:
             return [self.start_ids + [int(t) for t in p] for p in prefixes]
         texts = [
@@ -324,6 +372,8 @@ class CausalLMPrior(TokenPrior):
         v = self.vocab_size
         lp = self._next_logprobs(self._lm_inputs(prefixes))
         empty = torch.isnan(lp[:, 0])
+        if self.token_mapping is not None:
+            return self._mapped_log_probs(lp, empty)
         if self._first_sub is None:
             scores = lp[:, :v]
         else:
@@ -333,3 +383,15 @@ class CausalLMPrior(TokenPrior):
         scores = torch.log_softmax(scores, dim=-1)
         scores[empty] = -math.log(v)
         return scores
+
+    def _mapped_log_probs(self, lp: torch.Tensor, empty: torch.Tensor) -> torch.Tensor:
+        """One-to-one mode: the restricted, renormalised LM distribution on the mapped tokens, weighted 1 - alpha;
+        alpha spread evenly over the unmapped ones (-inf when alpha is 0); an empty input is uniform on the mapped."""
+        tm, alpha = self.token_mapping, self.unmapped_mass
+        restricted = tm.restricted_log_probs(lp.nan_to_num(0.0))
+        restricted[empty] = -math.log(max(tm.size, 1))
+        n_unmapped = self.vocab_size - tm.size
+        fill = math.log(alpha / n_unmapped) if alpha > 0 and n_unmapped else -math.inf
+        out = torch.full((len(lp), self.vocab_size), fill, dtype=torch.float64)
+        out[:, tm.target_ids] = restricted + (math.log1p(-alpha) if n_unmapped else 0.0)
+        return out

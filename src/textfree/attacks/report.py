@@ -15,6 +15,11 @@ The issue-4 target is judged by :func:`target_verdict`, from the numbers: among 
 nearest neighbour recovers at most 20% of tokens (mean over seeds) and more than 0%, the target is met at a point
 where BeamClean with estimated noise recovers at least 3x as many tokens (ratio of the means); the verdict also says
 whether the ratio holds in every seed separately.
+
+The cross-model prior (issue 58, BeamClean §5 / Fig. 5) is judged by the same rule on each cell whose prior is a
+``causal_lm`` with ``mapping: one_to_one`` (:func:`cross_prior_section`); the table beside it pairs each such cell with
+the same-tokenizer (bigram) cells on the same texts (same dataset, mechanism and scored tokens), by grid point, and
+with the paper's own figure (:data:`PAPER_FIG5`).
 """
 
 from __future__ import annotations
@@ -42,6 +47,9 @@ __all__ = [
     "write_report",
     "ATTACK_KINDS",
     "attack_result_files",
+    "PAPER_FIG5",
+    "is_cross_prior",
+    "cross_prior_section",
 ]
 
 KIND = "token_inversion"
@@ -63,6 +71,9 @@ RECOVERY_COLUMNS = (
     ("pii_exact_nn_best", "PII found, NN (exact)", ":p"),
     ("pii_exact_beamclean_estimated", "PII found, BeamClean (exact)", ":*"),
 )
+#: BeamClean Fig. 5 (GPT-2 table, Llama-3.2-1B-Instruct prior through a restricted 1:1 token map, MRPC, Laplace
+#: noise): the largest gap, at DP eps ~ 9.6 on the paper's own eps scale (not comparable with eps per unit L2 here).
+PAPER_FIG5 = {"epsilon": 9.6, "nn": 0.17, "beamclean": 0.77}
 _NN = "recovery_nn_best"
 _BC = "recovery_beamclean_estimated"
 _BC_ORACLE = "recovery_beamclean_oracle"
@@ -346,7 +357,12 @@ def _describe(curve: Curve) -> list[str]:
     prior_txt = {
         "bigram": f"bigram (add-{prior.get('k', 0.1):g}) on {sources or 'inline texts'} "
         f"({prior.get('training_text', 'public')} text)",
-        "causal_lm": f"causal LM `{prior.get('path')}` (cross-tokenizer)",
+        "causal_lm": f"causal LM `{prior.get('path')}` (cross-tokenizer, "
+        + (
+            f"restricted one-to-one token map, unmapped mass {prior.get('unmapped_mass', 0):g})"
+            if prior.get("mapping") == "one_to_one"
+            else "first LM sub-token of each token)"
+        ),
         "uniform": "uniform",
     }.get(prior.get("kind", "bigram"), "?")
     threat = ", ".join(k for k, v in (a.get("threat") or {}).items() if v is True and k != "payload_vectors")
@@ -466,10 +482,108 @@ def _markdown(curves: Sequence[Curve], figures: Sequence[str]) -> str:
         lines += ["", f"### {c.title} (`{c.name}`)", ""] + _describe(c) + [""] + _table(c)
     if figures:
         lines += ["", "### Figure", ""] + [f"![{Path(f).stem}]({f})" for f in figures]
+    lines += cross_prior_section(curves)
     if curves:
         lines += ["", "## Result files", "", "| cell | file | date | git commit |", "|---|---|---|---|"]
         lines += [f"| `{c.name}` | `{c.source}` | {c.date} | {(c.git or 'unknown')[:10]} |" for c in curves]
     return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------ cross-model prior
+def is_cross_prior(curve: Curve) -> bool:
+    """A cell whose BeamClean prior is an LM of another tokenizer through the restricted one-to-one map."""
+    prior = curve.attack.get("prior") or {}
+    return prior.get("kind") == "causal_lm" and prior.get("mapping") == "one_to_one"
+
+
+def _same_texts(a: Curve, b: Curve) -> bool:
+    n = lambda c: c.points[0].mean("n_tokens") if c.points else math.nan  # noqa: E731
+    return a.dataset == b.dataset and a.family == b.family and n(a) == n(b) and not math.isnan(n(a))
+
+
+def _same_tokenizer_baselines(cross: Curve, curves: Sequence[Curve]) -> list[Curve]:
+    """The bigram-prior cells on the same texts and mechanism as ``cross``."""
+    return [
+        c
+        for c in curves
+        if c is not cross
+        and (c.attack.get("prior") or {}).get("kind", "bigram") == "bigram"
+        and "beamclean" in c.attack.get("attacks", ["beamclean"])
+        and _same_texts(cross, c)
+    ]
+
+
+def _seed_means(point: Point | None, name: str) -> str:
+    return "—" if point is None else _pct(point, name)
+
+
+def cross_prior_section(curves: Sequence[Curve]) -> list[str]:
+    """The issue-58 section: per cross-model cell, its verdict and a table of NN, same-tokenizer BeamClean and
+    cross-model BeamClean per grid point, with the paper's Fig. 5 figure beside; [] when no cell has such a prior."""
+    crosses = [c for c in curves if is_cross_prior(c)]
+    if not crosses:
+        return []
+    paper = PAPER_FIG5
+    lines = [
+        "",
+        "## Cross-model prior: BeamClean with a prior LM of another tokenizer (BeamClean §5, Fig. 5)",
+        "",
+        "BeamClean's prior need not share the attacked model's tokenizer: the paper attacks GPT-2 embeddings with a",
+        "Llama-3.2-1B-Instruct prior through a restricted one-to-one token map and reports "
+        f"{100 * paper['beamclean']:.0f}% vs {100 * paper['nn']:.0f}%",
+        f"for nearest neighbour (MRPC, Laplace noise, DP eps ~ {paper['epsilon']:g} on its own scale). Here MiniLM's",
+        "table is attacked with the local decoder (its own byte-level BPE) as the prior, through the same kind of map",
+        "(`textfree.attacks.token_mapping`: a MiniLM token whose surface string is one decoder token gets it, no two",
+        "share one; the LM's distribution is restricted to the mapped tokens and renormalised). *Same-tokenizer* is",
+        "BeamClean with a bigram over MiniLM's own tokens on the same texts, noise and seeds; *coverage* is the share",
+        "of scored tokens the map covers (with unmapped mass 0 the others are never decoded: it bounds the",
+        "cross-model recovery). `mean ± sd` over seeds; the ratios are of the means.",
+        "",
+        f"**Target** (issue 58): where nearest neighbour recovers at most {100 * TARGET_NN_MAX:g}% (and more than 0%), "
+        f"BeamClean with the cross-model prior (estimated noise) recovers at least {TARGET_RATIO:g}x as many.",
+        "",
+    ]
+    for c in crosses:
+        lines.append(f"* `{c.name}` ({c.dataset}): {target_verdict(c).sentence()}")
+    for c in crosses:
+        bases = _same_tokenizer_baselines(c, curves)
+        head = [c.axis_label, "eps / unit distance", "NN best"]
+        head += [f"BeamClean, same tokenizer (`{b.name}`)" for b in bases]
+        head += ["BeamClean, cross-model prior", "cross-model / NN"]
+        head += [f"same tokenizer / NN (`{b.name}`)" for b in bases]
+        head += ["coverage", "s / seq (cross-model)"]
+        lines += ["", f"### `{c.name}`", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for p in c.points:
+            others = [next((q for q in b.points if q.x == p.x), None) for b in bases]
+            row = [f"{p.x:g}" if isinstance(p.x, (int, float)) else str(p.x), _num(p, "epsilon_unit"), _pct(p, _NN)]
+            row += [_seed_means(q, _BC) for q in others]
+            row += [_pct(p, _BC), _ratio(p, _BC)]
+            row += ["—" if q is None else _ratio(q, _BC) for q in others]
+            row += [_num(p, "prior_coverage", ".1%"), _num(p, "seconds_per_sequence_beamclean_estimated", ".2f")]
+            lines.append("| " + " | ".join(row) + " |")
+        paper_row = [
+            f"paper Fig. 5 (GPT-2 / Llama-3.2-1B, MRPC), DP eps ~ {paper['epsilon']:g}",
+            "—",
+            f"{100 * paper['nn']:.0f}",
+        ]
+        paper_row += ["—"] * len(bases) + [f"{100 * paper['beamclean']:.0f}"]
+        paper_row += [f"{paper['beamclean'] / paper['nn']:.2f}x"]
+        paper_row += ["—"] * len(bases) + ["—", "—"]
+        lines.append("| " + " | ".join(paper_row) + " |")
+        nn_differs = [
+            b.name
+            for b in bases
+            for p in c.points
+            for q in b.points
+            if q.x == p.x and q.values.get(_NN) != p.values.get(_NN)
+        ]
+        if nn_differs:
+            lines += [
+                "",
+                f"Nearest neighbour differs between `{c.name}` and {sorted(set(nn_differs))}: not the same "
+                "released vectors; compare with care.",
+            ]
+    return lines
 
 
 #: Panels per row of the token-inversion figure: three read at page width.

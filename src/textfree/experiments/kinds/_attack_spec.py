@@ -22,6 +22,7 @@ from ...attacks import (
     check_grant,
 )
 from ...attacks.blackbox import BLACKBOX_REQUIRES, BlackBoxConfig
+from ...attacks.priors import CROSS_MAPPINGS
 from ...data.registry import is_ppft_dataset
 from ...results.cell import CellError
 
@@ -48,7 +49,7 @@ _BEAMCLEAN_KEYS = {f.name for f in dataclasses.fields(BeamCleanConfig)} - {"excl
 _PRIOR_KEYS = {
     "bigram": {"kind", "sources", "texts", "k", "training_text"},
     "uniform": {"kind"},
-    "causal_lm": {"kind", "path", "training_text", "batch_size"},
+    "causal_lm": {"kind", "path", "training_text", "batch_size", "mapping", "unmapped_mass"},
 }
 _SOURCE_KEYS = {"dataset", "split", "limit"}
 
@@ -204,6 +205,14 @@ def _check_prior(spec: Any) -> dict:
     if kind == "causal_lm":
         if not isinstance(spec.get("path"), str) or not spec["path"]:
             raise _fail("a causal_lm prior needs `path` (a local directory or a Hugging Face name)", f"{where}.path")
+        mapping = spec.get("mapping", "first_subtoken")
+        if mapping not in CROSS_MAPPINGS:
+            raise _fail(f"mapping must be one of {list(CROSS_MAPPINGS)}, got {mapping!r}", f"{where}.mapping")
+        alpha = spec.get("unmapped_mass", 0.0)
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha < 1:
+            raise _fail(f"unmapped_mass must be a number in [0, 1), got {alpha!r}", f"{where}.unmapped_mass")
+        if alpha and mapping != "one_to_one":
+            raise _fail(f"unmapped_mass applies to mapping: one_to_one only, not {mapping!r}", f"{where}.unmapped_mass")
         return spec
     texts, sources = spec.get("texts"), spec.get("sources")
     if (texts is None) == (sources is None):

@@ -11,7 +11,8 @@ Inputs (once per run, cached):
   MCQA records): a registered name, or a path / hub dataset in any layout with ``params.columns`` (``{text: COLUMN,
   pii: COLUMN, names: [...]}``: :class:`~textfree.data.table.ColumnMap`; a PII column gives the PII attack below its
   units). For a Pri-* dataset, ``split: heldout`` / ``split: train`` take that part of the PPFT split
-  (:func:`textfree.data.ppft_split`); other splits go to ``load_dataset``. Repeated texts are dropped (Pri-DDX repeats
+  (:func:`textfree.data.ppft_split`); other splits go to ``load_dataset``. Sentence-pair records (MRPC: ``text_a``,
+  ``text_b``) give both sentences, in order, as two texts. Repeated texts are dropped (Pri-DDX repeats
   the same patient description with other distractors), then ``limit`` texts are kept.
 * token ids: the encoder's tokenizer without special tokens, cut to ``params.max_tokens`` (default 48), then wrapped
   with the tokenizer's special tokens (MiniLM: ``[CLS] ... [SEP]``) as the payload carries them. Every position is
@@ -31,7 +32,8 @@ Inputs (once per run, cached):
                 # gaussian, l1_laplace, l2_laplace, vmf (direction only, for clipped noise)
     prior:    {kind: bigram, sources: [{dataset: alpaca}, {dataset: gsm8k, split: train}], k: 0.1,
                training_text: public}             # or inline texts: [...]; {kind: uniform};
-                                                  # {kind: causal_lm, path: runs/decoder-small}
+                                                  # {kind: causal_lm, path: runs/decoder-small,
+                                                  #  mapping: first_subtoken | one_to_one, unmapped_mass: 0}
     blackbox: {sources: [{dataset: alpaca}, {dataset: gsm8k, split: train}], vocab_size: 4096, samples: 50000,
                hidden: 256, epochs: 4}            # mlp / autoencoder: public text (or inline texts) to query
 
@@ -66,6 +68,9 @@ Metrics (each only when its attack runs):
 * ``noise_norm`` (mean ||released - clean|| per token), ``expected_noise_norm`` (NaN for mechanisms without one).
 * ``seconds_per_sequence_nn`` (both NN metrics), ``seconds_per_sequence_beamclean_estimated`` / ``_oracle``.
 * ``n_sequences``, ``n_tokens`` (scored tokens).
+* ``prior_coverage`` (a ``causal_lm`` prior with ``mapping: one_to_one``): the share of scored tokens that the
+  one-to-one mapping covers. With ``unmapped_mass: 0`` (the paper's restricted vocabulary) the other tokens are never
+  candidates, so it bounds BeamClean's recovery; it is a diagnostic, the attacker never sees the evaluated tokens.
 * PII attack (datasets whose records carry PII units: PUPA): the guessed ids of each sequence's scored positions are
   decoded to text and :func:`~textfree.metrics.privacy.pii_recovery` counts the record's PII units found in it:
   ``pii_exact_nn_best`` / ``pii_fuzzy_nn_best`` (the stronger NN metric's guesses), ``pii_exact_beamclean_<noise>``,
@@ -149,6 +154,7 @@ TOKEN_INVERSION_METRICS = (
     "seconds_per_sequence_beamclean_oracle",
     "n_sequences",
     "n_tokens",
+    "prior_coverage",
     "pii_exact_nn_best",
     "pii_fuzzy_nn_best",
     "pii_exact_beamclean_estimated",
@@ -232,10 +238,17 @@ def _cell_texts(cell: Any) -> list[str]:
     elif cell.texts is None and _columns(cell) is not None:
         texts = [record_private_text(r) for r in _records(cell)]
         texts = [t for t in texts if t.strip()]
+    elif cell.texts is None and cell.dataset is not None and (records := _records(cell)) and _is_pair(records[0]):
+        texts = [t for r in records for t in (r.text_a, r.text_b) if t and t.strip()]  # sentence pairs: both
     else:
         texts = load_texts(dataclasses.replace(cell, limit=None))
     texts = list(dict.fromkeys(texts))
     return texts[: cell.limit] if cell.limit is not None else texts
+
+
+def _is_pair(record: Any) -> bool:
+    """A sentence-pair record (MRPC, RTE, QQP: ``text_a`` / ``text_b``): each sentence is one private text."""
+    return hasattr(record, "text_a") and hasattr(record, "text_b")
 
 
 @dataclass
@@ -329,12 +342,19 @@ def _prior(spec: dict, inputs: _Inputs, context: RunContext):
             return UniformPrior(v)
         training_text = spec.get("training_text", "public")
         if spec["kind"] == "causal_lm":
-            return CausalLMPrior.from_pretrained(
+            prior = CausalLMPrior.from_pretrained(
                 spec["path"],
                 target_tokenizer=inputs.tokenizer,
                 training_text=training_text,
                 batch_size=spec.get("batch_size", 64),
+                mapping=spec.get("mapping", "first_subtoken"),
+                unmapped_mass=float(spec.get("unmapped_mass", 0.0)),
             )
+            if prior.token_mapping is not None:
+                context.logger.info(
+                    "one-to-one prior mapping: %d of %d target tokens mapped", prior.token_mapping.size, v
+                )
+            return prior
         texts = _prior_texts(spec)
         overlap = set(texts) & set(inputs.texts)
         if overlap:
@@ -411,6 +431,11 @@ def _run(cell: Any, resolved: Any, spec: InversionAttackSpec, seed: int, context
     if "beamclean" in spec.attacks:
         prior = _prior(spec.prior, data, context)
         noisy = list(released.split(lengths))
+        config = spec.config
+        if getattr(prior, "token_mapping", None) is not None:  # a one-to-one cross-tokenizer prior
+            out["prior_coverage"] = prior.token_mapping.coverage(gold[scored])
+            if prior.excluded_ids:  # the paper's restricted vocabulary: unmapped tokens are never candidates
+                config = dataclasses.replace(config, excluded_ids=tuple(config.excluded_ids) + prior.excluded_ids)
         for noise in spec.noise:
             t0 = time.perf_counter()
             res = beamclean_attack(
@@ -421,7 +446,7 @@ def _run(cell: Any, resolved: Any, spec: InversionAttackSpec, seed: int, context
                 noise=noise,
                 family=spec.family,
                 mechanism=mech,
-                config=spec.config,
+                config=config,
             )
             out[f"seconds_per_sequence_beamclean_{noise}"] = (time.perf_counter() - t0) / n
             out[f"recovery_beamclean_{noise}"] = token_recovery_rate(torch.cat(res.ids), gold, scored)
