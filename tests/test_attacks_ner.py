@@ -342,6 +342,13 @@ def test_the_attacks_report_shows_ner_cells():
     )
     assert "| 25 | 58.5 | – | 0.250 | – | 0.750 | 0.500 | 60.0 | – |" in lines
     assert ner_section([])[-1] == "No ner_attack result files were given."
+    # a grid over the categories (RAPT Fig. 6): one release per row, named
+    grid = {"name": "ner_pos", "dataset": "presidio", "params": {"pos": "default"}, "grid": {"params.pos": []}}
+    points = [({"params.pos": None}, Point(None, values)), ({"params.pos": "noun"}, Point(None, values))]
+    lines = ner_section([PayloadCell("ner_pos", grid, points, "f.json", "d")])
+    assert any(line.startswith("### `ner_pos` (presidio, T2T or PCT2T per row;") for line in lines)
+    assert "| T2T | None | 58.5 | – | 0.250 | – | 0.750 | 0.500 | 60.0 | – |" in lines
+    assert "| PCT2T, noun | None | 58.5 | – | 0.250 | – | 0.750 | 0.500 | 60.0 | – |" in lines
 
 
 def test_cell_reads_a_table_by_path_and_column_mapping(tiny_encoder_dir, tmp_path):

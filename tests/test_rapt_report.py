@@ -163,3 +163,139 @@ def test_generation_section_puts_ppft_beside_rapt_on_the_same_decoder(tmp_path):
     )
     assert "`pipe-20260101T000000Z.json`" in text and "other-20260101T000000Z" not in text  # only the PPFT run used
     assert "pipe-20260301T000000Z" not in text and "| 11.0 |" not in section  # the run nearest the RAPT cell's date
+
+
+# ------------------------------------------------------------------------------------------------ Fig. 6 (POS sets)
+def _pos_results(directory):
+    """The Table II cells (T2T and PCT2T replaced by runs at eta inf / 62.7 only), a POS-set cell at eta 62.7 (NOUN,
+    DET, every category) and a NER cell over the same sets; the default-set and T2T runs carry no release figures
+    (older runs): their shares come from their privatized words per sentence over the POS cell's words per sentence
+    (20)."""
+    _results(directory)
+    _result(directory, "t2t", "rapt_finetune", {"task": "sst2", "method": "lora", "pos": None, "plain_length": 0,
+            "reconstruction": False}, [{"eta": None}, {"eta": 62.7}],
+            [{"acc": 0.90, "mean_privatized_words": 0.0, "seconds": 300.0},
+             {"acc": 0.60, "mean_privatized_words": 18.0, "seconds": 360.0}])  # fmt: skip
+    _result(directory, "pct2t", "rapt_finetune", {"task": "sst2", "method": "lora", "pos": "default",
+            "plain_length": 0, "reconstruction": False}, [{"eta": 62.7}],
+            [{"acc": 0.70, "mean_privatized_words": 10.0, "seconds": 330.0}])  # fmt: skip
+    rows = [
+        {"acc": 0.78, "privatized_share": 0.20, "replaced_share": 0.10, "mean_words": 20.0, "seconds": 420.0},
+        {"acc": 0.85, "privatized_share": 0.10, "replaced_share": 0.03, "mean_words": 20.0, "seconds": 390.0},
+        {"acc": 0.62, "privatized_share": 0.93, "replaced_share": 0.35, "mean_words": 20.0, "seconds": 450.0},
+    ]
+    base = {"task": "sst2", "method": "lora", "eta": 62.7, "plain_length": 0, "reconstruction": False}
+    _result(directory, "pos", "rapt_finetune", base, [{"pos": p} for p in ("noun", "det", "all")], rows)
+    ner = [
+        {"entity_survival": s, "empirical_privacy": e, "clean_empirical_privacy": 0.46}
+        for s, e in ((0.70, 0.62), (0.80, 0.55), (0.95, 0.47), (0.75, 0.58), (0.60, 0.66))
+    ]
+    points = [{"pos": p} for p in (None, "noun", "det", "default", "all")]
+    _result(directory, "ner_pos", "ner_attack", {"eta": 62.7}, points, ner)
+    return directory
+
+
+def test_pos_key_reads_every_spelling():
+    from textfree.rapt.report_pos import pos_key, pos_title
+
+    assert pos_key(None) is None and pos_key("default") == "default" and pos_key("ALL") == "all"
+    assert pos_key(["NOUN", "VERB", "PRON", "ADP"]) == "default" == pos_key("verb,noun,preposition,pronoun")
+    assert pos_key(["NOUN", "VERB", "PRON", "ADP", "ADJ", "ADV", "DET", "NUM", "PRT", "CONJ", ".", "X"]) == "all"
+    assert pos_key("Noun, verb") == "noun,verb" and pos_key(["DET"]) == "det"
+    assert pos_title("noun,verb") == "NOUN, VERB" and pos_title(None).startswith("T2T")
+
+
+def test_pos_section_puts_the_sets_beside_the_default_set_and_t2t(tmp_path):
+    res = collect([_pos_results(tmp_path)])
+    assert {r.row for r in res.rows if r.cell == "pos"} == {"pos"}
+    text = build_report(res)
+    # the POS-set rows (78.0 / 85.0 / 62.0 at 62.7) stay out of Table II: PCT2T at 62.7 is the default-set run's
+    assert "| +PCT2T | — | 70.0 | — | 90.0 |" in text
+    section = text[text.index("## Part-of-speech categories") : text.index("## PPFT and RAPT")]
+    lines = [line for line in section.splitlines() if line.startswith("| ")]
+    # clean, then the sets by share privatized (DET 10 %, NOUN 20 %, all 93 %), the default set, T2T; the default
+    # set's and T2T's shares: 10 / 20 and 18 / 20 words, replaced not recorded
+    assert lines[1:] == [
+        "| none (no privatization) | 0.0 | 0.0 | — | — | 90.0 | 5.0 | — |",
+        "| DET | 10.0 | 3.0 | 95.0 | 47.0 | 85.0 | 6.5 | relatively weak privacy; kept for syntax |",
+        "| NOUN | 20.0 | 10.0 | 80.0 | 55.0 | 78.0 | 7.0 | effective for privacy (in the paper's set) |",
+        "| all categories | 93.0 | 35.0 | 60.0 | 66.0 | 62.0 | 7.5 | the 'All' bar (every tag) |",
+        "| NOUN, VERB, PRON, ADP (default) | 50.0 | — | 75.0 | 58.0 | 70.0 | 5.5 | the paper's set in every "
+        "experiment |",
+        "| T2T (every word, any category) | 90.0 | — | 70.0 | 62.0 | 60.0 | 6.0 | not in Fig. 6 (Fig. 4: privacy "
+        "comparable to PCT2T's) |",
+    ]
+    assert "### SST2, LoRA, eta 62.7 (paper 125)" in section and "attacker's reference): 46.0." in section
+    # the NER section names each set
+    assert "| PCT2T (NOUN) | 62.7 |" in text and "| PCT2T (all categories) | 62.7 |" in text
+
+
+def test_pos_section_and_figure_are_absent_without_pos_rows(tmp_path):
+    text = build_report(collect([_results(tmp_path)]))
+    assert "No POS-set cell given (`examples/cells/rapt/sst2_lora_pos.yaml`)." in text
+    write_report([tmp_path], tmp_path / "out" / "rapt.md")
+    assert not (tmp_path / "out" / "rapt" / "pos.png").exists()
+
+
+def test_write_report_draws_the_pos_figure(tmp_path):
+    (tmp_path / "results").mkdir()
+    out = write_report([_pos_results(tmp_path / "results")], tmp_path / "docs" / "rapt.md")
+    assert "![POS categories: privacy and accuracy](rapt/pos.png)" in out.read_text()
+    assert (tmp_path / "docs" / "rapt" / "pos.png").stat().st_size > 1000
+
+
+def test_the_pos_cells_load_with_the_pos_set_as_their_grid_axis():
+    from textfree.experiments import load_cell
+    from textfree.experiments.kinds.ner import _settings
+
+    root = Path(__file__).resolve().parents[1] / "examples" / "cells"
+    rapt = load_cell(root / "rapt" / "sst2_lora_pos.yaml")
+    assert rapt.kind == "rapt_finetune" and rapt.grid == {"params.pos": ["noun", "det", "all"]}
+    assert rapt.params["eta"] == 62.7 and rapt.params["plain_length"] == 0 and not rapt.params["reconstruction"]
+    ner = load_cell(root / "attacks" / "ner_pos.yaml")
+    assert ner.grid == {"params.pos": [None, "noun", "det", "default", "all"]} and ner.params["eta"] == 62.7
+    # the NER kind reads a comma string as its list of categories
+    assert [_settings(ner, p)[0]["pos"] for p in ner.points()] == [None, ["noun"], ["det"], "default", ["all"]]
+
+
+def test_ner_kind_refuses_an_unknown_category_in_a_comma_string():
+    from textfree.experiments import Cell, CellError
+
+    cell = {"name": "ner_x", "kind": "ner_attack", "dataset": "presidio", "split": "synth", "params": {"eta": 50},
+            "attack": {"threat": {"training_text": "public"}}, "grid": {"params.pos": ["noun,banana"]}}  # fmt: skip
+    with pytest.raises(CellError, match="unknown categories") as info:
+        Cell.from_dict(cell)
+    assert info.value.field == "params.pos"
+
+
+def test_rapt_kind_release_shares(monkeypatch):
+    """The kind's release figures: words per example, shares privatized / replaced, from one release of the test
+    sentences with the run's test noise seed (a stand-in task and mechanism)."""
+    import torch
+
+    from textfree.data.tasks import TaskData
+    from textfree.experiments.kinds import rapt as kind
+    from textfree.rapt.config import RaptTrainConfig
+    from textfree.substitution.embeddings import WordEmbeddingTable
+    from textfree.substitution.t2t import TextToText
+
+    data = TaskData(task="sst2", train_texts=[("a b",), ("c d",)], train_labels=[0, 1], train_split="train",
+                    test_texts=[("good film ,",), ("bad film",)], test_labels=[1, 0], test_split="dev")  # fmt: skip
+    monkeypatch.setattr("textfree.data.tasks.load_task", lambda *a, **k: data)
+    table = WordEmbeddingTable(["good", "bad", "film"], torch.tensor([[0.0, 0.0], [0.0, 1.0], [5.0, 5.0]]))
+    seen = {}
+
+    def build(encoder, eta, pos):
+        seen["args"] = (encoder, eta, pos)
+        return None if eta is None else TextToText(table, eta)
+
+    monkeypatch.setattr("textfree.rapt.train.build_mechanism", build)
+    cfg = RaptTrainConfig(out="unused", eta=1e-3, pos=None, plain_length=0, reconstruction=False, seed=3)
+    shares = kind.release_shares(cfg)
+    # 5 words; 4 in the table (',' is not); at eta 1e-3 nearly every privatized word moves
+    assert shares["mean_words"] == 2.5 and shares["privatized_share"] == 0.8
+    assert shares["replaced_share"] == pytest.approx(0.8 * shares["replacement_rate"])
+    assert seen["args"] == ("default", 1e-3, None)
+    clean = kind.release_shares(RaptTrainConfig(out="unused", eta=None, plain_length=0, reconstruction=False))
+    assert clean["privatized_share"] == clean["replaced_share"] == 0.0 and math.isnan(clean["replacement_rate"])
+    assert "privatized_share" in kind.RAPT_METRICS and "replaced_share" in kind.RAPT_METRICS

@@ -8,9 +8,16 @@ from .report_payloads import PayloadCell, _fmt, _num
 __all__ = ["ner_section"]
 
 
+def _release(pos) -> str:
+    return f"PCT2T, {pos if isinstance(pos, str) else ', '.join(pos)}" if pos else "T2T"
+
+
+def _grids_pos(c: PayloadCell) -> bool:
+    return "params.pos" in (c.cell.get("grid") or {})
+
+
 def _title(c: PayloadCell) -> str:
-    pos = (c.cell.get("params") or {}).get("pos")
-    release = f"PCT2T, {pos if isinstance(pos, str) else ', '.join(pos)}" if pos else "T2T"
+    release = "T2T or PCT2T per row" if _grids_pos(c) else _release((c.cell.get("params") or {}).get("pos"))
     sizes = ""
     if c.points:
         p = c.points[0][1]
@@ -37,17 +44,21 @@ def ner_section(cells: list[PayloadCell]) -> list[str]:
     if not cells:
         return lines + ["", "No ner_attack result files were given."]
     for c in cells:
+        per_pos = _grids_pos(c)  # a grid over the privatized categories (RAPT Fig. 6): one release per row
         lines += [
             "",
             _title(c),
             "",
-            "| eta | word eps | replaced | entity F1 | span F1 | empirical privacy | clean F1 | survive | untouched |",
-            "|---|---|---|---|---|---|---|---|---|",
+            ("| release " if per_pos else "")
+            + "| eta | word eps | replaced | entity F1 | span F1 | empirical privacy | clean F1 | survive | untouched |",
+            ("|---" if per_pos else "") + "|---|---|---|---|---|---|---|---|---|",
         ]
         for point, p in c.points:
-            eta = point.get("params.eta", (c.cell.get("params") or {}).get("eta"))
+            params = c.cell.get("params") or {}
+            eta = point.get("params.eta", params.get("eta"))
+            release = f"| {_release(point.get('params.pos', params.get('pos')))} " if per_pos else ""
             lines.append(
-                f"| {eta} | {_num(p, 'word_epsilon')} | {_fmt(p, 'replacement_rate', True)} | "
+                f"{release}| {eta} | {_num(p, 'word_epsilon')} | {_fmt(p, 'replacement_rate', True)} | "
                 f"{_fmt(p, 'entity_f1')} | {_fmt(p, 'span_f1')} | {_fmt(p, 'empirical_privacy')} | "
                 f"{_fmt(p, 'clean_entity_f1')} | {_fmt(p, 'entity_survival', True)} | "
                 f"{_fmt(p, 'entity_unprotected', True)} |"

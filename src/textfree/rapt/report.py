@@ -1,5 +1,6 @@
 """docs/results/rapt.md from result files: RAPT's utility tables beside the paper's (Li et al., Tables II, III, VIII),
-the NER attack's empirical privacy (Fig. 4's quantity) and a figure, with a summary of the targets first.
+the NER attack's empirical privacy (Fig. 4's quantity), the POS categories against privacy and utility (Fig. 6 shape,
+:mod:`.report_pos`) and figures, with a summary of the targets first.
 
 Reads ``rapt_finetune`` result files (the newest file of each cell), the matched-eta measurement
 (``benchmarks/rapt_matched_eta.py``), ``ner_attack`` result files, and ``rapt_qa`` result files with the
@@ -17,6 +18,7 @@ from typing import Any, Iterable, Sequence
 
 from ..atomic import atomic_save_figure, atomic_write_text
 from .report_generation import PIPELINE_KIND, QA_KIND, Generation, generation_section
+from .report_pos import pos_figure, pos_key, pos_section, pos_title
 
 __all__ = ["RaptResults", "collect", "build_report", "write_report", "PAPER_SST2"]
 
@@ -53,7 +55,8 @@ PAPER_SST2 = {
 }
 #: Table VIII (Qwen2.5-3B, prefix tuning, SST-2 at eta 75 / 125).
 PAPER_TABLE_VIII = {"rapt": (85.1, 93.8), "no_rec": (80.8, 90.1), "pct2t": (82.7, 92.5)}
-ROW_TITLES = {"t2t": "+T2T", "pct2t": "+PCT2T", "rapt": "+Reconstruction (RAPT)", "no_rec": "PCT2T + plain, no rec."}
+ROW_TITLES = {"t2t": "+T2T", "pct2t": "+PCT2T", "rapt": "+Reconstruction (RAPT)", "no_rec": "PCT2T + plain, no rec.",
+              "pos": "PCT2T, other POS set"}  # fmt: skip
 METHOD_TITLES = {
     "lora": "LoRA",
     "prompt_tuning": "prompt tuning",
@@ -68,11 +71,12 @@ class RaptRow:
     cell: str
     task: str
     method: str
-    row: str  # t2t, pct2t, rapt, no_rec
+    row: str  # t2t, pct2t, rapt, no_rec; pos: PCT2T over another POS set than the default (Fig. 6 only)
     eta: float  # INF without privatization
     acc: float
     metrics: dict[str, Any]
     plain: int = 40  # plain tokens (Fig. 5b varies it; the tables use the paper's 40)
+    params: dict[str, Any] = field(default_factory=dict)  # the point's resolved params
 
 
 @dataclass
@@ -107,9 +111,12 @@ def _same(a: float, b: float) -> bool:
 
 
 def _row_kind(params: dict) -> str:
-    """The Table II row of a run's settings (its eta aside): t2t, pct2t, rapt, or no_rec (plain tokens, no loss)."""
+    """The Table II row of a run's settings (its eta aside): t2t, pct2t, rapt, or no_rec (plain tokens, no loss); pos:
+    PCT2T over another POS set than the default one (Fig. 6's question, kept out of the tables)."""
     if params.get("pos") is None:
         return "t2t"
+    if pos_key(params["pos"]) != "default":
+        return "pos"
     plain = params.get("plain_length", 40)
     if plain and params.get("reconstruction", True):
         return "rapt"
@@ -174,6 +181,7 @@ def collect(paths: Iterable[str | os.PathLike]) -> RaptResults:
                     acc,
                     means,
                     int(params.get("plain_length", 40)),
+                    dict(params),
                 )
             )
     ner_rows = []
@@ -326,8 +334,10 @@ def _ner_section(res: RaptResults) -> list[str]:
         "",
     ]
     body = []
-    for r in sorted(res.ner, key=lambda r: (str(r["pos"]), r["eta"] or 0)):
-        name = "PCT2T" if r["pos"] else "T2T"
+    order = {None: "0", "default": "1"}  # T2T, the default set, then the other sets (Fig. 6) by name
+    for r in sorted(res.ner, key=lambda r: (order.get(pos_key(r["pos"]), f"2{pos_key(r['pos'])}"), r["eta"] or 0)):
+        key = pos_key(r["pos"])
+        name = "T2T" if key is None else "PCT2T" if key == "default" else f"PCT2T ({pos_title(key)})"
         f1 = r.get("entity_f1")
         body.append(
             [
@@ -384,7 +394,7 @@ def _table_viii(res: RaptResults) -> list[str]:
     return lines + _table(["setting", "RAPT", "without reconstruction", "without plain tokens"], body)
 
 
-def build_report(res: RaptResults, figure: str | None = None) -> str:
+def build_report(res: RaptResults, figure: str | None = None, pos_figure_link: str | None = None) -> str:
     lines = [
         "# RAPT: results",
         "",
@@ -410,6 +420,8 @@ def build_report(res: RaptResults, figure: str | None = None) -> str:
         + _matched_section(res)
         + [""]
         + _ner_section(res)
+        + [""]
+        + pos_section(res, _same, lambda eta: _eta_title(res, eta), lambda m: METHOD_TITLES.get(m, m), pos_figure_link)
         + [""]
         + generation_section(res.generation)
     )
@@ -451,8 +463,8 @@ def _figure(res: RaptResults, png: Path) -> bool:
 
 
 def write_report(paths: Iterable[str | os.PathLike], out: str | os.PathLike) -> Path:
-    """Write the report to ``out`` and its figure to ``<out stem>/acc.png``; refuses (writing nothing) when ``paths``
-    hold no ``rapt_finetune`` result file."""
+    """Write the report to ``out`` and its figures to ``<out stem>/acc.png`` and (with POS-set rows) ``<out
+    stem>/pos.png``; refuses (writing nothing) when ``paths`` hold no ``rapt_finetune`` result file."""
     from ..results.files import ResultsError
 
     paths = [str(p) for p in paths]
@@ -462,6 +474,8 @@ def write_report(paths: Iterable[str | os.PathLike], out: str | os.PathLike) -> 
     out = Path(out)
     png = out.parent / out.stem / "acc.png"
     link = os.path.relpath(png, out.parent) if _figure(res, png) else None
+    pos_png = out.parent / out.stem / "pos.png"
+    pos_link = os.path.relpath(pos_png, out.parent) if pos_figure(res, _same, pos_png) else None
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, build_report(res, link))
+    atomic_write_text(out, build_report(res, link, pos_link))
     return out

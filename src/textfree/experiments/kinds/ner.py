@@ -8,7 +8,9 @@ text. The attacker fine-tunes ``params.encoder`` with a token-classification hea
 clean training texts (BIO tags over the dataset's entity types; :mod:`textfree.attacks.ner`), once per training config
 into ``params.out``, reused by every grid point and by a later run with the same config (a T2T and a PCT2T cell share
 it). The client privatizes at most ``cell.limit`` held-out texts with T2T (``params.pos`` null) or PCT2T at
-``params.eta`` (grid it; :mod:`._t2t`), with the cell seed, and the attacker tags the released text.
+``params.eta`` (grid it; :mod:`._t2t`), with the cell seed, and the attacker tags the released text. ``params.pos`` may
+also be one string of comma-separated categories (``noun``, ``noun,verb``, ``all``): a grid can vary the POS set
+(RAPT Fig. 6).
 
 Metrics: ``entity_{f1,precision,recall}`` (a predicted entity counts when its position and type are a gold entity's
 and its words, read from the released text, equal the original entity's words, case-insensitive),
@@ -111,6 +113,9 @@ _INTS = {"split_seed": 0, "epochs": 1, "batch_size": 1, "train_seed": 0, "max_to
 def _settings(cell: Any, point: dict) -> tuple[dict, ThreatModel]:
     resolved = cell.resolve(point)
     p = dict(resolved.params)
+    pos = p.get("pos")
+    if isinstance(pos, str) and pos != "default":  # 'noun', 'noun,verb', 'all': a POS set as one grid value
+        p["pos"] = [c.strip() for c in pos.split(",") if c.strip()] or pos
     check_t2t_params(p)
     for name, default in _TRAINING.items():
         p.setdefault(name, default)

@@ -9,7 +9,13 @@ resumed, not retrained). The seed seeds initialisation, data order and the priva
 ``dataset``, ``texts``, ``mechanism`` or ``limit``.
 
 Metrics: ``acc``, ``epsilon_per_word`` (eta * D_max; null without privatization), ``mean_privatized_words`` (per
-test example), ``final_loss`` (task + reconstruction), ``n_train``, ``n_test``, ``seconds``.
+test example), ``final_loss`` (task + reconstruction), ``n_train``, ``n_test``, ``seconds``, and what the release does
+to the test sentences' words (RAPT Fig. 6's question: which POS categories to privatize), measured on one release of
+the test sentences drawn with the test split's noise seed (the very release that is classified when there are no plain
+tokens; with plain tokens, a draw of the same mechanism): ``mean_words`` (words per test example), ``privatized_share``
+(words that went through the mechanism: in a selected category and in the table), ``replaced_share`` (words that came
+out as another word) and ``replacement_rate`` (replaced / privatized; the shape of the paper's Table III); 0, 0 and
+null without privatization.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from .snd import validate_own_inputs
 
 __all__ = ["rapt_finetune", "RAPT_METRICS"]
 
-RAPT_METRICS = ("acc", "epsilon_per_word", "mean_privatized_words", "final_loss", "n_train", "n_test", "seconds")
+RAPT_METRICS = ("acc", "epsilon_per_word", "mean_privatized_words", "final_loss", "n_train", "n_test", "seconds",
+                "mean_words", "privatized_share", "replaced_share", "replacement_rate")  # fmt: skip
 _DEFAULT_OUT = "runs/rapt"
 #: Every RaptTrainConfig field but those the kind sets itself, plus ``out``.
 RAPT_PARAMS = {"out": f"directory of the runs (default {_DEFAULT_OUT})"} | {
@@ -80,6 +87,35 @@ def _validate(cell: Any, points: list[dict]) -> None:
     )
 
 
+def release_shares(cfg: RaptTrainConfig) -> dict[str, float]:
+    """``mean_words``, ``privatized_share``, ``replaced_share`` and ``replacement_rate`` of one release of ``cfg``'s
+    test sentences (see the module docstring): the same subset and the same noise seed as the run's test split."""
+    from ...data.tasks import load_task
+    from ...rapt.train import build_mechanism
+    from ...rng import seeded_generator
+    from ...substitution.text import split_text
+
+    data = load_task(cfg.task, train_limit=cfg.train_limit, test_limit=cfg.test_limit,
+                     generator=seeded_generator(cfg.data_seed, warn=False))  # fmt: skip
+    texts = [s for example in data.test_texts for s in example]
+    n_examples = max(len(data.test_texts), 1)
+    mechanism = build_mechanism(cfg.encoder, cfg.eta, cfg.pos)
+    if mechanism is None:
+        n_words = sum(len(split_text(t)[1::2]) for t in texts)
+        return {"mean_words": n_words / n_examples, "privatized_share": 0.0, "replaced_share": 0.0,
+                "replacement_rate": math.nan}  # fmt: skip
+    released = mechanism.privatize_detailed(
+        texts, generator=seeded_generator(cfg.effective_noise_seed * 2 + 1, warn=False)
+    )
+    n_words = max(released.n_words, 1)
+    return {
+        "mean_words": released.n_words / n_examples,
+        "privatized_share": released.n_substituted / n_words,
+        "replaced_share": released.n_replaced / n_words,
+        "replacement_rate": released.replacement_rate,
+    }
+
+
 def _slug(point: dict) -> str:
     parts = [f"{k.split('.')[-1]}={v}" for k, v in sorted(point.items())] or ["point"]
     return re.sub(r"[^A-Za-z0-9_.=,-]", "_", ",".join(parts))
@@ -99,7 +135,9 @@ def rapt_finetune(cell: Any, point: dict, seed: int, context: RunContext) -> dic
 
     started = time.perf_counter()
     params, run = point_run(cell, point, seed, lambda p: _check_params(cell, p), _DEFAULT_OUT)
-    summary = train_rapt(_config(cell, params, seed, str(run)))
+    cfg = _config(cell, params, seed, str(run))
+    summary = train_rapt(cfg)
+    shares = release_shares(cfg)
     return {
         "acc": summary["acc"],
         "epsilon_per_word": math.nan if summary["epsilon_per_word"] is None else summary["epsilon_per_word"],
@@ -108,4 +146,5 @@ def rapt_finetune(cell: Any, point: dict, seed: int, context: RunContext) -> dic
         "n_train": float(summary["n_train"]),
         "n_test": float(summary["n_test"]),
         "seconds": time.perf_counter() - started,
+        **shares,
     }
