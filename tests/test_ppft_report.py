@@ -633,7 +633,7 @@ def test_a_pipeline_run_makes_the_time_table_with_its_verdict(tmp_path):
         seeds=(0,),
     )
     text = build_report([d])
-    assert "ppft pipeline" not in text  # no pipeline run: composed from the stage cells
+    assert "`textfree ppft train`" not in text  # no pipeline run: composed from the stage cells
     total = next(l for l in text.splitlines() if l.startswith("| **total** |"))
     # a sum over some steps is not called the pipeline's time
     assert total.startswith(
@@ -675,7 +675,7 @@ def test_a_pipeline_run_makes_the_time_table_with_its_verdict(tmp_path):
     assert "| evaluation (held-out split, mcqa, open, one noise seed) | 90 |" in lines
     total = next(l for l in lines if l.startswith("| **total**"))
     assert "**1940** (32.3 min; target < 60 min: **met**)" in total  # 700 + 250 + 900 + 90, by hand
-    note = next(l for l in lines if "`textfree ppft pipeline`" in l)
+    note = next(l for l in lines if "`textfree ppft train`" in l)
     assert "every step run in the same call" in note and "mcqa 0.9500; open 0.8000" in note and "n = 582" in note
     # over an hour, or with reused steps, the target is not met
     _result_file(

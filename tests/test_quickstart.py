@@ -193,7 +193,7 @@ def test_the_report_prints_every_figure(tiny_server, tiny_encoder_dir, tmp_path)
     render(result, console)
     text = console.export_text()
     for words in (TABLE_TITLE, "computed here and never sent", "server received  POST /v1/embed", "no token ids",
-                  "eps per question", "one POST /v1/embed per question", "snd train-denoiser"):  # fmt: skip
+                  "eps per question", "one POST /v1/embed per question", "snd train"):  # fmt: skip
         assert words in text, words
     assert json.loads(to_json(result))["rows"][1]["eta"] == 200.0
 

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _result_file(directory, task, pipeline, points, *, denoiser=None, seeds=(0, 1), date="2026-01-01T00:00:00+00:00"):
     """An snd_downstream result file in the runner's format. ``points``: {eta or None: {metric: mean}}."""
-    name = f"snd_{task}_{pipeline}" + ("_small" if denoiser and "small" in denoiser else "")
+    suffix = next((f"_{k}" for k in ("small", "qqp") if denoiser and k in denoiser.rsplit("/", 1)[-1]), "")
+    name = f"snd_{task}_{pipeline}{suffix}"
     params = {"task": task, "pipeline": pipeline} | ({"denoiser": denoiser} if denoiser else {})
     etas = [e for e in points if e is not None]
     grid = {"params.eta": etas} if etas else {}
@@ -195,6 +196,31 @@ def test_roles_mapping_overrides_names(tmp_path):
     assert roles == {("runs/snd-minilm", "small"), ("runs/snd-minilm-small", "full")}
     with pytest.raises(ValueError, match="'medium'"):
         collect([tmp_path], roles={"x": "medium"})
+
+
+def test_the_in_domain_denoiser_gets_its_own_rows_and_targets(tmp_path):
+    directory = _result_set(tmp_path)
+    # by hand: COS 0.60 / 0.95 vs DistilBERT 0.490 / 0.846 (eta 50 missing: not measured); AUC 0.75 / 0.80 vs the
+    # best baseline 0.62 / 0.66 x 1.1 = 0.682 / 0.726: met at both etas
+    _result_file(
+        directory, "qqp", "snd", {e: _m(0.79, (0.75, 0.80)[i], (0.60, 0.95)[i]) for i, e in enumerate((100.0, 500.0))},
+        denoiser="runs/snd-minilm-qqp",
+    )  # fmt: skip
+    res = collect([directory])
+    assert {r.role for r in res.rows if r.pipeline == "snd" and r.task == "qqp"} == {"full", "small", "in_domain"}
+    v = {t.name: t for t in summary_targets(res)}
+    assert len(v) == 9
+    auc = v["AUC on QQP: SnD >= 1.10 x the best of TokEmbPriv, Text2Text, server-side denoiser, each eta, denoiser "
+             "with QQP training questions"]  # fmt: skip
+    assert auc.verdict == "met" and "0.800 vs 0.660" in auc.measured
+    cos = v["COS(denoised, clean) on QQP >= DistilBERT's SnD row (Table 11), denoiser with QQP training questions"]
+    assert cos.verdict == "not measured" and "0.950" in cos.measured
+    # the full denoiser's own targets are unchanged by the extra rows
+    assert v["AUC on QQP: SnD >= 1.10 x the best of TokEmbPriv, Text2Text, server-side denoiser, each eta"].verdict == (
+        "not met"
+    )
+    assert "SnD, denoiser with QQP training questions in its corpus" in build_report(res)
+    assert collect([directory], roles={"runs/snd-minilm-qqp": "full"}).find("qqp", "snd", 100.0, "in_domain") is None
 
 
 def test_refuses_a_folder_without_result_files(tmp_path):

@@ -98,6 +98,21 @@ def test_the_corpus_is_public_text_only_and_holds_no_evaluation_text(corpus):
     assert build_corpus(limit_per_source=150, val_size=64, seed=1).sha256 != corpus.sha256
 
 
+def test_the_qqp_source_is_opt_in_and_holds_only_the_training_part(shared_data):
+    from textfree.data import load_qqp
+    from textfree.data.tasks import qqp_is_test
+
+    assert "qqp_train" not in CORPUS_SOURCES  # the default mix stays the paper-like general text
+    c = build_corpus(["qqp_train"], limit_per_source=None, val_size=64, seed=0)
+    records = load_qqp(split="dev")
+    test_part = {normalize_text(t) for r in records if qqp_is_test(r.id) for t in (r.text_a, r.text_b)}
+    train_part = {normalize_text(t) for r in records if not qqp_is_test(r.id) for t in (r.text_a, r.text_b)}
+    seen = {normalize_text(t) for t in c.train + c.val}
+    # every training-part question not also asked in the test part, and nothing of the test part
+    assert len(test_part) > 5000 and seen == train_part - test_part and c.dropped_evaluation > 0
+    assert test_part <= evaluation_texts() and not (train_part - test_part) & evaluation_texts()
+
+
 def test_the_corpus_refuses_private_or_evaluation_sources_and_drops_overlap_and_duplicates():
     for source in ("pupa", "pri-ddx", "qqp"):
         with pytest.raises(ValueError, match="refused"):
@@ -225,7 +240,7 @@ def test_the_command_trains_end_to_end_and_prints_the_validation_table(shared_da
     out = tmp_path / "run"
     r = CliRunner().invoke(
         app,
-        ["snd", "train-denoiser", "--model", str(tiny_encoder_dir), "--out", str(out), "--etas", "50,500",
+        ["snd", "train", "--model", str(tiny_encoder_dir), "--out", str(out), "--etas", "50,500",
          "--max-steps", "3", "--batch-size", "8", "--limit-per-source", "20", "--val-size", "8", "--max-tokens",
          "16", "--layers", "1", "--no-progress", "--cpu"],
     )  # fmt: skip
@@ -249,7 +264,7 @@ def test_the_command_trains_end_to_end_and_prints_the_validation_table(shared_da
 )
 def test_the_command_refuses_a_bad_flag_with_exit_code_2(args, named, tmp_path):
     out = tmp_path / "run"
-    r = CliRunner().invoke(app, ["snd", "train-denoiser", "--out", str(out), "--no-progress", "--cpu", *args])
+    r = CliRunner().invoke(app, ["snd", "train", "--out", str(out), "--no-progress", "--cpu", *args])
     assert r.exit_code == 2, r.output
     errors = [line for line in r.output.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and named in errors[0] and "Traceback" not in r.output, r.output
@@ -257,5 +272,5 @@ def test_the_command_refuses_a_bad_flag_with_exit_code_2(args, named, tmp_path):
 
 
 def test_a_flag_of_the_wrong_type_exits_with_code_2(tmp_path):
-    r = CliRunner().invoke(app, ["snd", "train-denoiser", "--out", str(tmp_path / "r"), "--epochs", "many"])
+    r = CliRunner().invoke(app, ["snd", "train", "--out", str(tmp_path / "r"), "--epochs", "many"])
     assert r.exit_code == 2

@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from textfree.cli_common import _fail, _fmt_eps, _quiet_transformers, app, console, err
+from textfree.cli_common import _fail, _fmt_eps, _quiet_transformers, app, console, err, spinner
 
 
 def _build_noise(mechanism: str, epsilon: Optional[float], sigma: Optional[float], delta: float):
@@ -35,7 +35,8 @@ def _build_noise(mechanism: str, epsilon: Optional[float], sigma: Optional[float
             _fail(f"{flag} must be a finite number > 0, got {value:g}")
     if mechanism == "gaussian" and not 0 < delta < 1:
         _fail(f"--delta must be in (0, 1), got {delta:g}")
-    from textfree.mechanisms import Gaussian, make_noise
+    with err.status("loading the mechanisms ..."):  # torch: seconds
+        from textfree.mechanisms import Gaussian, make_noise
 
     if mechanism == "gaussian" and sigma is not None:
         return Gaussian(sigma, delta)
@@ -113,10 +114,11 @@ def privatize(
         noise = _build_noise(mechanism, epsilon, sigma, delta)  # before the encoder's imports: flag errors at once
     except ValueError as exc:
         _fail(str(exc))
-    _quiet_transformers()
-    from textfree.encoders import ContextualEncoder, EncoderLoadError
-    from textfree.ledger import BudgetExceeded, PrivacyLedger
-    from textfree.privatizer import Privatizer
+    with err.status("loading the encoder ..."):  # torch and the encoder: seconds
+        _quiet_transformers()
+        from textfree.encoders import ContextualEncoder, EncoderLoadError
+        from textfree.ledger import BudgetExceeded, PrivacyLedger
+        from textfree.privatizer import Privatizer
 
     try:
         led = (
@@ -129,12 +131,14 @@ def privatize(
     if noise is None:
         err.print("[yellow]warning:[/] --mechanism none releases clean vectors: no privacy at all")
     try:
-        enc = ContextualEncoder.from_pretrained(None if encoder == "default" else encoder)
+        with err.status("loading the encoder ..."):
+            enc = ContextualEncoder.from_pretrained(None if encoder == "default" else encoder)
     except EncoderLoadError as exc:
         _fail(str(exc))
     priv = Privatizer(enc, noise, k, pad_to=pad_to)
     try:
-        payload = priv.privatize(texts, seed=seed)
+        with err.status(f"privatizing {len(texts)} prompt(s) ..."):
+            payload = priv.privatize(texts, seed=seed)
         # charged before the payload is written (it leaves the process only then), with its slot releases, so
         # that the ledger's accountant sees each Gaussian release
         total = led.charge_payload(ledger_key, payload) if led else None
@@ -177,8 +181,9 @@ def inspect(
     """Print what a payload holds: shapes, encoder, mechanism, privacy loss. Never any text."""
     if not path.is_file():  # before the imports below (torch): a wrong path is reported at once
         _fail(f"{path}: cannot read payload file (no such file)")
-    from textfree.mechanisms.accountants import compose, create_accountant, slot_releases
-    from textfree.payload import Payload, PayloadError
+    with err.status(f"reading {path} ..."):  # torch: seconds
+        from textfree.mechanisms.accountants import compose, create_accountant, slot_releases
+        from textfree.payload import Payload, PayloadError
 
     try:
         acc = create_accountant(accountant)
@@ -274,10 +279,11 @@ def account(
     """PPFT's budget-alignment table (n, D_max, eps_dchi, tau, eps_PPFT = eps_PR) for a dataset."""
     if budget <= 0:
         _fail(f"--budget must be > 0, got {budget}")
-    _quiet_transformers()
-    from textfree.alignment import dataset_alignment
-    from textfree.data import DataError
-    from textfree.encoders import EncoderLoadError
+    with err.status("loading ..."):  # torch and transformers: seconds
+        _quiet_transformers()
+        from textfree.alignment import dataset_alignment
+        from textfree.data import DataError
+        from textfree.encoders import EncoderLoadError
 
     if split is not None and _is_dataset_file(dataset):  # the report would claim a split the file does not hold
         _fail(
@@ -356,12 +362,13 @@ def substitute(
         _fail(f"--seed must be >= 0, got {seed}")
     if not replacement_table and (not text or not text.strip()):
         _fail("give a text to substitute, or --replacement-table")
-    _quiet_transformers()
-    from textfree.encoders import EncoderLoadError
-    from textfree.rng import resolve_generator
-    from textfree.substitution.cli_support import build_t2t, default_corpus, parse_pos, replacement_rows
-    from textfree.substitution.pos import TAGGERS, UNIVERSAL_TAGS
-    from textfree.substitution.text import split_text
+    with err.status("loading ..."):  # torch and transformers: seconds
+        _quiet_transformers()
+        from textfree.encoders import EncoderLoadError
+        from textfree.rng import resolve_generator
+        from textfree.substitution.cli_support import build_t2t, default_corpus, parse_pos, replacement_rows
+        from textfree.substitution.pos import TAGGERS, UNIVERSAL_TAGS
+        from textfree.substitution.text import split_text
 
     # the tagger flags are checked always, and refused where they would have no effect (never silently ignored)
     if pos is not None and not parse_pos(pos):
@@ -468,12 +475,14 @@ def run(
     """Run an experiment cell and write a results JSON."""
     if not cell.is_file():  # before the experiment machinery's imports: a wrong path is reported at once
         _fail(f"{cell}: no such file")
-    _quiet_transformers()
-    from textfree.encoders import EncoderLoadError
-    from textfree.experiments import run_cell
+    with spinner("loading ..."):  # torch and transformers: seconds; run_cell shows its grid's progress bar
+        _quiet_transformers()
+        from textfree.encoders import EncoderLoadError
+        from textfree.experiments import run_cell
 
     try:  # run_cell checks --out-dir before the first grid point runs
-        path = run_cell(cell, out_dir)
+        with spinner(f"loading {cell.name}'s models and data ...", between="writing the results ..."):
+            path = run_cell(cell, out_dir)
     except (ValueError, OSError, EncoderLoadError) as exc:  # OSError: also the final write, naming where
         _fail(str(exc))
     console.print(f"wrote {path}")
@@ -485,10 +494,11 @@ def plot(
     out_dir: Path = typer.Option(Path("results/plots"), help="Where figures go."),
 ) -> None:
     """Draw figures from result files (never recomputes anything)."""
-    from textfree.experiments import plot_results
-
     try:
-        paths = plot_results(list(results), out_dir)
+        with err.status(f"drawing figures from {len(results)} result file(s) ..."):
+            from textfree.experiments import plot_results
+
+            paths = plot_results(list(results), out_dir)
     except (ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
     for p in paths:

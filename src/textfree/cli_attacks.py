@@ -7,7 +7,9 @@ from typing import List
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="Attacks on released vectors: reports generated from result files.")
+from textfree.cli_common import command_group
+
+app = command_group("Attacks on released vectors: reports generated from result files.")
 
 
 @app.command("report")

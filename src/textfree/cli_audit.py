@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from textfree.cli_common import _fail, _quiet_transformers, app, console
+from textfree.cli_common import _fail, _quiet_transformers, app, console, spinner
 
 
 def _numbers(text: str, flag: str, kind: type = float) -> tuple:
@@ -117,9 +117,11 @@ def audit(
         )
     except AuditError as exc:
         _fail(str(exc))
-    _quiet_transformers()
     try:
-        report = run_audit(config, progress=not quiet)
+        with spinner("reading the data, loading the encoder ...", between="writing the report and its figures ...",
+                     enabled=not quiet):  # fmt: skip
+            _quiet_transformers()
+            report = run_audit(config, progress=not quiet)
     except (ValueError, OSError) as exc:  # AuditError, DataError, CellError and the kinds' own checks: one line
         _fail(str(exc))
     console.print(f"wrote {report}")

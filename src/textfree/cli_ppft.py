@@ -1,14 +1,18 @@
-"""``textfree ppft ...``: PPFT's pipeline commands (decoder pretraining, stage 1, stage 2, ask, evaluate, the whole
-pipeline)."""
+"""``textfree ppft ...``: PPFT's commands: ``train`` (the whole default pipeline: decoder pretraining, stage 1,
+stage 2, evaluation; ``pipeline`` is its old name), ``evaluate``, ``report``, and the steps and tools of PPFT alone
+(``pretrain-decoder``, ``train-stage1``, ``train-stage2``, ``ask``, ``width-match``)."""
 
 from __future__ import annotations
 
 import typer
 
 from textfree.accel import is_main_process
-from textfree.cli_common import command_group
+from textfree.cli_common import command_group, deprecated_alias, err, spinner, verbs_first
 
-app = command_group("PPFT: text-free alignment, noisy domain adaptation, text-free answers.")
+app = command_group(
+    "PPFT: text-free alignment, noisy domain adaptation, text-free answers. 'train' runs every step; "
+    "pretrain-decoder, train-stage1 and train-stage2 run one step each."
+)
 
 
 # =====================================================================================================================
@@ -40,15 +44,23 @@ def _ppft_setup(verbose: bool = True) -> None:
     setup_logging(verbose)
 
 
+#: Config field -> the option of the command that sets it, where the names differ (the others match: ``batch_size``
+#: is ``--batch-size``), so that an error names the flag the user typed.
+_RENAMES = {"tasks": "task", "eval_tasks": "task", "output_dir": "out", "num_threads": "threads",
+            "extra_text_files": "extra_text"}  # fmt: skip
+
+
 def _ppft_run(fn, *args, **kwargs):
-    """Call ``fn``; turn the errors a user can fix (bad paths, data, settings) into one error line."""
+    """Call ``fn``; turn the errors a user can fix (bad paths, data, settings) into one error line, naming the flag
+    where the error names a setting."""
+    from textfree.cli_common import leading_flag_message, option_flags
     from textfree.data import DataError
     from textfree.payload import PayloadError
 
     try:
         return fn(*args, **kwargs)
     except (ValueError, FileNotFoundError, DataError, PayloadError, OSError) as exc:
-        _ppft_fail(str(exc))
+        _ppft_fail(leading_flag_message(str(exc), option_flags(app, _RENAMES)))
 
 
 def _stage_line(summary: dict) -> str:
@@ -101,9 +113,10 @@ def train_stage1_cmd(
     cpu: bool = typer.Option(False, "--cpu", help="Force the CPU."),
 ) -> None:
     """Stage 1: align encoder + projection + LoRA decoder on general-domain data (no noise)."""
-    _ppft_setup()
-    from textfree.ppft.batches import DEFAULT_GENERAL_SOURCES
-    from textfree.ppft.train import Stage1Config, train_stage1
+    with spinner("loading ..."):  # torch and transformers: seconds
+        _ppft_setup()
+        from textfree.ppft.batches import DEFAULT_GENERAL_SOURCES
+        from textfree.ppft.train import Stage1Config, train_stage1
 
     cfg = _ppft_run(
         Stage1Config,
@@ -128,7 +141,8 @@ def train_stage1_cmd(
         resume=resume,
         cpu=cpu,
     )
-    summary = _ppft_run(train_stage1, cfg)
+    with spinner("loading the encoder, the decoder and the data ...", between="saving the model ..."):
+        summary = _ppft_run(train_stage1, cfg)
     if is_main_process():  # under accelerate launch, once
         typer.echo(f"stage 1 done: {_stage_line(summary)}; model in {out}")
 
@@ -302,8 +316,9 @@ def train_stage2_cmd(
 ) -> None:
     """Stage 2: text-free domain adaptation; the server part trains on privatized payloads only."""
     _require_run(init, "--from")
-    _ppft_setup()
-    from textfree.ppft.train import Stage2Config, train_stage2
+    with spinner("loading ..."):  # torch and transformers: seconds
+        _ppft_setup()
+        from textfree.ppft.train import Stage2Config, train_stage2
 
     eps = None if no_noise else epsilon
     cfg = _ppft_run(
@@ -351,7 +366,11 @@ def train_stage2_cmd(
         resume=resume,
         cpu=cpu,
     )
-    summary = _ppft_run(train_stage2, cfg)
+    with spinner(
+        f"loading {init} and the training data ...",
+        between="preparing the next part (or saving the model) ...",
+    ):
+        summary = _ppft_run(train_stage2, cfg)
     if is_main_process():  # under accelerate launch, once
         typer.echo(f"stage 2 done: {_stage_line(summary)}; model in {out}")
     if evaluate:
@@ -387,15 +406,16 @@ def _ppft_evaluate(
 ):
     """Score ``model`` on the held-out part, with ``validation`` > 0 on the validation part carved at that share, or
     on the records of the file ``prompts`` (the dataset's split still gives the label set and the majority class)."""
-    from textfree.atomic import write_json
-    from textfree.data import ppft_split
-    from textfree.ppft.evaluate import evaluate_qa, majority_baseline, task_labels
-    from textfree.ppft.model import TextFreeLM
-
     if limit is not None and limit < 1:
         _ppft_fail(f"--limit must be >= 1, got {limit}")
-    lm = _ppft_run(TextFreeLM.load, model)
-    split = _ppft_run(ppft_split, dataset, validation=validation or 0.0)
+    with err.status(f"loading the PPFT run {model} and {dataset} ..."):
+        from textfree.atomic import write_json
+        from textfree.data import ppft_split
+        from textfree.ppft.evaluate import evaluate_qa, majority_baseline, task_labels
+        from textfree.ppft.model import TextFreeLM
+
+        lm = _ppft_run(TextFreeLM.load, model)
+        split = _ppft_run(ppft_split, dataset, validation=validation or 0.0)
     part = "validation" if validation else "heldout"
     records = _prompt_file(prompts) if prompts is not None else split[part]
     records = records[:limit] if limit else records
@@ -478,21 +498,23 @@ def ask_cmd(
 ) -> None:
     """The client privatizes PROMPT locally; the server part answers from the payload (+ --public)."""
     _require_run(model, "--model")
-    _ppft_setup(verbose=False)
-    from textfree.ppft.model import TextFreeLM
+    if not prompt.strip():
+        _ppft_fail("the prompt is empty")
+    with err.status(f"loading the PPFT run {model} ..."):
+        _ppft_setup(verbose=False)
+        from textfree.ppft.model import TextFreeLM
 
-    lm = _ppft_run(TextFreeLM.load, model)
+        lm = _ppft_run(TextFreeLM.load, model)
     eps = None if no_noise else (epsilon if epsilon is not None else lm.config.epsilon)
     if eps is None and not no_noise:
         _ppft_fail(
             "this model was trained without noise: give --epsilon, or --no-noise for a clean (non-private) payload"
         )
-    if not prompt.strip():
-        _ppft_fail("the prompt is empty")
     privatizer = _ppft_run(lm.privatizer, eps, k=k)  # a bad --epsilon or --k: one error line
-    payload = _ppft_run(privatizer.privatize, [prompt], seed=seed, public=None if public is None else [public])
-    del prompt  # from here on only the payload exists, as on the server
-    answer = _ppft_run(lm.server.answer, payload, max_new_tokens=max_new_tokens)[0]
+    with err.status("privatizing the prompt here, answering from the payload ..."):
+        payload = _ppft_run(privatizer.privatize, [prompt], seed=seed, public=None if public is None else [public])
+        del prompt  # from here on only the payload exists, as on the server
+        answer = _ppft_run(lm.server.answer, payload, max_new_tokens=max_new_tokens)[0]
     worst = payload.worst_case_loss()
     typer.echo(answer)
     typer.echo(
@@ -502,7 +524,7 @@ def ask_cmd(
     )
 
 
-@app.command("pipeline")
+@app.command("train")
 def pipeline_cmd(
     out: _Path = typer.Option(
         _Path("runs/pipeline"),
@@ -538,9 +560,11 @@ def pipeline_cmd(
     seed: int = typer.Option(0, help="Training seed; the evaluation noise seed is 0 (experiments only)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
 ) -> None:
-    """The default PPFT pipeline in one command: pretrain the decoder, stage 1, stage 2, evaluate; each step timed."""
-    _ppft_setup()
-    from textfree.ppft.pipeline import PipelineConfig, run_pipeline
+    """Train PPFT end to end (the default pipeline): pretrain the decoder, stage 1, stage 2, evaluate; each step
+    timed."""
+    with spinner("loading ..."):  # torch and transformers: seconds
+        _ppft_setup()
+        from textfree.ppft.pipeline import PipelineConfig, run_pipeline
 
     cfg = _ppft_run(
         PipelineConfig,
@@ -562,7 +586,8 @@ def pipeline_cmd(
         seed=seed,
         progress=progress,
     )
-    result = _ppft_run(run_pipeline, cfg)
+    with spinner("preparing the first step ...", between="preparing the next step ...", enabled=progress):
+        result = _ppft_run(run_pipeline, cfg)
     for name, step in result["steps"].items():
         typer.echo(
             f"{name:9s} {step['wall_s']:8.1f} s{'  (reused: time recorded when it ran)' if step['reused'] else ''}  "
@@ -574,6 +599,9 @@ def pipeline_cmd(
     )
     accuracy = ", ".join(f"{t} {a:.4f}" for t, a in result["accuracy"].items())
     typer.echo(f"held-out {dataset} (n={result['n_heldout']}, epsilon {epsilon:g}, k {k}): {accuracy}")
+
+
+deprecated_alias(app, "pipeline", "train", pipeline_cmd, prefix="textfree ppft")
 
 
 @app.command("report")
@@ -601,14 +629,15 @@ def width_match_cmd(
     seed: int = typer.Option(0, "--seed", help="Seed of the measurement (no user data is noised here)."),
 ) -> None:
     """Which eps at our width matches the reference: by noise norm or by the slot's privacy loss (Gaussian DP mu)."""
-    from textfree.mechanisms.gdp import width_match_rows
-    from textfree.rng import seeded_generator
-
-    if samples < 1 or seed < 0:
+    if samples < 1 or seed < 0:  # before the imports (torch): reported at once
         _ppft_fail(f"--samples must be >= 1 and --seed >= 0, got {samples} and {seed}")
-    rows = _ppft_run(
-        width_match_rows, epsilon, from_dim, to_dim, samples=samples, generator=seeded_generator(seed, warn=False)
-    )
+    with err.status(f"drawing {samples} exact privacy losses per row ..."):
+        from textfree.mechanisms.gdp import width_match_rows
+        from textfree.rng import seeded_generator
+
+        rows = _ppft_run(
+            width_match_rows, epsilon, from_dim, to_dim, samples=samples, generator=seeded_generator(seed, warn=False)
+        )
     typer.echo(
         "L2-Laplace on unit slots; loss between two antipodal slots (distance 2), "
         f"{samples} exact draws per row, seed {seed}."
@@ -693,8 +722,9 @@ def pretrain_decoder_cmd(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:
     """Pretrain the small local Llama decoder (byte-level BPE + LlamaForCausalLM) on the general-domain corpus."""
-    _ppft_setup()
-    from textfree.lm.local import DecoderPretrainConfig, pretrain_decoder
+    with spinner("loading ..."):  # torch and transformers: seconds
+        _ppft_setup()
+        from textfree.lm.local import DecoderPretrainConfig, pretrain_decoder
 
     overrides = {
         "output_dir": None if out is None else str(out),
@@ -713,7 +743,8 @@ def pretrain_decoder_cmd(
     else:
         cfg = _ppft_run(DecoderPretrainConfig.from_preset, preset or "small", **overrides)
     documents = None if texts is None else _read_texts(texts)
-    result = _ppft_run(pretrain_decoder, cfg, texts=documents, progress=progress)
+    with spinner("reading the corpus, training the tokenizer ...", between="saving the decoder ...", enabled=progress):
+        result = _ppft_run(pretrain_decoder, cfg, texts=documents, progress=progress)
     from accelerate import PartialState
 
     if not PartialState().is_main_process:  # under accelerate launch / torchrun: one summary
@@ -730,9 +761,14 @@ def pretrain_decoder_cmd(
         f"saved in {result}"
     )
     if samples:
-        from textfree.lm.generate import generate_text
-        from textfree.lm.loading import load_decoder
+        with spinner("writing sample continuations ...", enabled=progress):
+            from textfree.lm.generate import generate_text
+            from textfree.lm.loading import load_decoder
 
-        model, tok = load_decoder(result)
-        for prompt, text in zip(_LM_SAMPLE_PROMPTS, generate_text(model, tok, _LM_SAMPLE_PROMPTS, max_new_tokens=30)):
+            model, tok = load_decoder(result)
+            texts = generate_text(model, tok, _LM_SAMPLE_PROMPTS, max_new_tokens=30)
+        for prompt, text in zip(_LM_SAMPLE_PROMPTS, texts):
             typer.echo(f"  {prompt!r} -> {text!r}")
+
+
+verbs_first(app, ("train", "evaluate", "report", "pretrain-decoder", "train-stage1", "train-stage2", "ask"))

@@ -86,7 +86,7 @@ def quickstart(
         None,
         "--denoiser",
         metavar="DIR",
-        help="An SnD denoiser run (textfree snd train-denoiser --out DIR): served with the model and applied here "
+        help="An SnD denoiser run (textfree snd train --out DIR): served with the model and applied here "
         "(denoise=True); every --eta must lie in its range.",
     ),
     port: Optional[int] = typer.Option(

@@ -1,4 +1,5 @@
-"""``textfree rapt ...``: RAPT's commands (fine-tuning a classifier on privatized text with token reconstruction)."""
+"""``textfree rapt ...``: RAPT's commands: ``train`` (fine-tune a classifier on privatized text with token
+reconstruction), ``evaluate`` (a trained run on privatized test examples) and ``report``."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from typing import Optional
 import typer
 
 from textfree.accel import is_main_process
-from textfree.cli_common import command_group
+from textfree.cli_common import command_group, spinner, verbs_first
 
-app = command_group("RAPT: fine-tune on T2T / PCT2T-privatized text with token reconstruction.")
+app = command_group(
+    "RAPT: fine-tune on T2T / PCT2T-privatized text with token reconstruction, evaluate the run, write the report."
+)
 
 #: Config field -> the flag that sets it, so that an error names what the user typed.
 _FLAGS = {
@@ -88,11 +91,12 @@ def train_cmd(
     if eta is not None and not (math.isfinite(eta) and eta > 0):  # before the heavy imports: reported at once
         _fail(f"--eta must be a finite number > 0 or null, got {eta}")
 
-    _quiet_transformers()
-    setup_logging(True)
-    from textfree.data import DataError
-    from textfree.encoders.loading import EncoderLoadError
-    from textfree.rapt.train import RaptTrainConfig, train_rapt
+    with spinner("loading ...", enabled=progress):  # torch and transformers: seconds
+        _quiet_transformers()
+        setup_logging(True)
+        from textfree.data import DataError
+        from textfree.encoders.loading import EncoderLoadError
+        from textfree.rapt.train import RaptTrainConfig, train_rapt
 
     try:
         cfg = RaptTrainConfig(
@@ -105,7 +109,9 @@ def train_cmd(
     except ValueError as exc:
         _fail(_flag_message(str(exc)))
     try:
-        summary = train_rapt(cfg)
+        with spinner(f"loading {task} and the word table, privatizing the examples (client side) ...",
+                     between="classifying the privatized test examples ...", enabled=progress):  # fmt: skip
+            summary = train_rapt(cfg)
     except (EncoderLoadError, DataError, FileNotFoundError) as exc:
         _fail(str(exc))
     except ValueError as exc:
@@ -118,6 +124,110 @@ def train_cmd(
             f"{summary['steps']} steps, {summary['total_wall_s']} s; privacy: {bound}, "
             f"{summary['mean_privatized_words']:.1f} privatized words per test example; run in {out}"
         )
+
+
+@app.command("evaluate")
+def evaluate_cmd(
+    model: Path = typer.Option(..., "--model", help="A RAPT run directory (what 'textfree rapt train --out' wrote)."),
+    eta: Optional[float] = typer.Option(
+        None,
+        "--eta",
+        help="Privatize the test examples at this eta (default: the run's; none if it trained on clear text).",
+    ),
+    test_limit: Optional[int] = typer.Option(
+        None, "--test-limit", help="A seeded subset of the task's test split (default: the run's)."
+    ),
+    noise_seed: Optional[int] = typer.Option(
+        None,
+        "--noise-seed",
+        help="Seed of the test examples' privatization (default: the run's, which reproduces the accuracy 'train' "
+        "printed; experiments only).",
+    ),
+    batch_size: int = typer.Option(64, "--batch-size", help="Test examples per forward pass."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write the result to this JSON file."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show the progress bar."),
+) -> None:
+    """Score a trained RAPT run on its task's test split (never trained on): the client privatizes each test example
+    as in training (T2T / PCT2T at the run's eta, its plain tokens prepended), the served classifier labels it."""
+    from textfree.cli_common import _quiet_transformers, err, setup_logging
+
+    # every flag before the heavy imports: a wrong one is reported at once
+    if not ((model / "train_config.json").is_file() and (model / "summary.json").is_file()):
+        _fail(
+            f"--model {str(model)!r} is not a finished RAPT run directory (no train_config.json and summary.json; "
+            "'textfree rapt train --out' writes one)"
+        )
+    if eta is not None and not (math.isfinite(eta) and eta > 0):
+        _fail(f"--eta must be a finite number > 0, got {eta}")
+    for flag, value, low in (("--test-limit", test_limit, 2), ("--noise-seed", noise_seed, 0), ("--batch-size",
+                             batch_size, 1)):  # fmt: skip
+        if value is not None and value < low:
+            _fail(f"{flag} must be >= {low}, got {value}")
+    if out is not None and (out.is_dir() or not out.parent.is_dir()):
+        _fail(f"--out {str(out)!r} is a directory" if out.is_dir() else f"--out {str(out)!r}: no such directory")
+
+    with spinner("loading ...", enabled=progress):  # torch and transformers: seconds
+        _quiet_transformers()
+        setup_logging(True)
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from textfree.atomic import write_json
+        from textfree.data import DataError
+        from textfree.data.tasks import load_task
+        from textfree.encoders.loading import EncoderLoadError
+        from textfree.rapt.model import BASE_ENCODER_DIR, load_classifier
+        from textfree.rapt.train import build_mechanism, evaluate_classifier
+        from textfree.rng import seeded_generator
+        from textfree.substitution.examples import privatize_examples
+
+    try:
+        with spinner(f"loading the RAPT run {model} ...", enabled=progress):
+            classifier, tokenizer, plain, config = load_classifier(model)
+    except (ValueError, OSError, EncoderLoadError) as exc:
+        _fail(f"--model {str(model)!r}: {exc}")
+    try:
+        run_eta = config.get("eta") if eta is None else eta
+        bundled = model / BASE_ENCODER_DIR  # a published run carries its base encoder (and so its word table)
+        encoder = str(bundled) if bundled.is_dir() else config["encoder"]
+        limit = config.get("test_limit") if test_limit is None else test_limit
+        with spinner(f"reading {config['task']}'s test split and building the word table ...", enabled=progress):
+            data = load_task(config["task"], train_limit=config.get("train_limit"), test_limit=limit,
+                             generator=seeded_generator(int(config.get("data_seed", 0)), warn=False))  # fmt: skip
+            mechanism = build_mechanism(encoder, run_eta, config.get("pos"))
+        seed = noise_seed
+        if seed is None:  # the run's own test noise (rapt.train: noise seed x 2 + 1)
+            seed = int(config["seed"] if config.get("noise_seed") is None else config["noise_seed"]) * 2 + 1
+        with spinner(f"privatizing {len(data.test_texts)} test examples (client side) ...", enabled=progress):
+            examples = privatize_examples(data.test_texts, data.test_labels, mechanism, plain,
+                                          generator=seeded_generator(seed, warn=False))  # fmt: skip
+        correct = 0.0
+        bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                       console=err, disable=not progress, transient=True)  # fmt: skip
+        with bar:
+            task = bar.add_task("classifying privatized test examples", total=len(examples))
+            for start in range(0, len(examples), batch_size):
+                chunk = examples[start : start + batch_size]
+                scores = evaluate_classifier(classifier, tokenizer, chunk, plain, max_length=int(config["max_length"]),
+                                             batch_size=batch_size)  # fmt: skip
+                correct += scores["acc"] * len(chunk)
+                bar.advance(task, len(chunk))
+    except (EncoderLoadError, DataError, FileNotFoundError, KeyError) as exc:
+        _fail(f"--model {str(model)!r}: cannot evaluate this run: {exc}")
+    except ValueError as exc:
+        _fail(_flag_message(str(exc)))
+    acc = correct / max(len(examples), 1)
+    words = sum(ex.words_privatized for ex in examples) / max(len(examples), 1)
+    per_word = None if mechanism is None else mechanism.privacy_loss_per_word().epsilon
+    bound = "no privatization" if per_word is None else f"{per_word:.4g} per privatized word (eta * D_max)"
+    typer.echo(
+        f"RAPT {config['method']} on {config['task']}: accuracy {acc:.4f} on {len(examples)} privatized test examples "
+        f"(eta {run_eta}, noise seed {seed}); privacy: {bound}, {words:.1f} privatized words per test example"
+    )
+    if out is not None:
+        write_json(out, {"system": "rapt", "model": str(model), "task": config["task"], "method": config["method"],
+                         "eta": run_eta, "acc": acc, "n_test": len(examples), "noise_seed": seed,
+                         "epsilon_per_word": per_word, "mean_privatized_words": words})  # fmt: skip
+        typer.echo(f"wrote {out}")
 
 
 @app.command("report")
@@ -137,3 +247,6 @@ def report_cmd(
     from textfree.results.report_command import run_report_command
 
     typer.echo(f"wrote {run_report_command(results, out, write_report, _fail)}")
+
+
+verbs_first(app)

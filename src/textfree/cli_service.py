@@ -15,7 +15,7 @@ from typing import Optional
 
 import typer
 
-from textfree.cli_common import _fail, _fmt_eps, _quiet_transformers, app, err
+from textfree.cli_common import _fail, _fmt_eps, _quiet_transformers, app, err, spinner
 from textfree.lm.hub import is_hub_id
 
 MAX_EPSILON_HELP = (
@@ -161,8 +161,9 @@ def serve(
             "--embed-model minilm=default, the split all-MiniLM-L6-v2)"
         )
     _check_keys(keys, no_auth)
-    _quiet_transformers()
-    _import_server()
+    with spinner("loading the server ..."):  # torch, transformers, FastAPI: seconds
+        _quiet_transformers()
+        _import_server()
     fields = {
         "host": host,
         "device": device,
@@ -186,7 +187,9 @@ def serve(
         "max_dataset_rows": max_dataset_rows,
     }
     fields["denoisers"] = _id_files(denoiser, "--denoiser")
-    config, application = _server_app(keys, no_auth, model=model, embed_model=embed_model, system=system, fields=fields)
+    with spinner(f"loading {len(model or []) + len(embed_model or [])} model(s) ..."):
+        config, application = _server_app(keys, no_auth, model=model, embed_model=embed_model, system=system,
+                                          fields=fields)  # fmt: skip
     err.print(
         f"serving {len(config.models) + len(config.embed_models)} model(s) on http://{host}:{port} "
         f"(auth {'on' if config.auth else 'OFF'}); GET /v1/models lists their cards"
@@ -367,12 +370,16 @@ def ask(
             _fail(f"{flag} is for --system rapt" + (" (ppft takes --epsilon)" if flag == "--eta" else ""))
     _check_client_flags(epsilon, timeout, retries, k, max_epsilon)
     try:
-        from textfree.client import Client, ClientError, ModelMismatchError
-        from textfree.encoders import EncoderLoadError
+        with spinner("loading ..."):  # torch and transformers: seconds
+            from textfree.client import Client, ClientError, ModelMismatchError
+            from textfree.encoders import EncoderLoadError
     except ImportError as exc:
         _fail(f'textfree ask needs the server extra (pip install "textfree[server]"): {exc}')
     try:
-        with _open_client(Client, url, api_key, timeout, retries, encoder, max_epsilon, cache_dir) as client:
+        with (
+            spinner(f"privatizing the prompt here, asking {url} ..."),
+            _open_client(Client, url, api_key, timeout, retries, encoder, max_epsilon, cache_dir) as client,
+        ):
             result = client.generate(
                 prompt,
                 public=public,
@@ -427,14 +434,18 @@ def _ask_rapt(
         _fail("--pair is empty")
     _check_client_flags(None, client_args["timeout"], client_args["retries"], max_epsilon=client_args["max_epsilon"])
     try:
-        from textfree.client import Client, ClientError, ModelMismatchError
-        from textfree.encoders import EncoderLoadError
+        with spinner("loading ..."):  # torch and transformers: seconds
+            from textfree.client import Client, ClientError, ModelMismatchError
+            from textfree.encoders import EncoderLoadError
     except ImportError as exc:
         _fail(f'textfree ask needs the server extra (pip install "textfree[server]"): {exc}')
     example = prompt if pair is None else [(prompt, pair)]
     try:
         url = client_args.pop("url")
-        with Client(url, **client_args) as client:
+        with (
+            spinner(f"privatizing the text here (T2T / PCT2T), asking {url} ..."),
+            Client(url, **client_args) as client,
+        ):
             result = client.classify(example, model=model, eta=eta, pos=pos, seed=seed, adapter=adapter)
     except EncoderLoadError as exc:
         _fail(f"--encoder: {exc}")
@@ -503,12 +514,16 @@ def embed(
         _fail("every TEXT must be non-empty")
     _check_client_flags(epsilon, timeout, retries, max_epsilon=max_epsilon)
     try:
-        from textfree.client import Client, ClientError, ModelMismatchError
-        from textfree.encoders import EncoderLoadError
+        with spinner("loading ..."):  # torch and transformers: seconds
+            from textfree.client import Client, ClientError, ModelMismatchError
+            from textfree.encoders import EncoderLoadError
     except ImportError as exc:
         _fail(f'textfree embed needs the server extra (pip install "textfree[server]"): {exc}')
     try:
-        with _open_client(Client, url, api_key, timeout, retries, encoder, max_epsilon, cache_dir) as client:
+        with (
+            spinner(f"privatizing the token embeddings here, asking {url} ..."),
+            _open_client(Client, url, api_key, timeout, retries, encoder, max_epsilon, cache_dir) as client,
+        ):
             if denoise is None:
                 denoise = client.model_card(model).get("denoiser") is not None
             result = client.embed(text, model=model, epsilon=epsilon, seed=seed, denoise=denoise)
@@ -772,8 +787,9 @@ def finetune(
     _check_finetune_system(system, method=method, eta=eta, pos=pos, epsilon=epsilon, no_noise=no_noise)
     _check_client_flags(epsilon, timeout, retries, max_epsilon=max_epsilon)
     try:
-        from textfree.client import Client, ClientError, ModelMismatchError
-        from textfree.encoders import EncoderLoadError
+        with spinner("loading ..."):  # torch and transformers: seconds
+            from textfree.client import Client, ClientError, ModelMismatchError
+            from textfree.encoders import EncoderLoadError
     except ImportError as exc:
         _fail(f'textfree finetune needs the server extra (pip install "textfree[server]"): {exc}')
     hp = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "seed": train_seed}
@@ -782,8 +798,14 @@ def finetune(
         upload, uploader = {"eta": eta, "pos": pos, "seed": seed}, _upload_examples
     else:
         upload, uploader = {"epsilon": epsilon, "seed": seed, "no_noise": no_noise}, _upload_payloads
+    working = "privatizing the rows here, uploading them" + (
+        ", following the job (its events print above)" if wait else ""
+    )
     try:
-        with _open_client(Client, url, api_key, timeout, retries, encoder, max_epsilon, cache_dir) as client:
+        with (
+            spinner(f"{working} ..."),
+            _open_client(Client, url, api_key, timeout, retries, encoder, max_epsilon, cache_dir) as client,
+        ):
 
             def upload_file(c, path: Path) -> str:
                 return uploader(c, path, model=model, name=name, upload=upload)
@@ -795,7 +817,8 @@ def finetune(
         _fail_rapt_value(exc)
     except (ClientError, ModelMismatchError) as exc:
         _fail(str(exc), code=1)
-    if job is None:
+    if not wait:  # printed here, after the spinner: stdout holds the job id alone
+        typer.echo(job["id"])
         return
     if job["status"] != "succeeded":
         _fail(f"job {job['id']} {job['status']}" + (f": {job['error']}" if job.get("error") else ""), code=1)
@@ -856,15 +879,14 @@ def _check_finetune_flags(
             _fail(message)
 
 
-def _run_job(client, data: list[str], *, model: str, upload_file, hp: dict, wait: bool, poll: float) -> dict | None:
+def _run_job(client, data: list[str], *, model: str, upload_file, hp: dict, wait: bool, poll: float) -> dict:
     """Upload the --data files (``upload_file(client, path)``), start the job and follow it to its end (the final
-    job); None with --no-wait, after printing the job id."""
+    job); with --no-wait, the job as created (the caller prints its id)."""
     ids = _dataset_ids(client, data, upload_file)
     job = client.create_fine_tuning_job(model=model, datasets=ids, **hp)
     err.print(f"job {job['id']}: {job['status']}, {job['progress']['total_steps']} steps", highlight=False)
     if not wait:
-        typer.echo(job["id"])
-        return None
+        return job
     return client.wait_job(
         job["id"],
         poll=poll,

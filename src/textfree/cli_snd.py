@@ -1,4 +1,6 @@
-"""``textfree snd ...``: Split-N-Denoise's commands (training the client's denoiser on public text)."""
+"""``textfree snd ...``: Split-N-Denoise's commands: ``train`` (the client's denoiser, on public text), ``evaluate``
+(a trained denoiser on the run's held-out public text) and ``report``; ``train-denoiser`` is the old name of
+``train``."""
 
 from __future__ import annotations
 
@@ -9,9 +11,11 @@ from typing import Optional
 import typer
 
 from textfree.accel import is_main_process
-from textfree.cli_common import command_group
+from textfree.cli_common import command_group, deprecated_alias, spinner, verbs_first
 
-app = command_group("Split-N-Denoise: train the client-side denoiser on public text.")
+app = command_group(
+    "Split-N-Denoise: train the client-side denoiser on public text, evaluate it on held-out text, write the report."
+)
 
 #: Config field -> the flag that sets it, so that an error names what the user typed.
 _FLAGS = {
@@ -20,6 +24,7 @@ _FLAGS = {
     "max_steps": "--max-steps",
     "batch_size": "--batch-size",
     "limit_per_source": "--limit-per-source",
+    "sources": "--sources",
     "max_tokens": "--max-tokens",
     "val_size": "--val-size",
     "noise_seed": "--noise-seed",
@@ -80,7 +85,7 @@ def _validation_table(summary: dict):
     return table
 
 
-@app.command("train-denoiser")
+@app.command("train")
 def train_denoiser_cmd(
     model: str = typer.Option(
         "default", "--model", help="The served encoder: 'default' (all-MiniLM-L6-v2, offline) or an HF name/path."
@@ -94,6 +99,11 @@ def train_denoiser_cmd(
     warmup_steps: int = typer.Option(50, help="Linear warm-up steps."),
     limit_per_source: Optional[int] = typer.Option(
         5000, help="A seeded sample of at most this many texts per source (the paper: up to 5000)."
+    ),
+    sources: str = typer.Option(
+        "alpaca,lima,gsm8k,sst2",
+        "--sources",
+        help="Public corpus sources, comma-separated: alpaca, lima, gsm8k, sst2, qqp_train (QQP's training part).",
     ),
     max_tokens: int = typer.Option(64, help="Cut every text to this many tokens."),
     val_size: int = typer.Option(256, help="Held-out validation texts."),
@@ -121,12 +131,13 @@ def train_denoiser_cmd(
 
     parsed_etas = _parse_etas(etas)  # before the heavy imports: a bad --etas is reported at once
 
-    _quiet_transformers()
-    setup_logging(True)
-    from textfree.data import DataError
-    from textfree.encoders.loading import EncoderLoadError
-    from textfree.snd.denoiser import DenoiserError
-    from textfree.snd.train import DenoiserTrainConfig, train_denoiser
+    with spinner("loading ...", enabled=progress):  # torch and transformers: seconds
+        _quiet_transformers()
+        setup_logging(True)
+        from textfree.data import DataError
+        from textfree.encoders.loading import EncoderLoadError
+        from textfree.snd.denoiser import DenoiserError
+        from textfree.snd.train import DenoiserTrainConfig, train_denoiser
 
     try:
         cfg = DenoiserTrainConfig(
@@ -139,6 +150,7 @@ def train_denoiser_cmd(
             lr=lr,
             warmup_steps=warmup_steps,
             limit_per_source=limit_per_source,
+            sources=[x.strip() for x in sources.split(",") if x.strip()],
             max_tokens=max_tokens,
             val_size=val_size,
             n_layers=layers,
@@ -159,7 +171,9 @@ def train_denoiser_cmd(
     except ValueError as exc:
         _fail(_flag_message(str(exc)))
     try:
-        summary = train_denoiser(cfg)
+        with spinner("loading the encoder, building the public corpus ...",
+                     between="validating the denoiser on held-out texts ...", enabled=progress):  # fmt: skip
+            summary = train_denoiser(cfg)
     except (EncoderLoadError, DenoiserError, DataError, FileNotFoundError) as exc:
         _fail(str(exc))
     except ValueError as exc:
@@ -178,13 +192,94 @@ def train_denoiser_cmd(
         )
 
 
+deprecated_alias(app, "train-denoiser", "train", train_denoiser_cmd, prefix="textfree snd")
+
+
+@app.command("evaluate")
+def evaluate_cmd(
+    denoiser: Path = typer.Option(
+        ..., "--denoiser", help="A denoiser run directory (what 'textfree snd train --out' wrote)."
+    ),
+    etas: Optional[str] = typer.Option(
+        None,
+        "--etas",
+        help="Noise levels eta, comma-separated (default: the etas the run trained on; outside their range the "
+        "denoiser extrapolates).",
+    ),
+    val_size: Optional[int] = typer.Option(
+        None, "--val-size", help="Score the first N of the run's held-out texts (default: all it held out)."
+    ),
+    noise_seed: Optional[int] = typer.Option(
+        None,
+        "--noise-seed",
+        help="Seed of the evaluation noise (default: the run's, which reproduces the table 'train' printed).",
+    ),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write the figures to this JSON file."),
+) -> None:
+    """Score a trained denoiser on its run's held-out public texts (never trained on): per eta, MSE and cosine of e_n
+    (TokEmbPriv) and of e_d (SnD) to the clean e_c; the validation table 'train' prints. Downstream task accuracy is
+    the snd_downstream experiment cell's (textfree run)."""
+    from textfree.cli_common import _quiet_transformers, console, setup_logging
+
+    # every flag before the heavy imports: a wrong one is reported at once
+    if not (denoiser / "train_config.json").is_file():
+        _fail(
+            f"--denoiser {str(denoiser)!r} is not a denoiser run directory (no train_config.json; 'textfree snd train "
+            "--out' writes one)"
+        )
+    parsed_etas = None if etas is None else _parse_etas(etas)
+    if val_size is not None and val_size < 1:
+        _fail(f"--val-size must be >= 1, got {val_size}")
+    if noise_seed is not None and noise_seed < 0:
+        _fail(f"--noise-seed must be >= 0, got {noise_seed}")
+    if out is not None and (out.is_dir() or not out.parent.is_dir()):
+        _fail(f"--out {str(out)!r} is a directory" if out.is_dir() else f"--out {str(out)!r}: no such directory")
+
+    with spinner("loading ..."):  # torch and transformers: seconds
+        _quiet_transformers()
+        setup_logging(True)
+        from textfree.atomic import write_json
+        from textfree.data import DataError
+        from textfree.encoders.loading import EncoderLoadError
+        from textfree.snd.denoiser import Denoiser, DenoiserError
+        from textfree.snd.train import validation_figures
+        from textfree.snd.update import base_run_settings, load_server, public_split
+
+    try:
+        base = base_run_settings(denoiser)
+        eta_list = parsed_etas or [float(e) for e in base["etas"]]
+        seed = noise_seed if noise_seed is not None else base.get("noise_seed")
+        seed = int(base.get("seed", 0) if seed is None else seed)
+        with spinner(f"loading the denoiser of {denoiser} and its encoder ..."):
+            model = Denoiser.from_pretrained(denoiser).eval()
+            table, encoder = load_server(base.get("encoder", "default"), int(base.get("max_tokens", 64)))
+        with spinner("rebuilding the run's public corpus to find its held-out texts ..."):
+            _, texts = public_split(denoiser, val_size=val_size or int(base["val_size"]))
+        with spinner(f"denoising {len(texts)} held-out texts at {len(eta_list)} eta(s) ..."):
+            figures = validation_figures(
+                model, encoder, table, texts, eta_list, noise_seed=seed, clip=bool(base.get("clip", True))
+            )
+    except DenoiserError as exc:
+        _fail(f"--denoiser {str(denoiser)!r}: {exc}")
+    except (EncoderLoadError, DataError, FileNotFoundError, KeyError) as exc:
+        _fail(f"--denoiser {str(denoiser)!r}: cannot evaluate this run: {exc}")
+    except ValueError as exc:
+        _fail(_flag_message(str(exc)))
+    console.print(_validation_table({"validation": figures}))
+    typer.echo(f"{len(texts)} held-out texts of {denoiser} (never trained on), noise seed {seed}")
+    if out is not None:
+        result = {"denoiser": str(denoiser), "denoiser_sha256": model.sha256, "n_texts": len(texts)}
+        write_json(out, result | {"noise_seed": seed, "validation": figures})
+        typer.echo(f"wrote {out}")
+
+
 def _parse_roles(values: list[str]) -> dict[str, str]:
-    """``PATH_OR_SHA=full|small`` flags -> the report's denoiser roles."""
+    """``PATH_OR_SHA=full|small|in_domain`` flags -> the report's denoiser roles."""
     roles = {}
     for value in values:
         key, sep, role = value.rpartition("=")
-        if not sep or not key or role not in ("full", "small"):
-            _fail(f"--denoiser-role must be PATH_OR_SHA256=full or PATH_OR_SHA256=small, got {value!r}")
+        if not sep or not key or role not in ("full", "small", "in_domain"):
+            _fail(f"--denoiser-role must be PATH_OR_SHA256=full, =small or =in_domain, got {value!r}")
         roles[key] = role
     return roles
 
@@ -202,8 +297,8 @@ def report_cmd(
     denoiser_role: list[str] = typer.Option(
         [],
         "--denoiser-role",
-        help="Which denoiser is the full and which the small one: PATH_OR_SHA256=full|small (repeatable; default: "
-        "a path containing 'small' is the small one).",
+        help="Which denoiser is the full, the small and the in-domain one: PATH_OR_SHA256=full|small|in_domain "
+        "(repeatable; default: a path containing 'small' is the small one, 'qqp' the in-domain one).",
     ),
 ) -> None:
     """Write SnD's result tables (docs/results/snd.md) and figures from result files; nothing is recomputed."""
@@ -214,3 +309,6 @@ def report_cmd(
 
     roles = _parse_roles(denoiser_role)
     typer.echo(f"wrote {run_report_command(results, out, partial(write_report, roles=roles or None), _fail)}")
+
+
+verbs_first(app)

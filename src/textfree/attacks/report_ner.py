@@ -7,6 +7,8 @@ from .report_payloads import PayloadCell, _fmt, _num
 
 __all__ = ["ner_section"]
 
+_HEADER = "| eta | word eps | replaced | entity F1 | span F1 | empirical privacy | clean F1 | survive | untouched |"
+
 
 def _release(pos) -> str:
     return f"PCT2T, {pos if isinstance(pos, str) else ', '.join(pos)}" if pos else "T2T"
@@ -49,8 +51,7 @@ def ner_section(cells: list[PayloadCell]) -> list[str]:
             "",
             _title(c),
             "",
-            ("| release " if per_pos else "")
-            + "| eta | word eps | replaced | entity F1 | span F1 | empirical privacy | clean F1 | survive | untouched |",
+            ("| release " if per_pos else "") + _HEADER,
             ("|---" if per_pos else "") + "|---|---|---|---|---|---|---|---|---|",
         ]
         for point, p in c.points:

@@ -16,7 +16,7 @@ COLUMNS = ("eta", "noise to signal", "top-1", "top-3", "cos to clean", "bytes pe
 LEGEND = "clean: each question's own embedding, computed here and never sent (the reference)"
 LEGEND_SND = "+SnD: the server's answer denoised here"
 DENOISER_HINT = (
-    "no denoiser: the rows show the server's raw answers. Train one on public text (textfree snd train-denoiser "
+    "no denoiser: the rows show the server's raw answers. Train one on public text (textfree snd train "
     "--model default --out runs/snd-minilm) and rerun with --denoiser runs/snd-minilm to denoise them here."
 )
 

@@ -5,5 +5,5 @@ own noise. See ``docs/snd.md``.
 * :mod:`.denoiser`: the denoiser model and its one-file format;
 * :mod:`.noise`: the client's noise, clipped d_chi noise per token and the effective noise (one function for all);
 * :mod:`.corpus`: the public training text (never PUPA, Pri-* or an evaluation split);
-* :mod:`.train`: training the denoiser on that text with the shared loop (``textfree snd train-denoiser``);
+* :mod:`.train`: training the denoiser on that text with the shared loop (``textfree snd train``);
 """

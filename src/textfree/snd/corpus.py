@@ -6,14 +6,17 @@ The paper mixes 20 public datasets; the offline stand-in here is the public gene
 * ``alpaca`` and ``lima``: each record's prompt (instruction and input) and its response, as two texts;
 * ``gsm8k``: the **train** split, each question and its worked solution (calculator notes ``<<...>>`` removed) as two
   texts;
-* ``sst2``: the SST-2 **train** sentences and phrases.
+* ``sst2``: the SST-2 **train** sentences and phrases;
+* ``qqp_train`` (opt-in, not in the default mix): both questions of every pair of this project's QQP **training**
+  part (the pairs :func:`textfree.data.tasks.qqp_is_test` leaves out of the test part), question-style public text
+  of the kind SnD's QQP evaluation embeds.
 
 Never PUPA, never a Pri-* set and never an evaluation split: the sources are fixed above (a source outside them is
 refused), and as a second guard every text that equals (case and spacing aside) a text of an evaluation split the
-project evaluates SnD on (GLUE SST-2 dev/test, CoLA dev, RTE dev, MRPC test, QQP dev; GSM8K test) is dropped, and the
-count recorded. Each source gives a seeded sample of at most ``limit_per_source`` of its texts; the pool is
-de-duplicated, and a seeded ``val_size`` of it is held out for validation. :class:`Corpus` records per-source counts
-and the sha256 of its texts for the run's summary.
+project evaluates SnD on (GLUE SST-2 dev/test, CoLA dev, RTE dev, MRPC test, the QQP test part; GSM8K test) is
+dropped, and the count recorded. Each source gives a seeded sample of at most ``limit_per_source`` of its texts;
+the pool is de-duplicated, and a seeded ``val_size`` of it is held out for validation. :class:`Corpus` records
+per-source counts and the sha256 of its texts for the run's summary.
 """
 
 from __future__ import annotations
@@ -26,12 +29,22 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-__all__ = ["CORPUS_SOURCES", "Corpus", "build_corpus", "evaluation_texts", "normalize_text", "source_texts"]
+__all__ = [
+    "CORPUS_SOURCES",
+    "PUBLIC_SOURCES",
+    "Corpus",
+    "build_corpus",
+    "evaluation_texts",
+    "normalize_text",
+    "source_texts",
+]
 
 log = logging.getLogger("textfree.snd")
 
-#: The public sources a denoiser may be trained on (see the module docstring).
+#: The default mix of public sources (see the module docstring).
 CORPUS_SOURCES = ("alpaca", "lima", "gsm8k", "sst2")
+#: Every public source a denoiser may be trained on: the default mix and the opt-in ones.
+PUBLIC_SOURCES = (*CORPUS_SOURCES, "qqp_train")
 _CALCULATOR = re.compile(r"<<[^<>]*>>")
 _SPACE = re.compile(r"\s+")
 
@@ -50,8 +63,9 @@ def _instruct_texts(records) -> list[str]:
 
 
 def source_texts(source: str) -> list[str]:
-    """Every text of one public ``source`` (:data:`CORPUS_SOURCES`), in file order, empty ones left out."""
-    from ..data import load_alpaca, load_gsm8k, load_lima, load_sst2
+    """Every text of one public ``source`` (:data:`PUBLIC_SOURCES`), in file order, empty ones left out."""
+    from ..data import load_alpaca, load_gsm8k, load_lima, load_qqp, load_sst2
+    from ..data.tasks import qqp_is_test
 
     if source == "alpaca":
         texts = _instruct_texts(load_alpaca())
@@ -63,8 +77,10 @@ def source_texts(source: str) -> list[str]:
             texts += [r.instruction, _CALCULATOR.sub("", r.output)]
     elif source == "sst2":
         texts = [r.text for r in load_sst2(split="train")]
+    elif source == "qqp_train":
+        texts = [t for r in load_qqp(split="dev") if not qqp_is_test(r.id) for t in (r.text_a, r.text_b)]
     else:
-        raise ValueError(f"unknown corpus source {source!r}; the public sources are {', '.join(CORPUS_SOURCES)}")
+        raise ValueError(f"unknown corpus source {source!r}; the public sources are {', '.join(PUBLIC_SOURCES)}")
     return [t.strip() for t in texts if t.strip()]
 
 
@@ -72,6 +88,10 @@ def evaluation_texts() -> set[str]:
     """The normalised texts of the evaluation splits (see the module docstring) that are present in the shared data;
     a split whose files are absent is skipped (nothing of it can leak in either)."""
     from ..data import DataNotFoundError, load_cola, load_gsm8k, load_mrpc, load_qqp, load_rte, load_sst2
+    from ..data.tasks import qqp_is_test
+
+    def qqp_test(split: str):  # only the QQP test part is evaluated (the training part trains the classifier)
+        return [r for r in load_qqp(split=split) if qqp_is_test(r.id)]
 
     loaders = [
         (load_sst2, "dev", ("text",)),
@@ -79,7 +99,7 @@ def evaluation_texts() -> set[str]:
         (load_cola, "dev", ("text",)),
         (load_rte, "dev", ("text_a", "text_b")),
         (load_mrpc, "test", ("text_a", "text_b")),
-        (load_qqp, "dev", ("text_a", "text_b")),
+        (qqp_test, "dev", ("text_a", "text_b")),
     ]
     out: set[str] = set()
     for loader, split, keys in loaders:
@@ -155,11 +175,11 @@ def build_corpus(
             raise TypeError("texts must be strings")
         per_source = {"texts": [t.strip() for t in texts if t.strip()]}
     else:
-        bad = [s for s in sources if s not in CORPUS_SOURCES]
+        bad = [s for s in sources if s not in PUBLIC_SOURCES]
         if bad:
             raise ValueError(
                 f"corpus source(s) {bad} refused: a denoiser trains on public text only "
-                f"({', '.join(CORPUS_SOURCES)}), never on PUPA, Pri-* or an evaluation split"
+                f"({', '.join(PUBLIC_SOURCES)}), never on PUPA, Pri-* or an evaluation split"
             )
         per_source = {s: _sample(source_texts(s), limit_per_source, seed, s) for s in dict.fromkeys(sources)}
     banned = set(evaluation_texts() if exclude is None else (normalize_text(t) for t in exclude))

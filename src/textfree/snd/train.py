@@ -33,7 +33,7 @@ from ..rng import seeded_generator
 from ..training.config import LoopConfig, _check_int, _check_optional_int
 from ..training.loop import fit, param_groups
 from ..training.runs import check_run_dir, prepare_run_dir, total_wall_s, write_summary
-from .corpus import CORPUS_SOURCES, Corpus, build_corpus
+from .corpus import CORPUS_SOURCES, PUBLIC_SOURCES, Corpus, build_corpus
 from .denoiser import DENOISER_FILE, Denoiser, DenoiserConfig
 from .noise import check_eta, privatize_tokens
 
@@ -60,7 +60,7 @@ class DenoiserTrainConfig(LoopConfig):
     max_tokens: int = field(default=64, metadata={"help": "Cut every text to this many tokens (special ones too)."})
     sources: list[str] = field(
         default_factory=lambda: list(CORPUS_SOURCES),
-        metadata={"help": f"Public corpus sources, a subset of {', '.join(CORPUS_SOURCES)}."},
+        metadata={"help": f"Public corpus sources, a subset of {', '.join(PUBLIC_SOURCES)}."},
     )
     limit_per_source: int | None = field(
         default=5000, metadata={"help": "A seeded sample of at most this many texts per source (null: all)."}
@@ -105,9 +105,9 @@ class DenoiserTrainConfig(LoopConfig):
             raise ValueError(f"etas must be distinct, got {self.etas}")
         _check_int("max_tokens", self.max_tokens, 2)
         if isinstance(self.sources, str) or not isinstance(self.sources, (list, tuple)) or not self.sources:
-            raise ValueError(f"sources must be a non-empty list of {', '.join(CORPUS_SOURCES)}, got {self.sources!r}")
-        if bad := [s for s in self.sources if s not in CORPUS_SOURCES]:
-            raise ValueError(f"sources {bad} refused: a denoiser trains on {', '.join(CORPUS_SOURCES)} only")
+            raise ValueError(f"sources must be a non-empty list of {', '.join(PUBLIC_SOURCES)}, got {self.sources!r}")
+        if bad := [s for s in self.sources if s not in PUBLIC_SOURCES]:
+            raise ValueError(f"sources {bad} refused: a denoiser trains on {', '.join(PUBLIC_SOURCES)} only")
         self.sources = list(self.sources)
         _check_optional_int("limit_per_source", self.limit_per_source, 1)
         _check_int("val_size", self.val_size, 1)

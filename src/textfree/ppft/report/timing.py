@@ -38,7 +38,7 @@ def _table_pipeline(pipe: Entry) -> list[str]:
     accuracy = "; ".join(f"{task} {pipe.mean(f'acc_{task}'):.4f}" for task in (p.get("eval_tasks") or ["mcqa", "open"]))
     out += [
         "",
-        f"`textfree ppft pipeline` (cell `{pipe.source}`), "
+        f"`textfree ppft train` (cell `{pipe.source}`), "
         + (
             "every step run in the same call"
             if one_go
