@@ -10,6 +10,10 @@ The split is PPFT's (:func:`textfree.data.ppft_split`), so the held-out part is 
 
 Without plain tokens and the reconstruction head: their decoder form (a head over the decoder's states at the
 privatized plain words' sub-tokens) is not built; this is the paper's "PCT2T" row on a decoder, not "+Reconstruction".
+
+The same run is PPFT's word-level d_chi baseline (Table 1; :mod:`textfree.lm.dchi`) with ``pos`` null (T2T),
+``table`` a word table (``glove:PATH``) and ``oov_word`` set (every word through the mechanism). Each run also scores
+the word-count controls of :mod:`textfree.lm.text_controls` on the very texts the client released.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..lm.text_controls import length_controls
 from ..lm.text_qa import QA_TASKS, private_parts, qa_pairs, score_answers
 from ..lm.text_tuning import TextTuningConfig, answer_prompts, tune_text_decoder
 from ..rng import seeded_generator
@@ -33,6 +38,17 @@ class RaptQAConfig(TextTuningConfig):
 
     dataset: str = field(default="pri-ddx", metadata={"help": "Pri-* dataset (ppft_split: PPFT's train / held-out)."})
     encoder: str = field(default="default", metadata={"help": "Whose word table T2T / PCT2T use ('default': MiniLM)."})
+    table: str | None = field(
+        default=None,
+        metadata={"help": "The word table T2T / PCT2T use instead of the encoder's: 'glove:PATH' or an HF name/path."},
+    )
+    oov_word: str | None = field(
+        default=None,
+        metadata={
+            "help": "Replace words outside the table by this table word before the mechanism, so every word is "
+            "privatized (the word-level d_chi baseline); null: they are sent verbatim (T2T's default)."
+        },
+    )
     eta: float | None = field(default=None, metadata={"help": "T2T / PCT2T eta per word (null: no privatization)."})
     pos: str | None = field(
         default="all", metadata={"help": "PCT2T categories ('all' for clinical text, section IV-B); null: T2T."}
@@ -50,20 +66,28 @@ class RaptQAConfig(TextTuningConfig):
             raise ValueError(f"eta must be a positive number or null, got {self.eta!r}")
         if self.eval_limit is not None and self.eval_limit < 1:
             raise ValueError(f"eval_limit must be >= 1 or null, got {self.eval_limit}")
+        for name in ("table", "oov_word"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ValueError(f"{name} must be a non-empty string or null, got {value!r}")
 
 
 def _client(cfg: RaptQAConfig):
-    """The client's privatization of a list of private texts (a fresh generator per call site), and its mechanism."""
+    """The client's privatization of a list of private texts (a fresh generator per call site), and its mechanism.
+    ``privatize(texts, part)``: (released texts, privatized words per text, share of the words sent verbatim)."""
+    from ..lm.dchi import fold_out_of_table
     from .train import build_mechanism
 
-    mechanism = build_mechanism(cfg.encoder, cfg.eta, cfg.pos)
+    mechanism = build_mechanism(cfg.table or cfg.encoder, cfg.eta, cfg.pos)
     seed = cfg.seed if cfg.noise_seed is None else cfg.noise_seed
 
-    def privatize(texts: list[str], part: int) -> tuple[list[str], list[int]]:
+    def privatize(texts: list[str], part: int) -> tuple[list[str], list[int], float]:
         if mechanism is None:
-            return list(texts), [0] * len(texts)
+            return list(texts), [0] * len(texts), 1.0
+        if cfg.oov_word is not None:
+            texts = fold_out_of_table(texts, mechanism.table, cfg.oov_word)
         result = mechanism.privatize_detailed(list(texts), generator=seeded_generator(seed * 3 + part, warn=False))
-        return list(result.texts), list(result.substituted_per_text)
+        return list(result.texts), list(result.substituted_per_text), result.n_kept / max(result.n_words, 1)
 
     return privatize, mechanism
 
@@ -88,21 +112,25 @@ def train_rapt_qa(cfg: RaptQAConfig) -> dict[str, Any]:
     extra = load_privacyrestore(Path(cfg.prompts)) if cfg.prompts is not None else []
     labels = task_labels(split["train"], split["validation"], split["heldout"], extra)
     privatize, mechanism = _client(cfg)
-    sent_train, words_train = privatize(private_parts(train), 0)
+    sent_train, _, _ = privatize(private_parts(train), 0)
     pairs = qa_pairs(train, "mcqa", sent_train) + qa_pairs(train, "open", sent_train)
     fitted = tune_text_decoder(cfg, pairs)
-    sent_test, words_test = privatize(private_parts(heldout), 1)
+    sent_test, words_test, kept = privatize(private_parts(heldout), 1)
     scores = {"heldout": _score(fitted["model"], fitted["tokenizer"], heldout, sent_test, labels, cfg)}
     if extra:
-        sent_extra, _ = privatize(private_parts(extra), 2)
+        sent_extra, _, _ = privatize(private_parts(extra), 2)
         scores["prompts"] = _score(fitted["model"], fitted["tokenizer"], extra, sent_extra, labels, cfg)
     record = {
         "system": "rapt",
         "dataset": cfg.dataset,
         "eta": cfg.eta,
         "pos": cfg.pos,
+        "table": None if mechanism is None else mechanism.table.name,
+        "oov_word": cfg.oov_word,
         "epsilon_per_word": None if mechanism is None else mechanism.privacy_loss_per_word().epsilon,
         "mean_privatized_words": sum(words_test) / max(len(words_test), 1),
+        "kept_rate": kept,
+        "controls": length_controls(train, sent_train, heldout, sent_test, labels),
         "n_train": len(train),
         "scores": scores,
         "total_wall_s": round(time.time() - t0, 2),

@@ -3,11 +3,17 @@ Pri-* prompts, its 4-option and open-answer accuracy on privatized held-out prom
 ``params.prompts``, e.g. the hand-written ones), beside PPFT's on the same decoder and split.
 
 ``params`` are :class:`~textfree.rapt.generation.RaptQAConfig` fields (``decoder`` (required), ``eta`` (null: no
-privatization), ``pos``, ``epochs``, ``eval_limit``, ``prompts``, ...) plus ``out``: the directory under which each
-point's run goes (``<out>/<cell name>/<point>-s<seed>``; a finished run is resumed, not retrained).
+privatization), ``pos``, ``table``, ``oov_word``, ``epochs``, ``eval_limit``, ``prompts``, ...) plus ``out``: the
+directory under which each point's run goes (``<out>/<cell name>/<point>-s<seed>``; a finished run is resumed, not
+retrained). With ``pos`` null, a word ``table`` and ``oov_word``, it is PPFT's word-level d_chi baseline
+(examples/cells/ppft/ddx_baseline_dchi.yaml).
 
 Metrics: ``mcqa``, ``open`` (held-out accuracy), ``prompts_mcqa``, ``prompts_open`` (nan without ``prompts``),
-``epsilon_per_word``, ``mean_privatized_words``, ``n_train``, ``n_test``, ``seconds``.
+``epsilon_per_word``, ``mean_privatized_words``, ``kept_rate`` (share of the held-out private words sent verbatim,
+without the mechanism; 1 for clear text), ``n_train``, ``n_test``, ``seconds``, and the word-count controls
+(:mod:`textfree.lm.text_controls`) on the same released texts and held-out rows: ``length_mcqa``, ``length_open``
+(the answer most frequent among training rows of the same word count), ``prior_mcqa``, ``prior_open`` (the most
+frequent training answer: the options alone).
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from .snd import validate_own_inputs
 __all__ = ["rapt_qa", "RAPT_QA_METRICS"]
 
 RAPT_QA_METRICS = ("mcqa", "open", "prompts_mcqa", "prompts_open", "epsilon_per_word", "mean_privatized_words",
-                   "n_train", "n_test", "seconds")  # fmt: skip
+                   "n_train", "n_test", "seconds", "kept_rate", "length_mcqa", "length_open", "prior_mcqa",
+                   "prior_open")  # fmt: skip
 _DEFAULT_OUT = "runs/rapt-qa"
 RAPT_QA_PARAMS = {"out": f"directory of the runs (default {_DEFAULT_OUT})"} | {
     f.name: f.metadata.get("help", "")
@@ -80,4 +87,5 @@ def rapt_qa(cell: Any, point: dict, seed: int, context: RunContext) -> dict[str,
         "n_train": float(summary["n_train"]),
         "n_test": float(scores["heldout"]["mcqa"]["n"]),
         "seconds": time.perf_counter() - started,
-    }
+        "kept_rate": summary["kept_rate"],
+    } | {f"{control}_{task}": acc for control, tasks in summary["controls"].items() for task, acc in tasks.items()}

@@ -20,13 +20,17 @@ How a point is classified (from the cell's kind, dataset and resolved params, no
   dataset (csqa, arc) -> the general-domain table (Table 4 shape).
 * ``ppft_pipeline`` (the whole pipeline timed in one call) -> the pipeline-time table; without one, the table is
   composed from ``ppft_pretrain`` / ``ppft_stage1`` and the eps-28 Pri-DDX stage-2 run.
+* ``rapt_qa`` (a decoder fine-tuned on text its client sent; not a ``ppft_*`` kind) -> only the baselines table
+  (:mod:`.baselines`): the word-level d_chi baseline (``pos`` null, ``oov_word`` set), and the clear-text run on the
+  same decoder as its upper bound (results/rapt holds it: pass that folder too, ``textfree ppft report results/ppft
+  results/rapt``; without it the row says so).
 
 When several files hold the same point, the newest file wins. A beyond-the-paper section shows PPFT's layout at
 the stage-2 lengths its variants were trained for (the newest PPFT run only when none of those lengths was run).
 
 The parts: :mod:`.entries` (reading and matching points), :mod:`.layouts` (the beyond-the-paper sections),
 :mod:`.verdicts` (the targets), :mod:`.tables`, :mod:`.selection` (model selection on validation), :mod:`.timing`
-(the pipeline time), :mod:`.figures`.
+(the pipeline time), :mod:`.figures`, :mod:`.baselines` (Table 1's baselines).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from ...atomic import atomic_write_text
+from .baselines import baseline_sources, table_baselines
 from .entries import (
     GDP_MATCHED,
     PAPER_ENCODER_DIM,
@@ -102,6 +107,7 @@ DEFAULT_COMMAND = "textfree ppft report results/ppft --out docs/results/ppft.md"
 def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = (), command: str = DEFAULT_COMMAND) -> str:
     """Markdown for docs/results/ppft.md from the ppft_* result files in ``paths``; ``command``: the one that
     generates it, named in its header."""
+    paths = list(paths)
     everything = collect(paths)
     entries, selection = split_selection(everything)  # runs that held back a validation part: their own section only
     sources = sorted({(e.source, e.date, e.git) for e in everything})
@@ -150,6 +156,9 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = (), co
         lines += ["", f"## {title}: Table 1 shape (held-out split)", ""] + _table1(
             entries, ds, selected_recipe(selection, ds), chosen_on
         )
+        baselines = table_baselines(paths, everything, ds)
+        if baselines:
+            lines += ["", f"### {title}: Baselines (Table 1)", ""] + baselines
         sections = [
             ("every stage-2 length run for these rows", _EPOCHS_INTRO, _table_epochs(entries, ds)),
             ("training seeds (the spread over trainings)", _SEEDS_INTRO, _table_train_seeds(entries, ds)),
@@ -189,6 +198,9 @@ def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = (), co
         "|---|---|---|---|",
     ]
     lines += [f"| `{s}` | {d} | {(g or 'unknown')[:10]} | {', '.join(sorted(builds[s]))} |" for s, d, g in sources]
+    text_files = [s for ds, _ in TABLE1_DATASETS for s in baseline_sources(paths, ds)]
+    if text_files:
+        lines += ["", "Text baselines (`rapt_qa` files):", ""] + [f"- `{f}` ({d})" for f, d in text_files]
     return "\n".join(lines) + "\n"
 
 

@@ -49,12 +49,13 @@ class Entry:
 
 
 def collect(paths: Iterable[str | Path]) -> list[Entry]:
-    """Every grid point of the given result files (directories are searched for ``*.json``), oldest file first."""
+    """Every grid point of the given result files (directories are searched for ``*.json`` result files), oldest file
+    first."""
     from ...results.files import load_results
 
     files: list[Path] = []
     for p in map(Path, paths):
-        files += sorted(p.glob("*.json")) if p.is_dir() else [p]
+        files += [f for f in sorted(p.glob("*.json")) if _is_results_file(f)] if p.is_dir() else [p]
     entries = []
     for f in files:
         data = load_results(f)
@@ -78,6 +79,19 @@ def collect(paths: Iterable[str | Path]) -> list[Entry]:
             )
     entries.sort(key=lambda e: e.date)
     return entries
+
+
+def _is_results_file(path: Path) -> bool:
+    """False for a JSON file of another format in a results directory (e.g. results/rapt/matched_eta.json, which the
+    report reads beside results/ppft for its baselines); a file that claims to be a result file is read and checked."""
+    from ...atomic import read_json
+    from ...results.files import RESULTS_FORMAT
+
+    try:
+        data = read_json(path)
+    except (OSError, ValueError):
+        return True  # load_results reports what is wrong with it
+    return not isinstance(data, dict) or "format" not in data or data["format"] == RESULTS_FORMAT
 
 
 # ------------------------------------------------------------------------------------------------ formatting
