@@ -219,8 +219,20 @@ def test_the_in_domain_denoiser_gets_its_own_rows_and_targets(tmp_path):
     assert v["AUC on QQP: SnD >= 1.10 x the best of TokEmbPriv, Text2Text, server-side denoiser, each eta"].verdict == (
         "not met"
     )
-    assert "SnD, denoiser with QQP training questions in its corpus" in build_report(res)
+    text = build_report(res)
+    assert "SnD, denoiser with QQP training questions in its corpus" in text
+    # the bounds: +10% needs 1.1 x 0.62 = 0.682 and 1.1 x 0.66 = 0.726, below the clean probe's 0.85
+    assert "eta 100 >= 0.682, eta 500 >= 0.726; the probe on the *clean* embeddings scores 0.850." in text
+    assert "0.800 -> 0.600 at eta 100, 0.900 -> 0.950 at eta 500" in text
     assert collect([directory], roles={"runs/snd-minilm-qqp": "full"}).find("qqp", "snd", 100.0, "in_domain") is None
+
+
+def test_the_bounds_say_where_the_auc_target_asks_more_than_the_clean_embedding(tmp_path):
+    directory = _result_set(tmp_path)
+    _result_file(directory, "qqp", "clean", {None: _m(0.70, 0.70, 1.0, mse=0.0, nsr=0.0, mi=None)})
+    text = build_report(collect([directory]))
+    assert "the probe on the *clean* embeddings scores 0.700, so at eta 500 the target asks more" in text
+    assert "COS: with QQP's training questions" not in text  # no in-domain rows: no COS line
 
 
 def test_refuses_a_folder_without_result_files(tmp_path):
