@@ -177,7 +177,11 @@ def _cell(**params) -> dict:
 @pytest.mark.parametrize(
     "over, field, message",
     [
-        ({"inverter": "lstm"}, "params.inverter", "inverter must be one of ['decoder', 'slot_tokens'], got 'lstm'"),
+        (
+            {"inverter": "lstm"},
+            "params.inverter",
+            "inverter must be one of ['decoder', 'slot_tokens', 'iterative'], got 'lstm'",
+        ),
         (
             {"variant": "restoration", "model": "runs/m", "init": None, "out": None},
             "params.inverter",

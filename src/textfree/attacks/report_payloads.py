@@ -30,6 +30,7 @@ __all__ = [
     "PAPER_ATTRIBUTE_RECALL",
     "PAPER_AWARE_ROUGE_L",
     "TARGET_UNAWARE_ROUGE_L",
+    "TARGET_CLEAN_ROUGE_L",
 ]
 
 #: PPFT Table 3 (attribute recall of its attacker at eps 75, k 4): sex, symptoms, antecedents.
@@ -38,6 +39,8 @@ PAPER_ATTRIBUTE_RECALL = {"sex": 0.59, "symptoms": 0.10, "antecedents": 0.012}
 PAPER_AWARE_ROUGE_L = 0.4397
 #: Issue 4 target: noise-unaware ROUGE-L below this at eps 75, k 4.
 TARGET_UNAWARE_ROUGE_L = 0.25
+#: Issue 58: an inverter whose verdict on PUPA means something first reaches this ROUGE-L on clean payloads.
+TARGET_CLEAN_ROUGE_L = 0.5
 
 
 @dataclass
@@ -302,6 +305,8 @@ def _variant(c: PayloadCell, p: Point) -> str:
         return "restoration instruction (served PPFT model)"
     if params.get("inverter") == "slot_tokens":
         return f"slot-token classifier (no decoder), noise-{v}"
+    if params.get("inverter") == "iterative":
+        return "iterative search re-encoding hypotheses (PPFT App. K; nothing trained)"
     if p.spread("init_stage") is not None:  # recorded: what the decoder started from (a grid over params.init too)
         init = _INIT_LABELS[p.mean("init_stage")]
     else:  # results from before init_stage existed: a string init was a stage-1 run
@@ -407,6 +412,9 @@ def inversion_section(cells: list[PayloadCell]) -> list[str]:
         "of",
         "the attacker's own text to regenerate the prompt, then inverts held-out payloads (greedy decoding).",
         "*noise-unaware*: trained on clean payloads; *noise-aware*: on payloads of the evaluated mechanism;",
+        "*iterative search* (PPFT Appendix K, `textfree.attacks.iterative`): no inverter is trained; token sequences "
+        "are",
+        "searched whose own payload, made with the client's encoder (query access), is closest to the observed one;",
         "*stage-1-aligned*: starts from the PPFT stage-1 model; *init from the served stage-2 model*: starts from the",
         "server's own trained stage-2 model (the server attacks with the model it serves); *restoration*: the served",
         "PPFT model is asked to restore the prompt, no training. ROUGE-L is the mean per-prompt F1; attribute recall "
@@ -445,6 +453,8 @@ def inversion_section(cells: list[PayloadCell]) -> list[str]:
         verdict += seen
     lines += [""]
     for c, eps, k, p in verdict:
+        if (c.cell.get("params") or {}).get("inverter") == "iterative":
+            lines.append(_iterative_line(c, eps, p))
         variant, value, prior = (c.cell.get("params") or {}).get("variant"), p.mean("rouge_l"), p.mean("rouge_l_prior")
         if eps != 75 or k != 4 or variant not in ("unaware", "aware") or math.isnan(value) or centred(p):
             continue
@@ -468,6 +478,45 @@ def inversion_section(cells: list[PayloadCell]) -> list[str]:
                 f"{PAPER_AWARE_ROUGE_L} for its noise-aware attacker)."
             )
     return lines
+
+
+def _clean_rouge_l(c: PayloadCell) -> float:
+    """The cell's ROUGE-L on clean payloads (NaN without a clean point)."""
+    clean = [q.mean("rouge_l") for point, q in c.points if _eps(c, point)[0] is None]
+    return clean[0] if clean else math.nan
+
+
+def _iterative_line(c: PayloadCell, eps: Any, p: Point) -> str:
+    """One point of the iterative search: its ROUGE-L beside its start, the no-input reference and the clean figure,
+    and what bounds it: the mean slot cosine of its text with the payload against that of the true text (a search that
+    stops below the truth's fit is bounded by the search; one above it has found text the payload fits better than
+    the truth, so the noise bounds it). On clean payloads, the issue-58 target (ROUGE-L >= 0.5)."""
+    value, found, truth = p.mean("rouge_l"), p.mean("search_cosine"), p.mean("true_cosine")
+    where = "clean payloads" if eps is None else f"eps {eps}"
+    figures = (
+        f"ROUGE-L {value:.3f} (its start, each slot's nearest tokens: {p.mean('start_rouge_l'):.3f}; no-input "
+        f"reference {p.mean('rouge_l_prior'):.3f}"
+    )
+    clean = _clean_rouge_l(c)
+    figures += ")" if eps is None or math.isnan(clean) else f"; the same search on clean payloads: {clean:.3f})"
+    if math.isnan(found) or math.isnan(truth):
+        bound = ""
+    elif found < truth - 1e-4:
+        bound = (
+            f"; mean slot cosine with the payload {found:.3f}, the true text's {truth:.3f}: the search stops short "
+            "of the truth, so the search bounds it"
+        )
+    else:
+        bound = (
+            f"; mean slot cosine with the payload {found:.3f} against the true text's {truth:.3f}: the search finds "
+            "text the payload fits at least as well as the truth, so the noise bounds it"
+        )
+    line = f"* {_attack_label(c, p)}, `{c.name}` on {c.cell.get('dataset')}, {where}: {figures}{bound}"
+    line += f"; {p.mean('s_per_text'):.1f} s per text."
+    if eps is None:
+        ok = "met" if value >= TARGET_CLEAN_ROUGE_L else "NOT met"
+        line += f" Target (issue 58): ROUGE-L >= {TARGET_CLEAN_ROUGE_L} on clean payloads: **{ok}**."
+    return line
 
 
 # ------------------------------------------------------------------------------------------ T2T / PCT2T readers

@@ -11,7 +11,15 @@ Variants (``params.variant``):
 ``slot_tokens`` (:mod:`textfree.attacks.slot_tokens`: a classifier of the tokens pooled into each slot, no decoder,
 trained on the attacker's own clean or noisy slots; ``init`` is then the run whose client made the payloads, and the
 classifier is saved as ``<out>/slot_tokens.safetensors`` + ``slot_tokens.json``, reused when the settings match;
-with ``fixed_slots`` the init run's client pads, and the classifier learns filler slots as the pad token).
+with ``fixed_slots`` the init run's client pads, and the classifier learns filler slots as the pad token), or
+``iterative`` (:mod:`textfree.attacks.iterative`, PPFT Appendix K: nothing is trained; a search over token sequences
+re-encodes its hypotheses with the client's encoder of the run ``init`` and keeps those whose slots are closest to the
+payload's; variant ``unaware`` only, no ``out``; ``rounds``, ``candidates``, ``pairs`` set its budget, ``frequent``
+the commonest tokens of ``train_text`` it also tries everywhere, 0 for none, the zero-shot attacker of encoder queries
+alone). The iterative inverter adds ``start_rouge_l`` (its starting text: each slot's nearest tokens), the mean slot
+cosine of its start (``start_cosine``) and of its result with the payload (``search_cosine``), that of the true text's
+own clean slots (``true_cosine``: 1 on clean payloads; a search that ends above it has found text the payload fits
+better than the truth, so the noise, not the search, bounds it) and ``s_per_text``.
 
 ``params.init`` is a run directory (a stage-1 run: the *stage-1-aligned* inverter; a stage-2 run: the server's own
 served model, whose client, centre included, makes the payloads) or a mapping ``{encoder: DIR, decoder: DIR}``: an
@@ -44,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from ...atomic import atomic_save_tensors, atomic_write_text
+from ...attacks.iterative import ITERATIVE_REQUIRES, ITERATIVE_WITH_TEXT_REQUIRES
 from ...attacks.learned import (
     LEARNED_INVERSION_REQUIRES,
     RESTORATION_REQUIRES,
@@ -66,7 +75,8 @@ from .ppft import _TRAIN, stage2_model
 __all__ = ["learned_inversion", "INVERSION_METRICS", "INVERSION_PARAMS"]
 
 VARIANTS = ("unaware", "aware", "restoration")
-INVERTERS = ("decoder", "slot_tokens")
+INVERTERS = ("decoder", "slot_tokens", "iterative")
+ITERATIVE_PARAMS = ("rounds", "candidates", "pairs", "frequent")
 SLOT_TOKENS_FILE, SLOT_TOKENS_JSON = "slot_tokens.safetensors", "slot_tokens.json"
 INVERSION_METRICS = (
     "rouge_l",
@@ -89,11 +99,22 @@ INVERSION_METRICS = (
     "init_stage",
     "n_eval",
     "eval_wall_s",
+    "start_rouge_l",
+    "start_cosine",
+    "search_cosine",
+    "true_cosine",
+    "s_per_text",
 ) + _TRAIN
 INVERSION_PARAMS = {
     "variant": "unaware (trained on clean payloads), aware (on noisy payloads at epsilon) or restoration (no training)",
     "inverter": "trained variants: decoder (default; projection + LoRA decoder regenerating the prompt) or slot_tokens "
-    "(a classifier of each slot's tokens, no decoder)",
+    "(a classifier of each slot's tokens, no decoder); unaware: iterative (no training: a search re-encoding token "
+    "sequences with init's client encoder, PPFT Appendix K)",
+    "rounds": "iterative: search rounds (default 6; a round that changes nothing ends the search)",
+    "candidates": "iterative: candidate tokens per position and round (default 16)",
+    "pairs": "iterative: hypotheses of random double substitutions per round (default 24)",
+    "frequent": "iterative: the N commonest tokens of train_text tried at every position (default 256 with "
+    "train_text, else 0: encoder queries alone)",
     "hidden": "slot_tokens: width of the classifier's MLP (default 768)",
     "epsilon": "L2-Laplace epsilon of the evaluated payloads (and of aware training); null: clean payloads",
     "k": "pooling k (default: the init's / model's)",
@@ -133,6 +154,13 @@ def _params(cell: Any, point: dict) -> dict[str, Any]:
     if variant == "restoration":
         if not isinstance(p.get("model"), str) or "init" in p or "out" in p:
             raise CellError("restoration takes `model` (a served PPFT run) and no init/out", field="params.model")
+    elif p.get("inverter") == "iterative":
+        if not isinstance(p.get("init"), str) or "out" in p or "model" in p:
+            raise CellError(
+                "the iterative inverter trains nothing: it takes `init` (the run whose client made the payloads), no "
+                "out or model",
+                field="params.init" if not isinstance(p.get("init"), str) else "params.out",
+            )
     else:
         init = p.get("init")
         ok = isinstance(init, str) or (
@@ -166,8 +194,52 @@ def _params(cell: Any, point: dict) -> dict[str, Any]:
         hidden = p.setdefault("hidden", 768)
         if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
             raise CellError(f"hidden must be an integer >= 1, got {hidden!r}", field="params.hidden")
+    elif inverter == "iterative":
+        if variant != "unaware":
+            raise CellError(
+                "the iterative inverter reads no noise and trains nothing: variant unaware only", field="params.variant"
+            )
+        wrong = [
+            n
+            for n in (
+                "train_decoder",
+                "max_target_tokens",
+                "max_new_tokens",
+                "max_private_tokens",
+                "epochs",
+                "lr",
+                "train_limit",
+                "train_seed",
+                "hidden",
+                "fixed_slots",
+            )
+            if n in p
+        ]
+        if wrong:
+            raise CellError(
+                f"the iterative inverter trains nothing and takes the init run's client as it is: drop {wrong}",
+                field=f"params.{wrong[0]}",
+            )
+        for name, default in (
+            ("rounds", 6),
+            ("candidates", 16),
+            ("pairs", 24),
+            ("frequent", 256 if p.get("train_text") else 0),
+        ):
+            v = p.setdefault(name, default)
+            if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "frequent" else 1):
+                low = 0 if name == "frequent" else 1
+                raise CellError(f"{name} must be an integer >= {low}, got {v!r}", field=f"params.{name}")
+        if p["frequent"] and not p.get("train_text"):
+            raise CellError(
+                "frequent tokens are counted in the attacker's public text: give train_text or frequent: 0",
+                field="params.frequent",
+            )
     elif "hidden" in p:
         raise CellError("hidden applies to the slot_tokens inverter only", field="params.hidden")
+    if inverter != "iterative" and any(n in p for n in ITERATIVE_PARAMS):
+        name = next(n for n in ITERATIVE_PARAMS if n in p)
+        raise CellError(f"{name} applies to the iterative inverter only", field=f"params.{name}")
     eps = p.get("epsilon")
     if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0):
         raise CellError(f"epsilon must be a number > 0 or null, got {eps!r}", field="params.epsilon")
@@ -228,6 +300,9 @@ def _params(cell: Any, point: dict) -> dict[str, Any]:
 
 def _threat(cell: Any, point: dict, p: dict[str, Any]) -> ThreatModel:
     variant = p["variant"]
+    if p["inverter"] == "iterative":  # encoder queries; with frequent tokens, the public text they are counted in
+        needs = ITERATIVE_WITH_TEXT_REQUIRES if p["frequent"] else ITERATIVE_REQUIRES
+        return granted_threat(cell.resolve(point).attack, "learned_inversion", f"iterative ({variant})", needs)
     needs = (
         RESTORATION_REQUIRES
         if variant == "restoration"
@@ -266,7 +341,7 @@ def _validate(cell: Any, points: list[dict]) -> None:
         if not is_ppft_dataset(cell.dataset) and p["variant"] != "restoration" and p.get("train_text") is None:
             raise CellError(
                 f"{cell.dataset!r} is only evaluated: a trained inverter on it needs params.train_text (the attacker's "
-                "public text)",
+                "public text; the iterative inverter: for the no-input reference)",
                 field="params.train_text",
             )
         _threat(cell, point, p)
@@ -434,6 +509,59 @@ def _slot_model(cell: Any, p: dict[str, Any], context: RunContext):
     return lm, model, metrics
 
 
+def _iterative(
+    cell: Any, p: dict[str, Any], lm: Any, payload: Any, texts: list[str], seed: int, threat, context: RunContext
+) -> tuple[list[str], dict[str, float]]:
+    """The iterative inverter's reconstructions and its own figures: the start's ROUGE-L, the mean slot cosine of the
+    start, of the result and of the true text with the payload, seconds per text."""
+    import torch
+
+    from ...attacks.iterative import (
+        IterativeConfig,
+        QueryEncoder,
+        decode,
+        frequent_tokens,
+        iterative_attack,
+        slot_cosines,
+        token_vectors,
+    )
+
+    enc = QueryEncoder.from_contextual(lm.encoder, payload.privatization.k)
+    vectors = context.cached(("token_vectors", p["init"], enc.k), lambda: token_vectors(enc))
+    frequent = None
+    if p["frequent"]:
+        key = ("frequent", p["init"], tuple(p["train_text"]), p.get("train_text_limit"), p["frequent"])
+        frequent = context.cached(
+            key, lambda: frequent_tokens(enc, lm.encoder.tokenizer, _attacker_texts(cell.dataset, p), p["frequent"])
+        )
+    config = IterativeConfig(rounds=p["rounds"], candidates=p["candidates"], pairs=p["pairs"])
+    recon, traces = iterative_attack(
+        enc,
+        payload,
+        lm.encoder.tokenizer,
+        threat=threat,
+        config=config,
+        vectors=vectors,
+        frequent=frequent,
+        generator=torch.Generator().manual_seed(seed),  # the search's own draws, apart from the payload's noise
+        progress=None,
+    )
+    true_cos = []
+    for i, text in enumerate(texts):  # the evaluator's reference: how well the truth itself fits the payload
+        ids = lm.encoder.tokenizer(text, truncation=False)["input_ids"]
+        target = payload.vectors[i, : payload.lengths[i]].float()
+        true_cos.append(float(slot_cosines(enc, torch.tensor([ids]), target)[0].mean()))
+    start = [decode(lm.encoder.tokenizer, t["start"]) for t in traces]
+    n = len(traces)
+    return recon, {
+        "start_rouge_l": score_reconstructions(start, texts)["rouge_l"],
+        "start_cosine": sum(t["cosine"][0] for t in traces) / n,
+        "search_cosine": sum(t["cosine"][-1] for t in traces) / n,
+        "true_cosine": sum(true_cos) / n,
+        "s_per_text": sum(t["wall_s"] for t in traces) / n,
+    }
+
+
 def _prior_text(dataset: str, p: dict[str, Any]) -> str:
     """The no-input reference: the attacker's best constant guess, the medoid of ``params.prior_sample`` of its own
     training texts (:func:`~textfree.attacks.learned.medoid_text` over ``train_text`` or the PPFT train part)."""
@@ -485,6 +613,11 @@ def learned_inversion(cell: Any, point: dict, seed: int, context: RunContext) ->
     record_read_builds(context, cell.encoder, p)
     if p["inverter"] == "slot_tokens":
         lm, inverter, train_metrics = _slot_model(cell, p, context)
+    elif p["inverter"] == "iterative":
+        from ...ppft.model import TextFreeLM
+
+        lm = context.cached(("slot_init", p["init"]), lambda: TextFreeLM.load(p["init"]))
+        inverter, train_metrics = None, {}
     else:
         (lm, train_metrics), inverter = _model(cell, p, context), None
     rows = context.cached(
@@ -496,13 +629,21 @@ def learned_inversion(cell: Any, point: dict, seed: int, context: RunContext) ->
     privatizer = lm.privatizer(
         epsilon, k=p.get("k"), fixed_slots=(p["fixed_slots"] or None) if inverter is not None else None
     )
+    if p["inverter"] == "iterative" and privatizer.privatization.pad_to is not None:
+        raise CellError(
+            "the iterative inverter searches one token sequence per payload: the init run's client pads payloads "
+            "(fixed_slots), whose filler slots it cannot tell from text",
+            field="params.init",
+        )
     t0 = time.perf_counter()
     payload = privatizer.privatize(
         texts,
         generator=seeded_generator(seed, warn=False) if epsilon is not None else None,
         public=[RESTORE_INSTRUCTION] * len(texts),
     )
-    if inverter is not None:
+    if p["inverter"] == "iterative":
+        recon, train_metrics = _iterative(cell, p, lm, payload, texts, seed, threat, context)
+    elif inverter is not None:
         recon = slot_tokens_attack(inverter, payload, lm.encoder.tokenizer, threat=threat)
     else:
         attack = restoration_attack if p["variant"] == "restoration" else learned_inversion_attack
