@@ -54,12 +54,10 @@ def _ppft_run(fn, *args, **kwargs):
     """Call ``fn``; turn the errors a user can fix (bad paths, data, settings) into one error line, naming the flag
     where the error names a setting."""
     from textfree.cli_common import leading_flag_message, option_flags
-    from textfree.data import DataError
-    from textfree.payload import PayloadError
 
     try:
         return fn(*args, **kwargs)
-    except (ValueError, FileNotFoundError, DataError, PayloadError, OSError) as exc:
+    except (ValueError, OSError) as exc:  # DataError, PayloadError: ValueErrors (textfree.payload imports torch)
         _ppft_fail(leading_flag_message(str(exc), option_flags(app, _RENAMES)))
 
 
@@ -113,34 +111,36 @@ def train_stage1_cmd(
     cpu: bool = typer.Option(False, "--cpu", help="Force the CPU."),
 ) -> None:
     """Stage 1: align encoder + projection + LoRA decoder on general-domain data (no noise)."""
-    with spinner("loading ..."):  # torch and transformers: seconds
-        _ppft_setup()
-        from textfree.ppft.batches import DEFAULT_GENERAL_SOURCES
-        from textfree.ppft.train import Stage1Config, train_stage1
+    from textfree.ppft.checks import DEFAULT_GENERAL_SOURCES
+    from textfree.ppft.train_config import Stage1Config
 
-    cfg = _ppft_run(
-        Stage1Config,
-        out=str(out),
-        decoder=decoder,
-        encoder=encoder,
-        data=list(data or DEFAULT_GENERAL_SOURCES),
-        limit_per_source=limit_per_source,
-        restore_fraction=restore_fraction,
-        k=k,
-        projection=projection,
-        epochs=epochs,
-        max_steps=max_steps,
-        batch_size=batch_size,
-        lr=lr,
-        encoder_lr=encoder_lr,
-        max_private_tokens=max_private_tokens,
-        max_target_tokens=max_target_tokens,
-        ema_decay=ema_decay,
-        seed=seed,
-        save_every=save_every,
-        resume=resume,
-        cpu=cpu,
-    )
+    with spinner("loading ..."):  # torch and transformers: seconds
+        # the config first, checked before torch: a bad setting is reported at once
+        cfg = _ppft_run(
+            Stage1Config,
+            out=str(out),
+            decoder=decoder,
+            encoder=encoder,
+            data=list(data or DEFAULT_GENERAL_SOURCES),
+            limit_per_source=limit_per_source,
+            restore_fraction=restore_fraction,
+            k=k,
+            projection=projection,
+            epochs=epochs,
+            max_steps=max_steps,
+            batch_size=batch_size,
+            lr=lr,
+            encoder_lr=encoder_lr,
+            max_private_tokens=max_private_tokens,
+            max_target_tokens=max_target_tokens,
+            ema_decay=ema_decay,
+            seed=seed,
+            save_every=save_every,
+            resume=resume,
+            cpu=cpu,
+        )
+        _ppft_setup()
+        from textfree.ppft.train import train_stage1
     with spinner("loading the encoder, the decoder and the data ...", between="saving the model ..."):
         summary = _ppft_run(train_stage1, cfg)
     if is_main_process():  # under accelerate launch, once
@@ -316,56 +316,58 @@ def train_stage2_cmd(
 ) -> None:
     """Stage 2: text-free domain adaptation; the server part trains on privatized payloads only."""
     _require_run(init, "--from")
-    with spinner("loading ..."):  # torch and transformers: seconds
-        _ppft_setup()
-        from textfree.ppft.train import Stage2Config, train_stage2
+    from textfree.ppft.train_config import Stage2Config
 
     eps = None if no_noise else epsilon
-    cfg = _ppft_run(
-        Stage2Config,
-        out=str(out),
-        init=str(init),
-        dataset=dataset,
-        epsilon=eps,
-        k=k,
-        mechanism=mechanism,
-        noise_match=noise_match,
-        tasks=list(task or ("mcqa", "open")),
-        blind=blind,
-        epochs=epochs,
-        max_steps=max_steps,
-        batch_size=batch_size,
-        lr=lr,
-        weight_decay=weight_decay,
-        ema_decay=ema_decay,
-        limit=limit,
-        max_private_tokens=max_private_tokens,
-        summary_slots=summary_slots,
-        summary_only=summary_only,
-        count_vectors=count_vectors,
-        count_dropout=count_dropout,
-        answer_head=answer_head,
-        answer_head_epochs=answer_head_epochs,
-        answer_head_standardize=answer_head_standardize,
-        answer_head_hidden=answer_head_hidden,
-        answer_head_options=answer_head_options,
-        fixed_slots=fixed_slots,
-        center_mu=center_mu,
-        subspace_epochs=subspace_epochs,
-        repeat_mean=repeat_mean,
-        slot_insert=slot_insert,
-        slot_drop=slot_drop,
-        slot_augment_epochs=slot_augment_epochs,
-        prompt_variants=prompt_variants,
-        prompt_variant_drop=prompt_variant_drop,
-        prompt_variant_shuffle=prompt_variant_shuffle,
-        prompt_variant_rephrase=prompt_variant_rephrase,
-        validation=validation,
-        seed=seed,
-        save_every=save_every,
-        resume=resume,
-        cpu=cpu,
-    )
+    with spinner("loading ..."):  # torch and transformers: seconds
+        # the config first, checked before torch: a bad setting is reported at once
+        cfg = _ppft_run(
+            Stage2Config,
+            out=str(out),
+            init=str(init),
+            dataset=dataset,
+            epsilon=eps,
+            k=k,
+            mechanism=mechanism,
+            noise_match=noise_match,
+            tasks=list(task or ("mcqa", "open")),
+            blind=blind,
+            epochs=epochs,
+            max_steps=max_steps,
+            batch_size=batch_size,
+            lr=lr,
+            weight_decay=weight_decay,
+            ema_decay=ema_decay,
+            limit=limit,
+            max_private_tokens=max_private_tokens,
+            summary_slots=summary_slots,
+            summary_only=summary_only,
+            count_vectors=count_vectors,
+            count_dropout=count_dropout,
+            answer_head=answer_head,
+            answer_head_epochs=answer_head_epochs,
+            answer_head_standardize=answer_head_standardize,
+            answer_head_hidden=answer_head_hidden,
+            answer_head_options=answer_head_options,
+            fixed_slots=fixed_slots,
+            center_mu=center_mu,
+            subspace_epochs=subspace_epochs,
+            repeat_mean=repeat_mean,
+            slot_insert=slot_insert,
+            slot_drop=slot_drop,
+            slot_augment_epochs=slot_augment_epochs,
+            prompt_variants=prompt_variants,
+            prompt_variant_drop=prompt_variant_drop,
+            prompt_variant_shuffle=prompt_variant_shuffle,
+            prompt_variant_rephrase=prompt_variant_rephrase,
+            validation=validation,
+            seed=seed,
+            save_every=save_every,
+            resume=resume,
+            cpu=cpu,
+        )
+        _ppft_setup()
+        from textfree.ppft.train import train_stage2
     with spinner(
         f"loading {init} and the training data ...",
         between="preparing the next part (or saving the model) ...",
@@ -562,30 +564,31 @@ def pipeline_cmd(
 ) -> None:
     """Train PPFT end to end (the default pipeline): pretrain the decoder, stage 1, stage 2, evaluate; each step
     timed."""
-    with spinner("loading ..."):  # torch and transformers: seconds
-        _ppft_setup()
-        from textfree.ppft.pipeline import PipelineConfig, run_pipeline
+    from textfree.ppft.pipeline import PipelineConfig, run_pipeline  # light: each step imports torch as it runs
 
-    cfg = _ppft_run(
-        PipelineConfig,
-        out=str(out),
-        dataset=dataset,
-        epsilon=epsilon,
-        k=k,
-        encoder=encoder,
-        preset=preset,
-        pretrain_steps=pretrain_steps,
-        pretrain_texts=str(pretrain_texts) if pretrain_texts else None,
-        stage1_max_steps=stage1_max_steps,
-        stage1_limit_per_source=stage1_limit_per_source,
-        stage2_epochs=stage2_epochs,
-        stage2_max_steps=stage2_max_steps,
-        stage2_limit=stage2_limit,
-        eval_tasks=list(task or ("mcqa", "open")),
-        eval_limit=eval_limit,
-        seed=seed,
-        progress=progress,
-    )
+    with spinner("loading ..."):  # torch and transformers: seconds
+        # the config first, checked before torch: a bad setting is reported at once
+        cfg = _ppft_run(
+            PipelineConfig,
+            out=str(out),
+            dataset=dataset,
+            epsilon=epsilon,
+            k=k,
+            encoder=encoder,
+            preset=preset,
+            pretrain_steps=pretrain_steps,
+            pretrain_texts=str(pretrain_texts) if pretrain_texts else None,
+            stage1_max_steps=stage1_max_steps,
+            stage1_limit_per_source=stage1_limit_per_source,
+            stage2_epochs=stage2_epochs,
+            stage2_max_steps=stage2_max_steps,
+            stage2_limit=stage2_limit,
+            eval_tasks=list(task or ("mcqa", "open")),
+            eval_limit=eval_limit,
+            seed=seed,
+            progress=progress,
+        )
+        _ppft_setup()
     with spinner("preparing the first step ...", between="preparing the next step ...", enabled=progress):
         result = _ppft_run(run_pipeline, cfg)
     for name, step in result["steps"].items():
@@ -722,9 +725,7 @@ def pretrain_decoder_cmd(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:
     """Pretrain the small local Llama decoder (byte-level BPE + LlamaForCausalLM) on the general-domain corpus."""
-    with spinner("loading ..."):  # torch and transformers: seconds
-        _ppft_setup()
-        from textfree.lm.local import DecoderPretrainConfig, pretrain_decoder
+    from textfree.lm.local.config import DecoderPretrainConfig  # no torch: a bad setting is reported at once
 
     overrides = {
         "output_dir": None if out is None else str(out),
@@ -743,6 +744,10 @@ def pretrain_decoder_cmd(
     else:
         cfg = _ppft_run(DecoderPretrainConfig.from_preset, preset or "small", **overrides)
     documents = None if texts is None else _read_texts(texts)
+    with spinner("loading ..."):  # torch and transformers: seconds
+        _ppft_setup()
+        from textfree.lm.local import pretrain_decoder
+
     with spinner("reading the corpus, training the tokenizer ...", between="saving the decoder ...", enabled=progress):
         result = _ppft_run(pretrain_decoder, cfg, texts=documents, progress=progress)
     from accelerate import PartialState

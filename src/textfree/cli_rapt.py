@@ -91,12 +91,7 @@ def train_cmd(
     if eta is not None and not (math.isfinite(eta) and eta > 0):  # before the heavy imports: reported at once
         _fail(f"--eta must be a finite number > 0 or null, got {eta}")
 
-    with spinner("loading ...", enabled=progress):  # torch and transformers: seconds
-        _quiet_transformers()
-        setup_logging(True)
-        from textfree.data import DataError
-        from textfree.encoders.loading import EncoderLoadError
-        from textfree.rapt.train import RaptTrainConfig, train_rapt
+    from textfree.rapt.config import RaptTrainConfig  # no torch: a bad value is reported at once
 
     try:
         cfg = RaptTrainConfig(
@@ -108,6 +103,12 @@ def train_cmd(
         )  # fmt: skip
     except ValueError as exc:
         _fail(_flag_message(str(exc)))
+    with spinner("loading ...", enabled=progress):  # torch and transformers: seconds
+        _quiet_transformers()
+        setup_logging(True)
+        from textfree.data import DataError
+        from textfree.encoders.loading import EncoderLoadError
+        from textfree.rapt.train import train_rapt
     try:
         with spinner(f"loading {task} and the word table, privatizing the examples (client side) ...",
                      between="classifying the privatized test examples ...", enabled=progress):  # fmt: skip

@@ -128,17 +128,9 @@ def train_denoiser_cmd(
 ) -> None:
     """Train SnD's denoiser D(e_n, X~, Z, eta) -> e_c on public text; print its held-out validation table."""
     from textfree.cli_common import _quiet_transformers, console, setup_logging
+    from textfree.snd.train_config import DenoiserTrainConfig  # no torch: a bad value is reported at once
 
-    parsed_etas = _parse_etas(etas)  # before the heavy imports: a bad --etas is reported at once
-
-    with spinner("loading ...", enabled=progress):  # torch and transformers: seconds
-        _quiet_transformers()
-        setup_logging(True)
-        from textfree.data import DataError
-        from textfree.encoders.loading import EncoderLoadError
-        from textfree.snd.denoiser import DenoiserError
-        from textfree.snd.train import DenoiserTrainConfig, train_denoiser
-
+    parsed_etas = _parse_etas(etas)
     try:
         cfg = DenoiserTrainConfig(
             out=str(out),
@@ -170,6 +162,13 @@ def train_denoiser_cmd(
         )
     except ValueError as exc:
         _fail(_flag_message(str(exc)))
+    with spinner("loading ...", enabled=progress):  # torch and transformers: seconds
+        _quiet_transformers()
+        setup_logging(True)
+        from textfree.data import DataError
+        from textfree.encoders.loading import EncoderLoadError
+        from textfree.snd.denoiser import DenoiserError
+        from textfree.snd.train import train_denoiser
     try:
         with spinner("loading the encoder, building the public corpus ...",
                      between="validating the denoiser on held-out texts ...", enabled=progress):  # fmt: skip

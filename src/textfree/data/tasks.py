@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import torch
+if TYPE_CHECKING:  # the task names are read without torch (config checks); _subsample imports it
+    import torch
 
 __all__ = ["TASKS", "PAIR_TASKS", "TASK_SPLITS", "TaskData", "qqp_is_test", "load_task"]
 
@@ -63,6 +64,8 @@ def _subsample(
 ) -> tuple[list[tuple[str, ...]], list[int]]:
     if limit is None or limit >= len(texts):
         return texts, labels
+    import torch
+
     keep = sorted(torch.randperm(len(texts), generator=generator)[:limit].tolist())
     return [texts[i] for i in keep], [labels[i] for i in keep]
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import contextlib
 import warnings
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # annotations only: the settings are checked without torch (peft is imported where it is used)
+    import torch
 
 __all__ = [
     "ADAPTER_METHODS",

@@ -27,6 +27,7 @@ from ..data import (
 )
 from ..payload import Payload
 from ..privatizer import Privatizer
+from .checks import DEFAULT_GENERAL_SOURCES, FORBIDDEN_STAGE1_SOURCES, STAGE2_TASKS
 
 __all__ = [
     "TextExample",
@@ -50,22 +51,6 @@ __all__ = [
 ]
 
 RESTORE_INSTRUCTION = "Repeat the private prompt word for word."
-DEFAULT_GENERAL_SOURCES = ("alpaca", "lima", "gsm8k:train")
-#: Evaluation sets that must never reach stage 1 (general-domain MCQA benchmarks and the Pri-* domains).
-FORBIDDEN_STAGE1_SOURCES = frozenset(
-    {
-        "csqa",
-        "commonsenseqa",
-        "commonsense_qa",
-        "arc",
-        "arc-challenge",
-        "pri-ddx",
-        "ddx",
-        "pri-ddxplus",
-        "pri-slja",
-        "slja",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -136,9 +121,6 @@ def mcqa_examples(records: Sequence[MCQARecord]) -> list[TextExample]:
         parts = mcqa_prompt(record)
         out.append(TextExample(private=parts.private, public=parts.public, target=answer_target(record)))
     return out
-
-
-STAGE2_TASKS = ("mcqa", "open", "restore")
 
 
 def domain_examples(records: Sequence[MCQARecord], tasks: Sequence[str] = ("mcqa",)) -> list[TextExample]:

@@ -57,6 +57,7 @@ from ..data import (
 from ..data.prompts import OPEN_INSTRUCTION
 from ..metrics import open_answer_correct
 from ..rng import resolve_generator
+from .checks import EVAL_TASKS as TASKS
 
 __all__ = [
     "TASKS",
@@ -67,21 +68,6 @@ __all__ = [
     "random_unit_slots",
     "task_labels",
 ]
-
-TASKS = (
-    "mcqa",
-    "open",
-    "blind_mcqa",
-    "blind_open",
-    "mcqa_rank",
-    "blind_mcqa_rank",
-    "open_rank",
-    "blind_open_rank",
-    "length_mcqa",
-    "length_open",
-    "open_head",
-    "mcqa_head",
-)
 
 
 def _parts(record: MCQARecord, task: str):

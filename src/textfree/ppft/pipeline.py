@@ -118,9 +118,8 @@ class PipelineConfig:
     progress: bool = field(default=True, metadata={"help": "Progress bars."})
 
     def __post_init__(self) -> None:
-        from ..encoders.loading import local_model_problem
         from ..lm.local.config import PRESETS
-        from .evaluate import TASKS
+        from .checks import EVAL_TASKS
 
         if not self.out:
             raise ValueError("out (the pipeline's root directory) is required")
@@ -142,8 +141,6 @@ class PipelineConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1 or null, got {value}")
-        if self.encoder != "default" and (problem := local_model_problem(self.encoder)):
-            raise ValueError(f"encoder: {problem}")  # found now, not after the decoder's pretraining
         if self.preset not in PRESETS:
             raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
         if self.pretrain_texts is not None and not Path(self.pretrain_texts).is_file():
@@ -152,8 +149,13 @@ class PipelineConfig:
             )
         if self.eval_prompts is not None and not Path(self.eval_prompts).is_file():
             raise ValueError(f"eval_prompts {self.eval_prompts!r} is not a file (Pri-* layout JSON Lines records)")
-        if not self.eval_tasks or any(t not in TASKS for t in self.eval_tasks):
-            raise ValueError(f"eval_tasks must be a non-empty list from {TASKS}, got {self.eval_tasks!r}")
+        if not self.eval_tasks or any(t not in EVAL_TASKS for t in self.eval_tasks):
+            raise ValueError(f"eval_tasks must be a non-empty list from {EVAL_TASKS}, got {self.eval_tasks!r}")
+        if self.encoder != "default":  # last: textfree.encoders imports torch
+            from ..encoders.loading import local_model_problem
+
+            if problem := local_model_problem(self.encoder):
+                raise ValueError(f"encoder: {problem}")  # found now, not after the decoder's pretraining
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -32,18 +32,12 @@ from safetensors.torch import load_file
 from ..atomic import atomic_save_tensors, atomic_write_text
 from ..data import normalize_answer, parse_options_block
 from ..heads.classifier import AttributeAttackConfig, AttributeClassifier, AttributeSpec
+from .checks import PROJECTION_KINDS, check_dropout
 
 __all__ = ["ProjectionConfig", "Projection", "PROJECTION_KINDS", "check_dropout"]
 
-PROJECTION_KINDS = ("linear", "mlp")
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
-
-
-def check_dropout(name: str, value: Any) -> None:
-    """A dropout probability must be a number in [0, 1)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import torch
+if TYPE_CHECKING:  # the settings are checked without torch (Stage2Config); the methods import it
+    import torch
 
-from .batches import PayloadExample
+    from .batches import PayloadExample
 
 __all__ = ["SlotCountAugment"]
 
@@ -61,6 +62,8 @@ class SlotCountAugment:
 
     def apply_row(self, vectors: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
         """One row [n, d] -> [n', d]."""
+        import torch
+
         n, d = vectors.shape
         if n == 0 or not self.active:
             return vectors
@@ -84,6 +87,8 @@ class SlotCountAugment:
 
     def apply(self, examples: Sequence[PayloadExample], *, generator: torch.Generator) -> list[PayloadExample]:
         """Every row augmented independently; public text and targets unchanged."""
+        from .batches import PayloadExample
+
         return [
             PayloadExample(self.apply_row(ex.vectors, generator=generator), ex.public, ex.target) for ex in examples
         ]

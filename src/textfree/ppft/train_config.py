@@ -3,6 +3,10 @@
 :class:`LoopConfig` holds what both stages' loop (:func:`textfree.training.loop.fit`) needs; :class:`Stage1Config` and
 :class:`Stage2Config` add each stage's model and data. Every field is validated in ``__post_init__`` with a message
 that names the bad value.
+
+Importing this module and building a config need no torch (the names checked against live in :mod:`.checks`); only
+the noise family is checked against the mechanism registry, which imports torch, and so it is checked last: any other
+bad setting is reported at once.
 """
 
 from __future__ import annotations
@@ -20,9 +24,14 @@ from ..training.config import (
     _check_int,
     _check_optional_int,
 )
-from .batches import DEFAULT_GENERAL_SOURCES, FORBIDDEN_STAGE1_SOURCES, STAGE2_TASKS
+from .checks import (
+    DEFAULT_GENERAL_SOURCES,
+    FORBIDDEN_STAGE1_SOURCES,
+    PROJECTION_KINDS,
+    STAGE2_TASKS,
+    check_dropout,
+)
 from .config import check_center_mu
-from .projection import PROJECTION_KINDS, check_dropout
 from .prompt_variants import PromptVariants, rewriter_for
 from .slot_augment import SlotCountAugment
 
@@ -96,10 +105,8 @@ class Stage1Config(LoopConfig):
             raise ValueError(f"projection must be one of {PROJECTION_KINDS}, got {self.projection!r}")
         check_dropout("lora_dropout", self.lora_dropout)
         _check_fraction("restore_fraction", self.restore_fraction)
-        from ..mechanisms.base import get_mechanism_class
-
-        get_mechanism_class(self.mechanism)
         _check_stage1_sources(self.data)
+        _check_mechanism(self.mechanism)  # last: it imports torch
 
 
 @dataclass(kw_only=True)
@@ -369,6 +376,8 @@ class Stage2Config(LoopConfig):
         self._check_training_rows()
         self._check_centring()
         self._check_prompt_variants()
+        if self.mechanism is not None:
+            _check_mechanism(self.mechanism)  # last: it imports torch
 
     def _check_restore_text(self) -> None:
         """restore_text: public sources, for the 'restore' task only."""
@@ -459,13 +468,10 @@ class Stage2Config(LoopConfig):
             raise ValueError(f"tasks must be distinct names from {STAGE2_TASKS}, got {self.tasks!r}")
 
     def _check_noise(self) -> None:
-        """The client's noise: matching, family and epsilon (none for a blind run)."""
+        """The client's noise: matching and epsilon (none for a blind run); its family is checked last
+        (:func:`_check_mechanism`)."""
         if self.noise_match not in ("budget", "norm"):
             raise ValueError(f"noise_match must be 'budget' or 'norm', got {self.noise_match!r}")
-        if self.mechanism is not None:
-            from ..mechanisms.base import get_mechanism_class
-
-            get_mechanism_class(self.mechanism)
         if self.epsilon is not None and (
             isinstance(self.epsilon, bool)
             or not isinstance(self.epsilon, (int, float))
@@ -530,6 +536,14 @@ class Stage2Config(LoopConfig):
         return SlotCountAugment(
             0.0 if self.slot_insert is None else self.slot_insert, 0.0 if self.slot_drop is None else self.slot_drop
         )
+
+
+def _check_mechanism(name: Any) -> None:
+    """A registered noise family. The registry fills as the mechanisms' modules (torch) are imported, so a config
+    checks it after every other setting."""
+    from ..mechanisms.base import get_mechanism_class
+
+    get_mechanism_class(name)
 
 
 def _check_stage1_sources(sources: Any) -> None:

@@ -6,4 +6,5 @@ own noise. See ``docs/snd.md``.
 * :mod:`.noise`: the client's noise, clipped d_chi noise per token and the effective noise (one function for all);
 * :mod:`.corpus`: the public training text (never PUPA, Pri-* or an evaluation split);
 * :mod:`.train`: training the denoiser on that text with the shared loop (``textfree snd train``);
+* :mod:`.train_config`: its settings, :class:`~textfree.snd.train_config.DenoiserTrainConfig` (no torch);
 """

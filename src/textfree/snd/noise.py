@@ -7,17 +7,18 @@ per vector, :class:`~textfree.mechanisms.L2Laplace`), drawn in float64 from the 
 is clipped to ``clip_norm`` (:class:`~textfree.mechanisms.Clipped`'s post-processing, which keeps eta d_chi-privacy),
 and ``z = x~ - x`` is what was really added (:func:`~textfree.mechanisms.clipping.effective_noise`). Padding positions
 get no noise: they are zero in both outputs.
+
+torch and the mechanisms are imported by the functions that draw noise: :func:`check_eta` checks a config without
+them.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import torch
-
-from ..mechanisms import L2Laplace
-from ..mechanisms.clipping import clip_l2, effective_noise
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["privatize_tokens", "check_eta"]
 
@@ -31,6 +32,8 @@ def check_eta(eta: float, what: str = "eta") -> float:
 
 def _row_etas(eta: float | Sequence[float] | torch.Tensor, b: int) -> list[float]:
     """One eta per row: a number for every row, or one per row."""
+    import torch
+
     if torch.is_tensor(eta):
         eta = eta.detach().cpu().reshape(-1).tolist()
         eta = eta[0] if len(eta) == 1 else eta
@@ -59,6 +62,11 @@ def privatize_tokens(
     clipping). Both come back in ``x``'s dtype on ``x``'s device; padding positions are zero in both. Noise is drawn on
     the CPU from ``generator``, rows with the same eta together, in increasing order of eta: the same generator state
     gives the same noise."""
+    import torch
+
+    from ..mechanisms import L2Laplace
+    from ..mechanisms.clipping import clip_l2, effective_noise
+
     if not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
     if x.dim() != 3 or mask.shape != x.shape[:2]:

@@ -9,19 +9,12 @@ batches' noise; the average over the last ~1/(1 - decay) steps does not.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
 
-
-def check_ema_decay(value: object) -> None:
-    """``value`` must be null or a number strictly between 0 and 1."""
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 < value < 1:
-        raise ValueError(f"ema_decay must be a number strictly between 0 and 1 (e.g. 0.999) or null, got {value!r}")
+from .config import check_ema_decay  # defined beside LoopConfig, which checks it without torch
 
 
 @dataclass

@@ -6,6 +6,10 @@ plain-data state), ``rng.safetensors`` + ``rng.json`` (torch and Python RNG stat
 loop's position: step, epoch, batches done, and whatever else the trainer records) and, with a weight average,
 ``ema.safetensors``. It is written to a temporary directory and renamed into place, so an interrupted save never
 leaves a checkpoint that looks complete.
+
+torch and safetensors are imported by the functions that save and load: finding a run's checkpoints
+(:func:`latest_checkpoint`, :data:`CHECKPOINTS_DIR`) stays light, for the commands that check a run directory before
+their heavy imports.
 """
 
 from __future__ import annotations
@@ -15,12 +19,12 @@ import random
 import re
 import shutil
 from pathlib import Path
-from typing import Any
-
-import torch
-from safetensors.torch import load_file, save_file
+from typing import TYPE_CHECKING, Any
 
 from ..atomic import read_json, write_json
+
+if TYPE_CHECKING:
+    import torch
 
 __all__: list[str] = [
     "CHECKPOINTS_DIR",
@@ -47,6 +51,9 @@ _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 def save_optimizer_state(optimizer: torch.optim.Optimizer, directory: Path) -> None:
     """``optimizer.safetensors`` (every tensor of ``state``) + ``optimizer.json`` (param groups, other state)."""
+    import torch
+    from safetensors.torch import save_file
+
     sd = optimizer.state_dict()
     tensors: dict[str, torch.Tensor] = {}
     plain_state: dict[str, dict[str, Any]] = {}
@@ -61,6 +68,8 @@ def save_optimizer_state(optimizer: torch.optim.Optimizer, directory: Path) -> N
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, directory: Path) -> None:
+    from safetensors.torch import load_file
+
     meta = read_json(directory / "optimizer.json")
     tensors = load_file(str(directory / "optimizer.safetensors"))
     state: dict[int, dict[str, Any]] = {}
@@ -78,6 +87,8 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, directory: Path) -> N
 
 def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """(tensors, plain data) capturing torch's CPU (and CUDA) and Python's global RNGs."""
+    import torch
+
     tensors = {"torch_cpu": torch.get_rng_state()}
     if torch.cuda.is_available():
         for i, s in enumerate(torch.cuda.get_rng_state_all()):
@@ -87,6 +98,8 @@ def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
 
 
 def set_rng_state(tensors: dict[str, torch.Tensor], plain: dict[str, Any]) -> None:
+    import torch
+
     torch.set_rng_state(tensors["torch_cpu"])
     cuda = [tensors[k] for k in sorted(tensors) if k.startswith("torch_cuda_")]
     if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
@@ -107,6 +120,8 @@ def save_training_checkpoint(
 ) -> Path:
     """Write ``checkpoints/step-<step>`` atomically; keep only the newest ``keep`` checkpoints. ``average``: the
     weight average of the trained parameters (:mod:`textfree.training.average`), written to ``ema.safetensors``."""
+    from safetensors.torch import save_file
+
     root = Path(run_dir) / CHECKPOINTS_DIR
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:06d}"
@@ -149,6 +164,9 @@ def load_training_checkpoint(
     directory: str | os.PathLike, module: torch.nn.Module, optimizer: torch.optim.Optimizer
 ) -> dict[str, Any]:
     """Restore trainable parameters, optimizer and RNG states from ``directory``; return the trainer state."""
+    import torch
+    from safetensors.torch import load_file
+
     d = Path(directory)
     trainable = load_file(str(d / "trainable.safetensors"))
     params = dict(module.named_parameters())
@@ -171,5 +189,7 @@ def load_training_checkpoint(
 
 def load_average(directory: str | os.PathLike) -> dict[str, torch.Tensor] | None:
     """The weight average saved with a training checkpoint (``ema.safetensors``), or None when it has none."""
+    from safetensors.torch import load_file
+
     path = Path(directory) / EMA_FILE
     return load_file(str(path)) if path.is_file() else None

@@ -1,4 +1,7 @@
-"""The training loop's settings (:class:`LoopConfig`), validated at construction and saved as JSON beside the run."""
+"""The training loop's settings (:class:`LoopConfig`), validated at construction and saved as JSON beside the run.
+
+Plain Python, no torch: a command builds and checks its config before the heavy imports, so a bad setting is reported
+at once."""
 
 from __future__ import annotations
 
@@ -6,9 +9,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .average import check_ema_decay
-
-__all__: list[str] = ["LoopConfig"]
+__all__: list[str] = ["LoopConfig", "check_ema_decay"]
 
 
 @dataclass(kw_only=True)
@@ -65,6 +66,15 @@ class LoopConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def check_ema_decay(value: object) -> None:
+    """``value`` must be null or a number strictly between 0 and 1 (the decay of
+    :class:`~textfree.training.average.WeightAverage`)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 < value < 1:
+        raise ValueError(f"ema_decay must be a number strictly between 0 and 1 (e.g. 0.999) or null, got {value!r}")
 
 
 def _check_optimiser(cfg: LoopConfig) -> None:

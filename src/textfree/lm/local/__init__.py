@@ -10,6 +10,9 @@ No pretrained decoder is available offline, so PPFT's server decoder is made her
   :func:`textfree.lm.generate.generate_text`).
 
 CLI: ``textfree ppft pretrain-decoder --preset small --out runs/decoder-small``. See ``docs/decoder.md``.
+
+The config and the corpus are plain Python; the tokenizer and the pretraining (tokenizers, transformers, torch,
+Accelerate) are imported on first use of their names, so ``textfree.lm.local.config`` checks a config without them.
 """
 
 from .config import PRESETS, DecoderPretrainConfig
@@ -21,8 +24,25 @@ from .corpus import (
     build_corpus,
     corpus_from_texts,
 )
-from .pretrain import finished_pretraining, pretrain_decoder
-from .tokenizer import EOS_TOKEN, PAD_TOKEN, load_tokenizer, train_tokenizer
+
+#: Name -> the submodule that defines it, imported when the name is first asked for (heavy: see above).
+_LAZY = {
+    "pretrain_decoder": "pretrain",
+    "finished_pretraining": "pretrain",
+    "train_tokenizer": "tokenizer",
+    "load_tokenizer": "tokenizer",
+    "EOS_TOKEN": "tokenizer",
+    "PAD_TOKEN": "tokenizer",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from importlib import import_module
+
+        return getattr(import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DecoderPretrainConfig",
