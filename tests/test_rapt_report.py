@@ -12,8 +12,9 @@ from textfree.rapt.report import build_report, collect, write_report
 from textfree.results.files import ResultsError
 
 
-def _result(directory, name, kind, base, points, metric_rows):
-    """A result file in the runner's format: ``points`` [{param: value}], ``metric_rows`` [{metric: mean}]."""
+def _result(directory, name, kind, base, points, metric_rows, cell=None, date="2026-01-01T00:00:00+00:00"):
+    """A result file in the runner's format: ``points`` [{param: value}], ``metric_rows`` [{metric: mean}]; ``cell``:
+    more cell fields (the dataset), ``date``: the run's (the file name follows it)."""
     axes = sorted({k for p in points for k in p})
     grid = {f"params.{a}": list(dict.fromkeys(p[a] for p in points)) for a in axes}
     results = [{"point": {f"params.{k}": v for k, v in p.items()}, "resolved": {"mechanism": None,
@@ -22,8 +23,10 @@ def _result(directory, name, kind, base, points, metric_rows):
     data = {"format": "textfree.results", "format_version": 1, "cell": {"name": name, "kind": kind,
             "encoder": "default", "params": base, "grid": grid, "seeds": [0]}, "cell_source": None, "kind": kind,
             "grid_axes": list(grid), "seeds": [0], "results": results, "versions": {}, "git": None,
-            "date": "2026-01-01T00:00:00+00:00", "host": {}}  # fmt: skip
-    (Path(directory) / f"{name}-20260101T000000Z.json").write_text(json.dumps(data))
+            "date": date, "host": {}}  # fmt: skip
+    data["cell"] |= cell or {}
+    stamp = date[:19].replace("-", "").replace(":", "")
+    (Path(directory) / f"{name}-{stamp}Z.json").write_text(json.dumps(data))
 
 
 def _results(directory, rapt_accs=(0.60, 0.75, 0.85)):
@@ -299,3 +302,84 @@ def test_rapt_kind_release_shares(monkeypatch):
     clean = kind.release_shares(RaptTrainConfig(out="unused", eta=None, plain_length=0, reconstruction=False))
     assert clean["privatized_share"] == clean["replaced_share"] == 0.0 and math.isnan(clean["replacement_rate"])
     assert "privatized_share" in kind.RAPT_METRICS and "replaced_share" in kind.RAPT_METRICS
+
+
+# ------------------------------------------------------------------------------------- Fig. 4 (privacy per attack)
+def _attack_results(directory):
+    """Every attack on T2T / PCT2T text at eta 25 and 75: word readers (one cell with a learned decoder, an older file
+    of it that must lose, a PCT2T cell over another category set that stays out), NER, attribute inference (a
+    ``target: answer`` cell that stays out)."""
+    ddx = {"dataset": "pri-ddx"}
+    words = [{"word_recovery_identity": i, "word_recovery_channel": c, "word_recovery_prior": 0.60, "n_texts": 100.0,
+              "kept_rate": k} for i, c, k in ((0.10, 0.20, 0.1), (0.50, 0.60, 0.1))]  # fmt: skip
+    _result(directory, "sub_t2t", "substitution_inversion", {"eta": 75}, [{"eta": 25}, {"eta": 75}], words, ddx)
+    learned = [{"word_recovery_identity": 0.11, "word_recovery_channel": 0.25, "word_recovery_learned": 0.90,
+                "word_recovery_prior": 0.60, "n_texts": 100.0, "kept_rate": 0.1}]  # fmt: skip
+    _result(directory, "sub_t2t_learned", "substitution_inversion", {"eta": 25}, [{"eta": 25}], learned, ddx)
+    older = [learned[0] | {"word_recovery_channel": 0.95, "word_recovery_learned": 0.50}]
+    _result(directory, "sub_t2t_learned", "substitution_inversion", {"eta": 25}, [{"eta": 25}], older, ddx,
+            date="2025-12-01T00:00:00+00:00")  # fmt: skip
+    pct2t = [{"word_recovery_identity": 0.50, "word_recovery_channel": c, "word_recovery_prior": 0.60,
+              "n_texts": 100.0, "kept_rate": 0.5} for c in (0.55, 0.90)]  # fmt: skip
+    base = {"eta": 75, "pos": "default"}
+    _result(directory, "sub_pct2t", "substitution_inversion", base, [{"eta": 25}, {"eta": 75}], pct2t, ddx)
+    noun = [{"word_recovery_identity": 0.99, "word_recovery_channel": 0.99}]
+    _result(directory, "sub_noun", "substitution_inversion", {"pos": "noun"}, [{"eta": 25}], noun, ddx)
+    ner = {"dataset": "presidio"}
+    for name, pos, f1 in (("ner_t2t", None, 0.10), ("ner_pct2t", "default", 0.30)):
+        rows = [{"entity_f1": f1, "clean_entity_f1": 0.55, "n_texts": 200.0}]
+        _result(directory, name, "ner_attack", {"eta": 75, "pos": pos}, [{"eta": 25}], rows, ner)
+    for name, release, sex, symptoms in (("attr_t2t", "t2t", 0.56, 0.80), ("attr_pct2t", "pct2t", 0.80, 0.85)):
+        rows = [{"sex_accuracy_best": sex, "sex_accuracy_prior": 0.54, "symptoms_recall_best": symptoms,
+                 "symptoms_recall_prior": 0.17, "symptoms_recall_label": 0.98, "n_test": 526.0}]  # fmt: skip
+        params = {"release": release, "eta": 75} | ({"pos": "default"} if release == "pct2t" else {})
+        _result(directory, name, "attribute_inference", params, [{"eta": 25}], rows, ddx)
+    answer = [{"sex_accuracy_best": 1.0, "symptoms_recall_best": 1.0}]
+    params = {"release": "t2t", "eta": 75, "target": "answer"}
+    _result(directory, "attr_answer", "attribute_inference", params, [{"eta": 25}], answer, ddx)
+    return directory
+
+
+def test_privacy_section_puts_every_attack_on_t2t_and_pct2t_per_eta(tmp_path):
+    text = build_report(collect([_attack_results(_results(tmp_path))]))
+    section = text[text.index("## Empirical privacy per attack") : text.index("## Part-of-speech")]
+    lines = [line for line in section.splitlines() if line.startswith("| ")]
+    # 1 - X in %: T2T word readers at 25 = 1 - max(0.20, 0.25 of the newest learned-decoder file) = 75.0 (the older
+    # file's channel 0.95 would give 5.0), at 75 = 1 - 0.60; with the learned decoder 1 - 0.90; PCT2T 1 - 0.55 and
+    # 1 - 0.90; no privatization: 0 for the word readers (the clear text is the original), 1 - 0.55 for NER; no input:
+    # 1 - prior
+    assert lines == [
+        "| attack | release | texts (n) | eta 25 | eta 75 | no privatization | no input |",
+        "| word inversion: read / channel | T2T | Pri-DDX, 100 | 75.0 | 40.0 | 0.0 | 40.0 |",
+        "| word inversion: read / channel | PCT2T | Pri-DDX, 100 | 45.0 | 10.0 | 0.0 | 40.0 |",
+        "| word inversion: + learned decoder | T2T | Pri-DDX, 100 | 10.0 | — | 0.0 | 40.0 |",
+        "| NER | T2T | presidio-synth, 200 | 90.0 | — | 45.0 | — |",
+        "| NER | PCT2T | presidio-synth, 200 | 70.0 | — | 45.0 | — |",
+        "| attribute inference: symptoms | T2T | Pri-DDX, 526 | 20.0 | — | — | 83.0 |",
+        "| attribute inference: symptoms | PCT2T | Pri-DDX, 526 | 15.0 | — | — | 83.0 |",
+        "| attribute inference: sex | T2T | Pri-DDX, 526 | 44.0 | — | — | 46.0 |",
+        "| attribute inference: sex | PCT2T | Pri-DDX, 526 | 20.0 | — | — | 46.0 |",
+    ]
+    assert "* Not run: word inversion: + learned decoder on PCT2T." in section
+    assert "(the diagnosis, which the server is meant to learn), attribute inference: symptoms 2.0 (the" in section
+    assert "T2T 75.0 at eta 25 to 40.0 at eta 75 (above its no-input reference at eta 25:" in section
+    # T2T minus PCT2T: symptoms 20 - 15 = 5.0 points (within 5), the others further apart
+    assert "within 5 points of T2T at every shared eta for attribute inference: symptoms;" in section
+    far = "word inversion: read / channel (+30.0 at eta 25), NER (+20.0 at eta 25), attribute inference: sex (+24.0"
+    assert far in section
+    assert "release 50.0% of the words verbatim (the words outside the categories or the table) against 10.0%" in (
+        section
+    )
+    assert "RAPT's empirical privacy equals PCT2T's row" in section and text.count("by construction") == 2
+    assert "`sub_t2t_learned-20260101T000000Z.json`" in text and "sub_t2t_learned-20251201" not in text
+    assert "sub_noun" not in text and "attr_answer" not in text
+
+
+def test_privacy_section_and_figure(tmp_path):
+    (tmp_path / "results").mkdir()
+    bare = write_report([_results(tmp_path / "results")], tmp_path / "bare" / "rapt.md").read_text()
+    assert "No `substitution_inversion`, `ner_attack` or T2T / PCT2T `attribute_inference` result files" in bare
+    assert not (tmp_path / "bare" / "rapt" / "privacy.png").exists()
+    out = write_report([_attack_results(tmp_path / "results")], tmp_path / "docs" / "rapt.md")
+    assert "![empirical privacy per attack](rapt/privacy.png)" in out.read_text()
+    assert (tmp_path / "docs" / "rapt" / "privacy.png").stat().st_size > 1000

@@ -1,10 +1,12 @@
 """docs/results/rapt.md from result files: RAPT's utility tables beside the paper's (Li et al., Tables II, III, VIII),
-the NER attack's empirical privacy (Fig. 4's quantity), the POS categories against privacy and utility (Fig. 6 shape,
-:mod:`.report_pos`) and figures, with a summary of the targets first.
+the NER attack's empirical privacy, the empirical privacy of every attack on the T2T / PCT2T text per eta (Fig. 4
+shape, :mod:`.report_privacy`), the POS categories against privacy and utility (Fig. 6 shape, :mod:`.report_pos`) and
+figures, with a summary of the targets first.
 
 Reads ``rapt_finetune`` result files (the newest file of each cell), the matched-eta measurement
-(``benchmarks/rapt_matched_eta.py``), ``ner_attack`` result files, and ``rapt_qa`` result files with the
-``ppft_pipeline`` file of the same decoder (:mod:`.report_generation`). Nothing is recomputed.
+(``benchmarks/rapt_matched_eta.py``), ``ner_attack``, ``substitution_inversion`` and ``attribute_inference`` result
+files, and ``rapt_qa`` result files with the ``ppft_pipeline`` file of the same decoder (:mod:`.report_generation`).
+Nothing is recomputed.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Iterable, Sequence
 from ..atomic import atomic_save_figure, atomic_write_text
 from .report_generation import PIPELINE_KIND, QA_KIND, Generation, generation_section
 from .report_pos import pos_figure, pos_key, pos_section, pos_title
+from .report_privacy import PRIVACY_KINDS, PrivacyRow, collect_privacy, privacy_figure, privacy_section
 
 __all__ = ["RaptResults", "collect", "build_report", "write_report", "PAPER_SST2"]
 
@@ -86,6 +89,7 @@ class RaptResults:
     ner: list[dict[str, Any]]
     files: list[tuple[str, str, str, str]] = field(default_factory=list)  # (file, cell, kind, date)
     generation: Generation = field(default_factory=Generation)
+    privacy: list[PrivacyRow] = field(default_factory=list)  # Fig. 4: every attack on T2T / PCT2T text, per eta
 
     def acc(self, task: str, method: str, row: str, eta: float, plain: int = 40) -> float:
         """The accuracy of one Table II row (plain-token rows at ``plain`` tokens)."""
@@ -137,7 +141,7 @@ def collect(paths: Iterable[str | os.PathLike]) -> RaptResults:
     newest: dict[str, tuple[dict, Path]] = {}
     ner: dict[str, tuple[dict, Path]] = {}
     matched = None
-    generation, files = Generation(), []
+    generation, files, attack_files = Generation(), [], []
     for f in _json_files(paths):
         try:
             raw = json.loads(f.read_text(encoding="utf-8"))
@@ -146,12 +150,10 @@ def collect(paths: Iterable[str | os.PathLike]) -> RaptResults:
         if isinstance(raw, dict) and raw.get("format") == MATCHED_FORMAT:
             matched = raw | {"_path": str(f)}
             continue
-        if not isinstance(raw, dict) or (raw.get("kind") or raw.get("cell", {}).get("kind")) not in (
-            KIND,
-            NER_KIND,
-            QA_KIND,
-            PIPELINE_KIND,
-        ):
+        raw_kind = (raw.get("kind") or (raw.get("cell") or {}).get("kind")) if isinstance(raw, dict) else None
+        if raw_kind in PRIVACY_KINDS:
+            attack_files.append(f)  # the Fig. 4 section's (NER files are read below as well)
+        if raw_kind not in (KIND, NER_KIND, QA_KIND, PIPELINE_KIND):
             continue  # another kind's file (results/ppft holds many): not read further
         data = load_results(f)
         kind = data.get("kind") or data["cell"].get("kind")
@@ -193,11 +195,14 @@ def collect(paths: Iterable[str | os.PathLike]) -> RaptResults:
                 {"cell": name, "pos": params.get("pos"), "eta": params.get("eta")}
                 | {k: (v or {}).get("mean") for k, v in r["metrics"].items()}
             )
+    privacy, privacy_files = collect_privacy(attack_files)
+    listed = {f[0] for f in files}
+    files += [f for f in privacy_files if f[0] not in listed]
     if matched is not None:
         files.append((Path(matched["_path"]).name, "matched eta", "benchmark", str(matched.get("date"))))
     used = generation.pipeline_for(generation.qa[0]["params"].get("decoder")) if generation.qa else None
     files = [f for f in files if f[2] != PIPELINE_KIND or (used and f[0] == used["file"])]  # only the PPFT run used
-    return RaptResults(rows, matched, ner_rows, files, generation)
+    return RaptResults(rows, matched, ner_rows, files, generation, privacy)
 
 
 # --------------------------------------------------------------------------------------------------- formatting
@@ -267,12 +272,6 @@ def _summary(res: RaptResults) -> list[str]:
             f"{' / '.join(_f(100 * v) for v in vals)} | 85.1 / 82.7 / 80.8 (Qwen2.5-3B, eta 75) | "
             f"{'not measured' if held is None else 'met' if held else 'not met'} |"
         )
-    lines += [
-        "",
-        "Empirical privacy of RAPT equals PCT2T's by construction: RAPT's client releases the PCT2T text of the",
-        "example (the plain tokens are public and sent as their own words), so every attack on the released text",
-        "sees the same distribution; the NER table below is therefore the figure for both.",
-    ]
     return lines
 
 
@@ -394,7 +393,12 @@ def _table_viii(res: RaptResults) -> list[str]:
     return lines + _table(["setting", "RAPT", "without reconstruction", "without plain tokens"], body)
 
 
-def build_report(res: RaptResults, figure: str | None = None, pos_figure_link: str | None = None) -> str:
+def build_report(
+    res: RaptResults,
+    figure: str | None = None,
+    pos_figure_link: str | None = None,
+    privacy_figure_link: str | None = None,
+) -> str:
     lines = [
         "# RAPT: results",
         "",
@@ -420,6 +424,8 @@ def build_report(res: RaptResults, figure: str | None = None, pos_figure_link: s
         + _matched_section(res)
         + [""]
         + _ner_section(res)
+        + [""]
+        + privacy_section(res.privacy, privacy_figure_link)
         + [""]
         + pos_section(res, _same, lambda eta: _eta_title(res, eta), lambda m: METHOD_TITLES.get(m, m), pos_figure_link)
         + [""]
@@ -463,8 +469,9 @@ def _figure(res: RaptResults, png: Path) -> bool:
 
 
 def write_report(paths: Iterable[str | os.PathLike], out: str | os.PathLike) -> Path:
-    """Write the report to ``out`` and its figures to ``<out stem>/acc.png`` and (with POS-set rows) ``<out
-    stem>/pos.png``; refuses (writing nothing) when ``paths`` hold no ``rapt_finetune`` result file."""
+    """Write the report to ``out`` and its figures to ``<out stem>/acc.png``, (with POS-set rows) ``<out
+    stem>/pos.png`` and (with attack rows) ``<out stem>/privacy.png``; refuses (writing nothing) when ``paths`` hold no
+    ``rapt_finetune`` result file."""
     from ..results.files import ResultsError
 
     paths = [str(p) for p in paths]
@@ -476,6 +483,8 @@ def write_report(paths: Iterable[str | os.PathLike], out: str | os.PathLike) -> 
     link = os.path.relpath(png, out.parent) if _figure(res, png) else None
     pos_png = out.parent / out.stem / "pos.png"
     pos_link = os.path.relpath(pos_png, out.parent) if pos_figure(res, _same, pos_png) else None
+    privacy_png = out.parent / out.stem / "privacy.png"
+    privacy_link = os.path.relpath(privacy_png, out.parent) if privacy_figure(res.privacy, privacy_png) else None
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, build_report(res, link, pos_link))
+    atomic_write_text(out, build_report(res, link, pos_link, privacy_link))
     return out
