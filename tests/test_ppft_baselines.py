@@ -196,7 +196,7 @@ def test_the_ppft_report_puts_the_baselines_beside_the_papers_1b_figures(tmp_pat
     dchi = next(line for line in section.splitlines() if line.startswith("| d_chi"))
     assert "eta 0.1296 per unit distance: 2 per word, 102.0 per prompt" in dchi
     assert "| 0.9000 | 0.8000 | 0.3176 | 300 |" in dchi and "not run" in dchi
-    assert "| Paraphrase (Utpala et al.) | not built | — | — | — | 0.2382 |" in section
+    assert "| Paraphrase (Utpala et al.) | not built | — | — | — | 0.2382 |" in section  # no paraphrase file here
     assert "| PrivacyRestore (Zeng et al.) | not built | — | — | — | 0.5150 |" in section
     assert "| 0.9570 | 0.7938 | 0.4537 | 582 |" in section  # PPFT, the fast pipeline on the same decoder
     assert "0.1110" not in section  # not the later run of the same path elsewhere

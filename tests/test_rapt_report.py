@@ -168,6 +168,21 @@ def test_generation_section_puts_ppft_beside_rapt_on_the_same_decoder(tmp_path):
     assert "pipe-20260301T000000Z" not in text and "| 11.0 |" not in section  # the run nearest the RAPT cell's date
 
 
+def test_generation_section_never_calls_the_paraphrase_baseline_clear_text(tmp_path):
+    _results(tmp_path)
+    qa = {"decoder": "runs/fast/decoder", "pos": None, "dataset": "pri-ddx", "privatizer": "paraphrase",
+          "temperature": 1.49}  # fmt: skip
+    row = {"mcqa": 0.41, "open": 0.15, "prompts_mcqa": 0.08, "prompts_open": 0.06, "epsilon_per_word": math.nan,
+           "mean_privatized_words": 0.0, "n_test": 300.0, "length_mcqa": 0.93, "length_open": 0.5}  # fmt: skip
+    _result(tmp_path, "para", "rapt_qa", qa, [{"eta": None}], [row])
+    section = build_report(collect([tmp_path])).split("## PPFT and RAPT on one decoder")[1]
+    assert (
+        "| Paraphrase (the client's paraphraser) | tau 1.49 | no formal guarantee | 41.0 | 15.0 | 8.0 | 6.0 | 300 |"
+        in (section)
+    )
+    assert "(paraphrase at tau 1.49)" in section and "clear text" not in section
+
+
 # ------------------------------------------------------------------------------------------------ Fig. 6 (POS sets)
 def _pos_results(directory):
     """The Table II cells (T2T and PCT2T replaced by runs at eta inf / 62.7 only), a POS-set cell at eta 62.7 (NOUN,

@@ -14,6 +14,11 @@ privatized plain words' sub-tokens) is not built; this is the paper's "PCT2T" ro
 The same run is PPFT's word-level d_chi baseline (Table 1; :mod:`textfree.lm.dchi`) with ``pos`` null (T2T),
 ``table`` a word table (``glove:PATH``) and ``oov_word`` set (every word through the mechanism). Each run also scores
 the word-count controls of :mod:`textfree.lm.text_controls` on the very texts the client released.
+
+With ``privatizer`` ``paraphrase`` the same run is PPFT's Paraphrase baseline (Table 1; :mod:`textfree.lm.paraphrase`):
+the client replaces the private part by a paraphrase sampled at ``temperature`` (tau = 2n/B) from a paraphraser the
+decoder was fine-tuned into on QQP's training duplicates (trained once under ``paraphraser_out``, then reused); the
+public part is sent as it is. ``eta``, ``pos``, ``table`` and ``oov_word`` are then unused (null).
 """
 
 from __future__ import annotations
@@ -59,6 +64,20 @@ class RaptQAConfig(TextTuningConfig):
     )
     max_new_tokens: int = field(default=16, metadata={"help": "Answer length."})
     noise_seed: int | None = field(default=None, metadata={"help": "Seeds the privatization noise (null: seed)."})
+    privatizer: str = field(
+        default="t2t",
+        metadata={"help": "'t2t' (T2T / PCT2T at eta) or 'paraphrase' (PPFT's Paraphrase baseline at temperature)."},
+    )
+    temperature: float | None = field(
+        default=None, metadata={"help": "The paraphraser's sampling temperature tau = 2n/B (privatizer paraphrase)."}
+    )
+    paraphraser_pairs: int = field(
+        default=2000, metadata={"help": "QQP training-part duplicate pairs (both directions) the paraphraser learns."}
+    )
+    paraphraser_epochs: int = field(default=1, metadata={"help": "The paraphraser's passes over its pairs."})
+    paraphraser_out: str = field(
+        default="runs/paraphraser", metadata={"help": "Where the paraphraser is saved (and reused from)."}
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -70,11 +89,22 @@ class RaptQAConfig(TextTuningConfig):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise ValueError(f"{name} must be a non-empty string or null, got {value!r}")
+        if self.privatizer not in ("t2t", "paraphrase"):
+            raise ValueError(f"privatizer must be 't2t' or 'paraphrase', got {self.privatizer!r}")
+        if self.privatizer == "paraphrase":
+            if not (isinstance(self.temperature, (int, float)) and self.temperature > 0):
+                raise ValueError(f"privatizer paraphrase needs a temperature > 0, got {self.temperature!r}")
+            if self.eta is not None or self.pos is not None or self.oov_word is not None:
+                raise ValueError("privatizer paraphrase takes no eta, pos or oov_word (set them to null)")
+        elif self.temperature is not None:
+            raise ValueError("temperature is the paraphraser's: set privatizer to 'paraphrase' or temperature to null")
 
 
 def _client(cfg: RaptQAConfig):
     """The client's privatization of a list of private texts (a fresh generator per call site), and its mechanism.
     ``privatize(texts, part)``: (released texts, privatized words per text, share of the words sent verbatim)."""
+    if cfg.privatizer == "paraphrase":
+        return _paraphrase_client(cfg), None
     from ..lm.dchi import fold_out_of_table
     from .train import build_mechanism
 
@@ -90,6 +120,40 @@ def _client(cfg: RaptQAConfig):
         return list(result.texts), list(result.substituted_per_text), result.n_kept / max(result.n_words, 1)
 
     return privatize, mechanism
+
+
+def _paraphrase_client(cfg: RaptQAConfig):
+    """The Paraphrase baseline's ``privatize``: every text resampled (no word bypasses the sampler: 0 sent verbatim
+    as such); the paraphraser's run info is kept on the function (``privatize.info``)."""
+    from ..lm.paraphrase import load_or_train_paraphraser, paraphrase
+    from ..lm.text_controls import word_count
+
+    model, tokenizer, info = load_or_train_paraphraser(
+        cfg.decoder, cfg.paraphraser_out, n_pairs=cfg.paraphraser_pairs, epochs=cfg.paraphraser_epochs, seed=cfg.seed,
+        progress=cfg.progress,
+    )  # fmt: skip
+    seed = cfg.seed if cfg.noise_seed is None else cfg.noise_seed
+
+    def privatize(texts: list[str], part: int) -> tuple[list[str], list[int], float]:
+        out = paraphrase(model, tokenizer, list(texts), temperature=float(cfg.temperature),
+                         generator=seeded_generator(seed * 3 + part, warn=False))  # fmt: skip
+        return out, [word_count(t) for t in out], 0.0
+
+    privatize.info = info  # type: ignore[attr-defined]
+    return privatize
+
+
+def _copied_share(originals: list[str], released: list[str]) -> float:
+    """Share of the original private words (lower case) that reappear among the released text's words."""
+    from ..substitution.text import split_text, words_of
+
+    hit = total = 0
+    for o, r in zip(originals, released, strict=True):
+        seen = {w.lower() for w in words_of(split_text(r))}
+        words = [w.lower() for w in words_of(split_text(o))]
+        hit += sum(w in seen for w in words)
+        total += len(words)
+    return hit / max(total, 1)
 
 
 def _score(model, tokenizer, records, sent, labels, cfg: RaptQAConfig) -> dict[str, Any]:
@@ -116,10 +180,15 @@ def train_rapt_qa(cfg: RaptQAConfig) -> dict[str, Any]:
     pairs = qa_pairs(train, "mcqa", sent_train) + qa_pairs(train, "open", sent_train)
     fitted = tune_text_decoder(cfg, pairs)
     sent_test, words_test, kept = privatize(private_parts(heldout), 1)
+    if cfg.privatizer == "paraphrase":
+        print(f"paraphrase baseline: tau {cfg.temperature:g}, paraphraser {privatize.info}", flush=True)
+        for original, released in list(zip(private_parts(heldout), sent_test))[:3]:
+            print(f"  private:    {original}\n  paraphrase: {released}", flush=True)
     scores = {"heldout": _score(fitted["model"], fitted["tokenizer"], heldout, sent_test, labels, cfg)}
     if extra:
         sent_extra, _, _ = privatize(private_parts(extra), 2)
         scores["prompts"] = _score(fitted["model"], fitted["tokenizer"], extra, sent_extra, labels, cfg)
+    epsilon = None if mechanism is None else mechanism.privacy_loss_per_word().epsilon
     record = {
         "system": "rapt",
         "dataset": cfg.dataset,
@@ -127,11 +196,17 @@ def train_rapt_qa(cfg: RaptQAConfig) -> dict[str, Any]:
         "pos": cfg.pos,
         "table": None if mechanism is None else mechanism.table.name,
         "oov_word": cfg.oov_word,
-        "epsilon_per_word": None if mechanism is None else mechanism.privacy_loss_per_word().epsilon,
+        "privatizer": cfg.privatizer,
+        "temperature": cfg.temperature,
+        # the paraphrase's proxy loss per sampled token, 2 / tau (PPFT eq. 7: 2n / tau = B)
+        "epsilon_per_word": 2.0 / cfg.temperature if cfg.privatizer == "paraphrase" else epsilon,
         "mean_privatized_words": sum(words_test) / max(len(words_test), 1),
         "kept_rate": kept,
         "controls": length_controls(train, sent_train, heldout, sent_test, labels),
         "n_train": len(train),
+        "copied_word_share": _copied_share(private_parts(heldout), sent_test),
+        "paraphraser": getattr(privatize, "info", None),
+        "examples": [{"private": o, "sent": t} for o, t in list(zip(private_parts(heldout), sent_test))[:5]],
         "scores": scores,
         "total_wall_s": round(time.time() - t0, 2),
     }

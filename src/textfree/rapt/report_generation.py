@@ -69,6 +69,14 @@ def _eta_label(eta: Any) -> str:
     return "clear text (no privatization)" if eta is None else f"eta {eta:g}"
 
 
+def _row_label(row: dict[str, Any]) -> str:
+    """A ``rapt_qa`` row's release: its eta, or the paraphrase at its temperature (PPFT's Paraphrase baseline)."""
+    if row["params"].get("privatizer") == "paraphrase":
+        tau = row["params"].get("temperature")
+        return "paraphrase" + ("" if tau is None else f" at tau {tau:g}")
+    return _eta_label(row["params"].get("eta"))
+
+
 def generation_section(gen: Generation) -> list[str]:
     lines = ["## PPFT and RAPT on one decoder (Pri-DDX, generation)", ""]
     if not gen.qa:
@@ -108,6 +116,12 @@ def generation_section(gen: Generation) -> list[str]:
             "none (not private)" if eta is None else f"{per_word * words:.1f} ({per_word:.3g} per word x {words:.1f})"
         )
         scores = " | ".join(_pct(row.get(m)) for m in ("mcqa", "open", "prompts_mcqa", "prompts_open"))
+        if row["params"].get("privatizer") == "paraphrase":  # PPFT's Paraphrase baseline: no eta, not clear text
+            tau = row["params"].get("temperature")
+            where = "tau 2n/B" if tau is None else f"tau {tau:g}"
+            lines.append(f"| Paraphrase (the client's paraphraser) | {where} | no formal guarantee | {scores} | "
+                         f"{row.get('n_test') or 0:.0f} |")  # fmt: skip
+            continue
         pos = row["params"].get("pos", "all")
         table = row["params"].get("table") or "the encoder's table"
         system = f"RAPT (PCT2T {pos})" if pos else f"T2T over {table}"
@@ -145,7 +159,8 @@ def _control_rows(qa: list[dict[str, Any]]) -> list[str]:
             if pair[0] is not None and not math.isnan(pair[0]):
                 values.setdefault(pair, []).append(row)
         for (mcqa, open_), rows in values.items():
-            where = "every eta" if len(values) == 1 else ", ".join(_eta_label(r["params"].get("eta")) for r in rows)
+            same_everywhere = len(values) == 1 and not any(r["params"].get("privatizer") == "paraphrase" for r in rows)
+            where = "every eta" if same_everywhere else ", ".join(_row_label(r) for r in rows)
             lines.append(f"| {label} | {reads} ({where}) | — | {_pct(mcqa)} | {_pct(open_)} | — | — | "
                          f"{rows[0].get('n_test') or 0:.0f} |")  # fmt: skip
     return lines

@@ -3,7 +3,9 @@
 examples/cells/ppft/ddx_baseline_dchi.yaml), PPFT (the ``ppft_pipeline`` run whose decoder the baseline fine-tuned:
 of the runs writing that path, the one nearest in time to the first text run on it),
 the upper bound (the clear-text ``rapt_qa`` run on the same decoder: no privatization) and the word-count controls of
-:mod:`textfree.lm.text_controls`; Paraphrase and PrivacyRestore are not built. Nothing is recomputed: the ``rapt_qa``
+:mod:`textfree.lm.text_controls`; the Paraphrase baseline (a ``rapt_qa`` run with ``privatizer`` ``paraphrase``:
+examples/cells/ppft/ddx_baseline_paraphrase.yaml) on the same decoder, with the control of its own released word
+count; PrivacyRestore is not built. Nothing is recomputed: the ``rapt_qa``
 files among the report's paths are read as JSON (no RAPT code)."""
 
 from __future__ import annotations
@@ -90,6 +92,17 @@ def _is_dchi(row: dict[str, Any], ds: str) -> bool:
     )
 
 
+def _is_paraphrase(row: dict[str, Any], ds: str) -> bool:
+    p = row["params"]
+    return str(p.get("dataset", "")).lower() == ds and p.get("privatizer") == "paraphrase"
+
+
+def _is_clear(row: dict[str, Any], ds: str) -> bool:
+    p = row["params"]
+    clear = p.get("eta") is None and p.get("privatizer", "t2t") != "paraphrase"
+    return clear and str(p.get("dataset", "")).lower() == ds
+
+
 def _newest(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     return max(rows, key=lambda r: r["date"], default=None)
 
@@ -99,7 +112,8 @@ def baseline_sources(paths: Iterable[str | Path], ds: str = "pri-ddx") -> list[t
     rows = text_runs(paths)
     dchi = [r for r in rows if _is_dchi(r, ds)]
     decoders = {r["params"].get("decoder") for r in dchi}
-    used = dchi + [r for r in rows if r["params"].get("eta") is None and r["params"].get("decoder") in decoders]
+    para = [r for r in rows if _is_paraphrase(r, ds) and r["params"].get("decoder") in decoders]
+    used = dchi + para + [r for r in rows if _is_clear(r, ds) and r["params"].get("decoder") in decoders]
     return sorted({(r["file"], r["date"]) for r in used})
 
 
@@ -110,15 +124,8 @@ def table_baselines(paths: Iterable[str | Path], entries: Sequence[Entry], ds: s
     if dchi is None:
         return []
     decoder = dchi["params"].get("decoder")
-    clear = _newest(
-        [
-            r
-            for r in rows
-            if r["params"].get("eta") is None
-            and r["params"].get("decoder") == decoder
-            and str(r["params"].get("dataset", "")).lower() == ds
-        ]
-    )
+    clear = _newest([r for r in rows if _is_clear(r, ds) and r["params"].get("decoder") == decoder])
+    para = _newest([r for r in rows if _is_paraphrase(r, ds) and r["params"].get("decoder") == decoder])
     pipes = [
         e
         for e in entries
@@ -144,8 +151,9 @@ def table_baselines(paths: Iterable[str | Path], entries: Sequence[Entry], ds: s
         "privatized with fresh noise (`rapt_qa` runs). Budget B = 150 per prompt (Appendix E/F): d_chi's eps =",
         "B / (n D_max), n the longest private part in the mechanism's words (`textfree.lm.dchi.word_alignment`;",
         "`textfree account` counts an encoder's sub-word tokens instead); PPFT's eps 75 at the paper's width, run",
-        "at the width-matched 28. Controls (no decoder, `textfree.lm.text_controls`): what the released word count",
-        "and the options alone give, on the same rows.",
+        "at the width-matched 28; Paraphrase's temperature tau = 2n/B (eq. 7), n the longest private part in the",
+        "paraphraser's tokens (`textfree.lm.paraphrase`). Controls (no decoder, `textfree.lm.text_controls`): what",
+        "the released word count and the options alone give, on the same rows.",
         "",
         "| row | what the server receives | eps | 4-option | open | paper (1B, 4-option) | held-out n | attacks |",
         "|---|---|---|---|---|---|---|---|",
@@ -155,7 +163,7 @@ def table_baselines(paths: Iterable[str | Path], entries: Sequence[Entry], ds: s
         f"{_acc(dchi.get('mcqa'))} | {_acc(dchi.get('open'))} | {_paper(paper, 'dchi')} | {n_dchi} | "
         "inversion ROUGE-L, attribute recall: not run (the attack cells' T2T release sends out-of-table words "
         "verbatim, not this client) |",
-        f"| Paraphrase (Utpala et al.) | not built | — | — | — | {_paper(paper, 'paraphrase')} | — | not built |",
+        _paraphrase_row(para, paper),
         f"| PrivacyRestore (Zeng et al.) | not built | — | — | — | {_paper(paper, 'privacyrestore')} | — | not built |",
     ]
     if pipe is not None:
@@ -184,20 +192,60 @@ def table_baselines(paths: Iterable[str | Path], entries: Sequence[Entry], ds: s
         f"| {_acc(dchi.get('length_mcqa'))} | {_acc(dchi.get('length_open'))} | — | {n_dchi} | — |",
         "| control: the options alone (the most frequent training answer) | nothing of the private part | — | "
         f"{_acc(dchi.get('prior_mcqa'))} | {_acc(dchi.get('prior_open'))} | — | {n_dchi} | — |",
-        "",
     ]
-    return lines + _verdicts(dchi, pipe)
+    if para is not None:
+        lines.append(
+            "| control: the paraphrase's word count and the options, no decoder | the released paraphrase's word count "
+            f"| — | {_acc(para.get('length_mcqa'))} | {_acc(para.get('length_open'))} | — | "
+            f"{_num(para.get('n_test')):.0f} | — |"
+        )
+    return lines + [""] + _verdicts(dchi, pipe, para)
 
 
-def _verdicts(dchi: dict[str, Any], pipe: Entry | None) -> list[str]:
+def _paraphrase_row(para: dict[str, Any] | None, paper: dict[str, float]) -> str:
+    if para is None:
+        return f"| Paraphrase (Utpala et al.) | not built | — | — | — | {_paper(paper, 'paraphrase')} | — | not built |"
+    p = para["params"]
+    tau = _num(p.get("temperature"))
+    return (
+        "| Paraphrase (Utpala et al.) | the private part paraphrased sentence by sentence, sampled at tau "
+        f"{tau:g} from the local decoder LoRA-tuned into a paraphraser on {p.get('paraphraser_pairs', '—')} directed "
+        'QQP training-part duplicate pairs (paper: flan-t5-base), prompted "Paraphrase this sentence while hiding '
+        'personal information."; options in clear | tau = 2n/B (eq. 7, n = '
+        f"{tau * 150 / 2:.0f} tokens): proxy {2 / tau:.3g} per sampled token, no formal guarantee | "
+        f"{_acc(para.get('mcqa'))} | {_acc(para.get('open'))} | {_paper(paper, 'paraphrase')} | "
+        f"{_num(para.get('n_test')):.0f} | inversion ROUGE-L, attribute recall: not run |"
+    )
+
+
+def _verdicts(dchi: dict[str, Any], pipe: Entry | None, para: dict[str, Any] | None = None) -> list[str]:
     """The target (PPFT ahead of the baselines) and where ours differs from the paper, from the figures."""
     lines = []
     if pipe is not None:
-        for task, metric in (("4-option", "mcqa"), ("open", "open")):
-            ours, theirs = pipe.mean(f"acc_{metric}"), _num(dchi.get(metric))
-            ahead = "ahead of" if ours > theirs else "not ahead of"
-            lines.append(f"- {task}: PPFT {ahead} d_chi ({ours:.4f} vs {theirs:.4f}).")
-    lines.append("- Paraphrase and PrivacyRestore: not built, so the target (PPFT ahead of all three) is not judged.")
+        for name, row in (("d_chi", dchi), ("Paraphrase", para)):
+            if row is None:
+                continue
+            for task, metric in (("4-option", "mcqa"), ("open", "open")):
+                ours, theirs = pipe.mean(f"acc_{metric}"), _num(row.get(metric))
+                ahead = "ahead of" if ours > theirs else "not ahead of"
+                lines.append(f"- {task}: PPFT {ahead} {name} ({ours:.4f} vs {theirs:.4f}).")
+    if para is not None:
+        hand = [_num(para.get(m)) for m in ("prompts_mcqa", "prompts_open")]
+        if not any(math.isnan(v) for v in hand):
+            lines.append(f"- Paraphrase on the hand-written prompts (paraphrased the same way): {hand[0]:.4f} 4-option,"
+                         f" {hand[1]:.4f} open.")  # fmt: skip
+    if para is not None:
+        pm, po, prior, prior_open = (_num(para.get(m)) for m in ("mcqa", "open", "prior_mcqa", "prior_open"))
+        if not any(math.isnan(v) for v in (pm, po, prior, prior_open)):
+            lines.append(
+                f"- Paraphrase's decoder scores {pm:.4f} 4-option ({'below' if pm < prior else 'above'} the options "
+                f"alone, {prior:.4f}) and {po:.4f} open ({'below' if po < prior_open else 'above'} the most frequent "
+                f"training answer, {prior_open:.4f}): the paraphraser here is the small local decoder, and at tau "
+                f"{_num(para['params'].get('temperature')):g} over its whole vocabulary its samples keep little of the "
+                "prompt (examples: docs/ppft.md)."
+            )
+    missing = "PrivacyRestore" if para is not None else "Paraphrase and PrivacyRestore"
+    lines.append(f"- {missing}: not built, so the target (PPFT ahead of all three) is not judged.")
     mcqa, open_ = _num(dchi.get("mcqa")), _num(dchi.get("open"))
     length, prior, prior_open = (_num(dchi.get(m)) for m in ("length_open", "prior_mcqa", "prior_open"))
     if any(math.isnan(v) for v in (mcqa, open_, length, prior, prior_open)):
