@@ -42,26 +42,13 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ...ppft.checks import EVAL_TASKS
 from ...results.cell import CellError
 from ..registry import RunContext, register_cell_kind
 from ._builds import record_build
 
 __all__ = ["EVAL_TASKS", "eval_metric_names", "STAGE2_PARAMS", "STAGE1_PARAMS", "EVALUATE_PARAMS", "PRETRAIN_PARAMS"]
 
-EVAL_TASKS = (
-    "mcqa",
-    "open",
-    "blind_mcqa",
-    "blind_open",
-    "mcqa_rank",
-    "blind_mcqa_rank",
-    "open_rank",
-    "blind_open_rank",
-    "length_mcqa",
-    "length_open",
-    "open_head",
-    "mcqa_head",
-)
 _PER_TASK = ("acc_{}", "acc_{}_no_leak", "acc_{}_exclusive")
 _COMMON = (
     "n_heldout",
