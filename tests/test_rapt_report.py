@@ -352,6 +352,10 @@ def _attack_results(directory):
     answer = [{"sex_accuracy_best": 1.0, "symptoms_recall_best": 1.0}]
     params = {"release": "t2t", "eta": 75, "target": "answer"}
     _result(directory, "attr_answer", "attribute_inference", params, [{"eta": 25}], answer, ddx)
+    # PPFT's d_chi client (GloVe, out-of-table words folded): another client than RAPT's T2T, stays out
+    dchi = {"release": "t2t", "eta": 0.13, "table": "glove:x.txt", "oov_word": "unknown"}
+    _result(directory, "attr_dchi", "attribute_inference", dchi, [{"eta": 0.13}], answer, ddx)
+    _result(directory, "sub_dchi", "substitution_inversion", dchi, [{"eta": 0.13}], noun, ddx)
     return directory
 
 
@@ -387,7 +391,7 @@ def test_privacy_section_puts_every_attack_on_t2t_and_pct2t_per_eta(tmp_path):
     )
     assert "RAPT's empirical privacy equals PCT2T's row" in section and text.count("by construction") == 2
     assert "`sub_t2t_learned-20260101T000000Z.json`" in text and "sub_t2t_learned-20251201" not in text
-    assert "sub_noun" not in text and "attr_answer" not in text
+    assert "sub_noun" not in text and "attr_answer" not in text and "dchi" not in text and "eta 0.13" not in text
 
 
 def test_privacy_section_and_figure(tmp_path):

@@ -115,6 +115,12 @@ def _point_param(cell: Any, point: dict, name: str) -> Any:
     return point.get(f"params.{name}", (cell.cell.get("params") or {}).get(name))
 
 
+def _other_client(c: Any, point: dict) -> bool:
+    """A release over another table than the encoder's, or with out-of-table words folded (PPFT's d_chi baseline
+    client, GloVe): not RAPT's T2T / PCT2T on MiniLM's table, so not in this figure."""
+    return bool(_point_param(c, point, "table") or _point_param(c, point, "oov_word"))
+
+
 def collect_privacy(files: Sequence[str | Path]) -> tuple[list[PrivacyRow], list[tuple[str, str, str, str]]]:
     """The rows from the result ``files`` of :data:`PRIVACY_KINDS` (other kinds are skipped), in table order, and the
     files they read: (file, cell, kind, date)."""
@@ -132,7 +138,7 @@ def collect_privacy(files: Sequence[str | Path]) -> tuple[list[PrivacyRow], list
     for c in collect_kind(files, "substitution_inversion"):
         for point, p in c.points:
             release = _release(_point_param(c, point, "pos"))
-            if release is None:
+            if release is None or _other_client(c, point):
                 continue
             eta = float(_point_param(c, point, "eta"))
             readers = [p.mean(f"word_recovery_{a}") for a in ("identity", "channel")]
@@ -151,7 +157,7 @@ def collect_privacy(files: Sequence[str | Path]) -> tuple[list[PrivacyRow], list
     for c in collect_kind(files, "ner_attack"):
         for point, p in c.points:
             release = _release(_point_param(c, point, "pos"))
-            if release is None:
+            if release is None or _other_client(c, point):
                 continue
             r = row("ner", release, c)
             r.add(float(_point_param(c, point, "eta")), p.mean("entity_f1"), c.name)
@@ -165,6 +171,8 @@ def collect_privacy(files: Sequence[str | Path]) -> tuple[list[PrivacyRow], list
             release = attribute_release(c)
             if release == "pct2t" and _release(_point_param(c, point, "pos") or "default") != "pct2t":
                 continue  # PCT2T over another category set than the default one
+            if _other_client(c, point):
+                continue
             eta = float(_point_param(c, point, "eta"))
             for attack, metric in (("symptoms", "symptoms_recall"), ("sex", "sex_accuracy")):
                 if math.isnan(p.mean(f"{metric}_best")):

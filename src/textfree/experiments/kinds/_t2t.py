@@ -2,24 +2,30 @@
 ``substitution_inversion`` and ``attribute_inference`` with ``release: t2t`` / ``pct2t``.
 
 The mechanism lives in ``params`` (there is no `mechanism` section): ``eta`` (the L2-Laplace parameter of the word
-embeddings; grid it), ``pos`` (null: T2T; ``default`` or a list of universal tags: PCT2T), ``table`` and ``tagger``.
+embeddings; grid it), ``pos`` (null: T2T; ``default`` or a list of universal tags: PCT2T), ``table``, ``tagger`` and
+``oov_word``: a word of the table that every word the table lacks becomes before the mechanism
+(:func:`textfree.lm.dchi.fold_out_of_table`, the client of PPFT's word-level d_chi baseline), so no word is sent as it
+is; null (the default): such words are released verbatim, outside the guarantee (T2T's ``keep``).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from ...results.cell import CellError
 from ..registry import RunContext
 
-__all__ = ["T2T_PARAMS", "positive", "check_t2t_params", "t2t_mechanism", "t2t_guarantee"]
+__all__ = ["T2T_PARAMS", "FoldedT2T", "positive", "check_t2t_params", "t2t_mechanism", "t2t_guarantee"]
 
 T2T_PARAMS = {
     "eta": "the L2-Laplace parameter of the word embeddings (grid it)",
     "pos": "null: T2T; a list of categories (e.g. [NOUN, VERB, PRON, ADP]) or 'default': PCT2T",
     "table": "'default' (all-MiniLM-L6-v2's input embeddings), a Hugging Face name/path, or 'glove:PATH'",
     "tagger": "PCT2T tagger: textblob (default) or nltk",
+    "oov_word": "a table word that every out-of-table word becomes before the mechanism (PPFT's d_chi client: every "
+    "word privatized); null (default): out-of-table words released verbatim",
 }
 
 
@@ -55,11 +61,47 @@ def check_t2t_params(p: dict) -> None:
     tagger = p.get("tagger", "textblob")
     if tagger not in TAGGERS:
         raise CellError(f"tagger must be one of {list(TAGGERS)}, got {tagger!r}", field="params.tagger")
+    word = p.get("oov_word")
+    if word is not None and (not isinstance(word, str) or word.split() != [word]):
+        raise CellError(
+            f"oov_word must be null or one word of the table (no spaces), got {word!r}", field="params.oov_word"
+        )
+
+
+@dataclass(frozen=True)
+class FoldedT2T:
+    """``base`` with every out-of-table word mapped to ``word`` first (:func:`textfree.lm.dchi.fold_out_of_table`):
+    the d_chi baseline's client. Every word goes through the mechanism; each text keeps its number of words, so the
+    release's ``output_words`` stay aligned with the words of the unfolded text. Accounting as ``base``'s."""
+
+    base: Any  # a TextToText
+    word: str
+
+    def __post_init__(self) -> None:
+        from ...lm.dchi import fold_out_of_table
+
+        fold_out_of_table([], self.base.table, self.word)  # ValueError unless one word of the table
+
+    def __getattr__(self, name: str) -> Any:  # table, eta, privacy_loss_per_word, ...
+        if name in ("base", "word") or name.startswith("__"):  # not yet set (copy, pickle)
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    def with_eta(self, eta: float) -> "FoldedT2T":
+        return FoldedT2T(self.base.with_eta(eta), self.word)
+
+    def privatize_detailed(self, texts: list[str], *, generator: Any = None):
+        from ...lm.dchi import fold_out_of_table
+
+        return self.base.privatize_detailed(fold_out_of_table(texts, self.base.table, self.word), generator=generator)
+
+    def privatize(self, texts: list[str], *, generator: Any = None) -> list[str]:
+        return self.privatize_detailed(texts, generator=generator).texts
 
 
 def t2t_mechanism(p: dict, context: RunContext):
-    """The :class:`~textfree.substitution.t2t.TextToText` of ``p`` at ``p['eta']``; the table's index (and PCT2T's
-    tags) are built once per run and shared across etas."""
+    """The :class:`~textfree.substitution.t2t.TextToText` of ``p`` at ``p['eta']`` (a :class:`FoldedT2T` with
+    ``oov_word``); the table's index (and PCT2T's tags) are built once per run and shared across etas."""
     from ...substitution.cli_support import build_t2t
     from ...substitution.t2t import DEFAULT_POS_CATEGORIES
 
@@ -70,14 +112,21 @@ def t2t_mechanism(p: dict, context: RunContext):
         key,
         lambda: build_t2t(table=p.get("table", "default"), eta=1.0, pos=pos_arg, tagger=p.get("tagger", "textblob")),
     )
-    return base.with_eta(float(p["eta"]))
+    mech = base.with_eta(float(p["eta"]))
+    word = p.get("oov_word")
+    if word is None:
+        return mech
+    try:
+        return FoldedT2T(mech, word)
+    except ValueError as exc:
+        raise CellError(str(exc), field="params.oov_word") from None
 
 
 def t2t_guarantee(mech: Any, released: Any) -> dict[str, float]:
     """What one release of a batch of texts guarantees and changed: ``word_epsilon`` (eta x D_max: one word's worst
     case), ``prompt_epsilon`` / ``prompt_epsilon_max`` (mean / largest over texts of substituted words x
     word_epsilon), ``replacement_rate`` (substituted words that changed) and ``kept_rate`` (words outside the table,
-    released verbatim and not covered by the guarantee)."""
+    released verbatim and not covered by the guarantee; 0 with ``oov_word``)."""
     word_eps = mech.privacy_loss_per_word().epsilon
     per_text = released.substituted_per_text
     return {

@@ -183,6 +183,8 @@ def _mechanism_spec(p: dict) -> dict:
     spec = {"name": "t2t" if pos is None else "pct2t", "etas": _train_etas(p), "table": p.get("table", "default")}
     if pos is not None:
         spec |= {"pos": pos, "tagger": p.get("tagger", "textblob")}
+    if p.get("oov_word") is not None:
+        spec["oov_word"] = p["oov_word"]
     return spec
 
 

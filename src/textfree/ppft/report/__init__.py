@@ -101,7 +101,7 @@ _SEEDS_INTRO = [
 TABLE1_DATASETS = (("pri-ddx", "Pri-DDX"), ("pri-slja", "Pri-SLJA"))
 
 #: How docs/results/ppft.md is generated: the command a report names unless it was written from other paths.
-DEFAULT_COMMAND = "textfree ppft report results/ppft results/rapt --out docs/results/ppft.md"
+DEFAULT_COMMAND = "textfree ppft report results/ppft results/rapt results/attacks --out docs/results/ppft.md"
 
 
 def build_report(paths: Iterable[str | Path], *, figures: Sequence[str] = (), command: str = DEFAULT_COMMAND) -> str:

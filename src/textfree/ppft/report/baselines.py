@@ -5,8 +5,10 @@ of the runs writing that path, the one nearest in time to the first text run on 
 the upper bound (the clear-text ``rapt_qa`` run on the same decoder: no privatization) and the word-count controls of
 :mod:`textfree.lm.text_controls`; the Paraphrase baseline (a ``rapt_qa`` run with ``privatizer`` ``paraphrase``:
 examples/cells/ppft/ddx_baseline_paraphrase.yaml) on the same decoder, with the control of its own released word
-count; PrivacyRestore is not built. Nothing is recomputed: the ``rapt_qa``
-files among the report's paths are read as JSON (no RAPT code)."""
+count; PrivacyRestore is not built. The d_chi row's attack figures come from the newest ``substitution_inversion`` /
+``attribute_inference`` file among the paths whose T2T release is that client (same table and ``oov_word``, ``pos``
+null, the same eta: examples/cells/attacks/substitution_dchi.yaml, attributes_ddx_dchi.yaml); "not run" when there is
+none. Nothing is recomputed: the result files among the report's paths are read as JSON (no RAPT or attack code)."""
 
 from __future__ import annotations
 
@@ -17,13 +19,24 @@ from typing import Any, Iterable, Sequence
 
 from .entries import Entry
 
-__all__ = ["PAPER_BASELINES_1B", "TEXT_KIND", "text_runs", "baseline_sources", "table_baselines"]
+__all__ = [
+    "PAPER_BASELINES_1B",
+    "TEXT_KIND",
+    "ATTACK_KINDS",
+    "text_runs",
+    "attack_runs",
+    "dchi_attacks",
+    "baseline_sources",
+    "table_baselines",
+]
 
 #: PPFT paper, Table 1, Llama-3.2-1B, 4-option accuracy per dataset.
 PAPER_BASELINES_1B = {
     "pri-ddx": {"dchi": 0.3176, "paraphrase": 0.2382, "privacyrestore": 0.5150, "ppft": 0.4537, "upper": 0.7071}
 }
 TEXT_KIND = "rapt_qa"
+#: The attack kinds whose T2T release can be the d_chi client (``oov_word``): inversion, then attributes.
+ATTACK_KINDS = ("substitution_inversion", "attribute_inference")
 _PIPELINE_KIND = "ppft_pipeline"
 
 
@@ -34,10 +47,10 @@ def _result_files(paths: Iterable[str | Path]) -> list[Path]:
     return files
 
 
-def text_runs(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
-    """One row per grid point of the newest ``rapt_qa`` file of each cell among ``paths`` (directories are searched
-    for result files; other JSON files there are skipped): cell, date, file, params, each metric's mean, and
-    ``first_date``: the date of the cell's oldest file (a newer one re-scores its finished runs, not retrained)."""
+def _runs(paths: Iterable[str | Path], kinds: Sequence[str]) -> list[dict[str, Any]]:
+    """One row per grid point of the newest file of each cell of ``kinds`` among ``paths`` (directories are searched
+    for result files; other JSON files there are skipped): kind, cell, dataset, date, file, params, each metric's mean,
+    and ``first_date``: the date of the cell's oldest file."""
     from ...atomic import read_json
     from ...results.files import RESULTS_FORMAT, load_results
 
@@ -48,7 +61,7 @@ def text_runs(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
             head = read_json(f)
         except (OSError, ValueError):
             continue
-        if not isinstance(head, dict) or head.get("format") != RESULTS_FORMAT or head.get("kind") != TEXT_KIND:
+        if not isinstance(head, dict) or head.get("format") != RESULTS_FORMAT or head.get("kind") not in kinds:
             continue
         data = load_results(f)
         name = data["cell"]["name"]
@@ -58,11 +71,98 @@ def text_runs(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
             newest[name] = {"date": data["date"], "file": f.name, "data": data}
     rows = []
     for name, hit in sorted(newest.items()):
-        for r in hit["data"]["results"]:
+        data = hit["data"]
+        for r in data["results"]:
             means = {k: (v or {}).get("mean") for k, v in r["metrics"].items()}
-            rows.append({"cell": name, "date": hit["date"], "first_date": first[name], "file": hit["file"],
+            rows.append({"kind": data["kind"], "cell": name, "dataset": str(data["cell"].get("dataset") or ""),
+                         "date": hit["date"], "first_date": first[name], "file": hit["file"],
                          "params": r["resolved"]["params"]} | means)  # fmt: skip
     return rows
+
+
+def text_runs(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+    """One row per grid point of the newest ``rapt_qa`` file of each cell among ``paths`` (:func:`_runs`; a newer
+    file re-scores its finished runs, not retrained)."""
+    return _runs(paths, (TEXT_KIND,))
+
+
+def attack_runs(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+    """One row per grid point of the newest file of each attack cell (:data:`ATTACK_KINDS`) among ``paths``."""
+    return _runs(paths, ATTACK_KINDS)
+
+
+def _same_client(attack: dict[str, Any], dchi: dict[str, Any], ds: str) -> bool:
+    """Whether an attack row's release is the d_chi row's client: T2T (``pos`` null) over the same table with the
+    same ``oov_word``, on ``ds``."""
+    a, p = attack["params"], dchi["params"]
+    return (
+        attack["dataset"].lower() == ds
+        and a.get("release", "t2t") == "t2t"
+        and a.get("pos") is None
+        and a.get("oov_word") is not None
+        and a.get("oov_word") == p.get("oov_word")
+        and a.get("table", "default") == (p.get("table") or "default")
+    )
+
+
+def _same_eta(a: Any, b: Any) -> bool:
+    return a is not None and b is not None and math.isclose(float(a), float(b), rel_tol=1e-9)
+
+
+def _inversion_text(row: dict[str, Any]) -> str:
+    return (
+        f"ROUGE-L {_f3(row.get('rouge_l_best'))} (prior {_f3(row.get('rouge_l_prior'))}), word recovery "
+        f"{_f3(row.get('word_recovery_best'))} (prior {_f3(row.get('word_recovery_prior'))})"
+    )
+
+
+def _attribute_text(row: dict[str, Any]) -> str:
+    """Each attribute's best attacker against the prior (the majority guess): accuracy for a single value, recall and
+    F1 for a set."""
+    parts = []
+    for key in row:
+        if key.endswith("_accuracy_best"):
+            name = key[: -len("_accuracy_best")]
+            parts.append(f"{name} accuracy {_f3(row[key])} (prior {_f3(row.get(f'{name}_accuracy_prior'))})")
+        elif key.endswith("_recall_best"):
+            name = key[: -len("_recall_best")]
+            best, prior = (f"{_f3(row.get(f'{name}_recall_{w}'))}, F1 {_f3(row.get(f'{name}_f1_{w}'))}"
+                           for w in ("best", "prior"))  # fmt: skip
+            parts.append(f"{name} recall {best} (prior {prior})")
+    return ", ".join(parts) or "no attribute figures"
+
+
+def _f3(value: Any) -> str:
+    v = _num(value)
+    return "—" if math.isnan(v) else f"{v:.3f}"
+
+
+def dchi_attacks(paths: Iterable[str | Path], dchi: dict[str, Any], ds: str = "pri-ddx") -> tuple[str, list[dict]]:
+    """The attack cell of the d_chi row and the attack rows it comes from: for each of :data:`ATTACK_KINDS`, the
+    newest file's point at the row's eta with the row's client (:func:`_same_client`), and the other etas of that
+    file as a trend; "not run" for a kind without one."""
+    rows = [r for r in attack_runs(paths) if _same_client(r, dchi, ds)]
+    eta = dchi["params"].get("eta")
+    texts, used = [], []
+    for kind, label, show in (
+        (ATTACK_KINDS[0], "inversion", _inversion_text),
+        (ATTACK_KINDS[1], "attributes (best attacker)", _attribute_text),
+    ):
+        hit = _newest([r for r in rows if r["kind"] == kind and _same_eta(r["params"].get("eta"), eta)])
+        if hit is None:
+            texts.append(f"{label}: not run")
+            continue
+        used.append(hit)
+        n = _num(hit.get("n_texts", hit.get("n_test")))
+        text = f"{label} (`{hit['file']}`, {n:.0f} prompts, eta {float(eta):g}): {show(hit)}"
+        others = sorted(
+            (r for r in rows if r["file"] == hit["file"] and not _same_eta(r["params"].get("eta"), eta)),
+            key=lambda r: float(r["params"]["eta"]),
+        )
+        used += others
+        text += "".join(f"; at eta {float(r['params']['eta']):g}: {show(r)}" for r in others)
+        texts.append(text)
+    return "; ".join(texts), used
 
 
 def _seconds(date: str) -> float:
@@ -108,7 +208,8 @@ def _newest(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def baseline_sources(paths: Iterable[str | Path], ds: str = "pri-ddx") -> list[tuple[str, str]]:
-    """(file, date) of the ``rapt_qa`` files :func:`table_baselines` reads rows from."""
+    """(file, date) of the ``rapt_qa`` files :func:`table_baselines` reads rows from (the attack files it reads are
+    named in the d_chi row itself)."""
     rows = text_runs(paths)
     dchi = [r for r in rows if _is_dchi(r, ds)]
     decoders = {r["params"].get("decoder") for r in dchi}
@@ -143,6 +244,7 @@ def table_baselines(paths: Iterable[str | Path], entries: Sequence[Entry], ds: s
     words = _num(dchi.get("mean_privatized_words"))
     table = str(p.get("table") or "the encoder's")
     n_dchi = f"{_num(dchi.get('n_test')):.0f}"
+    attacks = dchi_attacks(paths, dchi, ds)[0]
     lines = [
         f"PPFT's Table 1 baselines on the fast pipeline's local decoder (`{decoder}`), each beside the paper's",
         "Llama-3.2-1B Pri-DDX figure (4-option accuracy; the paper gives no open-answer figure for them). Text",
@@ -160,9 +262,7 @@ def table_baselines(paths: Iterable[str | Path], entries: Sequence[Entry], ds: s
         f"| d_chi, word level (Feyisetan et al.) | T2T text over `{table}` (paper: glove.840B.300d), every word "
         f"privatized (out-of-table words as `{p.get('oov_word')}`); options in clear | eta {eta:g} per unit distance: "
         f"{per_word:.3g} per word, {per_word * words:.1f} per prompt (mean of {words:.1f} words) | "
-        f"{_acc(dchi.get('mcqa'))} | {_acc(dchi.get('open'))} | {_paper(paper, 'dchi')} | {n_dchi} | "
-        "inversion ROUGE-L, attribute recall: not run (the attack cells' T2T release sends out-of-table words "
-        "verbatim, not this client) |",
+        f"{_acc(dchi.get('mcqa'))} | {_acc(dchi.get('open'))} | {_paper(paper, 'dchi')} | {n_dchi} | {attacks} |",
         _paraphrase_row(para, paper),
         f"| PrivacyRestore (Zeng et al.) | not built | — | — | — | {_paper(paper, 'privacyrestore')} | — | not built |",
     ]
