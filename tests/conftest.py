@@ -59,3 +59,28 @@ def minilm():
     from textfree.encoders import ContextualEncoder
 
     return ContextualEncoder.from_pretrained(None)
+
+
+@pytest.fixture(scope="session")
+def save_tiny_llama():
+    """``save(out, tokenizer, **token_ids)``: a randomly initialised 2-layer Llama (hidden 32, seed 0) sized to
+    ``tokenizer``, saved with it to ``out`` (``bos_token_id=...`` etc. go to its config); returns ``out``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    def save(out: Path, tokenizer, **token_ids) -> Path:
+        cfg = LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=128,
+            **token_ids,
+        )
+        torch.manual_seed(0)
+        LlamaForCausalLM(cfg).save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        return out
+
+    return save

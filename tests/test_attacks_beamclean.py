@@ -250,32 +250,17 @@ def test_bigram_prior_from_texts_counts_special_tokens():
 
 
 @pytest.fixture(scope="module")
-def tiny_llama(tmp_path_factory):
+def tiny_llama(tmp_path_factory, save_tiny_llama):
     """A randomly initialised 2-layer Llama (hidden 32) with a 90-token BPE tokenizer, saved to disk."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer, tok.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
     texts = ["the patient has a fever and a cough", "she reports pain in the chest", "no history of asthma"] * 3
     tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=90, special_tokens=["<unk>", "<s>", "</s>"]))
     lm_tok = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
-    cfg = LlamaConfig(
-        vocab_size=len(lm_tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    torch.manual_seed(0)
-    out = tmp_path_factory.mktemp("tiny-llama")
-    LlamaForCausalLM(cfg).save_pretrained(out)
-    lm_tok.save_pretrained(out)
-    return out
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), lm_tok, bos_token_id=1, eos_token_id=2)
 
 
 def test_causal_lm_prior_same_tokenizer_shapes(tiny_llama):

@@ -37,10 +37,10 @@ def target_tokenizer():
 
 
 @pytest.fixture(scope="module")
-def lm_dir(tmp_path_factory):
+def lm_dir(tmp_path_factory, save_tiny_llama):
     """A 2-layer Llama with a byte-level BPE tokenizer trained on LM_TEXTS (BOS 0)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -52,23 +52,8 @@ def lm_dir(tmp_path_factory):
     )
     tok.train_from_iterator(LM_TEXTS, trainer)
     lm_tok = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", pad_token="<pad>")
-    cfg = LlamaConfig(
-        vocab_size=len(lm_tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        bos_token_id=0,
-        eos_token_id=0,
-        pad_token_id=1,
-    )
-    torch.manual_seed(0)
     out = tmp_path_factory.mktemp("tiny-bpe-llama")
-    LlamaForCausalLM(cfg).save_pretrained(out)
-    lm_tok.save_pretrained(out)
-    return out
+    return save_tiny_llama(out, lm_tok, bos_token_id=0, eos_token_id=0, pad_token_id=1)
 
 
 @pytest.fixture(scope="module")
