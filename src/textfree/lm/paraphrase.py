@@ -59,10 +59,10 @@ def split_sentences(text: str) -> list[str]:
 
 
 def temperature_for_budget(n: int | float, budget: float) -> float:
-    """tau = 2n / B (PPFT eq. 7: the proxy rule 2n/tau = B; n the longest prompt in the paraphraser's tokens)."""
-    if not (n > 0 and budget > 0):
-        raise ValueError(f"need n > 0 and budget > 0, got {n!r}, {budget!r}")
-    return 2.0 * n / budget
+    """tau = 2n / B (PPFT eq. 7; n the longest prompt in the paraphraser's tokens): the accounting's rule."""
+    from ..mechanisms.accounting import paraphrase_temperature
+
+    return paraphrase_temperature(budget, n)
 
 
 def qqp_pairs(n_pairs: int, seed: int, records: Sequence[Any] | None = None) -> list[TextPair]:

@@ -40,6 +40,7 @@ __all__ = [
     "snd_epsilon",
     "BudgetAlignment",
     "budget_alignment",
+    "paraphrase_temperature",
     "alignment_from_lengths",
     "embedding_diameter",
 ]
@@ -93,6 +94,13 @@ class BudgetAlignment:
         return asdict(self)
 
 
+def paraphrase_temperature(budget: float, n: float) -> float:
+    """The Paraphrase baseline's sampling temperature tau = 2n/B (PPFT eq. 7: the proxy rule 2n/tau = B)."""
+    check_positive("paraphrase_temperature", "budget", budget)
+    check_positive("paraphrase_temperature", "n", n)
+    return 2.0 * n / budget
+
+
 def budget_alignment(budget: float, n: float, d_max: float) -> BudgetAlignment:
     """eps_dchi = B/(n*D_max), tau = 2n/B, eps_PPFT = eps_PR = B/2."""
     check_positive("budget_alignment", "budget", budget)
@@ -103,7 +111,7 @@ def budget_alignment(budget: float, n: float, d_max: float) -> BudgetAlignment:
         n=float(n),
         d_max=float(d_max),
         eps_dchi=budget / (n * d_max),
-        tau=2.0 * n / budget,
+        tau=paraphrase_temperature(budget, n),
         eps_ppft=budget / 2.0,
         eps_pr=budget / 2.0,
     )
