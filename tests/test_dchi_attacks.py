@@ -5,11 +5,11 @@ the d_chi row of the PPFT report's baselines table."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
+from _result_files import write_result
 
 from textfree.experiments.kinds._attribute_params import _text_params
 from textfree.experiments.kinds._t2t import FoldedT2T, check_t2t_params, t2t_guarantee, t2t_mechanism
@@ -95,14 +95,7 @@ def test_a_folded_release_feeds_the_channel_inverter_position_by_position(tmp_pa
 
 
 def _result(directory: Path, name: str, kind: str, dataset: str | None, points: list[dict], rows: list[dict], date):
-    results = [{"point": {}, "resolved": {"mechanism": None, "params": p, "attack": None},
-                "metrics": {m: {"mean": v, "stderr": None, "values": [v]} for m, v in r.items()}}
-               for p, r in zip(points, rows)]  # fmt: skip
-    data = {"format": "textfree.results", "format_version": 1, "cell": {"name": name, "kind": kind,
-            "encoder": "default", "dataset": dataset, "params": {}, "grid": {}, "seeds": [0]},
-            "cell_source": None, "kind": kind, "grid_axes": [], "seeds": [0], "results": results, "versions": {},
-            "git": None, "date": date, "host": {}}  # fmt: skip
-    (directory / f"{name}-{date[:10]}.json").write_text(json.dumps(data))
+    write_result(directory, name, kind, {"_dataset": dataset}, points, rows, date)
 
 
 _TABLE = "glove:t.txt"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _result_files import write_result
 
 from textfree.data import MCQARecord
 from textfree.lm.dchi import fold_out_of_table, word_alignment
@@ -147,17 +148,7 @@ def test_length_controls_answer_from_the_word_count_alone():
         length_controls(train, train_texts[:2], test, test_texts, labels)
 
 
-def _result(directory: Path, name: str, kind: str, base: dict, points: list[dict], rows: list[dict], date: str):
-    base = dict(base)
-    dataset = base.pop("_dataset", None)
-    results = [{"point": {}, "resolved": {"mechanism": None, "params": base | p, "attack": None},
-                "metrics": {m: {"mean": v, "stderr": None, "values": [v]} for m, v in r.items()}}
-               for p, r in zip(points, rows)]  # fmt: skip
-    data = {"format": "textfree.results", "format_version": 1, "cell": {"name": name, "kind": kind,
-            "encoder": "default", "dataset": dataset, "params": {}, "grid": {}, "seeds": [0]},
-            "cell_source": None, "kind": kind, "grid_axes": [], "seeds": [0], "results": results, "versions": {},
-            "git": None, "date": date, "host": {}}  # fmt: skip
-    (directory / f"{name}-{date[:10]}.json").write_text(json.dumps(data))
+_result = write_result
 
 
 _CONTROLS = {"length_mcqa": 0.97, "length_open": 0.85, "prior_mcqa": 0.93, "prior_open": 0.42}
