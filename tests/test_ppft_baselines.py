@@ -188,7 +188,9 @@ def test_the_ppft_report_puts_the_baselines_beside_the_papers_1b_figures(tmp_pat
     assert "eta 0.1296 per unit distance: 2 per word, 102.0 per prompt" in dchi
     assert "| 0.9000 | 0.8000 | 0.3176 | 300 |" in dchi and "not run" in dchi
     assert "| Paraphrase (Utpala et al.) | not built | — | — | — | 0.2382 |" in section  # no paraphrase file here
-    assert "| PrivacyRestore (Zeng et al.) | not built | — | — | — | 0.5150 |" in section
+    missing = "| PrivacyRestore (Zeng et al.) | not run (no `privacy_restore_qa` result on this decoder) | — | — | — |"
+    assert missing + " 0.5150 |" in section
+    assert "- Not judged (missing: Paraphrase, PrivacyRestore): PPFT ahead of all three." in section
     assert "| 0.9570 | 0.7938 | 0.4537 | 582 |" in section  # PPFT, the fast pipeline on the same decoder
     assert "0.1110" not in section  # not the later run of the same path elsewhere
     assert "| 0.9500 | 0.9500 | 0.7071 (PPFT w/o noise) | 300 |" in section  # the clear-text run on it
@@ -227,3 +229,56 @@ def test_the_rapt_generation_section_shows_the_length_control_and_what_it_shows(
     assert "| word-level d_chi (T2T over glove:t.txt, every word privatized) | eta 0.1296 | 102.0 (2 per word x" in text
     assert "(eta 0.1296, every word\nprivatized, 0.0% verbatim, the same word count) scores 80.0 open and 90.0" in text
     assert not math.isnan(gen.qa[0]["length_open"])
+
+
+def test_the_privacyrestore_row_shows_accuracy_attack_and_its_control_and_the_target_is_judged(tmp_path):
+    from textfree.ppft.report import build_report
+    from textfree.ppft.report.baselines import baseline_sources
+
+    ppft, rapt = _baseline_results(tmp_path)
+    qa = {"decoder": "runs/fast/decoder", "dataset": "pri-ddx", "eval_limit": 300}
+    _result(ppft, "ppft_ddx_baseline_paraphrase", "rapt_qa", qa | {"privatizer": "paraphrase", "temperature": 1.49,
+            "eta": None, "pos": None}, [{}], [{"mcqa": 0.41, "open": 0.15, "n_test": 300.0} | _CONTROLS],
+            "2026-01-02T00:00:00+00:00")  # fmt: skip
+    attack = {"rouge_l_prior": 0.64, "rouge_l": 0.71, "rouge_l_text_only": 0.69, "rouge_l_clean_meta": 0.86,
+              "recall_symptoms": 0.42,
+              "recall_antecedents": 0.36, "recall_symptoms_text_only": 0.21, "recall_antecedents_text_only": 0.18,
+              "recall_symptoms_clean_meta": 0.68, "recall_antecedents_clean_meta": 0.81}  # fmt: skip
+    _result(ppft, "ppft_ddx_baseline_privacyrestore", "privacy_restore_qa", qa | {"epsilon": 75.0, "heads": 4}, [{}],
+            [{"mcqa": 0.96, "open": 0.70, "n_test": 300.0, "meta_dim": 256.0, "cos_released_clean": 0.29,
+              "length_mcqa": 0.9, "length_open": 0.5} | attack], "2026-01-03T00:00:00+00:00")  # fmt: skip
+    section = build_report([ppft, rapt]).split("### Pri-DDX: Baselines (Table 1)")[1].split("\n## ")[0]
+    row = next(line for line in section.splitlines() if line.startswith("| PrivacyRestore"))
+    assert "a 256-d meta vector" in row and "on 4 heads" in row and "mean cosine to the clean one 0.290" in row
+    assert "eps 75 on one unit vector: 150 per prompt (eq. 3)" in row
+    assert "| 0.9600 | 0.7000 | 0.5150 | 300 |" in row
+    assert (
+        "inversion ROUGE-L 0.710 (the masked text alone 0.690; the same attack on noiseless meta vectors 0.860; the "
+        "best constant guess 0.640)" in row
+    )
+    assert "recall symptoms 0.420, antecedents 0.360 (text alone 0.210, 0.180; noiseless 0.680, 0.810)" in row
+    assert "symptoms 0.3552, antecedents 0.3317, sex 0.5642" in row
+    assert "| the word count of PrivacyRestore's masked text | — | 0.9000 | 0.5000 | — | 300 | — |" in section
+    assert "- 4-option: PPFT not ahead of PrivacyRestore (0.9570 vs 0.9600)." in section
+    assert "- open: PPFT ahead of PrivacyRestore (0.7938 vs 0.7000)." in section
+    assert "- Target not met: PPFT is not ahead of d_chi open, PrivacyRestore 4-option." in section
+    files = [f for f, _ in baseline_sources([ppft, rapt])]
+    assert "ppft_ddx_baseline_privacyrestore-2026-01-03.json" in files
+
+
+def test_the_target_line_when_ppft_leads_names_the_options_alone_reference():
+    from textfree.ppft.report.baselines import _target
+
+    class Pipe:
+        def mean(self, name):
+            return {"acc_mcqa": 0.9553, "acc_open": 0.7938}[name]
+
+    rows = [
+        {"mcqa": 0.77, "open": 0.59, "prior_mcqa": 0.9333},
+        {"mcqa": 0.41, "open": 0.15},
+        {"mcqa": 0.6, "open": 0.61},
+    ]
+    line = _target(*rows[:1], Pipe(), *rows[1:])
+    assert line.startswith("- Target met: PPFT ahead of all three baselines on both tasks.")
+    assert "the options alone give 0.9333: every baseline scores below that and PPFT +0.0220 above it" in line
+    assert _target(rows[0], Pipe(), None, rows[2]) == "- Not judged (missing: Paraphrase): PPFT ahead of all three."

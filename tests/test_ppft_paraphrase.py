@@ -164,7 +164,34 @@ def test_the_ppft_report_fills_the_paraphrase_row_and_keeps_it_out_of_the_upper_
     assert (
         "- Paraphrase on the hand-written prompts (paraphrased the same way): 0.5000 4-option, 0.2500 open." in section
     )
-    assert "- PrivacyRestore: not built, so the target (PPFT ahead of all three) is not judged." in section
+    assert "- Not judged (missing: PrivacyRestore): PPFT ahead of all three." in section
     verdict = "- Paraphrase's decoder scores 0.6100 4-option (below the options alone, 0.9300) and 0.3300 open (below"
     assert verdict in section
     assert "`ppft_ddx_baseline_paraphrase-2026-01-03.json`" in text
+
+
+def test_the_paraphrase_row_carries_the_learned_inverters_figures(tmp_path):
+    from test_ppft_baselines import _baseline_results, _result
+
+    from textfree.ppft.report import build_report
+
+    ppft, rapt = _baseline_results(tmp_path)
+    attacks = tmp_path / "attacks"
+    attacks.mkdir()
+    qa = {"decoder": "runs/fast/decoder", "dataset": "pri-ddx", "eval_limit": 300, "privatizer": "paraphrase",
+          "temperature": 1.4933, "eta": None, "pos": None, "paraphraser_pairs": 2000}  # fmt: skip
+    _result(ppft, "ppft_ddx_baseline_paraphrase", "rapt_qa", qa, [{}], [{"mcqa": 0.61, "open": 0.33, "n_test": 300.0}],
+            "2026-01-03T00:00:00+00:00")  # fmt: skip
+    figures = {"rouge_l": 0.55, "rouge_l_released": 0.2, "rouge_l_prior": 0.68, "recall_symptoms": 0.11,
+               "recall_symptoms_released": 0.02, "recall_symptoms_prior": 0.09, "sex_accuracy": 0.7}  # fmt: skip
+    for name, tau, value in (("paraphrase_ddx", 1.4933, figures), ("paraphrase_other_tau", 0.5, {"rouge_l": 0.99})):
+        _result(attacks, name, "text_inversion", {"privatizer": "paraphrase", "temperature": tau}, [{}], [value],
+                "2026-01-04T00:00:00+00:00")  # fmt: skip
+    section = build_report([ppft, rapt, attacks]).split("### Pri-DDX: Baselines (Table 1)")[1].split("\n## ")[0]
+    row = next(line for line in section.splitlines() if line.startswith("| Paraphrase"))
+    expected = (
+        "learned inverter (`paraphrase_ddx-2026-01-04.json`): inversion ROUGE-L 0.550 (paraphrase as it is "
+        "0.200, constant guess 0.680); symptoms recall 0.110 (paraphrase as it is 0.020, constant guess 0.090)"
+    )
+    assert expected in row
+    assert "0.990" not in row  # the cell at another temperature attacks another client

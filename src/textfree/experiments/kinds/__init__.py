@@ -6,12 +6,14 @@ from . import (  # noqa: F401
     inversion,
     ner,
     ppft,
+    privacy_restore,
     privatization,
     rapt,
     rapt_qa,
     snd,
     snd_update,
     substitution_inversion,
+    text_inversion,
 )
 
 __all__ = ["privatization", "ppft"]

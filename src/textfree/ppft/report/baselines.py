@@ -5,10 +5,14 @@ of the runs writing that path, the one nearest in time to the first text run on 
 the upper bound (the clear-text ``rapt_qa`` run on the same decoder: no privatization) and the word-count controls of
 :mod:`textfree.lm.text_controls`; the Paraphrase baseline (a ``rapt_qa`` run with ``privatizer`` ``paraphrase``:
 examples/cells/ppft/ddx_baseline_paraphrase.yaml) on the same decoder, with the control of its own released word
-count; PrivacyRestore is not built. The d_chi row's attack figures come from the newest ``substitution_inversion`` /
+count; the PrivacyRestore baseline (a ``privacy_restore_qa`` run on the same decoder:
+examples/cells/ppft/ddx_baseline_privacyrestore.yaml) with its own attack figures and the control of its masked text's
+word count. The d_chi row's attack figures come from the newest ``substitution_inversion`` /
 ``attribute_inference`` file among the paths whose T2T release is that client (same table and ``oov_word``, ``pos``
 null, the same eta: examples/cells/attacks/substitution_dchi.yaml, attributes_ddx_dchi.yaml); "not run" when there is
-none. Nothing is recomputed: the result files among the report's paths are read as JSON (no RAPT or attack code)."""
+none; the Paraphrase row's from the newest ``text_inversion`` file at its temperature
+(examples/cells/attacks/paraphrase_ddx.yaml). Nothing is recomputed: the result files among the report's paths are
+read as JSON (no RAPT or attack code)."""
 
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ from .entries import Entry
 
 __all__ = [
     "PAPER_BASELINES_1B",
+    "PAPER_RESTORE_ATTACK",
+    "RESTORE_KIND",
     "TEXT_KIND",
     "ATTACK_KINDS",
     "text_runs",
@@ -34,7 +40,10 @@ __all__ = [
 PAPER_BASELINES_1B = {
     "pri-ddx": {"dchi": 0.3176, "paraphrase": 0.2382, "privacyrestore": 0.5150, "ppft": 0.4537, "upper": 0.7071}
 }
+#: PPFT paper, Table 3: PrivacyRestore's reconstruction on Pri-DDX (sex accuracy, symptom and antecedent recall).
+PAPER_RESTORE_ATTACK = {"sex": 0.5642, "symptoms": 0.3552, "antecedents": 0.3317}
 TEXT_KIND = "rapt_qa"
+RESTORE_KIND = "privacy_restore_qa"
 #: The attack kinds whose T2T release can be the d_chi client (``oov_word``): inversion, then attributes.
 ATTACK_KINDS = ("substitution_inversion", "attribute_inference")
 _PIPELINE_KIND = "ppft_pipeline"
@@ -215,7 +224,46 @@ def baseline_sources(paths: Iterable[str | Path], ds: str = "pri-ddx") -> list[t
     decoders = {r["params"].get("decoder") for r in dchi}
     para = [r for r in rows if _is_paraphrase(r, ds) and r["params"].get("decoder") in decoders]
     used = dchi + para + [r for r in rows if _is_clear(r, ds) and r["params"].get("decoder") in decoders]
+    used += [r for r in restore_runs(paths, ds) if r["params"].get("decoder") in decoders]
     return sorted({(r["file"], r["date"]) for r in used})
+
+
+def paraphrase_attacks(paths: Iterable[str | Path], ds: str = "pri-ddx") -> list[dict[str, Any]]:
+    """The ``text_inversion`` rows against the Paraphrase client on ``ds`` among ``paths``."""
+    rows = _runs(paths, ("text_inversion",))
+    return [r for r in rows if str(r["params"].get("dataset", "pri-ddx")).lower() == ds
+            and r["params"].get("privatizer", "paraphrase") == "paraphrase"]  # fmt: skip
+
+
+def restore_runs(paths: Iterable[str | Path], ds: str = "pri-ddx") -> list[dict[str, Any]]:
+    """The ``privacy_restore_qa`` rows on ``ds`` among ``paths`` (newest file of each cell)."""
+    return [r for r in _runs(paths, (RESTORE_KIND,)) if str(r["params"].get("dataset", "")).lower() == ds]
+
+
+def _restore_row(row: dict[str, Any] | None, paper: dict[str, float]) -> str:
+    if row is None:
+        return (f"| PrivacyRestore (Zeng et al.) | not run (no `{RESTORE_KIND}` result on this decoder) | — | — | — | "
+                f"{_paper(paper, 'privacyrestore')} | — | not run |")  # fmt: skip
+    p, pa = row["params"], PAPER_RESTORE_ATTACK
+    eps = _num(p.get("epsilon"))
+    attack = (
+        f"inversion ROUGE-L {_f3(row.get('rouge_l'))} (the masked text alone {_f3(row.get('rouge_l_text_only'))}; "
+        f"the same attack on noiseless meta vectors {_f3(row.get('rouge_l_clean_meta'))}; the best constant guess "
+        f"{_f3(row.get('rouge_l_prior'))}); recall symptoms "
+        f"{_f3(row.get('recall_symptoms'))}, antecedents {_f3(row.get('recall_antecedents'))} (text alone "
+        f"{_f3(row.get('recall_symptoms_text_only'))}, {_f3(row.get('recall_antecedents_text_only'))}; noiseless "
+        f"{_f3(row.get('recall_symptoms_clean_meta'))}, {_f3(row.get('recall_antecedents_clean_meta'))}); paper "
+        f"(Table 3, a learned GPT2-medium attacker): symptoms {pa['symptoms']}, antecedents {pa['antecedents']}, sex "
+        f"{pa['sex']} (age and sex are in the masked text here)"
+    )
+    return (
+        "| PrivacyRestore (Zeng et al.) | the prompt with its marked spans removed (Pri-DDX's question_mask), a "
+        f"{_num(row.get('meta_dim')):.0f}-d meta vector (the removed spans' restoration vectors on "
+        f"{p.get('heads', '—')} heads, attention-weighted, unit norm, plus L2-Laplace noise; mean cosine to the clean "
+        f"one {_f3(row.get('cos_released_clean'))}) and the multiplier; options in clear | eps {eps:g} on one unit "
+        f"vector: {2 * eps:g} per prompt (eq. 3); the kept text outside it | {_acc(row.get('mcqa'))} | "
+        f"{_acc(row.get('open'))} | {_paper(paper, 'privacyrestore')} | {_num(row.get('n_test')):.0f} | {attack} |"
+    )
 
 
 def table_baselines(paths: Iterable[str | Path], entries: Sequence[Entry], ds: str = "pri-ddx") -> list[str]:
@@ -227,6 +275,7 @@ def table_baselines(paths: Iterable[str | Path], entries: Sequence[Entry], ds: s
     decoder = dchi["params"].get("decoder")
     clear = _newest([r for r in rows if _is_clear(r, ds) and r["params"].get("decoder") == decoder])
     para = _newest([r for r in rows if _is_paraphrase(r, ds) and r["params"].get("decoder") == decoder])
+    restore = _newest([r for r in restore_runs(paths, ds) if r["params"].get("decoder") == decoder])
     pipes = [
         e
         for e in entries
@@ -263,8 +312,18 @@ def table_baselines(paths: Iterable[str | Path], entries: Sequence[Entry], ds: s
         f"privatized (out-of-table words as `{p.get('oov_word')}`); options in clear | eta {eta:g} per unit distance: "
         f"{per_word:.3g} per word, {per_word * words:.1f} per prompt (mean of {words:.1f} words) | "
         f"{_acc(dchi.get('mcqa'))} | {_acc(dchi.get('open'))} | {_paper(paper, 'dchi')} | {n_dchi} | {attacks} |",
-        _paraphrase_row(para, paper),
-        f"| PrivacyRestore (Zeng et al.) | not built | — | — | — | {_paper(paper, 'privacyrestore')} | — | not built |",
+        _paraphrase_row(
+            para,
+            paper,
+            _newest(
+                [
+                    r
+                    for r in paraphrase_attacks(paths, ds)
+                    if para is not None and _same_eta(r["params"].get("temperature"), para["params"].get("temperature"))
+                ]
+            ),
+        ),
+        _restore_row(restore, paper),
     ]
     if pipe is not None:
         pp = pipe.params
@@ -299,10 +358,16 @@ def table_baselines(paths: Iterable[str | Path], entries: Sequence[Entry], ds: s
             f"| — | {_acc(para.get('length_mcqa'))} | {_acc(para.get('length_open'))} | — | "
             f"{_num(para.get('n_test')):.0f} | — |"
         )
-    return lines + [""] + _verdicts(dchi, pipe, para)
+    if restore is not None:
+        lines.append(
+            "| control: the masked text's word count and the options, no decoder | the word count of PrivacyRestore's "
+            f"masked text | — | {_acc(restore.get('length_mcqa'))} | {_acc(restore.get('length_open'))} | — | "
+            f"{_num(restore.get('n_test')):.0f} | — |"
+        )
+    return lines + [""] + _verdicts(dchi, pipe, para, restore)
 
 
-def _paraphrase_row(para: dict[str, Any] | None, paper: dict[str, float]) -> str:
+def _paraphrase_row(para: dict[str, Any] | None, paper: dict[str, float], attack: dict[str, Any] | None = None) -> str:
     if para is None:
         return f"| Paraphrase (Utpala et al.) | not built | — | — | — | {_paper(paper, 'paraphrase')} | — | not built |"
     p = para["params"]
@@ -314,15 +379,29 @@ def _paraphrase_row(para: dict[str, Any] | None, paper: dict[str, float]) -> str
         'personal information."; options in clear | tau = 2n/B (eq. 7, n = '
         f"{tau * 150 / 2:.0f} tokens): proxy {2 / tau:.3g} per sampled token, no formal guarantee | "
         f"{_acc(para.get('mcqa'))} | {_acc(para.get('open'))} | {_paper(paper, 'paraphrase')} | "
-        f"{_num(para.get('n_test')):.0f} | inversion ROUGE-L, attribute recall: not run |"
+        f"{_num(para.get('n_test')):.0f} | {_paraphrase_attack(attack)} |"
     )
 
 
-def _verdicts(dchi: dict[str, Any], pipe: Entry | None, para: dict[str, Any] | None = None) -> list[str]:
+def _paraphrase_attack(row: dict[str, Any] | None) -> str:
+    """The learned text inverter's figures against the Paraphrase client (a ``text_inversion`` row), each beside the
+    paraphrase read as it is and the constant guess."""
+    if row is None:
+        return "inversion ROUGE-L, attribute recall: not run"
+    parts = []
+    for name, metric in (("inversion ROUGE-L", "rouge_l"), ("symptoms recall", "recall_symptoms"),
+                         ("antecedents recall", "recall_antecedents"), ("sex", "sex_accuracy")):  # fmt: skip
+        parts.append(f"{name} {_f3(row.get(metric))} (paraphrase as it is {_f3(row.get(metric + '_released'))}, "
+                     f"constant guess {_f3(row.get(metric + '_prior'))})")  # fmt: skip
+    return f"learned inverter (`{row['file']}`): " + "; ".join(parts)
+
+
+def _verdicts(dchi: dict[str, Any], pipe: Entry | None, para: dict[str, Any] | None = None,
+              restore: dict[str, Any] | None = None) -> list[str]:  # fmt: skip
     """The target (PPFT ahead of the baselines) and where ours differs from the paper, from the figures."""
     lines = []
     if pipe is not None:
-        for name, row in (("d_chi", dchi), ("Paraphrase", para)):
+        for name, row in (("d_chi", dchi), ("Paraphrase", para), ("PrivacyRestore", restore)):
             if row is None:
                 continue
             for task, metric in (("4-option", "mcqa"), ("open", "open")):
@@ -344,8 +423,7 @@ def _verdicts(dchi: dict[str, Any], pipe: Entry | None, para: dict[str, Any] | N
                 f"{_num(para['params'].get('temperature')):g} over its whole vocabulary its samples keep little of the "
                 "prompt (examples: docs/ppft.md)."
             )
-    missing = "PrivacyRestore" if para is not None else "Paraphrase and PrivacyRestore"
-    lines.append(f"- {missing}: not built, so the target (PPFT ahead of all three) is not judged.")
+    lines.append(_target(dchi, pipe, para, restore))
     mcqa, open_ = _num(dchi.get("mcqa")), _num(dchi.get("open"))
     length, prior, prior_open = (_num(dchi.get(m)) for m in ("length_open", "prior_mcqa", "prior_open"))
     if any(math.isnan(v) for v in (mcqa, open_, length, prior, prior_open)):
@@ -367,3 +445,22 @@ def _verdicts(dchi: dict[str, Any], pipe: Entry | None, para: dict[str, Any] | N
         + ". d_chi keeps the word count exactly at every eps, as T2T and PCT2T do.",
     ]
     return lines
+
+
+def _target(dchi: dict[str, Any], pipe: Entry | None, para: dict[str, Any] | None,
+            restore: dict[str, Any] | None) -> str:  # fmt: skip
+    """The issue's target, PPFT ahead of all three baselines on both tasks, judged when every row is there."""
+    missing = [name for name, row in (("Paraphrase", para), ("PrivacyRestore", restore)) if row is None]
+    if pipe is None or missing:
+        return f"- Not judged (missing: {', '.join(missing + ([] if pipe else ['PPFT']))}): PPFT ahead of all three."
+    behind = [f"{name} {task}" for name, row in (("d_chi", dchi), ("Paraphrase", para), ("PrivacyRestore", restore))
+              for task, metric in (("4-option", "mcqa"), ("open", "open"))
+              if not pipe.mean(f"acc_{metric}") > _num(row.get(metric))]  # fmt: skip
+    if not behind:
+        prior = _num(dchi.get("prior_mcqa"))
+        caveat = "" if math.isnan(prior) else (
+            f" On the 4-option task the options alone give {prior:.4f}: every baseline scores below that and PPFT "
+            f"{pipe.mean('acc_mcqa') - prior:+.4f} above it, so the open task is the column that separates them."
+        )  # fmt: skip
+        return "- Target met: PPFT ahead of all three baselines on both tasks." + caveat
+    return f"- Target not met: PPFT is not ahead of {', '.join(behind)}."
