@@ -146,6 +146,8 @@ def test_generation_section_puts_ppft_beside_rapt_on_the_same_decoder(tmp_path):
          "mean_privatized_words": 50.0, "n_test": 300.0},
     ]  # fmt: skip
     _result(tmp_path, "qa", "rapt_qa", qa, [{"eta": None}, {"eta": 0.7}], rows)
+    for name, rec in (("qa_rapt", True), ("qa_plain", False)):  # +Reconstruction and Table VIII's ablation
+        _result(tmp_path, name, "rapt_qa", qa | {"plain_length": 40, "reconstruction": rec}, [{"eta": 0.7}], rows[1:])
     pipe = {"out": "runs/fast", "epsilon": 28, "k": 4}
     _result(tmp_path, "pipe", "ppft_pipeline", pipe, [{}], [{"acc_mcqa": 0.95, "acc_open": 0.8, "n_heldout": 582.0,
             "prompts_acc_mcqa": 0.7, "prompts_acc_open": 0.4}])  # fmt: skip
@@ -160,6 +162,8 @@ def test_generation_section_puts_ppft_beside_rapt_on_the_same_decoder(tmp_path):
         in section
     )
     assert "| RAPT (PCT2T all) | eta 0.7 | 100.0 (2 per word x 50.0) | 40.0 | 30.0 | 30.0 | 10.0 | 300 |" in section
+    assert "| RAPT (PCT2T all, 40 plain tokens + reconstruction head) | eta 0.7 | 100.0 (2 per word" in section
+    assert "| RAPT (PCT2T all, 40 plain tokens, no head) | eta 0.7 |" in section
     assert (
         "| RAPT (PCT2T all) | clear text (no privatization) | none (not private) | 90.0 | 60.0 | 50.0 | 25.0 |"
         in section

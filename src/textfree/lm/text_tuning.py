@@ -8,9 +8,12 @@ this module sees the text. So this module takes (prompt, answer) pairs:
 * :class:`TextTuningConfig`: the loop's settings (:class:`~textfree.training.config.LoopConfig`), the decoder (any
   HF causal LM by name or path) and the PEFT method (:func:`textfree.lm.adapters.apply_adapter`);
 * :func:`encode_pairs`: prompt + answer + EOS as one sequence, the loss on the answer's tokens only; a prompt too long
-  for ``max_length`` loses its *start* (the question and the public part are at its end);
+  for ``max_length`` loses its *start* (the question and the public part are at its end), or, when it carries RAPT's
+  plain words (:attr:`TextPair.plain`), the start of what follows them;
 * :func:`tune_text_decoder`: the project's one loop (:func:`textfree.training.loop.fit`: Accelerate, resumable),
-  then ``save_pretrained`` of the adapter (or the whole model for ``full``) and the tokenizer into ``out``;
+  then ``save_pretrained`` of the adapter (or the whole model for ``full``) and the tokenizer into ``out``; with a
+  ``head`` (RAPT's reconstruction head) the loss adds its reconstruction loss at the plain words, and the head is
+  dropped after training (never saved);
 * :func:`load_tuned_decoder` and :func:`answer_prompts`: the saved run back, greedy answers to prompts.
 """
 
@@ -48,12 +51,19 @@ class TextPair:
 
     prompt: str
     answer: str
+    #: RAPT's privatized plain words in ``prompt``, in order: (first character, end character, reconstruction target)
+    plain: tuple[tuple[int, int, int], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("prompt", "answer"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"TextPair.{name} must be a non-empty string, got {value!r}")
+        object.__setattr__(self, "plain", tuple(tuple(span) for span in self.plain))
+        ends = [0] + [span[1] for span in self.plain]
+        for (start, end, target), before in zip(self.plain, ends, strict=False):
+            if not (before <= start < end <= len(self.prompt)) or target < 0:
+                raise ValueError(f"TextPair.plain: ({start}, {end}, {target}) is not an ordered span of the prompt")
 
 
 @dataclass(kw_only=True)
@@ -87,16 +97,22 @@ def encode_pairs(tokenizer: Any, pairs: Sequence[TextPair], *, max_length: int) 
     """input_ids / attention_mask / labels (-100 on the prompt and the padding) of right-padded pairs.
 
     Each sequence is ``prompt`` + a space + ``answer`` + EOS; the answer always fits whole (a prompt too long loses
-    its first tokens); an answer longer than ``max_length`` - 1 is an error naming it."""
-    rows, targets = [], []
+    its first tokens); an answer longer than ``max_length`` - 1 is an error naming it.
+
+    When pairs carry plain words (:attr:`TextPair.plain`, RAPT), they are kept whole (a prompt too long loses the first
+    tokens after them instead; an error when they alone leave no room) and the batch also holds ``plain_positions``
+    and ``plain_targets`` [B, m]: each plain word's first sub-token (the first token whose characters overlap the
+    word's: a byte-level BPE's leading-space token included, as WordPiece's first piece) and its target (-100 past a
+    pair's own plain words)."""
+    rows, targets, positions = [], [], []
     for pair in pairs:
-        prompt = _prompt_ids(tokenizer, pair.prompt)
         answer = tokenizer(" " + pair.answer, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
         if len(answer) >= max_length:
             raise ValueError(f"answer {pair.answer!r} takes {len(answer)} tokens: max_length {max_length} is too small")
-        prompt = prompt[-(max_length - len(answer)) :]
+        prompt, at = _fit_prompt(tokenizer, pair, max_length - len(answer), max_length)
         rows.append(prompt + answer)
         targets.append([-100] * len(prompt) + answer)
+        positions.append(at)
     width = max(len(r) for r in rows)
     pad = tokenizer.pad_token_id
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
@@ -106,7 +122,65 @@ def encode_pairs(tokenizer: Any, pairs: Sequence[TextPair], *, max_length: int) 
         ids[i, : len(row)] = torch.tensor(row)
         mask[i, : len(row)] = 1
         labels[i, : len(row)] = torch.tensor(target)
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    if any(pair.plain for pair in pairs):
+        batch["plain_positions"], batch["plain_targets"] = _plain_batch(pairs, positions)
+    return batch
+
+
+def _fit_prompt(tokenizer: Any, pair: TextPair, room: int, max_length: int) -> tuple[list[int], list[int]]:
+    """(the prompt's ids cut to ``room`` tokens, the token position of each plain word's first sub-token)."""
+    if not pair.plain:
+        return _prompt_ids(tokenizer, pair.prompt)[-room:], []
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError("plain words need a fast tokenizer (character offsets) to find their tokens")
+    enc = tokenizer(pair.prompt, add_special_tokens=False, return_offsets_mapping=True)
+    ids, spans = list(enc.input_ids), enc.offset_mapping
+    at = [next((t for t, (a, b) in enumerate(spans) if b > start and a < end), None) for start, end, _ in pair.plain]
+    if None in at:
+        raise ValueError(f"plain word {pair.prompt[slice(*pair.plain[at.index(None)][:2])]!r} has no token")
+    kept = 1 + max(t for t, (a, _) in enumerate(spans) if a < pair.plain[-1][1])  # the plain words' tokens
+    excess = len(ids) - room
+    if excess > len(ids) - kept:
+        raise ValueError(f"the {len(at)} plain words take {kept} tokens: max_length {max_length} leaves no room for "
+                         "the rest of the prompt and the answer")  # fmt: skip
+    if excess > 0:
+        ids = ids[:kept] + ids[kept + excess :]
+    return ids, at
+
+
+def _plain_batch(pairs: Sequence[TextPair], positions: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    m = max(len(pair.plain) for pair in pairs)
+    at = torch.zeros((len(pairs), m), dtype=torch.long)
+    targets = torch.full((len(pairs), m), -100, dtype=torch.long)
+    for i, (pair, where) in enumerate(zip(pairs, positions, strict=True)):
+        if where:
+            at[i, : len(where)] = torch.tensor(where)
+            targets[i, : len(where)] = torch.tensor([target for _, _, target in pair.plain])
+    return at, targets
+
+
+class _Reconstructing(torch.nn.Module):
+    """The decoder and RAPT's reconstruction head, trained together; the loss is the LM loss on the answers plus
+    ``weight`` x the reconstruction loss summed over the plain words (RAPT eq. 6, as :class:`textfree.rapt.model.
+    RaptClassifier`), read at the decoder's last hidden states (past prompt tuning's virtual tokens)."""
+
+    def __init__(self, decoder: torch.nn.Module, head: torch.nn.Module, weight: float) -> None:
+        super().__init__()
+        self.decoder, self.head, self.weight = decoder, head, float(weight)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the loss, the head's mean cross-entropy per plain word)."""
+        out = self.decoder(**_model_inputs(batch), output_hidden_states=True)
+        hidden = out.hidden_states[-1]
+        shift = hidden.shape[1] - batch["input_ids"].shape[1]
+        targets = batch["plain_targets"]
+        rec = self.head.loss(hidden.to(self.head.up.weight.dtype), batch["plain_positions"] + shift, targets)
+        return out.loss + self.weight * rec * (targets != -100).sum(1).float().mean(), rec
+
+
+def _model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in batch.items() if not k.startswith("plain_")}
 
 
 def _save(run: Path, model: torch.nn.Module, tokenizer: Any, method: str) -> None:
@@ -124,12 +198,20 @@ def tune_text_decoder(
     cfg: TextTuningConfig,
     pairs: Sequence[TextPair],
     *,
+    head: Callable[[int], torch.nn.Module] | None = None,
+    rec_weight: float = 1.0,
     on_step: Callable[[int, float], None] | None = None,
     accelerator: Any = None,
 ) -> dict[str, Any]:
     """Fine-tune ``cfg.decoder`` with ``cfg.method`` on ``pairs`` (the loss on the answers) and save it into
     ``cfg.out``; returns the loop's summary with ``"model"`` (on the CPU, unwrapped), ``"tokenizer"`` and
-    ``"fit_s"``. Resumes from the newest checkpoint in ``cfg.out``."""
+    ``"fit_s"``. Resumes from the newest checkpoint in ``cfg.out`` (which holds the head's weights too).
+
+    ``head``: RAPT's reconstruction head, made from the decoder's hidden width (e.g. ``lambda h:
+    ReconstructionHead(h, |V_r|, 96)``), trained on the pairs' plain words with ``rec_weight`` (see
+    :class:`_Reconstructing`) and dropped afterwards: ``out`` holds the decoder's weights only, as without it. The
+    summary then adds ``first_rec_loss`` and ``final_rec_loss`` (the head's cross-entropy per plain word: the first
+    step's, the mean of the last ``log_every`` steps', of this session; None when it ran no step)."""
     from ..accel import make_accelerator
     from ..training.loop import fit, param_groups
     from ..training.runs import check_run_dir, prepare_run_dir
@@ -138,26 +220,43 @@ def tune_text_decoder(
 
     if not pairs:
         raise ValueError("no training pairs")
+    if head is not None and not all(pair.plain for pair in pairs):
+        raise ValueError("a reconstruction head needs plain words on every training pair")
     check_run_dir(cfg)
     accelerator = accelerator or make_accelerator(cpu=cfg.cpu)
     torch.manual_seed(cfg.seed)
     base, tokenizer = load_decoder(cfg.decoder)
     model = apply_adapter(base, cfg.adapter(), "CAUSAL_LM")
+    trained = model if head is None else _Reconstructing(model, head(int(base.config.hidden_size)), rec_weight)
     run = prepare_run_dir(cfg)
-    trainable = [p for p in model.parameters() if p.requires_grad]
+    trainable = [p for p in trained.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(param_groups([(trainable, cfg.lr)], cfg.weight_decay))
     log.info("text tuning of %s (%s): %d pairs; %s", cfg.decoder, cfg.method, len(pairs), trainable_parameters(model))
-    items = list(pairs)
+    items, rec_losses = list(pairs), []
     t0 = time.time()
-    summary = fit(cfg=cfg, model=model, optimizer=optimizer, n_examples=len(items),
+    summary = fit(cfg=cfg, model=trained, optimizer=optimizer, n_examples=len(items),
                   epoch_examples=lambda epoch: items,
                   collate=lambda batch: encode_pairs(tokenizer, batch, max_length=cfg.max_length),
-                  loss_fn=lambda m, batch: m(**batch).loss, on_step=on_step, accelerator=accelerator)  # fmt: skip
+                  loss_fn=lambda m, batch: _loss(m, batch, head is not None, rec_losses), on_step=on_step,
+                  accelerator=accelerator)  # fmt: skip
     model = accelerator.unwrap_model(summary["model"]).cpu()
+    if head is not None:
+        model = model.decoder  # the head is dropped: only the decoder's weights are saved and returned
+        tail = rec_losses[-cfg.log_every :]
+        summary |= {"first_rec_loss": rec_losses[0] if rec_losses else None,
+                    "final_rec_loss": sum(tail) / len(tail) if tail else None}  # fmt: skip
     if accelerator.is_main_process:
         _save(run, model, tokenizer, cfg.method)
     accelerator.wait_for_everyone()
     return summary | {"model": model, "tokenizer": tokenizer, "fit_s": round(time.time() - t0, 2)}
+
+
+def _loss(model: torch.nn.Module, batch: dict, reconstructing: bool, rec_losses: list[float]) -> torch.Tensor:
+    if not reconstructing:
+        return model(**_model_inputs(batch)).loss
+    loss, rec = model(batch)
+    rec_losses.append(float(rec.detach()))
+    return loss
 
 
 def load_tuned_decoder(run: str | Path, decoder: str | None = None) -> tuple[torch.nn.Module, Any]:

@@ -8,8 +8,22 @@ privatized training prompts (4-option and open prompts built from the same priva
 with :func:`textfree.lm.text_tuning.tune_text_decoder`, and answers the held-out records privatized with fresh noise.
 The split is PPFT's (:func:`textfree.data.ppft_split`), so the held-out part is the one PPFT's figures use.
 
-Without plain tokens and the reconstruction head: their decoder form (a head over the decoder's states at the
-privatized plain words' sub-tokens) is not built; this is the paper's "PCT2T" row on a decoder, not "+Reconstruction".
+With ``plain_length`` m > 0 the client prepends RAPT's plain tokens (section III-B2): one public sequence of m words
+drawn uniformly from the mechanism's table words of its categories (:class:`~textfree.substitution.plain.PlainTokens`,
+seeded by ``seed``, ``rec_vocab_size`` as in :class:`~textfree.rapt.config.RaptTrainConfig`), privatized in the same
+mechanism call as the private parts, as their own text per record (as :func:`~textfree.substitution.examples.
+privatize_examples` does: tagged in their own context, each record its own noise; public, so not in the record's
+accounting), and prepended to the private part of every prompt, training and held-out alike (the paper prepends them
+at inference too). With ``reconstruction`` the server also trains RAPT's reconstruction head
+(:class:`~textfree.heads.reconstruction.ReconstructionHead`, hidden ``rec_hidden``) on the decoder's last hidden states
+at the first sub-token of each privatized plain word (the first token whose characters overlap the word's: with a
+byte-level BPE, the one carrying its leading space), the target being the index of the ORIGINAL plain word in the
+reconstruction vocabulary; the loss is the answer's LM loss + ``rec_weight`` x the reconstruction loss summed over the
+m words (eq. 6, as the classifier's). A prompt too long for ``max_length`` keeps its plain tokens whole and loses the
+first tokens of its private part instead (:func:`~textfree.lm.text_tuning.encode_pairs`). The head is dropped after
+training: the run saves the adapter alone, as without it, and the public ``plain_tokens.json``. Without plain tokens
+this is the paper's "PCT2T" row on a decoder; with them and the head, "+Reconstruction"; with them and no head, the
+ablation "w/o Reconstruction" (Table VIII).
 
 The same run is PPFT's word-level d_chi baseline (Table 1; :mod:`textfree.lm.dchi`) with ``pos`` null (T2T),
 ``table`` a word table (``glove:PATH``) and ``oov_word`` set (every word through the mechanism). Each run also scores
@@ -23,15 +37,19 @@ public part is sent as it is. ``eta``, ``pos``, ``table`` and ``oov_word`` are t
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
+from ..heads.reconstruction import ReconstructionHead
 from ..lm.text_controls import length_controls
 from ..lm.text_qa import QA_TASKS, private_parts, qa_pairs, score_answers
-from ..lm.text_tuning import TextTuningConfig, answer_prompts, tune_text_decoder
+from ..lm.text_tuning import TextPair, TextTuningConfig, answer_prompts, tune_text_decoder
 from ..rng import seeded_generator
+from ..substitution.plain import PlainTokens
+from ..training.config import _check_int, _check_optional_int
 from ..training.runs import write_summary
 
 __all__ = ["RaptQAConfig", "train_rapt_qa"]
@@ -78,6 +96,17 @@ class RaptQAConfig(TextTuningConfig):
     paraphraser_out: str = field(
         default="runs/paraphraser", metadata={"help": "Where the paraphraser is saved (and reused from)."}
     )
+    plain_length: int = field(
+        default=0, metadata={"help": "m: RAPT's plain tokens prepended to the private part (0: none; the paper: 40)."}
+    )
+    reconstruction: bool = field(
+        default=False, metadata={"help": "Train RAPT's reconstruction head on the plain tokens (plain_length > 0)."}
+    )
+    rec_hidden: int = field(default=96, metadata={"help": "The reconstruction head's hidden size c (the paper: 96)."})
+    rec_vocab_size: int | None = field(
+        default=None, metadata={"help": "Reconstruction vocabulary size (null: every eligible table word)."}
+    )
+    rec_weight: float = field(default=1.0, metadata={"help": "Weight of the reconstruction loss (the paper: 1)."})
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -98,28 +127,108 @@ class RaptQAConfig(TextTuningConfig):
                 raise ValueError("privatizer paraphrase takes no eta, pos or oov_word (set them to null)")
         elif self.temperature is not None:
             raise ValueError("temperature is the paraphraser's: set privatizer to 'paraphrase' or temperature to null")
+        self._check_plain()
+
+    def _check_plain(self) -> None:
+        _check_int("plain_length", self.plain_length, 0)
+        _check_int("rec_hidden", self.rec_hidden, 1)
+        _check_optional_int("rec_vocab_size", self.rec_vocab_size, 2)
+        if not isinstance(self.reconstruction, bool):
+            raise ValueError(f"reconstruction must be true or false, got {self.reconstruction!r}")
+        weight = self.rec_weight
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight >= 0:
+            raise ValueError(f"rec_weight must be a number >= 0, got {self.rec_weight!r}")
+        if self.reconstruction and self.plain_length == 0:
+            raise ValueError("reconstruction needs plain_length > 0 (the head reconstructs the plain tokens), got 0")
+        if self.plain_length and self.privatizer != "t2t":
+            raise ValueError(f"plain_length must be 0 with privatizer {self.privatizer!r} (plain tokens go through "
+                             f"T2T / PCT2T), got {self.plain_length}")  # fmt: skip
+        if self.plain_length >= self.max_length - 4:
+            raise ValueError(f"plain_length {self.plain_length} leaves no room in max_length {self.max_length}")
+
+
+@dataclass(frozen=True)
+class _Release:
+    """What the client sent for a list of private texts."""
+
+    texts: list[str]  # the released private parts
+    words: list[int]  # each text's privatized words (its privacy loss: n x eps)
+    kept: float  # the share of the private words sent verbatim, without the mechanism
+    plain: list[tuple[str, ...]] | None = None  # each text's privatized plain tokens (None: no plain tokens)
 
 
 def _client(cfg: RaptQAConfig):
-    """The client's privatization of a list of private texts (a fresh generator per call site), and its mechanism.
-    ``privatize(texts, part)``: (released texts, privatized words per text, share of the words sent verbatim)."""
+    """(``privatize``, mechanism, plain tokens): the client's privatization of a list of private texts (a fresh
+    generator per call site) into a :class:`_Release`, its mechanism (None: paraphrase or clear text) and RAPT's plain
+    tokens (None without them)."""
     if cfg.privatizer == "paraphrase":
-        return _paraphrase_client(cfg), None
+        return _paraphrase_client(cfg), None, None
     from ..lm.dchi import fold_out_of_table
     from .train import build_mechanism
 
     mechanism = build_mechanism(cfg.table or cfg.encoder, cfg.eta, cfg.pos)
+    plain = _plain_tokens(cfg, mechanism)
     seed = cfg.seed if cfg.noise_seed is None else cfg.noise_seed
 
-    def privatize(texts: list[str], part: int) -> tuple[list[str], list[int], float]:
-        if mechanism is None:
-            return list(texts), [0] * len(texts), 1.0
+    def privatize(texts: list[str], part: int) -> _Release:
+        n = len(texts)
+        if mechanism is None:  # clear text: the plain tokens are sent as they are too
+            return _Release(list(texts), [0] * n, 1.0, None if plain is None else [plain.sequences[0]] * n)
         if cfg.oov_word is not None:
             texts = fold_out_of_table(texts, mechanism.table, cfg.oov_word)
-        result = mechanism.privatize_detailed(list(texts), generator=seeded_generator(seed * 3 + part, warn=False))
-        return list(result.texts), list(result.substituted_per_text), result.n_kept / max(result.n_words, 1)
+        extra = [] if plain is None else [" ".join(plain.sequences[0])] * n  # one copy per text, its own noise
+        generator = seeded_generator(seed * 3 + part, warn=False)
+        result = mechanism.privatize_detailed(list(texts) + extra, generator=generator)
+        flags = [f for row in result.privatized[:n] for f in row]
+        kept = (len(flags) - sum(flags)) / max(len(flags), 1)
+        released = _Release(list(result.texts[:n]), list(result.substituted_per_text[:n]), kept)
+        if plain is None:
+            return released
+        return dataclasses.replace(released, plain=[_plain_words(w, plain) for w in result.output_words[n:]])
 
-    return privatize, mechanism
+    return privatize, mechanism, plain
+
+
+def _plain_tokens(cfg: RaptQAConfig, mechanism: Any) -> PlainTokens | None:
+    """RAPT's public plain tokens, drawn as :mod:`textfree.rapt.train` draws them: one sequence of ``plain_length``
+    table words of the mechanism's categories (clear text: of ``pos``'s), seeded by ``seed``."""
+    from .train import build_mechanism
+
+    if cfg.plain_length == 0:
+        return None
+    mechanism = mechanism or build_mechanism(cfg.table or cfg.encoder, 1.0, cfg.pos)
+    tags = mechanism.vocabulary_tags() if mechanism.is_pct2t else None
+    return PlainTokens.sample(mechanism.table.words, tags, categories=mechanism.pos_categories,
+                              length=cfg.plain_length, n_sequences=1, vocab_size=cfg.rec_vocab_size,
+                              generator=seeded_generator(cfg.seed, warn=False))  # fmt: skip
+
+
+def _plain_words(words: Sequence[str], plain: PlainTokens) -> tuple[str, ...]:
+    if len(words) != plain.length:
+        raise RuntimeError(f"{plain.length} plain tokens came back as {len(words)} words: {list(words)[:5]}")
+    return tuple(words)
+
+
+def _pairs(records: Sequence[Any], task: str, release: _Release, plain: PlainTokens | None) -> list[TextPair]:
+    """The ``task`` prompts of ``records`` built on the released texts, each with its privatized plain tokens in front
+    (their spans and targets, the original words' indices in the reconstruction vocabulary, on the pair)."""
+    pairs = qa_pairs(records, task, release.texts)
+    if release.plain is None:
+        return pairs
+    targets = plain.targets(0)
+    out = []
+    for pair, words in zip(pairs, release.plain, strict=True):
+        starts = [sum(len(w) + 1 for w in words[:j]) for j in range(len(words))]
+        spans = tuple((a, a + len(w), t) for a, w, t in zip(starts, words, targets, strict=True))
+        out.append(TextPair(" ".join(words) + " " + pair.prompt, pair.answer, spans))
+    return out
+
+
+def _system(cfg: RaptQAConfig) -> str:
+    """Whose client the run is: PPFT's Paraphrase or word-level d_chi baseline, or RAPT's (T2T / PCT2T rows)."""
+    if cfg.privatizer == "paraphrase":
+        return "paraphrase"
+    return "dchi" if cfg.pos is None and cfg.oov_word is not None else "rapt"
 
 
 def _paraphrase_client(cfg: RaptQAConfig):
@@ -134,10 +243,10 @@ def _paraphrase_client(cfg: RaptQAConfig):
     )  # fmt: skip
     seed = cfg.seed if cfg.noise_seed is None else cfg.noise_seed
 
-    def privatize(texts: list[str], part: int) -> tuple[list[str], list[int], float]:
+    def privatize(texts: list[str], part: int) -> _Release:
         out = paraphrase(model, tokenizer, list(texts), temperature=float(cfg.temperature),
                          generator=seeded_generator(seed * 3 + part, warn=False))  # fmt: skip
-        return out, [word_count(t) for t in out], 0.0
+        return _Release(out, [word_count(t) for t in out], 0.0)
 
     privatize.info = info  # type: ignore[attr-defined]
     return privatize
@@ -156,14 +265,21 @@ def _copied_share(originals: list[str], released: list[str]) -> float:
     return hit / max(total, 1)
 
 
-def _score(model, tokenizer, records, sent, labels, cfg: RaptQAConfig) -> dict[str, Any]:
+def _score(model, tokenizer, records, release: _Release, plain, labels, cfg: RaptQAConfig) -> dict[str, Any]:
     out = {}
     for task in QA_TASKS:
-        pairs = qa_pairs(records, task, sent)
+        pairs = _pairs(records, task, release, plain)
         answers = answer_prompts(model, tokenizer, [p.prompt for p in pairs], max_new_tokens=cfg.max_new_tokens,
                                  progress=cfg.progress)  # fmt: skip
         out[task] = score_answers(answers, records, task, labels)
     return out
+
+
+def _head(cfg: RaptQAConfig, plain: PlainTokens | None):
+    """The reconstruction head's maker (of the decoder's hidden width), or None without reconstruction."""
+    if not cfg.reconstruction:
+        return None
+    return lambda hidden: ReconstructionHead(hidden, len(plain.vocabulary), cfg.rec_hidden)
 
 
 def train_rapt_qa(cfg: RaptQAConfig) -> dict[str, Any]:
@@ -175,22 +291,26 @@ def train_rapt_qa(cfg: RaptQAConfig) -> dict[str, Any]:
     train, heldout = split["train"], split["heldout"][: cfg.eval_limit]
     extra = load_privacyrestore(Path(cfg.prompts)) if cfg.prompts is not None else []
     labels = task_labels(split["train"], split["validation"], split["heldout"], extra)
-    privatize, mechanism = _client(cfg)
-    sent_train, _, _ = privatize(private_parts(train), 0)
-    pairs = qa_pairs(train, "mcqa", sent_train) + qa_pairs(train, "open", sent_train)
-    fitted = tune_text_decoder(cfg, pairs)
-    sent_test, words_test, kept = privatize(private_parts(heldout), 1)
+    privatize, mechanism, plain = _client(cfg)
+    released = privatize(private_parts(train), 0)
+    sent_train = released.texts
+    pairs = _pairs(train, "mcqa", released, plain) + _pairs(train, "open", released, plain)
+    fitted = tune_text_decoder(cfg, pairs, head=_head(cfg, plain), rec_weight=cfg.rec_weight)
+    if plain is not None:
+        plain.save(cfg.out)
+    test = privatize(private_parts(heldout), 1)
+    sent_test, words_test, kept = test.texts, test.words, test.kept
     if cfg.privatizer == "paraphrase":
         print(f"paraphrase baseline: tau {cfg.temperature:g}, paraphraser {privatize.info}", flush=True)
-        for original, released in list(zip(private_parts(heldout), sent_test))[:3]:
-            print(f"  private:    {original}\n  paraphrase: {released}", flush=True)
-    scores = {"heldout": _score(fitted["model"], fitted["tokenizer"], heldout, sent_test, labels, cfg)}
+        for original, sent in list(zip(private_parts(heldout), sent_test))[:3]:
+            print(f"  private:    {original}\n  paraphrase: {sent}", flush=True)
+    scores = {"heldout": _score(fitted["model"], fitted["tokenizer"], heldout, test, plain, labels, cfg)}
     if extra:
-        sent_extra, _, _ = privatize(private_parts(extra), 2)
-        scores["prompts"] = _score(fitted["model"], fitted["tokenizer"], extra, sent_extra, labels, cfg)
+        scores["prompts"] = _score(fitted["model"], fitted["tokenizer"], extra, privatize(private_parts(extra), 2),
+                                   plain, labels, cfg)  # fmt: skip
     epsilon = None if mechanism is None else mechanism.privacy_loss_per_word().epsilon
     record = {
-        "system": "rapt",
+        "system": _system(cfg),
         "dataset": cfg.dataset,
         "eta": cfg.eta,
         "pos": cfg.pos,
@@ -207,6 +327,12 @@ def train_rapt_qa(cfg: RaptQAConfig) -> dict[str, Any]:
         "copied_word_share": _copied_share(private_parts(heldout), sent_test),
         "paraphraser": getattr(privatize, "info", None),
         "examples": [{"private": o, "sent": t} for o, t in list(zip(private_parts(heldout), sent_test))[:5]],
+        "plain_length": cfg.plain_length,
+        "reconstruction": cfg.reconstruction,
+        "rec_vocab_size": None if plain is None else len(plain.vocabulary),
+        # the head's cross-entropy per plain token, the mean of the last log_every steps (chance: ln rec_vocab_size)
+        "final_rec_loss": fitted.get("final_rec_loss"),
+        "plain_sent": None if test.plain is None else list(test.plain[0]),
         "scores": scores,
         "total_wall_s": round(time.time() - t0, 2),
     }

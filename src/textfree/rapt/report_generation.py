@@ -77,6 +77,16 @@ def _row_label(row: dict[str, Any]) -> str:
     return _eta_label(row["params"].get("eta"))
 
 
+def _plain_label(params: dict[str, Any]) -> str:
+    """ ", m plain tokens + reconstruction head" (RAPT's +Reconstruction row), ", m plain tokens, no head" (Table VIII's
+    ablation) or "" (the PCT2T row)."""
+    m = params.get("plain_length") or 0
+    if not m:
+        return ""
+    kind = " + reconstruction head" if params.get("reconstruction") else ", no head"
+    return f", {m} plain tokens{kind}"
+
+
 def generation_section(gen: Generation) -> list[str]:
     lines = ["## PPFT and RAPT on one decoder (Pri-DDX, generation)", ""]
     if not gen.qa:
@@ -124,7 +134,7 @@ def generation_section(gen: Generation) -> list[str]:
             continue
         pos = row["params"].get("pos", "all")
         table = row["params"].get("table") or "the encoder's table"
-        system = f"RAPT (PCT2T {pos})" if pos else f"T2T over {table}"
+        system = f"RAPT (PCT2T {pos}{_plain_label(row['params'])})" if pos else f"T2T over {table}"
         if not pos and row["params"].get("oov_word"):
             system = f"word-level d_chi (T2T over {table}, every word privatized)"
         lines.append(f"| {system} | {_eta_label(eta)} | {loss} | {scores} | {row.get('n_test') or 0:.0f} |")

@@ -6,7 +6,9 @@ Pri-* prompts, its 4-option and open-answer accuracy on privatized held-out prom
 privatization), ``pos``, ``table``, ``oov_word``, ``epochs``, ``eval_limit``, ``prompts``, ...) plus ``out``: the
 directory under which each point's run goes (``<out>/<cell name>/<point>-s<seed>``; a finished run is resumed, not
 retrained). With ``pos`` null, a word ``table`` and ``oov_word``, it is PPFT's word-level d_chi baseline
-(examples/cells/ppft/ddx_baseline_dchi.yaml).
+(examples/cells/ppft/ddx_baseline_dchi.yaml). With ``plain_length`` and ``reconstruction`` it is RAPT with plain
+tokens and the reconstruction head on the decoder (examples/cells/rapt/ddx_qa_rapt.yaml; the head's final loss is in
+the run's summary.json, not a metric).
 
 Metrics: ``mcqa``, ``open`` (held-out accuracy), ``prompts_mcqa``, ``prompts_open`` (nan without ``prompts``),
 ``epsilon_per_word``, ``mean_privatized_words``, ``kept_rate`` (share of the held-out private words sent verbatim,
