@@ -54,3 +54,18 @@ def test_text_inversion_params_fail_with_the_param_named():
     assert _check(base | {"temperature": 0})[0] == "temperature"
     assert _check(base | {"epochs": 0})[0] == "epochs"
     assert _check(base | {"bogus": 1})[1].startswith("unknown param 'bogus'")
+
+
+def test_generate_ids_samples_each_prompt_from_its_own_seed_whatever_the_batch(tmp_path):
+    from textfree.lm.generate import generate_ids
+    from textfree.lm.loading import load_decoder, make_tiny_decoder_dir
+
+    model, tok = load_decoder(make_tiny_decoder_dir(tmp_path, hidden=32, layers=2, heads=2, seed=0))
+    ids = [tok(p, add_special_tokens=False).input_ids for p in ("one", "two words here", "three")]
+    caps = [6, 3, 5]
+    alone = generate_ids(model, tok, ids, max_new_tokens=caps, batch_size=1, temperature=1.0, seeds=[1, 2, 3])
+    together = generate_ids(model, tok, ids, max_new_tokens=caps, batch_size=3, temperature=1.0, seeds=[1, 2, 3])
+    assert alone == together and [len(r) <= c for r, c in zip(alone, caps)] == [True] * 3
+    assert generate_ids(model, tok, ids, max_new_tokens=caps, temperature=1.0, seeds=[9, 2, 3])[0] != alone[0]
+    with pytest.raises(ValueError, match="3 prompts need as many max_new_tokens"):
+        generate_ids(model, tok, ids, max_new_tokens=[1])

@@ -31,31 +31,14 @@ def inversion_pairs(released: Sequence[str], private: Sequence[str]) -> list[Any
     return [TextPair((r.strip() or "(empty)") + _CUE, p) for r, p in zip(released, private, strict=True)]
 
 
-@torch.no_grad()
 def generate_batched(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[str], *, max_new_tokens: int,
                      batch_size: int = 16) -> list[str]:  # fmt: skip
     """Greedy continuations of ``prompts`` in left-padded batches (ids without special tokens, as trained)."""
-    from ..lm.generate import greedy_generate
+    from ..lm.generate import generate_ids
 
-    model.eval()
-    embed = model.get_input_embeddings()
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     ids = [tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
-    order = sorted(range(len(ids)), key=lambda j: len(ids[j]))
-    out = [""] * len(ids)
-    for start in range(0, len(order), batch_size):
-        rows = order[start : start + batch_size]
-        width = max(len(ids[j]) for j in rows)
-        batch = torch.full((len(rows), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for k, j in enumerate(rows):
-            batch[k, width - len(ids[j]) :] = torch.tensor(ids[j])
-            mask[k, width - len(ids[j]) :] = 1
-        new = greedy_generate(model, embed(batch), mask, max_new_tokens=max_new_tokens,
-                              eos_token_id=tokenizer.eos_token_id, pad_token_id=pad)  # fmt: skip
-        for k, j in enumerate(rows):
-            out[j] = tokenizer.decode(new[k], skip_special_tokens=True).strip()
-    return out
+    new = generate_ids(model, tokenizer, ids, max_new_tokens=[max_new_tokens] * len(ids), batch_size=batch_size)
+    return [tokenizer.decode(row, skip_special_tokens=True).strip() for row in new]
 
 
 def names_in(text: str, names: Sequence[str]) -> set[str]:

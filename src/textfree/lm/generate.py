@@ -4,6 +4,8 @@
   (the PPFT server, the learned substitution attack);
 * :func:`generate_text`: text prompts -> text continuations (the local decoder's samples), by embedding each
   prompt's ids and running the same loop;
+* :func:`generate_ids`: many prompts' ids at once, in left-padded batches of similar length (the paraphraser, the
+  text inverter);
 * :func:`next_tokens`: the choice of the next id from logits (argmax, or a temperature / nucleus draw), shared by both.
 
 A manual loop rather than ``model.generate``: the inputs are left-padded embeddings whose position ids we set
@@ -27,7 +29,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["greedy_generate", "generate_text", "next_tokens", "last_logits_kwargs"]
+__all__ = ["generate_ids", "greedy_generate", "generate_text", "next_tokens", "last_logits_kwargs"]
 
 
 def next_tokens(
@@ -176,3 +178,42 @@ def generate_text(
         )[0]
         texts.append(tokenizer.decode(new, skip_special_tokens=True))
     return texts
+
+
+@torch.no_grad()
+def generate_ids(
+    model,
+    tokenizer,
+    ids: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: Sequence[int],
+    batch_size: int = 16,
+    temperature: float = 0.0,
+    seeds: Sequence[int] | None = None,
+) -> list[list[int]]:
+    """The new ids of each prompt (``ids[i]``, at most ``max_new_tokens[i]`` of them), the prompts run in left-padded
+    batches of similar length; sampled at ``temperature`` > 0 with one generator per prompt seeded by ``seeds[i]``
+    (so a prompt's output does not depend on its batch)."""
+    if len(max_new_tokens) != len(ids) or (seeds is not None and len(seeds) != len(ids)):
+        raise ValueError(f"{len(ids)} prompts need as many max_new_tokens (and seeds), got {len(max_new_tokens)}")
+    model.eval()
+    device = next(model.parameters()).device
+    embed = model.get_input_embeddings()
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    order = sorted(range(len(ids)), key=lambda j: len(ids[j]))
+    out: list[list[int]] = [[] for _ in ids]
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        width = max(len(ids[j]) for j in rows)
+        batch = torch.full((len(rows), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for k, j in enumerate(rows):  # left padding
+            batch[k, width - len(ids[j]) :] = torch.tensor(list(ids[j]))
+            mask[k, width - len(ids[j]) :] = 1
+        generators = None if seeds is None else [torch.Generator().manual_seed(int(seeds[j])) for j in rows]
+        new = greedy_generate(model, embed(batch.to(device)), mask.to(device),
+                              max_new_tokens=max(max_new_tokens[j] for j in rows), eos_token_id=tokenizer.eos_token_id,
+                              pad_token_id=pad, temperature=temperature, generators=generators)  # fmt: skip
+        for k, j in enumerate(rows):
+            out[j] = list(new[k][: max_new_tokens[j]])
+    return out

@@ -142,34 +142,17 @@ def paraphrase(
 ) -> list[str]:
     """Each text paraphrased sentence by sentence (module docstring), sampled at ``temperature`` (> 0) with seeds
     drawn from ``generator``; the sentences' paraphrases joined by a space. A blank text stays blank."""
-    from .generate import greedy_generate
+    from .generate import generate_ids
 
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature!r}")
-    model.eval()
-    device = next(model.parameters()).device
-    embed = model.get_input_embeddings()
     where = [(i, s) for i, t in enumerate(texts) for s in split_sentences(t)]
     seeds = torch.randint(0, 2**62, (len(where),), generator=generator).tolist()
     ids = [tokenizer(paraphrase_prompt(s), add_special_tokens=False).input_ids for _, s in where]
     caps = [len(tokenizer(" " + s, add_special_tokens=False).input_ids) + extra_tokens for _, s in where]
-    outs: list[str] = [""] * len(where)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    order = sorted(range(len(where)), key=lambda j: len(ids[j]))
-    for start in range(0, len(order), batch_size):
-        rows = order[start : start + batch_size]
-        width = max(len(ids[j]) for j in rows)
-        batch = torch.full((len(rows), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for k, j in enumerate(rows):  # left padding
-            batch[k, width - len(ids[j]) :] = torch.tensor(ids[j])
-            mask[k, width - len(ids[j]) :] = 1
-        new = greedy_generate(model, embed(batch.to(device)), mask.to(device),
-                              max_new_tokens=max(caps[j] for j in rows), eos_token_id=tokenizer.eos_token_id,
-                              pad_token_id=pad, temperature=temperature,
-                              generators=[torch.Generator().manual_seed(seeds[j]) for j in rows])  # fmt: skip
-        for k, j in enumerate(rows):
-            outs[j] = tokenizer.decode(new[k][: caps[j]], skip_special_tokens=True).strip()
+    new = generate_ids(model, tokenizer, ids, max_new_tokens=caps, batch_size=batch_size, temperature=temperature,
+                       seeds=seeds)  # fmt: skip
+    outs = [tokenizer.decode(row, skip_special_tokens=True).strip() for row in new]
     joined: list[list[str]] = [[] for _ in texts]
     for (i, _), out in zip(where, outs, strict=True):
         if out:
