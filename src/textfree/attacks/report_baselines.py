@@ -52,7 +52,7 @@ def _restore_rows(cell: PayloadCell) -> list[str]:
         figures = f"{_f(cell, f'rouge_l{suffix}')} | {_f(cell, f'recall_symptoms{suffix}')} | " + _f(
             cell, f"recall_antecedents{suffix}"
         )
-        rows.append(f"| PrivacyRestore | {label} | {figures} | 1.000 (in clear) | 1.000 (in clear) | "
+        rows.append(f"| PrivacyRestore | {label} | {figures} | sent in clear | sent in clear | "
                     f"{_n(cell)} | `{cell.source}` |")  # fmt: skip
     rows.append(f"| PrivacyRestore | best constant guess | {_f(cell, 'rouge_l_prior')} | — | — | — | — | "
                 f"{_n(cell)} | `{cell.source}` |")  # fmt: skip
