@@ -48,6 +48,7 @@ def _heavy_after(code: str, cwd: Path | None = None) -> list[str]:
         "textfree.training.runs",
         "textfree.training.checkpoint",
         "textfree.rapt.config",
+        "textfree.model_paths",
     ],
 )
 def test_config_modules_import_no_torch(module):
@@ -56,7 +57,7 @@ def test_config_modules_import_no_torch(module):
 
 def test_valid_configs_are_built_without_torch(tmp_path):
     """Every check of a default config is plain Python, but Stage1Config's noise family (the mechanism registry:
-    checked last, see test_a_bad_value_is_reported_before_torch) and a non-default encoder path of PipelineConfig."""
+    checked last, see test_a_bad_value_is_reported_before_torch); a non-default encoder path of PipelineConfig too."""
     code = f"""
 from textfree.lm.local.config import DecoderPretrainConfig
 from textfree.ppft.pipeline import PipelineConfig
@@ -65,11 +66,14 @@ from textfree.rapt.config import RaptTrainConfig
 from textfree.snd.train_config import DenoiserTrainConfig
 
 PipelineConfig()
+PipelineConfig(encoder="./enc")  # a model directory: checked without torch (a missing one is an error)
 Stage2Config(init="stage1", out="stage2", dataset={str(PRI_DDX)!r}, slot_insert=0.5, center_mu=1.0)
 DecoderPretrainConfig.from_preset("small")
 DenoiserTrainConfig(out="snd")
 RaptTrainConfig(out="rapt")
 """
+    (tmp_path / "enc").mkdir()
+    (tmp_path / "enc" / "config.json").write_text("{}")
     assert _heavy_after(code, tmp_path) == []
 
 
@@ -117,6 +121,7 @@ def _stage1_run(tmp_path: Path) -> Path:
     [
         (["ppft", "train", "--stage1-max-steps", "-1"], "--stage1-max-steps"),
         (["ppft", "train", "--task", "nonsense"], "--task"),
+        (["ppft", "train", "--encoder", "./nope"], "--encoder"),
         (["ppft", "train-stage1", "--decoder", "d", "--max-steps", "-1"], "--max-steps"),
         (["ppft", "train-stage1", "--decoder", "d", "--data", "csqa"], "--data"),
         (["ppft", "train-stage2", "--from", "{stage1}", "--batch-size", "0"], "--batch-size"),

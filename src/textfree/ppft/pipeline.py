@@ -151,8 +151,8 @@ class PipelineConfig:
             raise ValueError(f"eval_prompts {self.eval_prompts!r} is not a file (Pri-* layout JSON Lines records)")
         if not self.eval_tasks or any(t not in EVAL_TASKS for t in self.eval_tasks):
             raise ValueError(f"eval_tasks must be a non-empty list from {EVAL_TASKS}, got {self.eval_tasks!r}")
-        if self.encoder != "default":  # last: textfree.encoders imports torch
-            from ..encoders.loading import local_model_problem
+        if self.encoder != "default":
+            from ..model_paths import local_model_problem
 
             if problem := local_model_problem(self.encoder):
                 raise ValueError(f"encoder: {problem}")  # found now, not after the decoder's pretraining
