@@ -292,7 +292,7 @@ def test_report_rows_and_lines_name_the_search_its_clean_figure_and_what_bounds_
         "2026-01-01",
     )
     text = "\n".join(inversion_section([cell]))
-    label = "iterative search re-encoding hypotheses (PPFT App. K; nothing trained)"
+    label = "iterative search re-encoding hypotheses (PPFT App. K; nothing trained; 6 rounds of 16 candidates)"
     assert f"| `inv_iter` | {label} | public: alpaca | clean | 4 |" in text
     assert (
         f"* {label}, `inv_iter` on pupa, clean payloads: ROUGE-L 0.450 (its start, each slot's nearest "
@@ -307,3 +307,10 @@ def test_report_rows_and_lines_name_the_search_its_clean_figure_and_what_bounds_
     ) in text
     # the issue-4 verdict at eps 75 carries the clean figure beside it
     assert "ROUGE-L < 0.25 at eps 75, k 4, on pupa" in text and "(the same inverter on clean payloads: 0.450)" in text
+    # a grid over the search budget names each point's budget
+    points = [({"params.candidates": c}, point(None, r, 0.2, 0.9, 1.0)[1]) for c, r in ((16, 0.4), (48, 0.43))]
+    budget = PayloadCell("inv_budget", {"dataset": "pupa", "params": params | {"rounds": 12}}, points, "g.json",
+                         "2026-01-01")  # fmt: skip
+    rows = "\n".join(inversion_section([budget]))
+    assert "nothing trained; 12 rounds of 16 candidates) | public: alpaca | clean | 4 | – | – | 0.400 |" in rows
+    assert "nothing trained; 12 rounds of 48 candidates) | public: alpaca | clean | 4 | – | – | 0.430 |" in rows

@@ -306,7 +306,10 @@ def _variant(c: PayloadCell, p: Point) -> str:
     if params.get("inverter") == "slot_tokens":
         return f"slot-token classifier (no decoder), noise-{v}"
     if params.get("inverter") == "iterative":
-        return "iterative search re-encoding hypotheses (PPFT App. K; nothing trained)"
+        point = next((pt for pt, q in c.points if q is p), {})
+        budget = {k: point.get(f"params.{k}", params.get(k, d)) for k, d in (("rounds", 6), ("candidates", 16))}
+        return (f"iterative search re-encoding hypotheses (PPFT App. K; nothing trained; {budget['rounds']} rounds of "
+                f"{budget['candidates']} candidates)")  # fmt: skip
     if p.spread("init_stage") is not None:  # recorded: what the decoder started from (a grid over params.init too)
         init = _INIT_LABELS[p.mean("init_stage")]
     else:  # results from before init_stage existed: a string init was a stage-1 run
