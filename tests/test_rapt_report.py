@@ -148,6 +148,8 @@ def test_generation_section_puts_ppft_beside_rapt_on_the_same_decoder(tmp_path):
     _result(tmp_path, "qa", "rapt_qa", qa, [{"eta": None}, {"eta": 0.7}], rows)
     for name, rec in (("qa_rapt", True), ("qa_plain", False)):  # +Reconstruction and Table VIII's ablation
         _result(tmp_path, name, "rapt_qa", qa | {"plain_length": 40, "reconstruction": rec}, [{"eta": 0.7}], rows[1:])
+    _result(tmp_path, "qa_rapt_mean", "rapt_qa", qa | {"plain_length": 40, "reconstruction": True, "rec_weight": 0.025},
+            [{"eta": 0.7}], rows[1:])  # fmt: skip
     pipe = {"out": "runs/fast", "epsilon": 28, "k": 4}
     _result(tmp_path, "pipe", "ppft_pipeline", pipe, [{}], [{"acc_mcqa": 0.95, "acc_open": 0.8, "n_heldout": 582.0,
             "prompts_acc_mcqa": 0.7, "prompts_acc_open": 0.4}])  # fmt: skip
@@ -164,6 +166,7 @@ def test_generation_section_puts_ppft_beside_rapt_on_the_same_decoder(tmp_path):
     assert "| RAPT (PCT2T all) | eta 0.7 | 100.0 (2 per word x 50.0) | 40.0 | 30.0 | 30.0 | 10.0 | 300 |" in section
     assert "| RAPT (PCT2T all, 40 plain tokens + reconstruction head) | eta 0.7 | 100.0 (2 per word" in section
     assert "| RAPT (PCT2T all, 40 plain tokens, no head) | eta 0.7 |" in section
+    assert "| RAPT (PCT2T all, 40 plain tokens + reconstruction head (loss weight 0.025)) | eta 0.7 |" in section
     assert (
         "| RAPT (PCT2T all) | clear text (no privatization) | none (not private) | 90.0 | 60.0 | 50.0 | 25.0 |"
         in section
@@ -406,3 +409,14 @@ def test_privacy_section_and_figure(tmp_path):
     out = write_report([_attack_results(tmp_path / "results")], tmp_path / "docs" / "rapt.md")
     assert "![empirical privacy per attack](rapt/privacy.png)" in out.read_text()
     assert (tmp_path / "docs" / "rapt" / "privacy.png").stat().st_size > 1000
+
+
+def test_a_control_row_names_each_release_once():
+    from textfree.rapt.report_generation import _control_rows
+
+    def row(eta, plain):
+        return {"params": {"eta": eta, "plain_length": plain}, "length_mcqa": 0.9, "length_open": 0.8, "n_test": 3}
+
+    lines = _control_rows([row(0.7, 0), row(0.7, 40), row(None, 0), row(0.7, 40) | {"length_open": 0.5}])
+    assert "(eta 0.7, clear text (no privatization)) |" in lines[0]  # the two eta 0.7 runs of equal figures: once
+    assert "(eta 0.7) | — | 90.0 | 50.0 |" in lines[1]

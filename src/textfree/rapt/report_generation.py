@@ -83,7 +83,10 @@ def _plain_label(params: dict[str, Any]) -> str:
     m = params.get("plain_length") or 0
     if not m:
         return ""
+    weight = params.get("rec_weight", 1.0)
     kind = " + reconstruction head" if params.get("reconstruction") else ", no head"
+    if params.get("reconstruction") and weight != 1.0:
+        kind += f" (loss weight {weight:g})"
     return f", {m} plain tokens{kind}"
 
 
@@ -170,7 +173,7 @@ def _control_rows(qa: list[dict[str, Any]]) -> list[str]:
                 values.setdefault(pair, []).append(row)
         for (mcqa, open_), rows in values.items():
             same_everywhere = len(values) == 1 and not any(r["params"].get("privatizer") == "paraphrase" for r in rows)
-            where = "every eta" if same_everywhere else ", ".join(_row_label(r) for r in rows)
+            where = "every eta" if same_everywhere else ", ".join(dict.fromkeys(_row_label(r) for r in rows))
             lines.append(f"| {label} | {reads} ({where}) | — | {_pct(mcqa)} | {_pct(open_)} | — | — | "
                          f"{rows[0].get('n_test') or 0:.0f} |")  # fmt: skip
     return lines
