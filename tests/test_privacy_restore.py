@@ -174,10 +174,11 @@ def test_pipeline_trains_releases_only_masked_text_and_noisy_meta_and_attacks(ti
     sent: list[Release] = []
     real_answers = restore_qa._answers
 
-    def recording(model, tokenizer, prompts, meta, multiplier, cfg):  # what reaches the server, per prompt
-        for p, v, m in zip(prompts, meta, multiplier):
-            sent.append(Release(p, v, float(m)))
-        return real_answers(model, tokenizer, prompts, meta, multiplier, cfg)
+    def recording(model, tokenizer, prompts, releases, cfg):  # what reaches the server, per prompt
+        for prompt, release in zip(prompts, releases, strict=True):
+            assert isinstance(release, Release) and prompt.startswith(release.text + "\n")  # the rest: public part
+            sent.append(release)
+        return real_answers(model, tokenizer, prompts, releases, cfg)
 
     monkeypatch.setattr(restore_qa, "_answers", recording)
     cfg = PrivacyRestoreQAConfig(out=str(tmp_path / "run"), decoder=str(decoder[0]), dataset=str(tiny_ddx),
@@ -188,8 +189,7 @@ def test_pipeline_trains_releases_only_masked_text_and_noisy_meta_and_attacks(ti
     assert len(sent) == 2 * n_test and summary["meta_dim"] == 2 * 24
     removed_words = {"cough", "heartburn", "rash", "palpitations"}
     for release in sent:
-        private = release.text.split("\n")[0]
-        assert not any(w in private for w in removed_words)  # the removed spans never leave the client as text
+        assert not any(w in release.text for w in removed_words)  # the removed spans never leave the client as text
         assert release.meta.shape == (48,) and release.meta.norm() > 1.01  # unit vector + noise
     assert 0 <= summary["attack"]["rouge_l"] <= 1 and 0 < summary["attack"]["rouge_l_prior"] <= 1
     assert summary["epsilon_per_release"] == 150.0

@@ -162,17 +162,20 @@ def _save(run: Path, model: _Restored, tokenizer: Any, spans: list[str]) -> None
 
 
 @torch.no_grad()
-def _answers(model: _Restored, tokenizer: Any, prompts: list[str], meta: torch.Tensor, multiplier: torch.Tensor,
+def _answers(model: _Restored, tokenizer: Any, prompts: list[str], releases: Sequence[Any],
              cfg: PrivacyRestoreQAConfig) -> list[str]:  # fmt: skip
+    """The server's answer to each prompt (the release's masked text, then the public part in clear) with that
+    release's meta vector and multiplier applied."""
     from tqdm.auto import tqdm
 
     from ..lm.generate import generate_text
     from ..lm.restoration import restored
 
     out = []
-    for i in tqdm(range(len(prompts)), desc="answer", unit="prompt", disable=not cfg.progress):
-        with restored(model.decoder, model.bank.heads, meta[i : i + 1], multiplier[i : i + 1]):
-            text = generate_text(model.decoder, tokenizer, [prompts[i]], max_new_tokens=cfg.max_new_tokens,
+    for prompt, release in tqdm(list(zip(prompts, releases, strict=True)), desc="answer", unit="prompt",
+                                disable=not cfg.progress):  # fmt: skip
+        with restored(model.decoder, model.bank.heads, release.meta[None], torch.tensor([release.multiplier])):
+            text = generate_text(model.decoder, tokenizer, [prompt], max_new_tokens=cfg.max_new_tokens,
                                  add_special_tokens=False)[0]  # fmt: skip
         out.append(text.strip())
     return out
@@ -213,7 +216,7 @@ def train_privacy_restore_qa(cfg: PrivacyRestoreQAConfig) -> dict[str, Any]:
     """Train (or resume) the decoder and bank, release and score the held-out rows, attack the releases; writes and
     returns summary.json's content."""
     from ..data import ppft_split, task_labels
-    from ..lm.privacy_restore import noisy_meta
+    from ..lm.privacy_restore import Release, noisy_meta
     from ..lm.text_controls import length_controls
     from ..lm.text_qa import QA_TASKS, qa_pairs, score_answers
     from ..rng import seeded_generator
@@ -243,10 +246,11 @@ def train_privacy_restore_qa(cfg: PrivacyRestoreQAConfig) -> dict[str, Any]:
         clean_test = bank.meta(w_test)
         meta_test = noisy_meta(clean_test, cfg.epsilon, generator=seeded_generator(seed * 3 + 1, warn=False))
         shadow = noisy_meta(bank.meta(w_train), cfg.epsilon, generator=seeded_generator(seed * 3 + 2, warn=False))
+    releases = [Release(t, v, float(m)) for t, v, m in zip(masked_test, meta_test, m_test, strict=True)]
     scores = {"heldout": {}}
     for task in QA_TASKS:
-        prompts = [p.prompt for p in qa_pairs(heldout, task, masked_test)]
-        answers = _answers(model, tokenizer, prompts, meta_test, m_test, cfg)
+        prompts = [p.prompt for p in qa_pairs(heldout, task, [r.text for r in releases])]
+        answers = _answers(model, tokenizer, prompts, releases, cfg)
         scores["heldout"][task] = score_answers(answers, heldout, task, labels)
     attack = _attack(bank, spans, train, heldout, shadow, {"": meta_test, "_clean_meta": clean_test}, masked_test)
     record = {
