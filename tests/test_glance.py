@@ -49,7 +49,8 @@ def test_committed_page_is_the_one_the_committed_results_give(glance):
 
 def test_ppft_figures_are_table_1s(glance):
     detail = (DETAIL / "ppft.md").read_text(encoding="utf-8")
-    rows = [r for r in _rows(_section(glance, "PPFT")) if r[0] != "dataset"]
+    table1 = _section(glance, "PPFT").split("PPFT's Table 1 baselines")[0]
+    rows = [r for r in _rows(table1) if r[0] != "dataset"]
     assert {r[0] for r in rows} == {"Pri-DDX", "Pri-SLJA"}
     for dataset, label, four, open_, paper in rows:
         table1 = _section(detail, f"{dataset}: Table 1 shape").split("\n### ")[0]  # Table 1 itself, no subsection
@@ -59,6 +60,24 @@ def test_ppft_figures_are_table_1s(glance):
     # one row checked by hand against docs/results/ppft.md: Pri-DDX, PPFT at the paper's eps 75, and the paper's
     ddx = {r[1]: r for r in rows if r[0] == "Pri-DDX"}
     assert ddx["PPFT, eps 75 (paper's), k=4"][2:] == ["0.974", "0.956", "0.4537"]
+
+
+def test_ppft_baseline_rows_are_the_detail_pages(glance):
+    """Each row of the glance's baselines table carries the figures of the PPFT page's "Baselines (Table 1)" row."""
+    detail = (DETAIL / "ppft.md").read_text(encoding="utf-8")
+    baselines = _rows(detail.split("### Pri-DDX: Baselines (Table 1)")[1].split("\n## ")[0])
+    glance_rows = _rows(_section(glance, "PPFT").split("PPFT's Table 1 baselines")[1])[1:]
+    prefixes = {"word-level d_chi": "d_chi, word level", "Paraphrase": "Paraphrase (Utpala", "PrivacyRestore":
+                "PrivacyRestore (Zeng", "PPFT": "PPFT (the fast pipeline", "upper bound": "upper bound: clear text",
+                "the options alone": "control: the options alone"}  # fmt: skip
+    assert len(glance_rows) == len(prefixes)
+    for name, four, open_, paper in glance_rows:
+        prefix = next(v for k, v in prefixes.items() if name.startswith(k))
+        row = next(r for r in baselines if r[0].startswith(prefix))
+        # the detail row: name, what is sent, eps, 4-option, open, paper, ...
+        assert (f"{float(row[3]):.3f}", f"{float(row[4]):.3f}") == (four, open_), name
+        assert paper == "—" or row[5].startswith(paper), name
+    assert "Target met: PPFT ahead of all three baselines on both tasks." in glance
 
 
 def test_snd_rows_are_the_summary_targets(glance):

@@ -64,12 +64,39 @@ def _ppft(folder: Path, page: str) -> list[str]:
         for label, paper, entry, stems in rows:
             means = [math.nan if entry is None else entry.mean(f"acc_{stem}") for stem in stems]
             body.append([title, label, *(_num(m) for m in means), paper or _DASH])
-    return [
-        f"Held-out accuracy, the mean over evaluation noise seeds ([detail, with spreads and verdicts]({page})).",
-        "Ours: all-MiniLM-L6-v2 client (d = 384) and a 6.8M-parameter local decoder; the paper's: ModernBERT-large",
-        "(d = 1024) and Llama-3.2-1B at eps 75, so eps 28 is ours at the paper's noise level (width-matched).",
-        "",
-    ] + _table(["dataset", "row", "4-option", "open-answer", "paper 4-option"], body)
+    return (
+        [
+            f"Held-out accuracy, the mean over evaluation noise seeds ([detail, with spreads and verdicts]({page})).",
+            "Ours: all-MiniLM-L6-v2 client (d = 384) and a 6.8M-parameter local decoder; the paper's: ModernBERT-large",
+            "(d = 1024) and Llama-3.2-1B at eps 75, so eps 28 is ours at the paper's noise level (width-matched).",
+            "",
+        ]
+        + _table(["dataset", "row", "4-option", "open-answer", "paper 4-option"], body)
+        + _ppft_baselines(folder, page)
+    )
+
+
+def _ppft_baselines(folder: Path, page: str) -> list[str]:
+    """PPFT beside its three baselines on one local decoder (Pri-DDX), from the files the PPFT page reads them from
+    (``ppft``, ``rapt`` and ``attacks`` beside ``folder``)."""
+    from .ppft.report import collect
+    from .ppft.report.baselines import baselines_glance
+
+    paths = [p for p in (folder, folder.parent / "rapt", folder.parent / "attacks") if _has_json(p)]
+    rows, target = baselines_glance(paths, collect(paths))
+    if not rows:
+        return []
+    body = [[name, _num(m), _num(o), _DASH if paper is None else f"{paper:.4f}"] for name, m, o, paper in rows]
+    return (
+        [
+            "",
+            "PPFT's Table 1 baselines on Pri-DDX, one local decoder, one budget (B = 150 per prompt; "
+            f"[detail]({page})):",
+            "",
+        ]
+        + _table(["row", "4-option", "open-answer", "paper 4-option (Llama-3.2-1B)"], body)
+        + ["", target.lstrip("- ")]
+    )
 
 
 def _snd(folder: Path, page: str) -> list[str]:

@@ -33,6 +33,7 @@ __all__ = [
     "attack_runs",
     "dchi_attacks",
     "baseline_sources",
+    "baselines_glance",
     "table_baselines",
 ]
 
@@ -266,16 +267,14 @@ def _restore_row(row: dict[str, Any] | None, paper: dict[str, float]) -> str:
     )
 
 
-def table_baselines(paths: Iterable[str | Path], entries: Sequence[Entry], ds: str = "pri-ddx") -> list[str]:
-    """The "Baselines (Table 1)" rows for ``ds``; [] when the paths hold no d_chi baseline run."""
+def _chosen(paths: list, entries: Sequence[Entry], ds: str) -> dict[str, Any] | None:
+    """The rows Table 1's baselines are read from: the newest d_chi run on ``ds`` and, on its decoder, the clear-text,
+    Paraphrase and PrivacyRestore runs and the PPFT pipeline that built the decoder; None without a d_chi run."""
     rows = text_runs(paths)
     dchi = _newest([r for r in rows if _is_dchi(r, ds)])
     if dchi is None:
-        return []
+        return None
     decoder = dchi["params"].get("decoder")
-    clear = _newest([r for r in rows if _is_clear(r, ds) and r["params"].get("decoder") == decoder])
-    para = _newest([r for r in rows if _is_paraphrase(r, ds) and r["params"].get("decoder") == decoder])
-    restore = _newest([r for r in restore_runs(paths, ds) if r["params"].get("decoder") == decoder])
     pipes = [
         e
         for e in entries
@@ -286,7 +285,51 @@ def table_baselines(paths: Iterable[str | Path], entries: Sequence[Entry], ds: s
     # a path names no build: a pipeline run elsewhere (a fresh clone timing it) writes another decoder at the same
     # path; the text runs fine-tuned the one built nearest in time to the first of them
     when = min(_seconds(r["first_date"]) for r in rows if r["params"].get("decoder") == decoder)
-    pipe = min(pipes, key=lambda e: abs(_seconds(e.date) - when), default=None)
+    return {
+        "decoder": decoder,
+        "dchi": dchi,
+        "clear": _newest([r for r in rows if _is_clear(r, ds) and r["params"].get("decoder") == decoder]),
+        "para": _newest([r for r in rows if _is_paraphrase(r, ds) and r["params"].get("decoder") == decoder]),
+        "restore": _newest([r for r in restore_runs(paths, ds) if r["params"].get("decoder") == decoder]),
+        "pipe": min(pipes, key=lambda e: abs(_seconds(e.date) - when), default=None),
+    }
+
+
+def baselines_glance(paths: Iterable[str | Path], entries: Sequence[Entry], ds: str = "pri-ddx"):
+    """(rows, target line) for the results-at-a-glance page: (row, 4-option, open, paper 1B 4-option) of each
+    baseline, PPFT, the clear-text upper bound and the options alone, from the runs :func:`table_baselines` reads;
+    ([], "") without a d_chi run."""
+    c = _chosen(list(paths), entries, ds)
+    if c is None:
+        return [], ""
+    paper, pipe = PAPER_BASELINES_1B.get(ds, {}), c["pipe"]
+    rows = [(name, _num((c[key] or {}).get("mcqa")), _num((c[key] or {}).get("open")), paper.get(ref))
+            for name, key, ref in (("word-level d_chi", "dchi", "dchi"), ("Paraphrase", "para", "paraphrase"),
+                                   ("PrivacyRestore", "restore", "privacyrestore"))]  # fmt: skip
+    if pipe is not None:
+        rows.append(
+            (
+                f"PPFT (the fast pipeline, eps {pipe.params.get('epsilon', '—')})",
+                pipe.mean("acc_mcqa"),
+                pipe.mean("acc_open"),
+                paper.get("ppft"),
+            )
+        )
+    if c["clear"] is not None:
+        rows.append(("upper bound: clear text (paper: PPFT without noise)", _num(c["clear"].get("mcqa")),
+                     _num(c["clear"].get("open")), paper.get("upper")))  # fmt: skip
+    rows.append(("the options alone, no decoder", _num(c["dchi"].get("prior_mcqa")), _num(c["dchi"].get("prior_open")),
+                 None))  # fmt: skip
+    return rows, _target(c["dchi"], pipe, c["para"], c["restore"])
+
+
+def table_baselines(paths: Iterable[str | Path], entries: Sequence[Entry], ds: str = "pri-ddx") -> list[str]:
+    """The "Baselines (Table 1)" rows for ``ds``; [] when the paths hold no d_chi baseline run."""
+    paths = list(paths)
+    c = _chosen(paths, entries, ds)
+    if c is None:
+        return []
+    decoder, dchi, clear, para, restore, pipe = (c[k] for k in ("decoder", "dchi", "clear", "para", "restore", "pipe"))
     paper = PAPER_BASELINES_1B.get(ds, {})
     p = dchi["params"]
     eta, per_word = _num(p.get("eta")), _num(dchi.get("epsilon_per_word"))
