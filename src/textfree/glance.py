@@ -90,12 +90,11 @@ def _ppft_baselines(folder: Path, page: str) -> list[str]:
     return (
         [
             "",
-            "PPFT's Table 1 baselines on Pri-DDX, one local decoder, one budget (B = 150 per prompt; "
-            f"[detail]({page})):",
+            f"PPFT's Table 1 baselines, Pri-DDX, one decoder, B = 150 per prompt ([detail]({page})):",
             "",
         ]
         + _table(["row", "4-option", "open-answer", "paper 4-option (Llama-3.2-1B)"], body)
-        + ["", target.lstrip("- ")]
+        + ["", target.lstrip("- ").split(" On the 4-option")[0]]
     )
 
 
@@ -138,6 +137,8 @@ def _rapt(folder: Path, page: str) -> list[str]:
                 paper = _DASH
                 if paper_rows is not None and paper_eta in PAPER_ETAS:
                     paper = f"{paper_rows[row][PAPER_ETAS.index(paper_eta)]:.1f}"
+                if math.isnan(ours) and paper == _DASH:
+                    continue  # a row not run and not in the paper (no clean +Reconstruction): the detail page has it
                 body.append(
                     [f"{task} {METHOD_TITLES.get(method, method)}", at, ROW_TITLES[row], _num(ours, ".1f"), paper]
                 )
