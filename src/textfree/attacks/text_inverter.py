@@ -52,13 +52,11 @@ def attribute_scores(texts: Sequence[str], records: Sequence[Any], names: Sequen
     age and sex the text states ("a 31-year-old male"; no statement: wrong)."""
     if len(texts) != len(records):
         raise ValueError(f"{len(texts)} texts for {len(records)} records")
-    out: dict[str, float] = {}
+    from .meta_vector import span_recall
+
     found = [names_in(t, names) for t in texts]
-    for part in ("symptoms", "antecedents"):
-        truth = [r.attributes.get(part, []) for r in records]
-        total = sum(map(len, truth))
-        hit = sum(sum(s in f for s in t) for t, f in zip(truth, found, strict=True))
-        out[f"recall_{part}"] = hit / total if total else float("nan")
+    out = {f"recall_{part}": span_recall([r.attributes.get(part, []) for r in records], found)
+           for part in ("symptoms", "antecedents")}  # fmt: skip
     ages = sexes = 0
     for text, r in zip(texts, records, strict=True):
         m = _PERSON.search(text)
