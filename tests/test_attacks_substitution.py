@@ -69,7 +69,8 @@ def test_channel_inverter_maps_each_output_to_its_most_likely_input():
     [
         ({"eta": 0}, "params.eta", "eta must be"),
         ({"eta": 50, "attacks": ["bert"]}, "params.attacks", "distinct values"),
-        ({"eta": 50, "pos": "noun"}, "params.pos", "pos must be"),
+        ({"eta": 50, "pos": 5}, "params.pos", "pos must be"),
+        ({"eta": 50, "pos": "noun,banana"}, "params.pos", "unknown categories"),
         ({"eta": 50, "rounds": 0}, "params.rounds", "integer >= 1"),
     ],
 )

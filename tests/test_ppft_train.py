@@ -417,6 +417,23 @@ def test_a_resumed_run_reports_the_whole_runs_first_loss_and_training_time(stage
         train_stage2(_stage2_cfg(cut, run1))
 
 
+def test_a_finished_run_resumed_again_reports_its_final_loss(stage1_run, fixture_data, tmp_path):
+    """Resuming a finished run (a re-score) trains nothing; it reports the final loss its last checkpoint recorded,
+    and for a checkpoint written before that was recorded, the loss logged at its step."""
+    run1, _ = stage1_run
+    run = tmp_path / "done"
+    full = train_stage2(_stage2_cfg(run, run1))
+    again = train_stage2(_stage2_cfg(run, run1))
+    assert again["resumed_from_step"] == again["steps"] == full["steps"]
+    assert full["final_loss"] is not None and again["final_loss"] == full["final_loss"]
+    last = sorted((run / "checkpoints").iterdir())[-1] / "trainer_state.json"
+    state = json.loads(last.read_text())
+    last.write_text(json.dumps({k: v for k, v in state.items() if k != "final_loss"}))
+    logged = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    older = train_stage2(_stage2_cfg(run, run1))
+    assert older["final_loss"] == logged[-1]["loss"] and logged[-1]["step"] == full["steps"]
+
+
 def test_stage2_resumes_only_from_the_init_run_it_started_from(stage1_run, fixture_data, tmp_path, caplog):
     """The config names init by path: an interrupted run whose init was rebuilt at the same path is refused, its
     checkpoints kept; one whose train_config.json predates the fingerprint resumes with a warning."""

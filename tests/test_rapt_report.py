@@ -136,6 +136,55 @@ def test_plain_length_rows_stay_out_of_table_ii(tmp_path):
         assert f"| sst2 LoRA, eta 62.7 (paper 125) | {m} | {acc} |" in section
 
 
+def test_runs_at_another_training_size_stay_out_of_the_tables_and_fill_the_budget_section(tmp_path):
+    directory = _results(tmp_path)
+    base = {"task": "sst2", "method": "lora", "pos": "default", "plain_length": 40, "eta": 62.7, "train_limit": 1600}
+    _result(
+        directory, "budget", "rapt_finetune", base, [{"reconstruction": r} for r in (False, True)],
+        [{"acc": 0.70}, {"acc": 0.66}],
+    )  # fmt: skip
+    text = build_report(collect([directory]))
+    assert "| +Reconstruction (RAPT) | 60.0 | 75.0 | 85.0 | 91.0 |" in text  # the 800-example rows, unchanged
+    assert "| 75.0 / 70.0 / 65.0 | 85.1 / 82.7 / 80.8 (Qwen2.5-3B, eta 75) | met |" in text
+    section = text[text.index("## Training budget") : text.index("## Plain-token length")]
+    # 800 examples: RAPT 75.0 against 65.0 without the loss (+10.0), 200 steps; 1,600: 66.0 against 70.0 (-4.0)
+    assert (
+        "| sst2 LoRA, eta 62.7 (paper 125) | 800 (84x fewer than the paper's) | 200 | 65.0 | 75.0 | +10.0 |" in section
+    )
+    assert (
+        "| sst2 LoRA, eta 62.7 (paper 125) | 1,600 (42x fewer than the paper's) | 400 | 70.0 | 66.0 | -4.0 |" in section
+    )
+    (tmp_path / "plain").mkdir()
+    assert "No budget cell given" in build_report(collect([_results(tmp_path / "plain")]))
+
+
+def test_the_papers_eta_used_unchanged_is_its_own_column_without_the_papers_figure(tmp_path):
+    directory = _results(tmp_path)
+    lora = {"task": "sst2", "method": "lora", "plain_length": 0, "reconstruction": False}
+    _result(directory, "literal", "rapt_finetune", lora | {"pos": None}, [{"eta": 125}], [{"acc": 0.88}])
+    text = build_report(collect([directory]))
+    header = "| row | eta 38 (paper 75) | eta 62.7 (paper 125) | eta 85.5 (paper 150) |"
+    assert header + " eta 125 (the paper's value itself) | eta = inf |" in text
+    assert "| +T2T | 52.0 | 60.0 | 70.0 | 88.0 | 90.0 |" in text
+    assert "| *paper, BERT-base: +T2T* | 53.1 | 68.9 | 76.9 | — | 91.4 |" in text
+
+
+def test_several_seeds_show_their_mean_and_standard_deviation(tmp_path):
+    directory = _results(tmp_path)
+    for name in ("t2t", "pct2t", "rapt"):
+        f = next(directory.glob(f"{name}-*.json"))
+        data = json.loads(f.read_text())
+        data["seeds"] = data["cell"]["seeds"] = [0, 1, 2]
+        for r in data["results"]:
+            acc = r["metrics"]["acc"]
+            acc["values"] = [acc["mean"] - 0.01, acc["mean"], acc["mean"] + 0.01]
+        f.write_text(json.dumps(data))
+    text = build_report(collect([directory]))
+    assert "| +Reconstruction (RAPT) | 60.0 ± 1.0 | 75.0 ± 1.0 | 85.0 ± 1.0 | 91.0 ± 1.0 |" in text
+    assert "eta 38: 52.0 / 55.0 / 60.0 (mean of 3 seeds)" in text
+    assert "| 75.0 / 70.0 / 65.0 |" in text  # the verdicts read the means
+
+
 def test_generation_section_puts_ppft_beside_rapt_on_the_same_decoder(tmp_path):
     _results(tmp_path)
     qa = {"decoder": "runs/fast/decoder", "pos": "all", "dataset": "pri-ddx"}
@@ -217,6 +266,12 @@ def _pos_results(directory):
     ]
     points = [{"pos": p} for p in (None, "noun", "det", "default", "all")]
     _result(directory, "ner_pos", "ner_attack", {"eta": 62.7}, points, ner)
+    inv = {"dataset": "pri-ddx"}
+    recovered = [{"word_recovery_best": w} for w in (0.10, 0.50, 0.80, 0.40, 0.20)]
+    _result(directory, "sub_pos", "substitution_inversion", {"eta": 62.7}, points, recovered, cell=inv,
+            date="2026-02-01T00:00:00+00:00")  # fmt: skip
+    older = [{"word_recovery_best": 0.99}] * 5  # an older file of the same points: the newer one is read
+    _result(directory, "sub_old", "substitution_inversion", {"eta": 62.7}, points, older, cell=inv)
     return directory
 
 
@@ -240,15 +295,17 @@ def test_pos_section_puts_the_sets_beside_the_default_set_and_t2t(tmp_path):
     lines = [line for line in section.splitlines() if line.startswith("| ")]
     # clean, then the sets by share privatized (DET 10 %, NOUN 20 %, all 93 %), the default set, T2T; the default
     # set's and T2T's shares: 10 / 20 and 18 / 20 words, replaced not recorded
+    # inversion privacy: 1 - the newer substitution file's recovery (T2T 0.10, NOUN 0.50, DET 0.80, default 0.40,
+    # all 0.20); none for the clean row
     assert lines[1:] == [
-        "| none (no privatization) | 0.0 | 0.0 | — | — | 90.0 | 5.0 | — |",
-        "| DET | 10.0 | 3.0 | 95.0 | 47.0 | 85.0 | 6.5 | relatively weak privacy; kept for syntax |",
-        "| NOUN | 20.0 | 10.0 | 80.0 | 55.0 | 78.0 | 7.0 | effective for privacy (in the paper's set) |",
-        "| all categories | 93.0 | 35.0 | 60.0 | 66.0 | 62.0 | 7.5 | the 'All' bar (every tag) |",
-        "| NOUN, VERB, PRON, ADP (default) | 50.0 | — | 75.0 | 58.0 | 70.0 | 5.5 | the paper's set in every "
+        "| none (no privatization) | 0.0 | 0.0 | — | — | — | 90.0 | 5.0 | — |",
+        "| DET | 10.0 | 3.0 | 95.0 | 47.0 | 20.0 | 85.0 | 6.5 | relatively weak privacy; kept for syntax |",
+        "| NOUN | 20.0 | 10.0 | 80.0 | 55.0 | 50.0 | 78.0 | 7.0 | effective for privacy (in the paper's set) |",
+        "| all categories | 93.0 | 35.0 | 60.0 | 66.0 | 80.0 | 62.0 | 7.5 | the 'All' bar (every tag) |",
+        "| NOUN, VERB, PRON, ADP (default) | 50.0 | — | 75.0 | 58.0 | 60.0 | 70.0 | 5.5 | the paper's set in every "
         "experiment |",
-        "| T2T (every word, any category) | 90.0 | — | 70.0 | 62.0 | 60.0 | 6.0 | not in Fig. 6 (Fig. 4: privacy "
-        "comparable to PCT2T's) |",
+        "| T2T (every word, any category) | 90.0 | — | 70.0 | 62.0 | 90.0 | 60.0 | 6.0 | not in Fig. 6 (Fig. 4: "
+        "privacy comparable to PCT2T's) |",
     ]
     assert "### SST2, LoRA, eta 62.7 (paper 125)" in section and "attacker's reference): 46.0." in section
     # the NER section names each set
@@ -275,12 +332,30 @@ def test_the_pos_cells_load_with_the_pos_set_as_their_grid_axis():
 
     root = Path(__file__).resolve().parents[1] / "examples" / "cells"
     rapt = load_cell(root / "rapt" / "sst2_lora_pos.yaml")
-    assert rapt.kind == "rapt_finetune" and rapt.grid == {"params.pos": ["noun", "det", "all"]}
+    fig6 = ["noun", "verb", "pron", "adp", "adj", "det", "conj", "."]  # the paper's bars ("." : symbols), and All
+    assert rapt.kind == "rapt_finetune" and rapt.grid == {"params.pos": fig6 + ["all"]}
     assert rapt.params["eta"] == 62.7 and rapt.params["plain_length"] == 0 and not rapt.params["reconstruction"]
     ner = load_cell(root / "attacks" / "ner_pos.yaml")
-    assert ner.grid == {"params.pos": [None, "noun", "det", "default", "all"]} and ner.params["eta"] == 62.7
+    assert ner.grid == {"params.pos": [None] + fig6 + ["default", "all"]} and ner.params["eta"] == 62.7
     # the NER kind reads a comma string as its list of categories
-    assert [_settings(ner, p)[0]["pos"] for p in ner.points()] == [None, ["noun"], ["det"], "default", ["all"]]
+    settings = [_settings(ner, p)[0]["pos"] for p in ner.points()]
+    assert settings == [None] + [[c] for c in fig6] + ["default", ["all"]]
+
+
+def test_the_substitution_pos_cell_reads_each_comma_string_as_its_categories():
+    from textfree.experiments import Cell, CellError, load_cell
+    from textfree.experiments.kinds._t2t import check_t2t_params
+
+    cell = load_cell(Path(__file__).resolve().parents[1] / "examples" / "cells" / "attacks" / "substitution_pos.yaml")
+    assert cell.kind == "substitution_inversion" and cell.params["eta"] == 62.7
+    assert cell.grid["params.pos"][:3] == [None, "noun", "verb"] and "." in cell.grid["params.pos"]
+    check_t2t_params({"eta": 1.0, "pos": "noun, verb"})  # a comma string: its categories
+    bad = {"name": "s", "kind": "substitution_inversion", "dataset": "pri-ddx", "split": "heldout",
+           "params": {"eta": 50, "pos": "noun,banana"}, "attack": {"threat": {"training_text": "in_domain",
+           "knows_mechanism": True, "knows_parameters": True}}}  # fmt: skip
+    with pytest.raises(CellError, match="unknown categories") as info:
+        Cell.from_dict(bad)
+    assert info.value.field == "params.pos"
 
 
 def test_ner_kind_refuses_an_unknown_category_in_a_comma_string():

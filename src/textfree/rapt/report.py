@@ -14,11 +14,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..atomic import atomic_save_figure, atomic_write_text
+from .report_budget import budget_section
 from .report_generation import PIPELINE_KIND, QA_KIND, Generation, generation_section
 from .report_pos import pos_figure, pos_key, pos_section, pos_title
 from .report_privacy import PRIVACY_KINDS, PrivacyRow, collect_privacy, privacy_figure, privacy_section
@@ -27,11 +29,14 @@ __all__ = ["RaptResults", "collect", "build_report", "write_report", "PAPER_SST2
 
 KIND = "rapt_finetune"
 NER_KIND = "ner_attack"
+INVERSION_KIND = "substitution_inversion"
 MATCHED_FORMAT = "textfree.rapt.matched_eta"
 INF = math.inf
 #: A cell's eta stands for the paper's eta whose matched eta is within this fraction of it (the cells' etas were
 #: measured on 300 SST-2 dev sentences, the matched-eta file on all 872: they agree within 1.4%).
 MATCH_TOLERANCE = 0.02
+#: The cells' training budget (examples): the tables compare runs at it; other budgets are the budget section's.
+TABLE_TRAIN = 800
 #: Table II, SST-2, BERT-base: method -> row -> accuracy at paper eta 25, 75, 125, 150, 175, inf.
 PAPER_ETAS = (25, 75, 125, 150, 175, INF)
 PAPER_SST2 = {
@@ -80,6 +85,13 @@ class RaptRow:
     metrics: dict[str, Any]
     plain: int = 40  # plain tokens (Fig. 5b varies it; the tables use the paper's 40)
     params: dict[str, Any] = field(default_factory=dict)  # the point's resolved params
+    accs: tuple[float, ...] = ()  # the accuracy of every seed (acc is their mean)
+
+    @property
+    def train(self) -> int | None:
+        """Training examples (``train_limit``): the tables compare runs at :data:`TABLE_TRAIN`."""
+        value = self.params.get("train_limit", TABLE_TRAIN)
+        return None if value is None else int(value)
 
 
 @dataclass
@@ -90,17 +102,26 @@ class RaptResults:
     files: list[tuple[str, str, str, str]] = field(default_factory=list)  # (file, cell, kind, date)
     generation: Generation = field(default_factory=Generation)
     privacy: list[PrivacyRow] = field(default_factory=list)  # Fig. 4: every attack on T2T / PCT2T text, per eta
+    inversion: list[dict[str, Any]] = field(default_factory=list)  # word-inversion points, oldest first (Fig. 6)
 
-    def acc(self, task: str, method: str, row: str, eta: float, plain: int = 40) -> float:
-        """The accuracy of one Table II row (plain-token rows at ``plain`` tokens)."""
+    def find(self, task: str, method: str, row: str, eta: float, plain: int = 40, train: int = TABLE_TRAIN):
+        """The run of one Table II row (plain-token rows at ``plain`` tokens, ``train`` training examples), or None."""
         for r in self.rows:
             same_plain = r.row in ("t2t", "pct2t") or r.plain == plain
-            if (r.task, r.method, r.row) == (task, method, row) and _same(r.eta, eta) and same_plain:
-                return r.acc
-        return math.nan
+            key = (r.task, r.method, r.row, r.train)
+            if key == (task, method, row, train) and _same(r.eta, eta) and same_plain:
+                return r
+        return None
+
+    def acc(self, task: str, method: str, row: str, eta: float, plain: int = 40, train: int = TABLE_TRAIN) -> float:
+        """The accuracy of one Table II row (its mean over seeds); NaN when not run."""
+        r = self.find(task, method, row, eta, plain, train)
+        return math.nan if r is None else r.acc
 
     def etas(self, task: str, method: str) -> list[float]:
-        return sorted({r.eta for r in self.rows if (r.task, r.method) == (task, method) and r.eta != INF})
+        return sorted(
+            {r.eta for r in self.rows if (r.task, r.method, r.train) == (task, method, TABLE_TRAIN) and r.eta != INF}
+        )
 
     def paper_eta(self, eta: float) -> int | None:
         """The paper's eta whose replacement rate our ``eta`` matches (PCT2T), from the matched-eta measurement."""
@@ -141,7 +162,7 @@ def collect(paths: Iterable[str | os.PathLike]) -> RaptResults:
     newest: dict[str, tuple[dict, Path]] = {}
     ner: dict[str, tuple[dict, Path]] = {}
     matched = None
-    generation, files, attack_files = Generation(), [], []
+    generation, files, attack_files, inversion = Generation(), [], [], []
     for f in _json_files(paths):
         try:
             raw = json.loads(f.read_text(encoding="utf-8"))
@@ -153,6 +174,8 @@ def collect(paths: Iterable[str | os.PathLike]) -> RaptResults:
         raw_kind = (raw.get("kind") or (raw.get("cell") or {}).get("kind")) if isinstance(raw, dict) else None
         if raw_kind in PRIVACY_KINDS:
             attack_files.append(f)  # the Fig. 4 section's (NER files are read below as well)
+        if raw_kind == INVERSION_KIND:
+            inversion += _inversion_rows(load_results(f))  # and Fig. 6's inversion panel
         if raw_kind not in (KIND, NER_KIND, QA_KIND, PIPELINE_KIND):
             continue  # another kind's file (results/ppft holds many): not read further
         data = load_results(f)
@@ -173,6 +196,7 @@ def collect(paths: Iterable[str | os.PathLike]) -> RaptResults:
             means = {k: (v or {}).get("mean") for k, v in r["metrics"].items()}
             eta = INF if params.get("eta") is None else float(params["eta"])
             acc = math.nan if means.get("acc") is None else float(means["acc"])
+            accs = tuple(float(v) for v in (r["metrics"].get("acc") or {}).get("values") or ())
             rows.append(
                 RaptRow(
                     name,
@@ -184,6 +208,7 @@ def collect(paths: Iterable[str | os.PathLike]) -> RaptResults:
                     means,
                     int(params.get("plain_length", 40)),
                     dict(params),
+                    accs,
                 )
             )
     ner_rows = []
@@ -202,7 +227,19 @@ def collect(paths: Iterable[str | os.PathLike]) -> RaptResults:
         files.append((Path(matched["_path"]).name, "matched eta", "benchmark", str(matched.get("date"))))
     used = generation.pipeline_for(generation.qa[0]["params"].get("decoder")) if generation.qa else None
     files = [f for f in files if f[2] != PIPELINE_KIND or (used and f[0] == used["file"])]  # only the PPFT run used
-    return RaptResults(rows, matched, ner_rows, files, generation, privacy)
+    inversion.sort(key=lambda r: r["date"])
+    return RaptResults(rows, matched, ner_rows, files, generation, privacy, inversion)
+
+
+def _inversion_rows(data: dict) -> list[dict[str, Any]]:
+    """One row per point of a ``substitution_inversion`` file: its cell, date, pos, eta and metric means."""
+    rows = []
+    for r in data["results"]:
+        params = r["resolved"]["params"]
+        means = {k: (v or {}).get("mean") for k, v in r["metrics"].items()}
+        rows.append({"cell": data["cell"]["name"], "date": data["date"], "pos": params.get("pos")}
+                    | {"eta": params.get("eta"), "dataset": data["cell"].get("dataset")} | means)  # fmt: skip
+    return rows
 
 
 # --------------------------------------------------------------------------------------------------- formatting
@@ -215,18 +252,27 @@ def _table(header: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
     return lines + ["| " + " | ".join(row) + " |" for row in body]
 
 
-def _acc_or_clean(res: RaptResults, task: str, method: str, row: str, eta: float) -> float:
-    """``row``'s accuracy at ``eta``; without privatization PCT2T is T2T (no word is privatized either way)."""
-    value = res.acc(task, method, row, eta)
-    if math.isnan(value) and eta == INF and row == "pct2t":
-        value = res.acc(task, method, "t2t", INF)
-    return value
+def _acc_or_clean(res: RaptResults, task: str, method: str, row: str, eta: float) -> str:
+    """``row``'s accuracy at ``eta`` in %, with the standard deviation over seeds where several ran; without
+    privatization PCT2T is T2T (no word is privatized either way)."""
+    r = res.find(task, method, row, eta)
+    if r is None and eta == INF and row == "pct2t":
+        r = res.find(task, method, "t2t", INF)
+    return "—" if r is None else _acc_text(r)
+
+
+def _acc_text(r: RaptRow) -> str:
+    if len(r.accs) < 2:
+        return _f(100 * r.acc)
+    return f"{100 * r.acc:.1f} ± {100 * statistics.stdev(r.accs):.1f}"
 
 
 def _eta_title(res: RaptResults, eta: float) -> str:
     if eta == INF:
         return "eta = inf"
     paper = res.paper_eta(eta)
+    if paper is None and eta in PAPER_ETAS:
+        return f"eta {eta:g} (the paper's value itself)"
     return f"eta {eta:g}" + (f" (paper {paper})" if paper else "")
 
 
@@ -237,7 +283,9 @@ def _gain_checks(res: RaptResults, task: str, method: str) -> tuple[list[bool], 
         if any(math.isnan(v) for v in (a, b, c)):
             continue
         checks.append(a < b < c)
-        notes.append(f"eta {eta:g}: {100 * a:.1f} / {100 * b:.1f} / {100 * c:.1f}")
+        seeds = min(max(len(res.find(task, method, row, eta).accs), 1) for row in ("t2t", "pct2t", "rapt"))
+        note = f"eta {eta:g}: {100 * a:.1f} / {100 * b:.1f} / {100 * c:.1f}"
+        notes.append(note + (f" (mean of {seeds} seeds)" if seeds > 1 else ""))
     return checks, notes
 
 
@@ -281,7 +329,7 @@ def _utility_section(res: RaptResults) -> list[str]:
         etas = res.etas(task, method) + [INF]
         lines += [f"### {task.upper()}, {METHOD_TITLES.get(method, method)}", ""]
         body = [
-            [ROW_TITLES[row]] + [_f(100 * _acc_or_clean(res, task, method, row, eta)) for eta in etas]
+            [ROW_TITLES[row]] + [_acc_or_clean(res, task, method, row, eta) for eta in etas]
             for row in ("t2t", "pct2t", "rapt")
         ]
         paper = PAPER_SST2.get(method) if task == "sst2" else None
@@ -295,7 +343,11 @@ def _utility_section(res: RaptResults) -> list[str]:
         lines += _table(["row"] + [_eta_title(res, e) for e in etas], body) + [""]
     lines += [
         "eta = inf: no privatization (the T2T and PCT2T rows share one run; RAPT's keeps the plain tokens and",
-        "the head). Paper columns: the paper's eta whose replacement rate ours matches (see below).",
+        "the head). Paper columns: the paper's eta whose replacement rate ours matches (see below); *the paper's",
+        "value itself*: the paper's eta used unchanged on our table, where it replaces far fewer words (Table III",
+        "below), so the paper's figure there is not comparable and is not shown. a ± b: the mean and standard",
+        "deviation over the cell's seeds (each seed draws its own initialisation, data order and privatization",
+        "noise; the sentences are the same); a bare number: one seed (0).",
     ]
     return lines
 
@@ -418,6 +470,14 @@ def build_report(
     lines += (
         [""]
         + _table_viii(res)
+        + [""]
+        + budget_section(
+            res,
+            TABLE_TRAIN,
+            lambda r: "—" if r is None else _acc_text(r),
+            lambda eta: _eta_title(res, eta),
+            lambda m: METHOD_TITLES.get(m, m),
+        )
         + [""]
         + _plain_length_section(res)
         + [""]

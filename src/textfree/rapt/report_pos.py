@@ -19,11 +19,16 @@ __all__ = ["pos_key", "pos_title", "PAPER_FIG6", "pos_groups", "pos_section", "p
 INF = math.inf
 DEFAULT_SET = frozenset({"noun", "verb", "pron", "adp"})
 ALL_SET = frozenset({"noun", "verb", "pron", "adp", "adj", "adv", "det", "num", "prt", "conj", ".", "x"})
+_TAG_TITLES = {".": "symbols and punctuation ('.')", "conj": "CONJ (coordinating only)"}
 _ALIASES = {"pronoun": "pron", "prep": "adp", "preposition": "adp"}
 #: RAPT section V-E on Fig. 6 (eta 100, BERT-base; the bars' values are not in the paper's text, only this reading).
 PAPER_FIG6 = {
     "noun": "effective for privacy (in the paper's set)",
     "verb": "effective for privacy (in the paper's set)",
+    "pron": "in the paper's set; no finding stated",
+    "adp": "in the paper's set; no finding stated",
+    "adj": "a bar; no finding stated",
+    ".": "the Symbol bar; no finding stated",
     "det": "relatively weak privacy; kept for syntax",
     "conj": "relatively weak privacy; kept for syntax",
     "all": "the 'All' bar (every tag)",
@@ -56,7 +61,7 @@ def pos_title(key: str | None) -> str:
         return "NOUN, VERB, PRON, ADP (default)"
     if key == "all":
         return "all categories"
-    return ", ".join(c.upper() for c in key.split(","))
+    return ", ".join(_TAG_TITLES.get(c, c.upper()) for c in key.split(","))
 
 
 def _paper(key: str | None) -> str:
@@ -99,13 +104,10 @@ def pos_groups(res: Any, same: Callable[[float, float], bool]) -> list[dict[str,
                 privatized = 0.0 if clean else _num(m, "mean_privatized_words") / words(row)
             if clean and row is not None:
                 replaced = 0.0
-            ner = None
+            ner = inversion = None
             if not clean:
-                ner = next(
-                    (n for n in reversed(res.ner) if n.get("eta") is not None and same(float(n["eta"]), eta)
-                     and pos_key(n.get("pos")) == key),
-                    None,
-                )  # fmt: skip
+                ner = _at(res.ner, same, eta, key)
+                inversion = _at(getattr(res, "inversion", []), same, eta, key)
             return {
                 "key": "clean" if clean else key,
                 "title": title,
@@ -113,6 +115,7 @@ def pos_groups(res: Any, same: Callable[[float, float], bool]) -> list[dict[str,
                 "privatized": privatized,
                 "replaced": replaced,
                 "ner": ner,
+                "inversion": inversion,
                 "seconds": _num(m, "seconds"),
                 "paper": PAPER_FIG6["clean"] if clean else _paper(key),
             }
@@ -132,6 +135,15 @@ def pos_groups(res: Any, same: Callable[[float, float], bool]) -> list[dict[str,
     return groups
 
 
+def _at(rows: list[dict[str, Any]], same: Callable[[float, float], bool], eta: float, key: str | None) -> Any:
+    """The newest attack row (``rows`` oldest first) at ``eta`` over the POS set ``key``, or None."""
+    return next(
+        (n for n in reversed(rows) if n.get("eta") is not None and same(float(n["eta"]), eta)
+         and pos_key(n.get("pos")) == key),
+        None,
+    )  # fmt: skip
+
+
 def _clean_ner(res: Any, same: Callable[[float, float], bool], eta: float) -> float | None:
     """1 - entity F1 of the NER attacker on the clear held-out texts, from a ``ner_attack`` row at ``eta``."""
     rows = [n for n in res.ner if n.get("eta") is not None and same(float(n["eta"]), eta)]
@@ -144,7 +156,7 @@ def _short(key: str | None) -> str:
         return "T2T"
     if key == "default":
         return "NOUN,VERB,\nPRON,ADP"
-    return "all" if key == "all" else key.upper().replace(",", ",\n")
+    return "all" if key == "all" else key.upper().replace(".", "SYM").replace(",", ",\n")
 
 
 def _f(value: Any, spec: str) -> str:
@@ -171,18 +183,23 @@ def pos_section(res: Any, same: Callable[[float, float], bool], eta_title: Calla
         "run without the release figures: its privatized words per sentence over the sentences' words, replaced",
         "not recorded). *NER*: the NER attack (presidio-synth, 200 held-out texts, `ner_pos` cell) at the same",
         "eta: *entities kept* = entities whose words all come out unchanged (what the attacker can still read),",
-        "*NER privacy* = 1 - entity F1 (Fig. 6's NER panel). Accuracy: SST-2 dev sentences privatized the same way.",
+        "*NER privacy* = 1 - entity F1 (Fig. 6's NER panel). *inversion privacy*: 1 - the share of the words of",
+        "100 held-out Pri-DDX prompts recovered at their position by the better of reading the release and the",
+        "channel inverter (`substitution_pos` cell, mean of its seeds; Fig. 6's embedding-inversion panel).",
+        "Accuracy: SST-2 dev sentences privatized the same way.",
         "",
     ]
-    header = ["POS set", "privatized", "replaced", "NER: entities kept", "NER privacy", "accuracy", "min / point",
-              "paper (Fig. 6, section V-E)"]  # fmt: skip
+    header = ["POS set", "privatized", "replaced", "NER: entities kept", "NER privacy", "inversion privacy",
+              "accuracy", "min / point", "paper (Fig. 6, section V-E)"]  # fmt: skip
     for g in groups:
         lines += [f"### {g['task'].upper()}, {method_title(g['method'])}, {eta_title(g['eta'])}", ""]
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for e in g["entries"]:
             ner = e["ner"] or {}
             shares = [_pct(e["privatized"]), _pct(e["replaced"])]
-            attack = [_pct(ner.get("entity_survival")), _pct(ner.get("empirical_privacy"))]
+            recovered = (e["inversion"] or {}).get("word_recovery_best")
+            attack = [_pct(ner.get("entity_survival")), _pct(ner.get("empirical_privacy")),
+                      _pct(None if recovered is None else 1 - recovered)]  # fmt: skip
             cells = [e["title"], *shares, *attack, _pct(e["acc"]), _f(e["seconds"] / 60, ".1f"), e["paper"]]
             lines.append("| " + " | ".join(cells) + " |")
         clean = _clean_ner(res, same, g["eta"])
@@ -207,8 +224,9 @@ def pos_figure(res: Any, same: Callable[[float, float], bool], png: Path) -> boo
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(groups), 2, figsize=(12, 4.4 * len(groups)), squeeze=False)
-    for (ax_p, ax_u), g in zip(axes, groups):
+    fig, axes = plt.subplots(2 * len(groups), 1, figsize=(11, 8 * len(groups)), squeeze=False)
+    for k, g in enumerate(groups):
+        ax_p, ax_u = axes[2 * k, 0], axes[2 * k + 1, 0]
         entries = [e for e in g["entries"] if e["key"] != "clean"]
         labels = [_short(e["key"]) for e in entries]
         x = range(len(entries))
@@ -216,10 +234,11 @@ def pos_figure(res: Any, same: Callable[[float, float], bool], png: Path) -> boo
             ("SST-2 words replaced", [e["replaced"] for e in entries]),
             ("NER: entities changed", [1 - (e["ner"] or {}).get("entity_survival", math.nan) for e in entries]),
             ("NER privacy (1 - F1)", [(e["ner"] or {}).get("empirical_privacy", math.nan) for e in entries]),
+            ("inversion privacy", [1 - _num(e["inversion"] or {}, "word_recovery_best") for e in entries]),
         ]
         width = 0.8 / len(series)
         for i, (name, values) in enumerate(series):
-            at = [k + (i - 1) * width for k in x]
+            at = [k + (i - (len(series) - 1) / 2) * width for k in x]
             ax_p.bar(at, [100 * v for v in values], width, label=name)
             for k, v in zip(at, values):
                 if math.isnan(v):

@@ -8,7 +8,8 @@ Read from the attack cells' result files (``results/attacks``), through the atta
 * ``substitution_inversion`` (word-level inversion of the released text): X = the share of the original words
   recovered at their position by the best of the inverters the cell ran; reading the text and the channel inverter
   (run at every eta) make one row, the learned decoder (where a cell ran it) another, so the learned row's etas are
-  only those it was run at;
+  only those it was run at; where a cell ran the black-box readers (``blackbox: true``), the MLP and the autoencoder
+  make a row each (X: their word recovery; the autoencoder's MSE figures go into its row's description);
 * ``ner_attack``: X = entity F1 of the tagger (the NER section's figure);
 * ``attribute_inference`` with ``release: t2t`` / ``pct2t`` (not ``target: answer``): X = the best attacker's
   symptoms recall, and its sex accuracy (the files' ``*_best``: the attacker chosen on the attacker's own validation
@@ -51,6 +52,20 @@ ATTACKS = (
         "the same share for the best of reading, the channel inverter and a decoder fine-tuned to rewrite the "
         "mechanism's outputs into their inputs (noise-aware; only the etas it was run at)",
     ),
+    (
+        "words_mlp",
+        "word inversion: MLP (black box)",
+        "the share of the original words recovered by an MLP from each released word's vector in the public table to "
+        "an original word, trained on the attacker's own runs of the mechanism over in-domain text (RAPT IV-A1's MLP "
+        "attack on a text release; a released word outside the table is read as it is)",
+    ),
+    (
+        "words_autoencoder",
+        "word inversion: autoencoder (black box)",
+        "the same share for a denoising autoencoder of each released word's vector, trained by mean squared error "
+        "towards the original word's vector on the same runs and mapped to the nearest table word (RAPT IV-A1's "
+        "autoencoder attack)",
+    ),
     ("ner", "NER", "entity F1 of a token classifier trained on clean annotated text"),
     (
         "symptoms",
@@ -62,9 +77,17 @@ ATTACKS = (
 _TITLES = {key: title for key, title, _ in ATTACKS}
 _ORDER = {key: i for i, (key, _, _) in enumerate(ATTACKS)}
 _RELEASES = {"t2t": "T2T", "pct2t": "PCT2T"}
+#: The word-inversion rows' labels in the figure's shared panel, and their line styles.
+_SHORT = {
+    "words": "read / channel",
+    "words_learned": "+ learned",
+    "words_mlp": "MLP",
+    "words_autoencoder": "autoencoder",
+}
+_STYLES = {"words": ("-", "o"), "words_learned": (":", "^"), "words_mlp": ("--", "s"), "words_autoencoder": ("-.", "d")}
 #: The figure's panels: (title, the attacks drawn in it).
 _PANELS = (
-    ("word inversion (Pri-DDX)", ("words", "words_learned")),
+    ("word inversion (Pri-DDX)", ("words", "words_learned", "words_mlp", "words_autoencoder")),
     ("NER", ("ner",)),
     ("attribute inference: symptoms recall", ("symptoms",)),
     ("attribute inference: sex accuracy", ("sex",)),
@@ -88,6 +111,7 @@ class PrivacyRow:
     label: float = math.nan  # X from the task's correct answer alone (attribute inference on Pri-DDX: the diagnosis)
     texts: float = math.nan  # evaluated texts
     kept: list[float] = field(default_factory=list)  # share of words released verbatim, per point
+    mse: dict[float, tuple[float, float]] = field(default_factory=dict)  # autoencoder: eta -> (its MSE, released MSE)
 
     def add(self, eta: float, x: float, cell: str) -> None:
         if not math.isnan(x) and (eta not in self.points or x > self.points[eta][0]):
@@ -154,6 +178,7 @@ def collect_privacy(files: Sequence[str | Path]) -> tuple[list[PrivacyRow], list
                 r.texts = _first(r.texts, p.mean("n_texts"))
                 if not math.isnan(p.mean("kept_rate")):
                     r.kept.append(p.mean("kept_rate"))
+            _blackbox_rows(row, c, p, release, eta)
     for c in collect_kind(files, "ner_attack"):
         for point, p in c.points:
             release = _release(_point_param(c, point, "pos"))
@@ -185,6 +210,38 @@ def collect_privacy(files: Sequence[str | Path]) -> tuple[list[PrivacyRow], list
                 r.texts = _first(r.texts, p.mean("n_test"))
     ordered = sorted(rows.values(), key=lambda r: (_ORDER[r.attack], r.dataset, r.release != "t2t"))
     return [r for r in ordered if r.points], sorted(used.values())
+
+
+def _blackbox_rows(row: Any, c: Any, p: Any, release: str, eta: float) -> None:
+    """The black-box readers' rows from one point of a ``substitution_inversion`` file (where it ran them)."""
+    for attack, reader in (("words_mlp", "mlp"), ("words_autoencoder", "autoencoder")):
+        x = p.mean(f"word_recovery_{reader}")
+        if math.isnan(x):
+            continue
+        r = row(attack, release, c)
+        r.add(eta, x, c.name)
+        if attack == "words_autoencoder" and r.points[eta] == (x, c.name):
+            r.mse[eta] = (p.mean("mse_autoencoder"), p.mean("mse_released"))
+        r.clean = 1.0
+        r.prior = _first(r.prior, p.mean("word_recovery_prior"))
+        r.texts = _first(r.texts, p.mean("n_texts"))
+
+
+def _mse_note(rows: Sequence[PrivacyRow]) -> str:
+    """The autoencoder's MSE against the original words' vectors beside the raw released vectors', per release and
+    eta (empty without MSE figures)."""
+    parts = [
+        f"{_RELEASES[r.release]} "
+        + ", ".join(f"eta {e:g} {m:.3g} ({raw:.3g})" for e, (m, raw) in sorted(r.mse.items()))
+        for r in rows
+        if r.attack == "words_autoencoder" and r.mse
+    ]
+    if not parts:
+        return ""
+    return (
+        "; its mean squared error per coordinate against the original words' vectors (the raw released vectors' in "
+        "brackets, over the words of both in the table): " + "; ".join(parts)
+    )
 
 
 def _first(old: float, new: float) -> float:
@@ -265,7 +322,11 @@ def privacy_section(rows: Sequence[PrivacyRow], figure: str | None = None) -> li
         )
     present = {r.attack for r in rows}
     lines += ["", "X per row:", ""]
-    lines += [f"* *{title}*: X = {what}." for key, title, what in ATTACKS if key in present]
+    lines += [
+        f"* *{title}*: X = {what}{_mse_note(rows) if key == 'words_autoencoder' else ''}."
+        for key, title, what in ATTACKS
+        if key in present
+    ]
     missing = [
         f"{_TITLES[a]} on {_RELEASES[rel]}"
         for a in _TITLES
@@ -376,15 +437,14 @@ def privacy_figure(rows: Sequence[PrivacyRow], path: Path) -> bool:
     for ax in axes[len(panels) :]:
         ax.set_visible(False)
     colours = {"t2t": "C0", "pct2t": "C1"}
-    styles = {"words": ("-", "o"), "words_learned": (":", "^")}
     for ax, (title, keys) in zip(axes, panels):
         mine = [r for r in rows if r.attack in keys]
         drawn: set[tuple[str, float]] = set()
         for r in mine:
-            style, marker = styles.get(r.attack, ("-", "o"))
+            style, marker = _STYLES.get(r.attack, ("-", "o"))
             label = _RELEASES[r.release] + (" (= RAPT)" if r.release == "pct2t" else "")
             if len(keys) > 1:
-                label += ", " + ("+ learned" if r.attack == "words_learned" else "read / channel")
+                label += ", " + _SHORT[r.attack]
             ax.plot(
                 r.etas,
                 [100 * r.privacy(e) for e in r.etas],

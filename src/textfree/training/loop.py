@@ -31,6 +31,7 @@ from .config import LoopConfig
 from .runs import (
     METRICS,
     _truncate_metrics,
+    logged_loss,
 )
 from .schedule import lr_multiplier
 
@@ -161,6 +162,7 @@ def fit(
                     "batch_in_epoch": 0 if end_of_epoch else batch_in_epoch,
                     "elapsed_s": None if carried_s is None else round(time.time() - started, 2),
                     "first_loss": first_loss,
+                    "final_loss": _final_loss(losses, cfg.log_every, state, run),
                 }
                 accelerator.wait_for_everyone()
                 if accelerator.is_main_process:
@@ -188,11 +190,22 @@ def fit(
         "total_steps": total_steps,
         "resumed_from_step": state["step"],
         "first_loss": first_loss,
-        "final_loss": sum(losses[-cfg.log_every :]) / len(losses[-cfg.log_every :]) if losses else None,
+        "final_loss": _final_loss(losses, cfg.log_every, state, run),
         "wall_s": None if carried_s is None else round(time.time() - started, 2),
         "carried_wall_s": carried_s,
         "model": accelerator.unwrap_model(model),
     }
+
+
+def _final_loss(losses: list[float], log_every: int, state: dict[str, Any], run: Path) -> float | None:
+    """The mean loss of the last ``log_every`` steps; a run resumed at its end trains nothing now, and reports the
+    final loss its checkpoint recorded (a checkpoint written before it was recorded: the loss logged at that step)."""
+    if losses:
+        return sum(losses[-log_every:]) / len(losses[-log_every:])
+    recorded = state.get("final_loss")
+    if isinstance(recorded, (int, float)) and not isinstance(recorded, bool) and math.isfinite(recorded):
+        return float(recorded)
+    return logged_loss(run / METRICS, state["step"]) if state["step"] else None
 
 
 def _carried_record(state: dict[str, Any], ckpt: Path | None) -> tuple[float | None, float | None]:

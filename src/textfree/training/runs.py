@@ -125,6 +125,17 @@ def _truncate_metrics(path: Path, step: int) -> None:
     atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
+def logged_loss(path: Path, step: int) -> float | None:
+    """The loss logged at ``step`` in a run's metrics.jsonl (the mean over the window that ended there), or None."""
+    if not path.is_file():
+        return None
+    for line in path.read_text().splitlines():
+        record = json.loads(line) if line.strip() else {}
+        if record.get("step") == step and isinstance(record.get("loss"), (int, float)):
+            return float(record["loss"])
+    return None
+
+
 def total_wall_s(summary: dict[str, Any], t0: float) -> float | None:
     """This call's seconds since ``t0`` plus the training time of the sessions before it (None: unknown)."""
     carried = summary["carried_wall_s"]

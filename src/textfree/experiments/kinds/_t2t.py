@@ -42,13 +42,16 @@ def check_t2t_params(p: dict) -> None:
     eta = p.get("eta")
     if not positive(eta):
         raise CellError(f"eta must be a finite number > 0, got {eta!r}", field="params.eta")
-    pos = p.get("pos")
+    pos = _pos_list(p.get("pos"))
     if (
         pos is not None
         and pos != "default"
         and not (isinstance(pos, list) and pos and all(isinstance(c, str) for c in pos))
     ):
-        raise CellError(f"pos must be null, 'default' or a list of categories, got {pos!r}", field="params.pos")
+        raise CellError(
+            f"pos must be null, 'default', a list of categories or a comma string of them, got {p.get('pos')!r}",
+            field="params.pos",
+        )
     if isinstance(pos, list):
         unknown = [c for c in parse_pos(",".join(pos)) or () if c not in UNIVERSAL_TAGS]
         if unknown:
@@ -99,13 +102,20 @@ class FoldedT2T:
         return self.privatize_detailed(texts, generator=generator).texts
 
 
+def _pos_list(pos: Any) -> Any:
+    """``pos`` as given, a comma string of categories (a grid value: ``noun``, ``noun,verb``) read as their list."""
+    if isinstance(pos, str) and pos != "default" and pos.strip():
+        return [c.strip() for c in pos.split(",") if c.strip()]
+    return pos
+
+
 def t2t_mechanism(p: dict, context: RunContext):
     """The :class:`~textfree.substitution.t2t.TextToText` of ``p`` at ``p['eta']`` (a :class:`FoldedT2T` with
     ``oov_word``); the table's index (and PCT2T's tags) are built once per run and shared across etas."""
     from ...substitution.cli_support import build_t2t
     from ...substitution.t2t import DEFAULT_POS_CATEGORIES
 
-    pos = p.get("pos")
+    pos = _pos_list(p.get("pos"))
     pos_arg = None if pos is None else ",".join(DEFAULT_POS_CATEGORIES if pos == "default" else pos)
     key = ("t2t", p.get("table", "default"), pos_arg, p.get("tagger", "textblob"))
     base = context.cached(

@@ -14,8 +14,14 @@ categories or "default") over ``params.table`` at ``params.eta`` (grid it), with
   cell's seeds are evaluation noise seeds) and reused when a finished run with the same config exists (like
   ``learned_inversion``).
 
-``channel`` and ``learned`` need ``training_text: in_domain``, ``knows_mechanism``, ``knows_parameters`` in
-``attack.threat``; the kind refuses a cell whose grant does not cover its attacks.
+With ``params.blackbox: true`` (opt-in) also RAPT IV-A1's black-box readers
+(:mod:`textfree.attacks.substitution_blackbox`): an MLP from each released word's table vector to the original word
+(``mlp``) and a denoising autoencoder of that vector mapped to the nearest table word (``autoencoder``), each trained
+once per eta (the cell's seeds are evaluation noise seeds) on ``params.blackbox_epochs`` fresh runs of the mechanism
+over the same in-domain text, seeded by ``params.blackbox_seed``.
+
+``channel``, ``learned`` and ``blackbox`` need ``training_text: in_domain``, ``knows_mechanism``, ``knows_parameters``
+in ``attack.threat``; the kind refuses a cell whose grant does not cover its attacks.
 
 Metrics: ``word_recovery_{identity,channel,learned,best}`` (share of original words recovered at their position: the
 token recovery of the cross matrix; the learned guess may have another word count, so its positions come from a
@@ -26,8 +32,11 @@ no-input reference ``{word_recovery,rouge_l}_prior`` (one constant guess, the me
 that changed), ``kept_rate`` (words outside
 the table, released verbatim and not covered by the guarantee), ``word_epsilon`` (eta x D_max: one word's worst
 case), ``prompt_epsilon`` / ``prompt_epsilon_max`` (mean / largest over texts of substituted words x word_epsilon),
-``n_texts``, ``n_words``, and with
-``learned`` the training figures (``train_*``, ``reused``).
+``n_texts``, ``n_words``, with
+``learned`` the training figures (``train_*``, ``reused``), and with ``blackbox``
+``{word_recovery,rouge_l}_{mlp,autoencoder}`` (aligned recovery; in ``*_best`` too) and ``mse_autoencoder`` /
+``mse_released`` (per-coordinate MSE of the denoised / the raw released word vectors against the original words'
+vectors, over the words whose released and original words are both in the table).
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ from ...attacks.substitution import (
     substitution_identity_attack,
     word_recovery,
 )
+from ...attacks.substitution_blackbox import SUBSTITUTION_BLACKBOX_REQUIRES
 from ...attacks.substitution_learned import SUBSTITUTION_LEARNED_REQUIRES, substitution_learned_attack
 from ...attacks.threat import ThreatModel
 from ...metrics.text import rouge_l
@@ -66,8 +76,11 @@ _REQUIRES = {
     "channel": SUBSTITUTION_CHANNEL_REQUIRES,
     "learned": SUBSTITUTION_LEARNED_REQUIRES,
 }
+#: The black-box readers ``params.blackbox`` adds.
+BLACKBOX = ("mlp", "autoencoder")
 SUBSTITUTION_METRICS = (
-    tuple(f"{m}_{a}" for m in ("word_recovery", "rouge_l") for a in ATTACKS + ("best", "prior"))
+    tuple(f"{m}_{a}" for m in ("word_recovery", "rouge_l") for a in ATTACKS + BLACKBOX + ("best", "prior"))
+    + ("mse_autoencoder", "mse_released")
     + ("replacement_rate", "kept_rate", "word_epsilon", "prompt_epsilon", "prompt_epsilon_max", "n_texts", "n_words")
     + _TRAIN
 )
@@ -86,6 +99,13 @@ SUBSTITUTION_PARAMS = {
     "lr": "learned: peak learning rate (default 1e-3)",
     "train_seed": "learned: seed of initialisation order, data order and the mechanism's training runs (default 0)",
     "max_new_tokens": "learned: generation length in decoder tokens (default 128)",
+    "blackbox": "true: also the black-box MLP and autoencoder word inverters (RAPT IV-A1; default false)",
+    "blackbox_epochs": "blackbox: fresh runs of the mechanism over the training texts, one per epoch (default 8)",
+    "blackbox_hidden": "blackbox: hidden width of both networks (default 256)",
+    "blackbox_vocab_size": "blackbox: the attacker's most frequent in-table words the MLP can output (default 4096)",
+    "blackbox_batch_size": "blackbox: word pairs per optimizer step (default 256)",
+    "blackbox_lr": "blackbox: learning rate (default 2e-3)",
+    "blackbox_seed": "blackbox: seed of initialisation, order and the mechanism's training runs (default 0)",
     "threads": "torch threads while the cell runs (default: unchanged)",
     "columns": "a path or hub dataset in any layout: {text: COLUMN, names: [...]} (the CLI's --text-column, "
     "--columns); its distinct texts split by a stable hash into the attacker's part and the evaluated part",
@@ -93,6 +113,9 @@ SUBSTITUTION_PARAMS = {
 }
 #: With ``columns``: the share of a table's distinct texts evaluated, and the salt of the hash that splits them.
 TEST_SHARE, _SPLIT_SALT = 0.3, "textfree-substitution-test"
+#: Black-box params (``blackbox_`` + a :class:`~textfree.attacks.substitution_blackbox.WordBlackBoxConfig` field, and
+#: the seed).
+_BLACKBOX = ("epochs", "hidden", "vocab_size", "batch_size", "lr", "seed")
 #: Learned-attack params and their defaults (``out`` has none).
 _LEARNED = {
     "out": None,
@@ -134,7 +157,44 @@ def _settings(cell: Any, point: dict) -> tuple[dict, list[str], ThreatModel]:
             _REQUIRES[a],
             f"; grant more in `attack.threat` or drop the {a} attack",
         )
+    if _blackbox_config(p) is not None:
+        threat = granted_threat(
+            resolved.attack,
+            "substitution_inversion",
+            "substitution_mlp",
+            SUBSTITUTION_BLACKBOX_REQUIRES,
+            "; grant more in `attack.threat` or drop `blackbox`",
+        )
     return p, attacks, threat
+
+
+def _blackbox_config(p: dict):
+    """The black-box readers' training config, or None without ``blackbox: true`` (their params are then refused)."""
+    from ...attacks.substitution_blackbox import WordBlackBoxConfig
+
+    on = p.get("blackbox", False)
+    if not isinstance(on, bool):
+        raise CellError(f"blackbox must be true or false, got {on!r}", field="params.blackbox")
+    given = {name: p[f"blackbox_{name}"] for name in _BLACKBOX if f"blackbox_{name}" in p}
+    if not on:
+        if given:
+            first = f"blackbox_{sorted(given)[0]}"
+            raise CellError(
+                f"params {first} applies to the black-box readers only; set `blackbox: true` or drop it",
+                field=f"params.{first}",
+            )
+        return None
+    seed = given.pop("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise CellError(f"blackbox_seed must be an integer >= 0, got {seed!r}", field="params.blackbox_seed")
+    for name, value in given.items():  # one at a time, so the error names the param
+        try:
+            WordBlackBoxConfig(**{name: value})
+        except ValueError as exc:
+            raise CellError(
+                str(exc).replace("WordBlackBoxConfig.", "blackbox_"), field=f"params.blackbox_{name}"
+            ) from None
+    return WordBlackBoxConfig(**given)
 
 
 def _learned_params(p: dict, learned: bool) -> None:
@@ -307,7 +367,8 @@ def _run(
     original = [split_text(t)[1::2] for t in texts]
     released = mech.privatize_detailed(texts, generator=seeded_generator(seed, warn=False))
     guesses, train, extra = {}, None, {}
-    if "channel" in attacks or "learned" in attacks:
+    blackbox = _blackbox_config(p)
+    if "channel" in attacks or "learned" in attacks or blackbox is not None:
         train = context.cached(("train", p.get("train_limit")), lambda: _texts(cell, "train", p.get("train_limit")))
         overlap = set(train) & set(texts)
         if overlap:
@@ -333,11 +394,16 @@ def _run(
                 guess,
             )
         guesses["learned"] = [split_text(g)[1::2] for g in recon]
+    if blackbox is not None:
+        bb_guesses, extra_bb = _blackbox(p, blackbox, mech, train, original, released.output_words, threat, context)
+        guesses |= bb_guesses
+        extra = extra | extra_bb
     out: dict[str, float] = {}
     refs = [" ".join(w) for w in original]
     for name, guess in guesses.items():
-        # identity and channel swap words in place (positions align); a generated guess is aligned first
-        recovery = aligned_word_recovery if name == "learned" else word_recovery
+        # identity and channel swap words in place (positions align); a generated guess is aligned first, and so
+        # are the black-box readers' (the same count for them: they keep the word count)
+        recovery = word_recovery if name in ("identity", "channel") else aligned_word_recovery
         out[f"word_recovery_{name}"] = recovery(original, guess)
         out[f"rouge_l_{name}"] = sum(rouge_l(" ".join(g), r).f1 for g, r in zip(guess, refs)) / len(refs)
     for m in ("word_recovery", "rouge_l"):
@@ -349,3 +415,30 @@ def _run(
         out["rouge_l_prior"] = sum(rouge_l(" ".join(prior_words), r).f1 for r in refs) / len(refs)
     out |= t2t_guarantee(mech, released) | {"n_texts": float(len(texts)), "n_words": float(released.n_words)}
     return out | extra
+
+
+def _blackbox(p, config, mech, train, original, output_words, threat, context) -> tuple[dict, dict[str, float]]:
+    """The black-box readers' guesses and the autoencoder's MSE figures; the two inverters are trained once per eta
+    (and training config) and reused across the cell's evaluation seeds."""
+    from ...attacks.substitution_blackbox import (
+        substitution_autoencoder_attack,
+        substitution_mlp_attack,
+        train_word_inverter,
+        vector_mse,
+    )
+
+    seed = p.get("blackbox_seed", 0)
+
+    def train_both():
+        generator = seeded_generator(seed, warn=False)
+        return {kind: train_word_inverter(kind, mech, train, config, generator=generator) for kind in BLACKBOX}
+
+    release = json.dumps({k: p.get(k) for k in ("eta", "pos", "table", "tagger", "oov_word")}, sort_keys=True)
+    key = ("blackbox", release, config, seed, p.get("train_limit"))
+    models = context.cached(key, train_both)
+    guesses = {
+        "mlp": substitution_mlp_attack(output_words, models["mlp"], mech.table, threat=threat),
+        "autoencoder": substitution_autoencoder_attack(output_words, models["autoencoder"], mech.table, threat=threat),
+    }
+    mse, raw = vector_mse(models["autoencoder"], mech.table, original, output_words)
+    return guesses, {"mse_autoencoder": mse, "mse_released": raw}
