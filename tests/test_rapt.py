@@ -223,6 +223,14 @@ def test_cell_kind_runs_on_the_glue_fixtures(tiny_encoder_dir, tmp_path, monkeyp
     assert rows[0]["epsilon_per_word"] is None and rows[1]["epsilon_per_word"] > 0
     assert rows[0]["mean_privatized_words"] == 0 and rows[1]["mean_privatized_words"] > 0
     assert sorted(p.name for p in (tmp_path / "runs" / "rapt_test").iterdir()) == ["eta=50-s0", "eta=None-s0"]
+    # run again: the finished runs are re-scored, not retrained; they keep their accuracy, final loss and cost
+    again = run_cell(_cell(tiny_encoder_dir, tmp_path / "runs"), tmp_path / "again", progress=False)
+    rescored = [{k: v["mean"] for k, v in r["metrics"].items()} for r in load_results(again)["results"]]
+    for before, after, point in zip(rows, rescored, ("eta=None-s0", "eta=50-s0")):
+        assert after["acc"] == before["acc"] and after["final_loss"] == before["final_loss"] is not None
+        summary = json.loads((tmp_path / "runs" / "rapt_test" / point / "summary.json").read_text())
+        # its cost: the training carried through the resume plus the re-score, as the run's summary counts it
+        assert after["seconds"] == summary["total_wall_s"] > summary["carried_wall_s"] > 0
 
 
 def test_cell_validation_names_the_field(tiny_encoder_dir, tmp_path):

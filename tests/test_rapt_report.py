@@ -272,6 +272,11 @@ def _pos_results(directory):
             date="2026-02-01T00:00:00+00:00")  # fmt: skip
     older = [{"word_recovery_best": 0.99}] * 5  # an older file of the same points: the newer one is read
     _result(directory, "sub_old", "substitution_inversion", {"eta": 62.7}, points, older, cell=inv)
+    attrs = [{"symptoms_recall_best": v} for v in (0.30, 0.10)]  # NOUN, every category; the other sets not run
+    _result(directory, "attr_pos", "attribute_inference", {"eta": 62.7, "release": "pct2t"},
+            [{"pos": "noun"}, {"pos": "all"}], attrs, cell=inv)  # fmt: skip
+    _result(directory, "attr_slots", "attribute_inference", {"eta": 62.7}, [{"pos": "det"}], [{"symptoms_recall_best":
+            0.5}], cell=inv)  # another release (the kind's default: slots) is not Fig. 6's  # fmt: skip
     return directory
 
 
@@ -296,15 +301,16 @@ def test_pos_section_puts_the_sets_beside_the_default_set_and_t2t(tmp_path):
     # clean, then the sets by share privatized (DET 10 %, NOUN 20 %, all 93 %), the default set, T2T; the default
     # set's and T2T's shares: 10 / 20 and 18 / 20 words, replaced not recorded
     # inversion privacy: 1 - the newer substitution file's recovery (T2T 0.10, NOUN 0.50, DET 0.80, default 0.40,
-    # all 0.20); none for the clean row
+    # all 0.20); symptoms privacy: 1 - the PCT2T attribute file's recall (NOUN 0.30, all 0.10; not DET: the slots
+    # file's); none for the clean row
     assert lines[1:] == [
-        "| none (no privatization) | 0.0 | 0.0 | — | — | — | 90.0 | 5.0 | — |",
-        "| DET | 10.0 | 3.0 | 95.0 | 47.0 | 20.0 | 85.0 | 6.5 | relatively weak privacy; kept for syntax |",
-        "| NOUN | 20.0 | 10.0 | 80.0 | 55.0 | 50.0 | 78.0 | 7.0 | effective for privacy (in the paper's set) |",
-        "| all categories | 93.0 | 35.0 | 60.0 | 66.0 | 80.0 | 62.0 | 7.5 | the 'All' bar (every tag) |",
-        "| NOUN, VERB, PRON, ADP (default) | 50.0 | — | 75.0 | 58.0 | 60.0 | 70.0 | 5.5 | the paper's set in every "
-        "experiment |",
-        "| T2T (every word, any category) | 90.0 | — | 70.0 | 62.0 | 90.0 | 60.0 | 6.0 | not in Fig. 6 (Fig. 4: "
+        "| none (no privatization) | 0.0 | 0.0 | — | — | — | — | 90.0 | — |",
+        "| DET | 10.0 | 3.0 | 95.0 | 47.0 | 20.0 | — | 85.0 | relatively weak privacy; kept for syntax |",
+        "| NOUN | 20.0 | 10.0 | 80.0 | 55.0 | 50.0 | 70.0 | 78.0 | effective for privacy (in the paper's set) |",
+        "| all categories | 93.0 | 35.0 | 60.0 | 66.0 | 80.0 | 90.0 | 62.0 | the 'All' bar (every tag) |",
+        "| NOUN, VERB, PRON, ADP (default) | 50.0 | — | 75.0 | 58.0 | 60.0 | — | 70.0 | the paper's set in "
+        "every experiment |",
+        "| T2T (every word, any category) | 90.0 | — | 70.0 | 62.0 | 90.0 | — | 60.0 | not in Fig. 6 (Fig. 4: "
         "privacy comparable to PCT2T's) |",
     ]
     assert "### SST2, LoRA, eta 62.7 (paper 125)" in section and "attacker's reference): 46.0." in section

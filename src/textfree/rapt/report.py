@@ -30,6 +30,7 @@ __all__ = ["RaptResults", "collect", "build_report", "write_report", "PAPER_SST2
 KIND = "rapt_finetune"
 NER_KIND = "ner_attack"
 INVERSION_KIND = "substitution_inversion"
+ATTRIBUTE_KIND = "attribute_inference"
 MATCHED_FORMAT = "textfree.rapt.matched_eta"
 INF = math.inf
 #: A cell's eta stands for the paper's eta whose matched eta is within this fraction of it (the cells' etas were
@@ -103,6 +104,7 @@ class RaptResults:
     generation: Generation = field(default_factory=Generation)
     privacy: list[PrivacyRow] = field(default_factory=list)  # Fig. 4: every attack on T2T / PCT2T text, per eta
     inversion: list[dict[str, Any]] = field(default_factory=list)  # word-inversion points, oldest first (Fig. 6)
+    attributes: list[dict[str, Any]] = field(default_factory=list)  # attribute-inference points, likewise
 
     def find(self, task: str, method: str, row: str, eta: float, plain: int = 40, train: int = TABLE_TRAIN):
         """The run of one Table II row (plain-token rows at ``plain`` tokens, ``train`` training examples), or None."""
@@ -162,7 +164,7 @@ def collect(paths: Iterable[str | os.PathLike]) -> RaptResults:
     newest: dict[str, tuple[dict, Path]] = {}
     ner: dict[str, tuple[dict, Path]] = {}
     matched = None
-    generation, files, attack_files, inversion = Generation(), [], [], []
+    generation, files, attack_files, inversion, attributes = Generation(), [], [], [], []
     for f in _json_files(paths):
         try:
             raw = json.loads(f.read_text(encoding="utf-8"))
@@ -174,8 +176,11 @@ def collect(paths: Iterable[str | os.PathLike]) -> RaptResults:
         raw_kind = (raw.get("kind") or (raw.get("cell") or {}).get("kind")) if isinstance(raw, dict) else None
         if raw_kind in PRIVACY_KINDS:
             attack_files.append(f)  # the Fig. 4 section's (NER files are read below as well)
-        if raw_kind == INVERSION_KIND:
-            inversion += _inversion_rows(load_results(f))  # and Fig. 6's inversion panel
+        if raw_kind in (INVERSION_KIND, ATTRIBUTE_KIND):  # and Fig. 6's inversion and attribute panels
+            if raw_kind == INVERSION_KIND:
+                inversion += _attack_rows(load_results(f))
+            else:
+                attributes += _attack_rows(load_results(f), default_release="slots")  # the kind's default
         if raw_kind not in (KIND, NER_KIND, QA_KIND, PIPELINE_KIND):
             continue  # another kind's file (results/ppft holds many): not read further
         data = load_results(f)
@@ -228,14 +233,21 @@ def collect(paths: Iterable[str | os.PathLike]) -> RaptResults:
     used = generation.pipeline_for(generation.qa[0]["params"].get("decoder")) if generation.qa else None
     files = [f for f in files if f[2] != PIPELINE_KIND or (used and f[0] == used["file"])]  # only the PPFT run used
     inversion.sort(key=lambda r: r["date"])
-    return RaptResults(rows, matched, ner_rows, files, generation, privacy, inversion)
+    attributes.sort(key=lambda r: r["date"])
+    return RaptResults(rows, matched, ner_rows, files, generation, privacy, inversion, attributes)
 
 
-def _inversion_rows(data: dict) -> list[dict[str, Any]]:
-    """One row per point of a ``substitution_inversion`` file: its cell, date, pos, eta and metric means."""
+def _attack_rows(data: dict, default_release: str | None = None) -> list[dict[str, Any]]:
+    """One row per point of an attack's result file on a T2T / PCT2T release: its cell, date, pos (None: T2T), eta and
+    metric means (an attribute cell's other releases are skipped)."""
     rows = []
     for r in data["results"]:
-        params = r["resolved"]["params"]
+        params = dict(r["resolved"]["params"])
+        release = params.get("release", default_release)
+        if release not in (None, "t2t", "pct2t"):
+            continue
+        if release == "t2t":
+            params["pos"] = None
         means = {k: (v or {}).get("mean") for k, v in r["metrics"].items()}
         rows.append({"cell": data["cell"]["name"], "date": data["date"], "pos": params.get("pos")}
                     | {"eta": params.get("eta"), "dataset": data["cell"].get("dataset")} | means)  # fmt: skip

@@ -87,7 +87,7 @@ def _test_set(row: Any) -> tuple:
 def pos_groups(res: Any, same: Callable[[float, float], bool]) -> list[dict[str, Any]]:
     """One entry per (task, method, eta) with POS-set rows: ``{"task", "method", "eta", "entries"}``, the entries
     (``key``, ``title``, ``acc``, ``privatized``, ``replaced``, ``ner``: the matching ``ner_attack`` row or None,
-    ``seconds``, ``paper``) ordered clean, the POS sets by share privatized, the default set, T2T."""
+    ``paper``) ordered clean, the POS sets by share privatized, the default set, T2T."""
     groups = []
     for task, method, eta in sorted({(r.task, r.method, r.eta) for r in res.rows if r.row == "pos"}):
         group = [r for r in res.rows if (r.task, r.method) == (task, method)]
@@ -104,10 +104,11 @@ def pos_groups(res: Any, same: Callable[[float, float], bool]) -> list[dict[str,
                 privatized = 0.0 if clean else _num(m, "mean_privatized_words") / words(row)
             if clean and row is not None:
                 replaced = 0.0
-            ner = inversion = None
+            ner = inversion = attributes = None
             if not clean:
                 ner = _at(res.ner, same, eta, key)
                 inversion = _at(getattr(res, "inversion", []), same, eta, key)
+                attributes = _at(getattr(res, "attributes", []), same, eta, key)
             return {
                 "key": "clean" if clean else key,
                 "title": title,
@@ -116,7 +117,7 @@ def pos_groups(res: Any, same: Callable[[float, float], bool]) -> list[dict[str,
                 "replaced": replaced,
                 "ner": ner,
                 "inversion": inversion,
-                "seconds": _num(m, "seconds"),
+                "attributes": attributes,
                 "paper": PAPER_FIG6["clean"] if clean else _paper(key),
             }
 
@@ -159,10 +160,6 @@ def _short(key: str | None) -> str:
     return "all" if key == "all" else key.upper().replace(".", "SYM").replace(",", ",\n")
 
 
-def _f(value: Any, spec: str) -> str:
-    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
-
-
 def _pct(value: Any) -> str:
     return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.1f}"
 
@@ -186,11 +183,13 @@ def pos_section(res: Any, same: Callable[[float, float], bool], eta_title: Calla
         "*NER privacy* = 1 - entity F1 (Fig. 6's NER panel). *inversion privacy*: 1 - the share of the words of",
         "100 held-out Pri-DDX prompts recovered at their position by the better of reading the release and the",
         "channel inverter (`substitution_pos` cell, mean of its seeds; Fig. 6's embedding-inversion panel).",
-        "Accuracy: SST-2 dev sentences privatized the same way.",
+        "*symptoms privacy*: 1 - the symptoms recall of the best attribute attacker on the same prompts' release",
+        "(`attributes_pos` cell; Fig. 6's attribute panel). Accuracy: SST-2 dev sentences privatized the same way;",
+        "a run of several seeds gives their mean.",
         "",
     ]
     header = ["POS set", "privatized", "replaced", "NER: entities kept", "NER privacy", "inversion privacy",
-              "accuracy", "min / point", "paper (Fig. 6, section V-E)"]  # fmt: skip
+              "symptoms privacy", "accuracy", "paper (Fig. 6, section V-E)"]  # fmt: skip
     for g in groups:
         lines += [f"### {g['task'].upper()}, {method_title(g['method'])}, {eta_title(g['eta'])}", ""]
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -198,9 +197,11 @@ def pos_section(res: Any, same: Callable[[float, float], bool], eta_title: Calla
             ner = e["ner"] or {}
             shares = [_pct(e["privatized"]), _pct(e["replaced"])]
             recovered = (e["inversion"] or {}).get("word_recovery_best")
+            symptoms = (e["attributes"] or {}).get("symptoms_recall_best")
             attack = [_pct(ner.get("entity_survival")), _pct(ner.get("empirical_privacy")),
-                      _pct(None if recovered is None else 1 - recovered)]  # fmt: skip
-            cells = [e["title"], *shares, *attack, _pct(e["acc"]), _f(e["seconds"] / 60, ".1f"), e["paper"]]
+                      _pct(None if recovered is None else 1 - recovered),
+                      _pct(None if symptoms is None else 1 - symptoms)]  # fmt: skip
+            cells = [e["title"], *shares, *attack, _pct(e["acc"]), e["paper"]]
             lines.append("| " + " | ".join(cells) + " |")
         clean = _clean_ner(res, same, g["eta"])
         if clean is not None:
@@ -235,6 +236,7 @@ def pos_figure(res: Any, same: Callable[[float, float], bool], png: Path) -> boo
             ("NER: entities changed", [1 - (e["ner"] or {}).get("entity_survival", math.nan) for e in entries]),
             ("NER privacy (1 - F1)", [(e["ner"] or {}).get("empirical_privacy", math.nan) for e in entries]),
             ("inversion privacy", [1 - _num(e["inversion"] or {}, "word_recovery_best") for e in entries]),
+            ("symptoms privacy", [1 - _num(e["attributes"] or {}, "symptoms_recall_best") for e in entries]),
         ]
         width = 0.8 / len(series)
         for i, (name, values) in enumerate(series):

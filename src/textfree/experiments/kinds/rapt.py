@@ -9,7 +9,8 @@ resumed, not retrained). The seed seeds initialisation, data order and the priva
 ``dataset``, ``texts``, ``mechanism`` or ``limit``.
 
 Metrics: ``acc``, ``epsilon_per_word`` (eta * D_max; null without privatization), ``mean_privatized_words`` (per
-test example), ``final_loss`` (task + reconstruction), ``n_train``, ``n_test``, ``seconds``, and what the release does
+test example), ``final_loss`` (task + reconstruction), ``n_train``, ``n_test``, ``seconds`` (the run's wall time: a
+resumed run counts its earlier training sessions too, so a re-scored run keeps its cost), and what the release does
 to the test sentences' words (RAPT Fig. 6's question: which POS categories to privatize), measured on one release of
 the test sentences drawn with the test split's noise seed (the very release that is classified when there are no plain
 tokens; with plain tokens, a draw of the same mechanism): ``mean_words`` (words per test example), ``privatized_share``
@@ -145,6 +146,7 @@ def rapt_finetune(cell: Any, point: dict, seed: int, context: RunContext) -> dic
         "final_loss": math.nan if summary["final_loss"] is None else summary["final_loss"],
         "n_train": float(summary["n_train"]),
         "n_test": float(summary["n_test"]),
-        "seconds": time.perf_counter() - started,
+        # the run's cost: its training sessions, carried through a resume, and this call (else this call alone)
+        "seconds": summary.get("total_wall_s") or time.perf_counter() - started,
         **shares,
     }
