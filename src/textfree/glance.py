@@ -121,27 +121,28 @@ def _rapt_verdicts(summary_lines: Sequence[str]) -> list[str]:
 
 
 def _rapt(folder: Path, page: str) -> list[str]:
-    from .rapt.report import INF, METHOD_TITLES, PAPER_ETAS, PAPER_SST2, ROW_TITLES, _acc_or_clean, _summary, collect
+    from .rapt.report import INF, METHOD_TITLES, PAPER_ETAS, PAPER_SST2, _summary, collect, run_or_clean
 
     res = collect([folder])
     if not res.rows:
         return []
     body = []
+    rows = ("t2t", "pct2t", "rapt")
     for task, method in sorted({(r.task, r.method) for r in res.rows}):
         paper_rows = PAPER_SST2.get(method) if task == "sst2" else None
         for eta in res.etas(task, method) + [INF]:
             paper_eta = INF if eta == INF else res.paper_eta(eta)
             at = "inf" if eta == INF else f"{eta:g}" + (f" (paper {paper_eta})" if paper_eta else "")
-            for row in ("t2t", "pct2t", "rapt"):
-                ours = 100 * _acc_or_clean(res, task, method, row, eta)
-                paper = _DASH
-                if paper_rows is not None and paper_eta in PAPER_ETAS:
-                    paper = f"{paper_rows[row][PAPER_ETAS.index(paper_eta)]:.1f}"
-                if math.isnan(ours) and paper == _DASH:
-                    continue  # a row not run and not in the paper (no clean +Reconstruction): the detail page has it
-                body.append(
-                    [f"{task} {METHOD_TITLES.get(method, method)}", at, ROW_TITLES[row], _num(ours, ".1f"), paper]
-                )
+            if paper_eta is None and eta in PAPER_ETAS:
+                at += " (the paper's value itself)"
+            runs = [run_or_clean(res, task, method, row, eta) for row in rows]
+            ours = " / ".join(_DASH if r is None else f"{100 * r.acc:.1f}" for r in runs)
+            paper = _DASH
+            if paper_rows is not None and paper_eta in PAPER_ETAS:
+                paper = " / ".join(f"{paper_rows[row][PAPER_ETAS.index(paper_eta)]:.1f}" for row in rows)
+            if all(r is None for r in runs) and paper == _DASH:
+                continue  # not run and not in the paper: the detail page has it
+            body.append([f"{task} {METHOD_TITLES.get(method, method)}", at, ours, paper])
     verdicts = _rapt_verdicts(_summary(res))
     met = sum(v == "met" for v in verdicts)
     return [
@@ -149,7 +150,7 @@ def _rapt(folder: Path, page: str) -> list[str]:
         f"[summary]({page}#summary-the-targets)). Ours: all-MiniLM-L6-v2 on 800 training examples; the paper's:",
         "BERT-base, at the eta whose word-replacement rate ours matches.",
         "",
-    ] + _table(["task, method", "eta", "row", "ours", "paper (BERT-base)"], body)
+    ] + _table(["task, method", "eta", "ours: T2T / PCT2T / +Reconstruction", "paper (BERT-base), the same rows"], body)
 
 
 def _attacks(folder: Path, page: str) -> list[str]:

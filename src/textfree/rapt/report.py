@@ -264,12 +264,17 @@ def _table(header: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
     return lines + ["| " + " | ".join(row) + " |" for row in body]
 
 
-def _acc_or_clean(res: RaptResults, task: str, method: str, row: str, eta: float) -> str:
-    """``row``'s accuracy at ``eta`` in %, with the standard deviation over seeds where several ran; without
-    privatization PCT2T is T2T (no word is privatized either way)."""
+def run_or_clean(res: RaptResults, task: str, method: str, row: str, eta: float) -> RaptRow | None:
+    """The run of ``row`` at ``eta``; without privatization PCT2T is T2T (no word is privatized either way)."""
     r = res.find(task, method, row, eta)
     if r is None and eta == INF and row == "pct2t":
         r = res.find(task, method, "t2t", INF)
+    return r
+
+
+def _acc_or_clean(res: RaptResults, task: str, method: str, row: str, eta: float) -> str:
+    """``row``'s accuracy at ``eta`` in %, with the standard deviation over seeds where several ran."""
+    r = run_or_clean(res, task, method, row, eta)
     return "—" if r is None else _acc_text(r)
 
 
