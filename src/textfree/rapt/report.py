@@ -176,11 +176,10 @@ def collect(paths: Iterable[str | os.PathLike]) -> RaptResults:
         raw_kind = (raw.get("kind") or (raw.get("cell") or {}).get("kind")) if isinstance(raw, dict) else None
         if raw_kind in PRIVACY_KINDS:
             attack_files.append(f)  # the Fig. 4 section's (NER files are read below as well)
-        if raw_kind in (INVERSION_KIND, ATTRIBUTE_KIND):  # and Fig. 6's inversion and attribute panels
-            if raw_kind == INVERSION_KIND:
-                inversion += _attack_rows(load_results(f))
-            else:
-                attributes += _attack_rows(load_results(f), default_release="slots")  # the kind's default
+        if raw_kind == INVERSION_KIND:  # and Fig. 6's inversion panel
+            inversion += _attack_rows(load_results(f))
+        if raw_kind == ATTRIBUTE_KIND:  # and its attribute panel (the kind's default release: slots)
+            attributes += _attack_rows(load_results(f), default_release="slots")
         if raw_kind not in (KIND, NER_KIND, QA_KIND, PIPELINE_KIND):
             continue  # another kind's file (results/ppft holds many): not read further
         data = load_results(f)
@@ -249,8 +248,8 @@ def _attack_rows(data: dict, default_release: str | None = None) -> list[dict[st
         if release == "t2t":
             params["pos"] = None
         means = {k: (v or {}).get("mean") for k, v in r["metrics"].items()}
-        rows.append({"cell": data["cell"]["name"], "date": data["date"], "pos": params.get("pos")}
-                    | {"eta": params.get("eta"), "dataset": data["cell"].get("dataset")} | means)  # fmt: skip
+        rows.append({"cell": data["cell"]["name"], "date": data["date"], "pos": params.get("pos"),
+                     "eta": params.get("eta")} | means)  # fmt: skip
     return rows
 
 

@@ -107,8 +107,8 @@ def pos_groups(res: Any, same: Callable[[float, float], bool]) -> list[dict[str,
             ner = inversion = attributes = None
             if not clean:
                 ner = _at(res.ner, same, eta, key)
-                inversion = _at(getattr(res, "inversion", []), same, eta, key)
-                attributes = _at(getattr(res, "attributes", []), same, eta, key)
+                inversion = _at(res.inversion, same, eta, key)
+                attributes = _at(res.attributes, same, eta, key)
             return {
                 "key": "clean" if clean else key,
                 "title": title,
